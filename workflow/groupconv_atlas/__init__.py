@@ -1,0 +1,9 @@
+"""GroupConv Atlas: which grouped 3x3 convolution shapes reward a custom CUDA kernel.
+
+Stages, in the order data flows (a module imports only from stages before it):
+shapes -> kernels (registry) -> build -> gpu (runtime) -> verify -> timing -> stats -> artifacts
+-> records. Modules that need a GPU (gpu, parts of build/verify/timing) import PyCUDA and torch
+lazily, so everything else imports on a machine without one.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,151 @@
+"""The implementation registry: custom kernels and PyTorch baselines, with their support
+predicates and launch configurations. Pure Python: nothing here needs a GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .shapes import DILATION, PADDING, STRIDE, Shape
+
+REPO_ROOT_RELATIVE_KERNEL_DIR = "kernels"
+KERNEL_HEADERS = ("kernels/common.cuh",)
+THREADS_PER_BLOCK = 256
+MAX_GRID_X = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch: grid and block shapes, the PyCUDA prepared-call format and the scalars."""
+
+    entry: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    arg_format: str
+    scalars: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    source: str
+    title: str
+    supports: Callable[[Shape], tuple[bool, str]]
+    launch: Callable[[Shape], Launch]
+
+    @property
+    def inputs(self) -> list[str]:
+        """Files whose edit must rebuild this kernel."""
+        return [self.source, *KERNEL_HEADERS]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _blocks(total_threads: int) -> int:
+    return min(_ceil_div(total_threads, THREADS_PER_BLOCK), MAX_GRID_X)
+
+
+def _next_pow2(v: int) -> int:
+    p = 1
+    while p < v:
+        p *= 2
+    return p
+
+
+def _always(_shape: Shape) -> tuple[bool, str]:
+    return True, "general grouped 3x3: any C_in, C_out divisible by groups"
+
+
+def _launch_k0(s: Shape) -> Launch:
+    total = s.output_elems
+    return Launch(
+        "k0_direct", (_blocks(total), 1, 1), (THREADS_PER_BLOCK, 1, 1), "PPPiiiiiiiiiii",
+        (s.n, s.c_in, s.c_out, s.h, s.w, s.groups, s.h_out, s.w_out, STRIDE, PADDING, DILATION),
+    )
+
+
+def k1_block(s: Shape) -> tuple[int, int]:
+    """Block width follows W so narrow maps do not idle most of a warp; height fills 256 threads."""
+    bx = 32 if s.w > 16 else 16 if s.w > 8 else 8
+    by = min(THREADS_PER_BLOCK // bx, _next_pow2(s.h))
+    return bx, by
+
+
+def _launch_k1(s: Shape) -> Launch:
+    bx, by = k1_block(s)
+    blocks = s.n * s.c_out * _ceil_div(s.h, by) * _ceil_div(s.w, bx)
+    return Launch("k1_spatial", (blocks, 1, 1), (bx, by, 1), "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+K2_TILE_W, K2_TILE_H = 32, 8
+K2_CHANNELS_PER_GROUP = (1, 2, 4)
+
+
+def _supports_k2(s: Shape) -> tuple[bool, str]:
+    if s.cin_per_group in K2_CHANNELS_PER_GROUP:
+        return True, f"{s.cin_per_group} input channel(s) per group staged in shared memory"
+    return False, (f"{s.cin_per_group} input channels per group: k2 is built for 1, 2 or 4 "
+                   "(its shared tile holds C_in/groups channels)")
+
+
+def _launch_k2(s: Shape) -> Launch:
+    blocks = s.n * s.c_out * _ceil_div(s.h, K2_TILE_H) * _ceil_div(s.w, K2_TILE_W)
+    return Launch(f"k2_shared_halo_cpg{s.cin_per_group}", (blocks, 1, 1), (K2_TILE_W, K2_TILE_H, 1),
+                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+def _launch_k3(s: Shape) -> Launch:
+    total = s.n * s.c_out * s.h * _ceil_div(s.w, 4)
+    return Launch("k3_four_wide", (_blocks(total), 1, 1), (THREADS_PER_BLOCK, 1, 1), "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+KERNELS: dict[str, KernelSpec] = {
+    "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
+                     _always, _launch_k0),
+    "k1": KernelSpec("k1", "kernels/k1_spatial.cu", "spatial 2-D tile mapping",
+                     _always, _launch_k1),
+    "k2": KernelSpec("k2", "kernels/k2_shared_halo.cu", "shared-memory tile with halo",
+                     _supports_k2, _launch_k2),
+    "k3": KernelSpec("k3", "kernels/k3_four_wide.cu", "four horizontal outputs per thread",
+                     _always, _launch_k3),
+}
+
+# PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned).
+BASELINES: dict[str, dict] = {
+    "torch_default": {"title": "PyTorch F.conv2d, cudnn.benchmark=False", "benchmark": False},
+    "torch_tuned": {"title": "PyTorch F.conv2d, cudnn.benchmark=True", "benchmark": True},
+}
+IMPLEMENTATIONS = [*KERNELS, *BASELINES]
+TWIN_SUFFIX = "_twin"
+
+
+def twin_name(impl: str) -> str:
+    """The A/A calibration's second handle to the same implementation."""
+    return impl + TWIN_SUFFIX
+
+
+def base_implementation(impl: str) -> str:
+    return impl[: -len(TWIN_SUFFIX)] if impl.endswith(TWIN_SUFFIX) else impl
+
+
+def support(impl: str, shape: Shape) -> tuple[bool, str]:
+    impl = base_implementation(impl)
+    if impl in KERNELS:
+        return KERNELS[impl].supports(shape)
+    if impl in BASELINES:
+        return True, "PyTorch handles every valid grouped convolution"
+    raise KeyError(f"unknown implementation {impl!r}; known: {', '.join(IMPLEMENTATIONS)}")
+
+
+def entries(kernel: str) -> list[str]:
+    """Every function a kernel's cubin must export."""
+    if kernel == "k2":
+        return [f"k2_shared_halo_cpg{c}" for c in K2_CHANNELS_PER_GROUP]
+    return [KERNELS[kernel].launch(_probe_shape()).entry]
+
+
+def _probe_shape() -> Shape:
+    return Shape("probe", "entry-name probe", 1, 8, 8, 8, 8, 8)

@@ -1,0 +1,143 @@
+"""Paired statistics over batch medians: ratios, bootstrap intervals, classes, geometric means.
+
+Ratios are baseline / candidate per batch, so above 1 favours the candidate. Each batch's median
+is a robust summary of its samples; batches, not samples, are the unit of replication, because
+samples within a batch share the GPU's momentary state (Kalibera & Jones, "Rigorous Benchmarking
+in Reasonable Time", ISMM 2013). Intervals are bootstrap intervals of the geometric mean of the
+paired batch ratios (scipy.stats.bootstrap with paired=True on log batch medians).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sstats
+
+CLASSES = ("WIN", "LOSS", "TIE", "INCONCLUSIVE")
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    threshold: float = 0.05
+    confidence_level: float = 0.95
+    resamples: int = 10_000
+    seed: int = 0
+    method: str = "BCa"
+
+    def __post_init__(self):
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"statistics.threshold must be in (0, 1), not {self.threshold}")
+        if not 0 < self.confidence_level < 1:
+            raise ValueError(f"statistics.confidence_level must be in (0, 1), not "
+                             f"{self.confidence_level}")
+        if self.resamples < 1000:
+            raise ValueError(f"statistics.resamples must be at least 1000, not {self.resamples}")
+
+
+def classify(low: float, high: float, threshold: float) -> str:
+    """WIN if the whole interval is above 1+t, LOSS if below 1/(1+t), TIE if inside
+    [1/(1+t), 1+t], else INCONCLUSIVE."""
+    upper, lower = 1.0 + threshold, 1.0 / (1.0 + threshold)
+    if low > upper:
+        return "WIN"
+    if high < lower:
+        return "LOSS"
+    if low >= lower and high <= upper:
+        return "TIE"
+    return "INCONCLUSIVE"
+
+
+def batch_medians(raw: pd.DataFrame) -> pd.DataFrame:
+    """Median latency per (shape, implementation, boundary, batch)."""
+    keys = ["shape_id", "implementation", "boundary", "batch"]
+    out = raw.groupby(keys, sort=True, observed=True).agg(
+        median_us=("latency_us", "median"),
+        clock_flagged=("clock_flagged", "max")).reset_index()
+    return out
+
+
+def paired_interval(baseline_medians: np.ndarray, candidate_medians: np.ndarray,
+                    cfg: StatsConfig) -> tuple[float, float, float]:
+    """Geometric mean of baseline/candidate batch ratios and its bootstrap interval."""
+    log_b = np.log(np.asarray(baseline_medians, dtype=float))
+    log_c = np.log(np.asarray(candidate_medians, dtype=float))
+    diffs = log_b - log_c
+    point = float(np.exp(diffs.mean()))
+    if np.ptp(diffs) == 0:  # identical ratios: the bootstrap distribution is a point
+        return point, point, point
+
+    def mean_log_ratio(b, c, axis=-1):
+        return np.mean(b - c, axis=axis)
+
+    res = sstats.bootstrap((log_b, log_c), mean_log_ratio, paired=True, vectorized=True,
+                           n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
+                           method=cfg.method, rng=np.random.default_rng(cfg.seed))
+    low, high = res.confidence_interval
+    if not (np.isfinite(low) and np.isfinite(high)):  # BCa degenerate: fall back, stated here
+        res = sstats.bootstrap((log_b, log_c), mean_log_ratio, paired=True, vectorized=True,
+                               n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
+                               method="percentile", rng=np.random.default_rng(cfg.seed))
+        low, high = res.confidence_interval
+    return point, float(np.exp(low)), float(np.exp(high))
+
+
+def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConfig) -> pd.DataFrame:
+    """One row per (shape, boundary) where both were timed: ratio, interval, class."""
+    rows = []
+    sub = medians[medians["implementation"].isin([candidate, baseline])]
+    for (shape_id, boundary), grp in sub.groupby(["shape_id", "boundary"], sort=True):
+        wide = grp.pivot(index="batch", columns="implementation", values="median_us")
+        if candidate not in wide or baseline not in wide:
+            continue
+        wide = wide.dropna()
+        flagged = grp.groupby("batch")["clock_flagged"].max()
+        ratio, low, high = paired_interval(wide[baseline].to_numpy(), wide[candidate].to_numpy(),
+                                           cfg)
+        rows.append({
+            "shape_id": shape_id, "candidate": candidate, "baseline": baseline,
+            "boundary": boundary, "ratio": ratio, "ci_low": low, "ci_high": high,
+            "class": classify(low, high, cfg.threshold),
+            "batches": int(len(wide)),
+            "candidate_median_us": float(wide[candidate].median()),
+            "baseline_median_us": float(wide[baseline].median()),
+            "batch_ratios": [float(v) for v in (wide[baseline] / wide[candidate])],
+            "clock_flagged_batches": int(flagged.sum()),
+        })
+    return pd.DataFrame(rows)
+
+
+def hierarchical_geomean(log_ratio_matrix: list[np.ndarray], cfg: StatsConfig
+                         ) -> tuple[float, float, float]:
+    """Geometric mean over shapes of each shape's geometric-mean batch ratio, with a percentile
+    interval from resampling batches within each shape (the shapes are the fixed atlas, not a
+    sample, so they are not resampled)."""
+    if not log_ratio_matrix:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(cfg.seed)
+    point = float(np.exp(np.mean([m.mean() for m in log_ratio_matrix])))
+    totals = np.zeros(cfg.resamples)
+    for logs in log_ratio_matrix:
+        idx = rng.integers(0, len(logs), size=(cfg.resamples, len(logs)))
+        totals += logs[idx].mean(axis=1)
+    means = totals / len(log_ratio_matrix)
+    alpha = (1 - cfg.confidence_level) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return point, float(np.exp(low)), float(np.exp(high))
+
+
+def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
+    """Per (candidate, baseline, boundary): geometric mean with interval and counts by class."""
+    rows = []
+    if comparisons.empty:
+        return pd.DataFrame(rows)
+    for (cand, base, boundary), grp in comparisons.groupby(["candidate", "baseline", "boundary"],
+                                                           sort=True):
+        logs = [np.log(np.asarray(r, dtype=float)) for r in grp["batch_ratios"]]
+        gm, low, high = hierarchical_geomean(logs, cfg)
+        counts = grp["class"].value_counts()
+        rows.append({"candidate": cand, "baseline": base, "boundary": boundary,
+                     "geomean_ratio": gm, "ci_low": low, "ci_high": high,
+                     "shapes_compared": int(len(grp)),
+                     **{f"n_{c.lower()}": int(counts.get(c, 0)) for c in CLASSES}})
+    return pd.DataFrame(rows)

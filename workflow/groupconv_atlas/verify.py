@@ -1,0 +1,200 @@
+"""Verification of every implementation on every shape, before anything is timed.
+
+Each (shape, implementation) check draws fresh seeded standard-normal inputs and runs:
+  (a) the full output against PyTorch FP32 (cudnn.benchmark off) and against PyTorch FP64;
+  (b) an FP64 reference at `points` output positions (corners, edges, the W tail, random),
+      computed here with numpy from the same inputs, without PyTorch arithmetic;
+  (c) with the output poisoned with NaN before the launch, so an unwritten element fails.
+Tolerance, elementwise:  |y - ref| <= factor * K * u * (|x| conv |w|),  K = 9 * C_in/groups,
+u = 2**-24. K*u*(|x| conv |w|) bounds recursive FP32 summation's error (Higham, Accuracy and
+Stability of Numerical Algorithms, 2nd ed., eq. 3.5); `factor` covers two FP32 evaluations being
+compared and algorithms (Winograd, FFT) that reorder the sum. A real indexing bug errs by O(|x||w|),
+orders of magnitude above the bound. The CPU parts here import without a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import IMPLEMENTATIONS, base_implementation, support
+from .shapes import Shape
+
+UNIT_ROUNDOFF_FP32 = 2.0**-24
+STATUSES = ("correct", "incorrect", "unsupported")
+
+
+def bound_scale(accumulation_length: int, factor: float) -> float:
+    """Multiplier of (|x| conv |w|) that gives the elementwise tolerance."""
+    return factor * accumulation_length * UNIT_ROUNDOFF_FP32
+
+
+def check_seed(base_seed: int, shape_index: int, impl: str) -> int:
+    """A distinct, recorded seed per (shape, implementation): every check draws fresh inputs."""
+    return base_seed + 1000 * shape_index + IMPLEMENTATIONS.index(base_implementation(impl))
+
+
+def sample_points(shape: Shape, count: int, seed: int) -> np.ndarray:
+    """Output positions (n, c, h, w) to check in FP64: every corner and edge midpoint of the first
+    and last (n, c) planes, the last column (the W % 4 tail) of random rows, then random points."""
+    rng = np.random.default_rng(seed)
+    n_max, c_max, h_max, w_max = shape.n - 1, shape.c_out - 1, shape.h_out - 1, shape.w_out - 1
+    fixed = []
+    for n, c in ((0, 0), (n_max, c_max), (n_max // 2, c_max // 2)):
+        for h, w in ((0, 0), (0, w_max), (h_max, 0), (h_max, w_max),
+                     (h_max // 2, 0), (h_max // 2, w_max), (0, w_max // 2), (h_max, w_max // 2)):
+            fixed.append((n, c, h, w))
+    tail = [(int(rng.integers(0, shape.n)), int(rng.integers(0, shape.c_out)),
+             int(rng.integers(0, shape.h_out)), w_max) for _ in range(8)]
+    pts = np.array(fixed + tail, dtype=np.int64)[:count]
+    rest = count - len(pts)
+    if rest > 0:
+        rand = np.stack([rng.integers(0, hi + 1, size=rest) for hi in (n_max, c_max, h_max, w_max)],
+                        axis=1)
+        pts = np.concatenate([pts, rand])
+    return pts
+
+
+def gather_indices(shape: Shape, points: np.ndarray):
+    """Flat indices into x and w, and a validity mask, for every product of every point:
+    arrays of shape (P, C_in/groups, 3, 3). Out-of-map taps are masked (zero padding)."""
+    n, c, h, w = (points[:, i][:, None, None, None] for i in range(4))
+    ci = np.arange(shape.cin_per_group)[None, :, None, None]
+    kh = np.arange(3)[None, None, :, None]
+    kw = np.arange(3)[None, None, None, :]
+    g = c // shape.cout_per_group
+    h_in = h - 1 + kh
+    w_in = w - 1 + kw
+    valid = (h_in >= 0) & (h_in < shape.h) & (w_in >= 0) & (w_in < shape.w)
+    valid = np.broadcast_to(valid, (len(points), shape.cin_per_group, 3, 3))
+    c_in = g * shape.cin_per_group + ci
+    x_idx = ((n * shape.c_in + c_in) * shape.h + np.clip(h_in, 0, shape.h - 1)) * shape.w \
+        + np.clip(w_in, 0, shape.w - 1)
+    w_idx = (c * shape.cin_per_group + ci) * 9 + kh * 3 + kw
+    x_idx = np.broadcast_to(x_idx, valid.shape)
+    w_idx = np.broadcast_to(w_idx, valid.shape)
+    out_idx = ((points[:, 0] * shape.c_out + points[:, 1]) * shape.h_out + points[:, 2]) \
+        * shape.w_out + points[:, 3]
+    return x_idx, w_idx, valid, out_idx
+
+
+def fp64_points(x_vals: np.ndarray, w_vals: np.ndarray, valid: np.ndarray):
+    """FP64 reference and the |x||w| scale at each point, from gathered FP32 values."""
+    prod = x_vals.astype(np.float64) * w_vals.astype(np.float64) * valid
+    scale = np.abs(x_vals.astype(np.float64) * w_vals.astype(np.float64)) * valid
+    axes = (1, 2, 3)
+    return prod.sum(axis=axes), scale.sum(axis=axes)
+
+
+def unsupported_row(shape: Shape, impl: str, reason: str, seed: int) -> dict:
+    return {"shape_id": shape.id, "implementation": impl, "status": "unsupported",
+            "reason": reason, "seed": seed, "accumulation_length": shape.accumulation_length}
+
+
+def verify_one(session, impl: str, shape: Shape, seed: int, cubins: dict[str, str],
+               factor: float, n_points: int) -> dict:
+    """Run all checks for one (shape, implementation) on the GPU; return the record row."""
+    from .gpu import bind
+
+    ok, reason = support(impl, shape)
+    if not ok:
+        return unsupported_row(shape, impl, reason, seed)
+    torch = session.torch
+    functional = torch.nn.functional
+    K = shape.accumulation_length
+    scale = bound_scale(K, factor)
+    with session.on_stream():
+        x, w = session.random_inputs(shape, seed)
+        y = session.empty_output(shape)
+        bound = bind(session, impl, shape, x, w, y, cubins)
+        poisoned = bound.writes_into is not None
+        if poisoned:
+            y.fill_(float("nan"))
+        out = bound.run()
+        session.synchronize()  # a failed launch raises here
+        torch.backends.cudnn.benchmark = False
+        ref32 = functional.conv2d(x, w, None, 1, 1, 1, shape.groups)
+        ref64 = functional.conv2d(x.double(), w.double(), None, 1, 1, 1, shape.groups)
+        absconv = functional.conv2d(x.abs().double(), w.abs().double(), None, 1, 1, 1,
+                                    shape.groups)
+        tol = scale * absconv
+        out64 = out.double()
+        unwritten = int((~torch.isfinite(out)).sum().item())
+        diff32 = (out64 - ref32.double()).abs()
+        diff64 = (out64 - ref64).abs()
+        ratio32 = float((diff32 / tol).nan_to_num(nan=float("inf")).max().item())
+        ratio64 = float((diff64 / tol).nan_to_num(nan=float("inf")).max().item())
+        max_abs = float(diff32.nan_to_num(nan=float("inf")).max().item())
+        ref_max = float(ref32.abs().max().item())
+        full64_abs = float(diff64.nan_to_num(nan=float("inf")).max().item())
+        worst = np.unravel_index(int(diff64.nan_to_num(nan=float("inf")).argmax().item()),
+                                 tuple(out.shape))
+
+        # (b) FP64 at sampled points from the same inputs, without PyTorch arithmetic.
+        pts = sample_points(shape, n_points, seed)
+        x_idx, w_idx, valid, out_idx = gather_indices(shape, pts)
+        flat_x, flat_w, flat_y = x.reshape(-1), w.reshape(-1), out.reshape(-1)
+
+        def take(flat, idx):
+            return flat[torch.from_numpy(np.ascontiguousarray(idx)).to("cuda")].cpu().numpy()
+
+        x_vals, w_vals = take(flat_x, x_idx), take(flat_w, w_idx)
+        y_pts = take(flat_y, out_idx).astype(np.float64)
+    ref_pts, scale_pts = fp64_points(x_vals, w_vals, valid)
+    err_pts = np.abs(y_pts - ref_pts)
+    err_pts = np.where(np.isfinite(err_pts), err_pts, np.inf)
+    # One FP32 evaluation against exact: half the two-sided factor.
+    ratio_pts = float(np.max(err_pts / (0.5 * scale * np.maximum(scale_pts, 1e-30))))
+    pts_abs = float(err_pts.max())
+    pts_rel = float(pts_abs / max(np.abs(ref_pts).max(), 1e-30))
+
+    failures = []
+    if unwritten:
+        failures.append(f"{unwritten} output elements non-finite"
+                        + (" (NaN poison survived: unwritten)" if poisoned else ""))
+    if ratio32 > 1:
+        failures.append(f"full output vs PyTorch FP32 at {ratio32:.3g}x the tolerance")
+    if ratio64 > 1:
+        failures.append(f"full output vs PyTorch FP64 at {ratio64:.3g}x the tolerance, worst at "
+                        f"(n,c,h,w)={tuple(int(i) for i in worst)}")
+    if ratio_pts > 1:
+        failures.append(f"FP64 point check at {ratio_pts:.3g}x the tolerance")
+    status = "incorrect" if failures else "correct"
+    reason = "; ".join(failures) if failures else (
+        f"all {shape.output_elems} outputs within tolerance; {len(pts)} FP64 points within tolerance")
+    return {
+        "shape_id": shape.id, "implementation": impl, "status": status, "reason": reason,
+        "max_abs_error": max_abs, "max_rel_error": max_abs / max(ref_max, 1e-30),
+        "fp64_full_max_abs_error": full64_abs,
+        "fp64_points_max_abs_error": pts_abs, "fp64_points_max_rel_error": pts_rel,
+        "error_to_tolerance_fp32": ratio32, "error_to_tolerance_fp64": ratio64,
+        "error_to_tolerance_points": ratio_pts,
+        "tolerance_factor": factor, "tolerance_max_abs": float(tol.max().item()),
+        "accumulation_length": K, "seed": seed, "points_checked": int(len(pts)),
+        "poisoned_before_launch": poisoned, "unwritten_elements": unwritten,
+        "launch": str(bound.details),
+    }
+
+
+def verify_implementation(session, impl: str, shapes: list[Shape], base_seed: int,
+                          cubins: dict[str, str], factor: float, n_points: int,
+                          progress=print) -> list[dict]:
+    """All shapes for one implementation. A failed launch poisons the CUDA context, so the shape
+    that raised is marked incorrect with the error and the rest are marked not checked."""
+    rows: list[dict] = []
+    broken: str | None = None
+    for index, shape in enumerate(shapes):
+        seed = check_seed(base_seed, index, impl)
+        if broken is not None:
+            ok, reason = support(impl, shape)
+            rows.append(unsupported_row(shape, impl, reason, seed) if not ok else {
+                **unsupported_row(shape, impl, "", seed), "status": "incorrect",
+                "reason": f"not checked: an earlier CUDA error ({broken}) left the context unusable"})
+            continue
+        try:
+            row = verify_one(session, impl, shape, seed, cubins, factor, n_points)
+        except Exception as exc:  # noqa: BLE001 - a crashing kernel is a verdict, not a crash
+            broken = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            row = {**unsupported_row(shape, impl, "", seed), "status": "incorrect",
+                   "reason": f"launch failed: {broken}"}
+        rows.append(row)
+        progress(f"[verify {impl}] {index + 1}/{len(shapes)} {shape.id}: {row['status']}")
+    return rows
