@@ -102,9 +102,47 @@ def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConf
             "candidate_median_us": float(wide[candidate].median()),
             "baseline_median_us": float(wide[baseline].median()),
             "batch_ratios": [float(v) for v in (wide[baseline] / wide[candidate])],
+            "candidate_batch_medians_us": [float(v) for v in wide[candidate]],
+            "baseline_batch_medians_us": [float(v) for v in wide[baseline]],
             "clock_flagged_batches": int(flagged.sum()),
         })
     return pd.DataFrame(rows)
+
+
+def comparisons_for_job(medians: pd.DataFrame, implementations: list[str],
+                        status: dict[tuple[str, str], tuple[str, str]], shape_ids: list[str],
+                        boundaries: tuple[str, ...], cfg: StatsConfig) -> pd.DataFrame:
+    """The candidate (first implementation) against each other one, on every shape: measured
+    comparisons, and UNSUPPORTED / INCORRECT rows where either side was not verified correct.
+    `status` maps (shape_id, implementation) to (status, reason)."""
+    from .kernels import base_implementation
+
+    candidate, baselines = implementations[0], implementations[1:]
+    frames = []
+    for baseline in baselines:
+        measured = compare(medians, candidate, baseline, cfg)
+        frames.append(measured)
+        done = set(measured["shape_id"]) if not measured.empty else set()
+        missing = []
+        for shape_id in shape_ids:
+            if shape_id in done:
+                continue
+            verdict, reason = "UNMEASURED", "verified correct but absent from the timing record"
+            for side, impl in (("candidate", candidate), ("baseline", baseline)):
+                st, why = status.get((shape_id, base_implementation(impl)), ("missing", "no record"))
+                if st != "correct":
+                    verdict = "UNSUPPORTED" if st == "unsupported" else "INCORRECT"
+                    reason = f"{side} {impl} {st}: {why}"
+                    break
+            for boundary in boundaries:
+                missing.append({"shape_id": shape_id, "candidate": candidate, "baseline": baseline,
+                                "boundary": boundary, "class": verdict, "reason": reason})
+        frames.append(pd.DataFrame(missing))
+    table = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    if "reason" not in table:
+        table["reason"] = None
+    return table.sort_values(["baseline", "shape_id", "boundary"], kind="stable",
+                             ignore_index=True)
 
 
 def hierarchical_geomean(log_ratio_matrix: list[np.ndarray], cfg: StatsConfig
@@ -131,13 +169,15 @@ def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
     rows = []
     if comparisons.empty:
         return pd.DataFrame(rows)
-    for (cand, base, boundary), grp in comparisons.groupby(["candidate", "baseline", "boundary"],
-                                                           sort=True):
+    for (cand, base, boundary), everything in comparisons.groupby(
+            ["candidate", "baseline", "boundary"], sort=True):
+        grp = everything[everything["class"].isin(CLASSES)]
         logs = [np.log(np.asarray(r, dtype=float)) for r in grp["batch_ratios"]]
         gm, low, high = hierarchical_geomean(logs, cfg)
-        counts = grp["class"].value_counts()
+        counts = everything["class"].value_counts()
         rows.append({"candidate": cand, "baseline": base, "boundary": boundary,
                      "geomean_ratio": gm, "ci_low": low, "ci_high": high,
                      "shapes_compared": int(len(grp)),
-                     **{f"n_{c.lower()}": int(counts.get(c, 0)) for c in CLASSES}})
+                     **{f"n_{c.lower()}": int(counts.get(c, 0))
+                        for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")}})
     return pd.DataFrame(rows)

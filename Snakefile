@@ -1,0 +1,29 @@
+# GroupConv Atlas: which grouped 3x3 convolution shapes reward a custom CUDA kernel, and under
+# which clock. Stages, in the order data flows: shapes -> builds -> verification -> timing ->
+# statistics -> artifacts -> report. README.md says how to run it.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "reports/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/shapes.smk"
+include: "workflow/rules/build.smk"
+include: "workflow/rules/verify.smk"
+include: "workflow/rules/timing.smk"
+include: "workflow/rules/statistics.smk"
+include: "workflow/rules/artifacts.smk"
+include: "workflow/rules/records.smk"
+
+
+rule atlas:
+    """Verify, time and classify every shape (live on a GPU, else replay the newest record)."""
+    default_target: True
+    input:
+        ATLAS_ARTIFACTS,

@@ -1,0 +1,19 @@
+# Stage 2 (live only): compile each kernel to a cubin with nvcc, load it with PyCUDA, record
+# registers, shared and local memory, spills and the cubin's SHA-256.
+
+if MODE == "live":
+
+    rule build_kernel:
+        input:
+            sources=kernel_sources,
+            code=code("kernels", "shapes", "build", "provenance"),
+        output:
+            cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
+            record=f"{RESULTS}/raw/builds/{{kernel}}.json",
+            prov=prov("build_kernel", "{kernel}"),
+        resources:
+            gpu=1,
+        log:
+            f"{RESULTS}/logs/build_kernel-{{kernel}}.log",
+        script:
+            "../scripts/build_kernel.py"

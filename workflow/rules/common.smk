@@ -1,0 +1,153 @@
+# Configuration checks, the live/replay decision and the path helpers every rule uses.
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from groupconv_atlas import kernels as _kernels  # noqa: E402
+from groupconv_atlas.records import find_record  # noqa: E402
+from groupconv_atlas.shapes import ShapeError, load_shapes  # noqa: E402
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+try:
+    SHAPES = load_shapes(config["shapes"])
+except (ShapeError, OSError) as _err:
+    raise WorkflowError(f"{config['shapes']}: {_err}") from None
+
+
+def _check_names():
+    known = set(_kernels.IMPLEMENTATIONS)
+    timing = config["timing"]
+    for field, names in (("timing.candidates", timing["candidates"]),
+                         ("timing.references", timing["references"])):
+        for name in names:
+            if name not in known:
+                raise WorkflowError(f"config {field}: unknown implementation {name!r}; "
+                                    f"known: {', '.join(sorted(known))}")
+    enabled = set(config["kernels"]) | set(config["baselines"])
+    for name in (*timing["candidates"], *timing["references"], timing["aa_implementation"]):
+        if name not in enabled:
+            raise WorkflowError(f"config timing: {name!r} is not listed in 'kernels' or "
+                                "'baselines', so it is never built or verified")
+
+
+_check_names()
+
+
+def gpu_available() -> bool:
+    """Live measurement needs PyCUDA importable and a GPU that nvidia-smi lists."""
+    if importlib.util.find_spec("pycuda") is None:
+        return False
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    return subprocess.run([smi, "-L"], capture_output=True, check=False).returncode == 0
+
+
+MODE = config["mode"] if config["mode"] != "auto" else ("live" if gpu_available() else "replay")
+DEVICE = config["device"]
+RESULTS = f"results/{DEVICE}"
+RECORD = None
+if MODE == "replay":
+    try:
+        RECORD = str(find_record("records", config["record"], DEVICE))
+    except LookupError as _err:
+        raise WorkflowError(str(_err)) from None
+
+IMPLEMENTATIONS = [*config["kernels"], *config["baselines"]]
+TIMING_JOBS = [*config["timing"]["candidates"], "aa"]
+PACKAGE = "workflow/groupconv_atlas"
+
+
+def raw(path: str) -> str:
+    """A raw-layer file: measured here (live) or read from the committed record (replay)."""
+    return f"{RESULTS}/raw/{path}" if MODE == "live" else f"{RECORD}/raw/{path}"
+
+
+def prov(rule_name: str, *wildcards: str) -> str:
+    """Where a job's provenance record goes; one per job."""
+    suffix = "".join(f"-{w}" for w in wildcards)
+    return f"{RESULTS}/provenance/{rule_name}{suffix}.json"
+
+
+def code(*modules: str) -> list[str]:
+    """Package modules a job imports, listed as inputs so editing one reruns its jobs."""
+    return [f"{PACKAGE}/{m}.py" for m in ("__init__", *modules)]
+
+
+def job_implementations(job: str) -> list[str]:
+    """What a timing job measures: the candidate and the references, or the A/A pair."""
+    if job == "aa":
+        impl = config["timing"]["aa_implementation"]
+        return [impl, _kernels.twin_name(impl)]
+    refs = [r for r in config["timing"]["references"] if r != job]
+    return [job, *refs]
+
+
+def job_implementations_param(wildcards) -> list[str]:
+    return job_implementations(wildcards.job)
+
+
+def timing_params() -> dict:
+    """The timing settings a job uses (not the job lists, which have their own params)."""
+    skip = ("candidates", "references", "aa_implementation")
+    return {k: v for k, v in config["timing"].items() if k not in skip}
+
+
+def job_kernels(job: str) -> list[str]:
+    return sorted({_kernels.base_implementation(i) for i in job_implementations(job)}
+                  & set(_kernels.KERNELS))
+
+
+def job_verification(wildcards) -> list[str]:
+    bases = sorted({_kernels.base_implementation(i) for i in job_implementations(wildcards.job)})
+    return [raw(f"verification/{b}.parquet") for b in bases]
+
+
+def record_check() -> list[str]:
+    """In replay every consumer of the record waits for its hashes to be checked."""
+    return [f"{RESULTS}/record-check.json"] if MODE == "replay" else []
+
+
+def kernel_sources(wildcards) -> list[str]:
+    return _kernels.KERNELS[wildcards.kernel].inputs
+
+
+def verification_builds(wildcards) -> list[str]:
+    return [raw(f"builds/{wildcards.impl}.json")] if wildcards.impl in _kernels.KERNELS else []
+
+
+def timing_builds(wildcards) -> list[str]:
+    return [raw(f"builds/{k}.json") for k in job_kernels(wildcards.job)]
+
+
+def all_jobs_provenance() -> list[str]:
+    """Provenance of every job this mode runs for the atlas (replay adds the record's own)."""
+    jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
+    jobs += [prov("compare_job", j) for j in TIMING_JOBS]
+    if MODE == "live":
+        jobs += [prov("build_kernel", k) for k in config["kernels"]]
+        jobs += [prov("verify", i) for i in IMPLEMENTATIONS]
+        jobs += [prov("time_job", j) for j in TIMING_JOBS]
+    else:
+        jobs += [prov("check_record")]
+    return jobs
+
+
+def record_provenance() -> list[str]:
+    """The measuring jobs' provenance, as committed in the record (replay only)."""
+    if MODE != "replay":
+        return []
+    return sorted(str(p) for p in Path(RECORD, "provenance").glob("*.json"))
+
+
+wildcard_constraints:
+    kernel="|".join(_kernels.KERNELS),
+    impl="|".join(_kernels.IMPLEMENTATIONS),
+    job="|".join([*_kernels.IMPLEMENTATIONS, "aa"]),

@@ -1,0 +1,38 @@
+from datetime import date
+
+# Records: a replay checks the committed record's hashes first; a live run can be snapshotted
+# into records/<device>-<date>/ to be committed.
+
+if MODE == "replay":
+
+    rule check_record:
+        input:
+            manifest=f"{RECORD}/record.json",
+            code=code("records", "provenance"),
+        output:
+            check=f"{RESULTS}/record-check.json",
+            prov=prov("check_record"),
+        params:
+            record=RECORD,
+        log:
+            f"{RESULTS}/logs/check_record.log",
+        script:
+            "../scripts/check_record.py"
+
+
+if MODE == "live":
+    SNAPSHOT = f"records/{DEVICE}-{config.get('record_name') or date.today().isoformat()}"
+
+    rule snapshot_record:
+        """Copy this live run's raw layer and job provenance into records/ (then commit it)."""
+        input:
+            ATLAS_ARTIFACTS,
+        output:
+            f"{SNAPSHOT}/record.json",
+        params:
+            results=RESULTS,
+            device=DEVICE,
+        log:
+            f"{RESULTS}/logs/snapshot_record.log",
+        script:
+            "../scripts/snapshot_record.py"

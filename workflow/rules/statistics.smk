@@ -1,0 +1,20 @@
+# Stage 5 (CPU, both modes): paired batch ratios, bootstrap intervals and classes per job.
+
+
+rule compare_job:
+    input:
+        samples=raw("timing/{job}.parquet"),
+        meta=raw("timing/{job}.json"),
+        verification=job_verification,
+        check=record_check(),
+        code=code("kernels", "timing", "stats", "provenance"),
+    output:
+        table=f"{RESULTS}/stats/{{job}}.parquet",
+        prov=prov("compare_job", "{job}"),
+    params:
+        implementations=job_implementations_param,
+        statistics=config["statistics"],
+    log:
+        f"{RESULTS}/logs/compare_job-{{job}}.log",
+    script:
+        "../scripts/compare_job.py"

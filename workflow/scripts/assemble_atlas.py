@@ -1,0 +1,50 @@
+"""Snakemake job (CPU): atlas.json, map-details.json, the summary tables and current-evidence.md."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+import pandas as pd  # noqa: E402
+
+from groupconv_atlas.artifacts import (atlas_document, clean, evidence_block,  # noqa: E402
+                                       evidence_markdown, map_details)
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_json, write_parquet, write_text  # noqa: E402
+from groupconv_atlas.stats import StatsConfig  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "assemble_atlas.py")
+p = smk.params
+
+
+def load_json(path):
+    with open(path) as fh:
+        return json.load(fh)
+
+
+shapes_doc = load_json(smk.input.shapes)
+record_check = load_json(smk.input.check[0]) if smk.input.check else None
+if record_check is not None:
+    frozen = load_json(Path(p.record) / "raw" / "shapes.json")["sha256"]
+    if frozen != shapes_doc["sha256"]:
+        raise SystemExit(f"record {record_check['record']} was measured on shape set {frozen[:12]}…"
+                         f" but {smk.input.shapes} is {shapes_doc['sha256'][:12]}…: the shapes in "
+                         "config changed since; measure live or restore the shape set")
+comparisons = pd.concat([pd.read_parquet(t) for t in smk.input.stats], ignore_index=True)
+verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
+timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
+builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
+evidence = evidence_block(p.mode, p.record, record_check, p.device)
+atlas, summary = atlas_document(shapes_doc, comparisons, verification, timing_meta, builds,
+                                evidence, StatsConfig(**p.statistics), dict(p.timing),
+                                p.tolerance_factor)
+details = map_details(shapes_doc, comparisons, verification, evidence)
+
+write_parquet(smk.output.summary, summary)
+write_parquet(smk.output.comparisons, comparisons)
+write_parquet(smk.output.verification, verification)
+write_json(smk.output.details, clean(details))
+write_json(smk.output.atlas, atlas)
+write_text(smk.output.evidence, evidence_markdown(atlas))
+job.progress(f"atlas: {len(summary)} comparisons, A/A rate {atlas['aa']['rate']}")
+job.finish()

@@ -1,0 +1,27 @@
+"""Snakemake job (CPU): batch medians, paired ratios, intervals and classes for one timing job."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+import pandas as pd  # noqa: E402
+
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_parquet  # noqa: E402
+from groupconv_atlas.stats import StatsConfig, batch_medians, comparisons_for_job  # noqa: E402
+from groupconv_atlas.timing import BOUNDARIES  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "compare_job.py")
+cfg = StatsConfig(**smk.params.statistics)
+samples = pd.read_parquet(smk.input.samples)
+verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
+status = {(r.shape_id, r.implementation): (r.status, r.reason)
+          for r in verification.itertuples(index=False)}
+shape_ids = list(dict.fromkeys(verification["shape_id"]))
+table = comparisons_for_job(batch_medians(samples), list(smk.params.implementations), status,
+                            shape_ids, BOUNDARIES, cfg)
+table.insert(0, "job", smk.wildcards.job)
+write_parquet(smk.output.table, table)
+job.progress(f"{smk.wildcards.job}: " + ", ".join(
+    f"{k}={v}" for k, v in table["class"].value_counts().sort_index().items()))
+job.finish()

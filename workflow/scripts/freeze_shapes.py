@@ -1,0 +1,17 @@
+"""Snakemake job: validate and freeze the shape set with every implementation's support verdict."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821 (snakemake is injected)
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.shapes_table import frozen_shapes  # noqa: E402
+from groupconv_atlas.provenance import write_json, write_parquet  # noqa: E402
+from groupconv_atlas.shapes import load_shapes  # noqa: E402
+
+job = Job(snakemake, "freeze_shapes.py")  # noqa: F821
+shapes = load_shapes(snakemake.input.shapes)  # noqa: F821
+table, document = frozen_shapes(shapes, snakemake.params.implementations)  # noqa: F821
+write_parquet(snakemake.output.parquet, table)  # noqa: F821
+write_json(snakemake.output.json, document)  # noqa: F821
+job.progress(f"froze {len(shapes)} shapes, sha256 {document['sha256']}")
+job.finish({"shape_set_sha256": document["sha256"]})
