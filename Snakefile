@@ -16,10 +16,12 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/shapes.smk"
 include: "workflow/rules/build.smk"
 include: "workflow/rules/verify.smk"
+include: "workflow/rules/ceilings.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/statistics.smk"
 include: "workflow/rules/artifacts.smk"
 include: "workflow/rules/records.smk"
+include: "workflow/rules/nsight.smk"
 
 
 rule atlas:

@@ -1,44 +1,70 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the repository root:  bash tools/device_run.sh smoke|atlas|extras
-# Installs the carried wheels, runs the GPU tests and the workflow live, and packs what must come
-# back (logs, raw records) into $OUT. Each step's log goes to $OUT as well.
+# Runs on the GPU machine from the repository root.
+#   bash tools/device_run.sh smoke          GPU tests + an eight-shape live atlas (minutes)
+#   bash tools/device_run.sh start          starts the full session in the background, then waits
+#   bash tools/device_run.sh wait           waits for it (a later call), then packs what comes back
+# The full session: GPU tests, the live atlas, the MobileNet probe and Nsight captures, then a
+# snapshot into records/<device>-<date>/. Everything that must come back lands in $OUT.
 set -uo pipefail
-step=${1:?usage: tools/device_run.sh smoke|atlas|extras}
+step=${1:?usage: tools/device_run.sh smoke|start|wait|full}
 out=${OUT:-/tmp/out}
-mkdir -p "$out"
+work=/tmp/atlas-session
+mkdir -p "$out" "$work"
 source .device-env/setup.sh || exit 1
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 
-log "machine"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
-python3 -c "import torch, pycuda, snakemake; print(torch.__version__, torch.backends.cudnn.version(), pycuda.VERSION_TEXT, snakemake.__version__)"
+pack() {  # what comes back: at most 8 files
+  tar czf "$out/record.tgz" records results/h200/logs 2>/dev/null
+  cp "$work"/*.log "$out"/ 2>/dev/null
+  ls -la "$out"
+}
 
 case "$step" in
 smoke)
-  log "gpu tests"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   python3 -m pytest -m gpu -q -x tests 2>&1 | tee "$out/pytest-gpu.log" | tail -30
-  log "smoke workflow"
   snakemake --cores 1 atlas --configfile config/smoke.yaml --config mode=live device=h200-smoke \
     2>&1 | tee "$out/smoke.log" | grep -vE '^\s*$' | tail -40
   tar czf "$out/smoke-results.tgz" results/h200-smoke
   ;;
-atlas)
+full)
+  log "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   log "gpu tests"
-  python3 -m pytest -m gpu -q tests 2>&1 | tee "$out/pytest-gpu.log" | tail -15
+  python3 -m pytest -m gpu -q tests > "$work/pytest-gpu.log" 2>&1; tail -5 "$work/pytest-gpu.log"
   log "atlas"
   start=$(date +%s)
-  snakemake --cores 1 atlas --config mode=live 2>&1 | tee "$out/atlas.log" | grep -E 'verify|time\]|Finished|Error|error' | tail -60
-  log "atlas wall time: $(( $(date +%s) - start )) s"
-  snakemake --cores 1 snapshot_record --config mode=live record_name=${RECORD_DATE:-$(date -u +%F)} 2>&1 | tail -3
-  tar czf "$out/record.tgz" records
-  ;;
-extras)
-  for target in ${EXTRA_TARGETS:-mobilenet_probe nsight crosscheck}; do
+  snakemake --cores 1 -k atlas --config mode=live > "$work/atlas.log" 2>&1
+  log "atlas exit $? after $(( $(date +%s) - start )) s"
+  for target in ${EXTRA_TARGETS:-mobilenet_probe nsight}; do
     log "$target"
-    snakemake --cores 1 "$target" --config mode=live 2>&1 | tee "$out/$target.log" | tail -15
+    snakemake --cores 1 -k "$target" --config mode=live > "$work/$target.log" 2>&1
+    log "$target exit $?"
   done
-  tar czf "$out/extras.tgz" results/h200/raw results/h200/provenance
+  snakemake --cores 1 snapshot_record --config mode=live record_name=${RECORD_DATE:-$(date -u +%F)} \
+    > "$work/snapshot.log" 2>&1
+  log "snapshot exit $?"
+  # What an edit invalidates (dry runs against the finished live run).
+  cp kernels/k3_four_wide.cu /tmp/k3.bak && echo "// edited" >> kernels/k3_four_wide.cu
+  snakemake -n --cores 1 atlas --config mode=live > "$work/rerun-after-k3-edit.log" 2>&1
+  cp /tmp/k3.bak kernels/k3_four_wide.cu
+  printf 'statistics:\n  threshold: 0.10\n' > /tmp/threshold.yaml
+  snakemake -n --cores 1 atlas --configfile config/config.yaml /tmp/threshold.yaml \
+    --config mode=live > "$work/rerun-after-threshold-edit.log" 2>&1
+  grep -A14 "Job stats" "$work"/rerun-after-*.log
+  touch "$work/done"
+  ;;
+start)
+  rm -f "$work/done"
+  setsid nohup bash tools/device_run.sh full > "$work/session.log" 2>&1 < /dev/null &
+  exec bash tools/device_run.sh wait
+  ;;
+wait)
+  deadline=$(( $(date +%s) + ${WAIT_S:-560} ))
+  while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  cat "$work/session.log"
+  grep -hE '^\[(verify|time)|\[ceilings\]|\[crosscheck\]' results/h200/logs/*.log 2>/dev/null | tail -5
+  if [ -f "$work/done" ]; then pack; echo SESSION-DONE; else echo SESSION-RUNNING; fi
   ;;
 esac
-log "done"

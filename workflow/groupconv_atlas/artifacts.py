@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from .stats import CLASSES, StatsConfig, summarize
+from .ceilings import roofline_floor_us
+from .stats import CLASSES, StatsConfig, measured_medians, summarize
 
 SCHEMA = "groupconv-atlas/1"
 AA_LIMIT = 0.05
@@ -126,8 +127,11 @@ def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.Da
 
 
 def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, evidence,
-                   stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float) -> tuple[dict, pd.DataFrame]:
+                   stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float,
+                   ceilings: dict | None = None, crosscheck: dict | None = None
+                   ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     summary = summarize(comparisons, stats_cfg)
+    roofline = roofline_table(comparisons, shapes_doc, ceilings)
     if not summary.empty:
         summary.insert(0, "job", ["aa" if b.endswith("_twin") else c
                                   for c, b in zip(summary["candidate"], summary["baseline"])])
@@ -147,8 +151,54 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
         "comparisons": summary.to_dict("records"),
         "aa": aa_result(comparisons),
         "clock": clock_block(timing_meta, timing_cfg.get("clock_flag_fraction", 0.0)),
+        "roofline": roofline_block(roofline, ceilings),
+        "crosscheck": crosscheck,
     }
-    return clean(doc), summary
+    return clean(doc), summary, roofline
+
+
+def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict | None
+                   ) -> pd.DataFrame:
+    """Each measured latency next to its roofline floor and the fraction of it achieved."""
+    table = measured_medians(comparisons)
+    if ceilings is None or table.empty:
+        return table.assign(floor_us=np.nan, fraction_of_roofline=np.nan, bound=None,
+                            achieved_bandwidth_fraction=np.nan, footprint_over_2x_l2=None)
+    bw, fma = ceilings["dram_bandwidth_bytes_per_s"], ceilings["fma_flops_per_s"]
+    l2 = ceilings.get("l2_bytes") or 0
+    by_id = {e["id"]: e for e in shapes_doc["shapes"]}
+    floors, bounds, bw_fraction, big = [], [], [], []
+    for sid, median in zip(table["shape_id"], table["median_us"]):
+        e = by_id[sid]
+        floors.append(roofline_floor_us(e["min_bytes"], e["flops"], bw, fma))
+        bounds.append("memory" if e["min_bytes"] / bw >= e["flops"] / fma else "compute")
+        bw_fraction.append(e["min_bytes"] / (median * 1e-6) / bw)
+        big.append(e["min_bytes"] > 2 * l2)
+    table["floor_us"] = floors
+    table["fraction_of_roofline"] = table["floor_us"] / table["median_us"]
+    table["bound"] = bounds
+    table["achieved_bandwidth_fraction"] = bw_fraction
+    table["footprint_over_2x_l2"] = big
+    return table
+
+
+def roofline_block(roofline: pd.DataFrame, ceilings: dict | None) -> dict | None:
+    """Geometric-mean fraction of the roofline per implementation and boundary, and the mean
+    bandwidth fraction on shapes whose footprint exceeds twice the L2."""
+    if ceilings is None or roofline.empty:
+        return None
+    per_impl = {}
+    for (impl, boundary), grp in roofline.groupby(["implementation", "boundary"], sort=True):
+        big = grp[grp["footprint_over_2x_l2"].astype(bool)]
+        per_impl.setdefault(impl, {})[boundary] = {
+            "geomean_fraction_of_roofline": float(np.exp(np.log(grp["fraction_of_roofline"]).mean())),
+            "shapes": int(len(grp)),
+            "over_2x_l2_shapes": int(len(big)),
+            "over_2x_l2_mean_bandwidth_fraction":
+                float(big["achieved_bandwidth_fraction"].mean()) if len(big) else None,
+        }
+    keep = ("dram_bandwidth_bytes_per_s", "fma_flops_per_s", "l2_bytes", "sm_count", "method")
+    return {"ceilings": {k: ceilings.get(k) for k in keep}, "by_implementation": per_impl}
 
 
 def _fmt(gm, lo, hi) -> str:
@@ -222,6 +272,39 @@ def evidence_markdown(atlas: dict) -> str:
         f"Clock: {atlas['clock']['batches_clock_flagged']} of {atlas['clock']['batches_total']} "
         f"batches flagged ({atlas['clock']['flag_rule']}).",
         "",
+    ]
+    roof = atlas.get("roofline")
+    if roof:
+        ceil = roof["ceilings"]
+        lines += [
+            "## Roofline",
+            "",
+            f"Measured ceilings: DRAM {ceil['dram_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s (read + "
+            f"write), FP32 FMA {ceil['fma_flops_per_s'] / 1e12:.1f} TFLOP/s. Floor = max(minimal "
+            "bytes / bandwidth, FLOPs / FMA rate); minimal bytes = input + weights + output once.",
+            "",
+            "| implementation | boundary | geometric-mean fraction of roofline | over-2xL2 shapes: "
+            "mean fraction of bandwidth |",
+            "|---|---|---|---|",
+        ]
+        for impl, per in roof["by_implementation"].items():
+            for boundary, r in per.items():
+                big = r["over_2x_l2_mean_bandwidth_fraction"]
+                lines.append(f"| {impl} | {boundary} | {r['geomean_fraction_of_roofline']:.1%} | "
+                             f"{'n/a' if big is None else f'{big:.1%}'} |")
+        lines.append("")
+    cross = atlas.get("crosscheck")
+    if cross:
+        lines += ["## Independent timer", "", f"{cross['implementation']} graph_device medians "
+                  f"against {cross['timer']}:", "",
+                  "| shape | atlas (us) | triton (us) | difference |", "|---|---|---|---|"]
+        for r in cross["rows"]:
+            ours = r["atlas_graph_device_median_us"]
+            diff = r["relative_difference"]
+            lines.append(f"| {r['shape_id']} | {'n/a' if ours is None else f'{ours:.2f}'} | "
+                         f"{r['triton_median_us']:.2f} | {'n/a' if diff is None else f'{diff:+.1%}'} |")
+        lines.append("")
+    lines += [
         "## What is not claimed",
         "",
         "- Nothing about other GPUs, clocks, drivers, library versions, data types (FP16, BF16, "

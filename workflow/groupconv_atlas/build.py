@@ -89,6 +89,19 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
     }
 
 
+def compile_kernel_source(source: str | Path, cubin_out: str | Path) -> dict:
+    """Compile any .cu file (not a registered kernel) with the atlas's flags."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise BuildError("nvcc is not on PATH")
+    cmd = [nvcc, *NVCC_FLAGS, "-I", str(REPO_ROOT / "kernels"), "-o", str(cubin_out), str(source)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise BuildError(f"nvcc failed for {source}:\n{res.stderr}")
+    return {"nvcc_flags": list(NVCC_FLAGS), "cubin_sha256": sha256_file(cubin_out),
+            "functions": parse_resource_usage(res.stderr + res.stdout)}
+
+
 def load_attributes(cubin_path: str | Path, function_names: list[str]) -> dict[str, dict]:
     """On a GPU machine: load the cubin with PyCUDA and read each function's attributes."""
     import pycuda.driver as drv

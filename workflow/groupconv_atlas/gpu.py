@@ -99,8 +99,14 @@ class Bound:
     details: dict = field(default_factory=dict)
 
 
-def bind(session: GpuSession, impl: str, shape: Shape, x, w, y, cubins: dict[str, str]) -> Bound:
-    """Bind `impl` (a kernel, a baseline or a `_twin` A/A handle) to tensors x, w, y."""
+def bind(session: GpuSession, impl: str, shape: Shape, x, w, y, cubins: dict[str, str],
+         dispatch: dict[str, dict] | None = None) -> Bound:
+    """Bind `impl` (a kernel, a baseline, a `_twin` A/A handle, or the dispatcher with its
+    per-shape table) to tensors x, w, y."""
+    if impl == "dispatch":
+        chosen = bind(session, dispatch[shape.id]["implementation"], shape, x, w, y, cubins)
+        return Bound(impl, chosen.run, chosen.writes_into,
+                     {**chosen.details, "dispatches_to": chosen.name})
     base = base_implementation(impl)
     handle = "twin" if impl != base else "main"
     if base in KERNELS:

@@ -102,6 +102,31 @@ def _launch_k3(s: Shape) -> Launch:
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
+# k4 tiles (rows, output channels per thread), most outputs per thread first. A shape takes the
+# first tile whose channel block divides C_out/groups, whose rows fit the map, and that still
+# launches enough threads to fill the GPU; small shapes fall through to smaller tiles.
+K4_TILES = ((2, 8), (2, 4), (4, 2), (1, 8), (4, 1), (2, 2), (1, 4), (2, 1), (1, 2), (1, 1))
+K4_MIN_THREADS = 132 * 512  # H200: 132 SMs, at least a quarter of each SM's 2048 threads
+
+
+def k4_tile(s: Shape) -> tuple[int, int]:
+    for rows, cob in K4_TILES:
+        if s.cout_per_group % cob or (rows > 1 and rows > s.h):
+            continue
+        threads = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
+        if threads >= K4_MIN_THREADS:
+            return rows, cob
+    return 1, 1
+
+
+def _launch_k4(s: Shape) -> Launch:
+    rows, cob = k4_tile(s)
+    total = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
+    return Launch(f"k4_register_tile_r{rows}_c{cob}", (_blocks(total), 1, 1),
+                  (THREADS_PER_BLOCK, 1, 1), "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
 KERNELS: dict[str, KernelSpec] = {
     "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
                      _always, _launch_k0),
@@ -111,6 +136,9 @@ KERNELS: dict[str, KernelSpec] = {
                      _supports_k2, _launch_k2),
     "k3": KernelSpec("k3", "kernels/k3_four_wide.cu", "four horizontal outputs per thread",
                      _always, _launch_k3),
+    "k4": KernelSpec("k4", "kernels/k4_register_tile.cu",
+                     "register tile: rows x 4 outputs x channel block per thread",
+                     _always, _launch_k4),
 }
 
 # PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned).
@@ -119,6 +147,7 @@ BASELINES: dict[str, dict] = {
     "torch_tuned": {"title": "PyTorch F.conv2d, cudnn.benchmark=True", "benchmark": True},
 }
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
+DISPATCH = "dispatch"  # groupconv_atlas.dispatch: per-shape choice among the above
 TWIN_SUFFIX = "_twin"
 
 
@@ -133,6 +162,8 @@ def base_implementation(impl: str) -> str:
 
 def support(impl: str, shape: Shape) -> tuple[bool, str]:
     impl = base_implementation(impl)
+    if impl == "dispatch":
+        return True, "dispatches to the fastest implementation verified on this shape"
     if impl in KERNELS:
         return KERNELS[impl].supports(shape)
     if impl in BASELINES:
@@ -144,6 +175,8 @@ def entries(kernel: str) -> list[str]:
     """Every function a kernel's cubin must export."""
     if kernel == "k2":
         return [f"k2_shared_halo_cpg{c}" for c in K2_CHANNELS_PER_GROUP]
+    if kernel == "k4":
+        return [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
     return [KERNELS[kernel].launch(_probe_shape()).entry]
 
 

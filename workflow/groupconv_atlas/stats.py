@@ -181,3 +181,16 @@ def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
                      **{f"n_{c.lower()}": int(counts.get(c, 0))
                         for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")}})
     return pd.DataFrame(rows)
+
+
+def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Median latency per (shape, implementation, boundary) over every job that timed it."""
+    measured = comparisons[comparisons["class"].isin(CLASSES)]
+    parts = [measured[["shape_id", "candidate", "boundary", "candidate_median_us"]].set_axis(
+                 ["shape_id", "implementation", "boundary", "median_us"], axis=1),
+             measured[["shape_id", "baseline", "boundary", "baseline_median_us"]].set_axis(
+                 ["shape_id", "implementation", "boundary", "median_us"], axis=1)]
+    both = pd.concat(parts, ignore_index=True)
+    both = both[~both["implementation"].str.endswith("_twin")]
+    return both.groupby(["shape_id", "implementation", "boundary"], as_index=False,
+                        sort=True)["median_us"].median()

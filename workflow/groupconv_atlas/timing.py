@@ -11,6 +11,7 @@ clock and temperature are read from NVML after every block of samples.
 """
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class TimingConfig:
     seed: int
     warmup_launches: int
     graph_min_replay_us: float
+    graph_max_replay_us: float
     graph_max_launches: int
     l2_policy: str  # "warm" or "cold"
     clock_flag_fraction: float
@@ -42,11 +44,16 @@ class TimingConfig:
             raise ValueError(f"timing.l2_policy must be 'warm' or 'cold', not {self.l2_policy!r}")
 
 
-def launches_per_replay(estimate_us: float, min_replay_us: float, max_launches: int) -> int:
-    """Launches in one graph so that a replay lasts at least `min_replay_us`."""
-    if not math.isfinite(estimate_us) or estimate_us <= 0:
-        return max_launches
-    return int(min(max_launches, max(1, math.ceil(min_replay_us / estimate_us))))
+def launches_per_replay(fastest_us: float, slowest_us: float, cfg: "TimingConfig") -> int:
+    """One launch count per shape: enough that the fastest implementation's replay lasts at
+    least graph_min_replay_us, but no more than keeps the slowest one's replay within
+    graph_max_replay_us (and graph_max_launches), so a pathological baseline cannot eat the
+    session. Never below 1."""
+    if not math.isfinite(fastest_us) or fastest_us <= 0:
+        return 1
+    wanted = math.ceil(cfg.graph_min_replay_us / fastest_us)
+    affordable = math.floor(cfg.graph_max_replay_us / slowest_us) if slowest_us > 0 else wanted
+    return int(max(1, min(wanted, affordable, cfg.graph_max_launches)))
 
 
 def flag_batches(frame: pd.DataFrame, max_clock_mhz: float | None, fraction: float) -> pd.Series:
@@ -89,7 +96,8 @@ class ClockReader:
 
 
 def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
-                cubins: dict[str, str], cfg: TimingConfig, progress=print):
+                cubins: dict[str, str], cfg: TimingConfig, progress=print,
+                dispatch: dict[str, dict] | None = None):
     """Time every shape's verified implementations; return (raw samples, per-shape metadata)."""
     from .gpu import bind
 
@@ -114,7 +122,7 @@ def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
         with session.on_stream():
             x, w = session.random_inputs(shape, cfg.seed + index)
             y = session.empty_output(shape)
-            bound = {i: bind(session, i, shape, x, w, y, cubins) for i in impls}
+            bound = {i: bind(session, i, shape, x, w, y, cubins, dispatch) for i in impls}
             # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's search.
             estimates = {}
             for name, b in bound.items():
@@ -128,7 +136,7 @@ def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
                 end_ev.synchronize()
                 estimates[name] = start_ev.elapsed_time(end_ev) * 1000.0 / 5
             launches = 1 if cfg.l2_policy == "cold" else launches_per_replay(
-                min(estimates.values()), cfg.graph_min_replay_us, cfg.graph_max_launches)
+                min(estimates.values()), max(estimates.values()), cfg)
             graphs = {}
             for name, b in bound.items():
                 g = torch.cuda.CUDAGraph()
@@ -141,6 +149,7 @@ def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
                 g.replay()
             session.synchronize()
 
+            gc.disable()  # no collector pauses inside host-clock samples (as timeit does)
             for batch in range(cfg.batches):
                 order = [str(i) for i in rng.permutation(impls)]
                 for position, name in enumerate(order):
@@ -171,6 +180,7 @@ def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
                         for sample, lat in enumerate(lats):
                             rows.append((shape.id, name, boundary, batch, sample, lat, clock, temp,
                                          False, reps, position, cfg.l2_policy))
+            gc.enable()
             session.synchronize()
         meta.append({"shape_id": shape.id, "launches_per_replay": launches,
                      "estimate_us": {k: float(v) for k, v in estimates.items()},

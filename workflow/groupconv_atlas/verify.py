@@ -29,7 +29,8 @@ def bound_scale(accumulation_length: int, factor: float) -> float:
 
 def check_seed(base_seed: int, shape_index: int, impl: str) -> int:
     """A distinct, recorded seed per (shape, implementation): every check draws fresh inputs."""
-    return base_seed + 1000 * shape_index + IMPLEMENTATIONS.index(base_implementation(impl))
+    names = [*IMPLEMENTATIONS, "dispatch"]
+    return base_seed + 1000 * shape_index + names.index(base_implementation(impl))
 
 
 def sample_points(shape: Shape, count: int, seed: int) -> np.ndarray:

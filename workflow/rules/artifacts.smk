@@ -6,6 +6,7 @@ ATLAS_ARTIFACTS = [
     f"{RESULTS}/summary.parquet",
     f"{RESULTS}/comparisons.parquet",
     f"{RESULTS}/verification.parquet",
+    f"{RESULTS}/roofline.parquet",
     f"{RESULTS}/current-evidence.md",
     f"{RESULTS}/provenance.json",
 ]
@@ -17,15 +18,18 @@ rule assemble_atlas:
         stats=expand(f"{RESULTS}/stats/{{job}}.parquet", job=TIMING_JOBS),
         timing_meta=expand(raw("timing/{job}.json"), job=TIMING_JOBS),
         verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
-        builds=expand(raw("builds/{kernel}.json"), kernel=config["kernels"]),
+        builds=expand(raw("builds/{kernel}.json"), kernel=KERNELS),
+        ceilings=optional_raw("ceilings.json"),
+        crosscheck=optional_raw("crosscheck.json"),
         check=record_check(),
-        code=code("shapes", "kernels", "stats", "artifacts", "provenance"),
+        code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance"),
     output:
         atlas=f"{RESULTS}/atlas.json",
         details=f"{RESULTS}/map-details.json",
         summary=f"{RESULTS}/summary.parquet",
         comparisons=f"{RESULTS}/comparisons.parquet",
         verification=f"{RESULTS}/verification.parquet",
+        roofline=f"{RESULTS}/roofline.parquet",
         evidence=f"{RESULTS}/current-evidence.md",
         prov=prov("assemble_atlas"),
     params:
@@ -60,9 +64,10 @@ rule provenance:
 
 
 rule verify_provenance:
-    """Re-hash every artifact against provenance.json; fails naming the first mismatch."""
-    input:
-        f"{RESULTS}/provenance.json",
+    """Re-hash every artifact against provenance.json; fails naming the first mismatch. The index
+    is a param, not an input, so a changed artifact is reported instead of re-indexed."""
+    params:
+        index=f"{RESULTS}/provenance.json",
     log:
         f"{RESULTS}/logs/verify_provenance.log",
     script:

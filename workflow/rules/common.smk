@@ -60,14 +60,40 @@ if MODE == "replay":
     except LookupError as _err:
         raise WorkflowError(str(_err)) from None
 
-IMPLEMENTATIONS = [*config["kernels"], *config["baselines"]]
+KERNELS = list(config["kernels"])
+IMPLEMENTATIONS = [*KERNELS, *config["baselines"]]
 TIMING_JOBS = [*config["timing"]["candidates"], "aa"]
+if config["timing"].get("dispatch", False):
+    TIMING_JOBS.append("dispatch")
 PACKAGE = "workflow/groupconv_atlas"
+
+if MODE == "replay":
+    # A replay shows what its record measured: configured kernels the record lacks are named,
+    # not invented.
+    def _in_record(path):
+        return Path(RECORD, "raw", path).is_file()
+
+    _absent = [k for k in KERNELS if not _in_record(f"builds/{k}.json")]
+    _absent_jobs = [j for j in TIMING_JOBS if not _in_record(f"timing/{j}.parquet")]
+    if _absent or _absent_jobs:
+        print(f"note: record {Path(RECORD).name} has no measurements for "
+              f"{', '.join(sorted(set(_absent) | set(_absent_jobs)))}; the replay leaves them "
+              "out (measure live on a GPU to include them)", file=sys.stderr)
+    KERNELS = [k for k in KERNELS if k not in _absent]
+    IMPLEMENTATIONS = [i for i in IMPLEMENTATIONS if i not in _absent]
+    TIMING_JOBS = [j for j in TIMING_JOBS if j not in _absent_jobs]
 
 
 def raw(path: str) -> str:
     """A raw-layer file: measured here (live) or read from the committed record (replay)."""
     return f"{RESULTS}/raw/{path}" if MODE == "live" else f"{RECORD}/raw/{path}"
+
+
+def optional_raw(path: str) -> list[str]:
+    """A raw file that older records may lack: always made live, used in replay if present."""
+    if MODE == "live" or Path(raw(path)).is_file():
+        return [raw(path)]
+    return []
 
 
 def prov(rule_name: str, *wildcards: str) -> str:
@@ -96,8 +122,16 @@ def job_implementations_param(wildcards) -> list[str]:
 
 def timing_params() -> dict:
     """The timing settings a job uses (not the job lists, which have their own params)."""
-    skip = ("candidates", "references", "aa_implementation")
+    skip = ("candidates", "references", "aa_implementation", "dispatch")
     return {k: v for k, v in config["timing"].items() if k not in skip}
+
+
+def dispatch_inputs(wildcards) -> dict:
+    """The dispatcher's timing job also needs its table and every kernel it may dispatch to."""
+    if wildcards.job != "dispatch":
+        return {}
+    return {"dispatch_table": raw("dispatch/table.json"),
+            "all_builds": [raw(f"builds/{k}.json") for k in KERNELS]}
 
 
 def job_kernels(job: str) -> list[str]:
@@ -132,7 +166,9 @@ def all_jobs_provenance() -> list[str]:
     jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
     jobs += [prov("compare_job", j) for j in TIMING_JOBS]
     if MODE == "live":
-        jobs += [prov("build_kernel", k) for k in config["kernels"]]
+        jobs += [prov("ceilings"), prov("crosscheck")]
+        jobs += [prov("dispatch_table")] if "dispatch" in TIMING_JOBS else []
+        jobs += [prov("build_kernel", k) for k in KERNELS]
         jobs += [prov("verify", i) for i in IMPLEMENTATIONS]
         jobs += [prov("time_job", j) for j in TIMING_JOBS]
     else:
@@ -150,4 +186,4 @@ def record_provenance() -> list[str]:
 wildcard_constraints:
     kernel="|".join(_kernels.KERNELS),
     impl="|".join(_kernels.IMPLEMENTATIONS),
-    job="|".join([*_kernels.IMPLEMENTATIONS, "aa"]),
+    job="|".join([*_kernels.IMPLEMENTATIONS, "aa", "dispatch"]),

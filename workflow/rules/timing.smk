@@ -5,6 +5,7 @@ if MODE == "live":
 
     rule time_job:
         input:
+            unpack(dispatch_inputs),
             shapes=f"{RESULTS}/shapes.json",
             verification=job_verification,
             builds=timing_builds,
@@ -22,3 +23,37 @@ if MODE == "live":
             f"{RESULTS}/logs/time_job-{{job}}.log",
         script:
             "../scripts/time_job.py"
+
+    rule crosscheck:
+        """tuned PyTorch's graph_device median against triton's do_bench_cudagraph."""
+        input:
+            shapes=f"{RESULTS}/shapes.json",
+            samples=f"{RESULTS}/raw/timing/{config['timing']['references'][0]}.parquet",
+            code=code("shapes", "gpu", "crosscheck", "provenance"),
+        output:
+            crosscheck=f"{RESULTS}/raw/crosscheck.json",
+            prov=prov("crosscheck"),
+        params:
+            shape_ids=config["crosscheck"]["shapes"],
+            seed=config["timing"]["seed"],
+        resources:
+            gpu=1,
+        log:
+            f"{RESULTS}/logs/crosscheck.log",
+        script:
+            "../scripts/crosscheck.py"
+
+    rule dispatch_table:
+        """Per shape, the fastest implementation verified there, from the candidates' timings."""
+        input:
+            stats=expand(f"{RESULTS}/stats/{{job}}.parquet", job=config["timing"]["candidates"]),
+            verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
+            code=code("stats", "dispatch", "provenance"),
+        output:
+            table=f"{RESULTS}/raw/dispatch/table.json",
+            verification=f"{RESULTS}/raw/verification/dispatch.parquet",
+            prov=prov("dispatch_table"),
+        log:
+            f"{RESULTS}/logs/dispatch_table.log",
+        script:
+            "../scripts/dispatch_table.py"

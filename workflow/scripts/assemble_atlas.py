@@ -35,14 +35,17 @@ verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], i
 timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
 builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
 evidence = evidence_block(p.mode, p.record, record_check, p.device)
-atlas, summary = atlas_document(shapes_doc, comparisons, verification, timing_meta, builds,
-                                evidence, StatsConfig(**p.statistics), dict(p.timing),
-                                p.tolerance_factor)
+ceilings = load_json(smk.input.ceilings[0]) if smk.input.ceilings else None
+crosscheck = load_json(smk.input.crosscheck[0]) if smk.input.crosscheck else None
+atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
+                                          builds, evidence, StatsConfig(**p.statistics),
+                                          dict(p.timing), p.tolerance_factor, ceilings, crosscheck)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)
 write_parquet(smk.output.comparisons, comparisons)
 write_parquet(smk.output.verification, verification)
+write_parquet(smk.output.roofline, roofline)
 write_json(smk.output.details, clean(details))
 write_json(smk.output.atlas, atlas)
 write_text(smk.output.evidence, evidence_markdown(atlas))

@@ -1,4 +1,5 @@
 """Snakemake job (GPU machine): time one candidate interleaved with its references."""
+import json
 import sys
 import time
 from pathlib import Path
@@ -25,9 +26,16 @@ correct = set(zip(status.loc[status.status == "correct", "shape_id"],
 impls_for = {s.id: [i for i in impls if (s.id, base_implementation(i)) in correct] for s in shapes}
 cubins = {Path(b).stem: str(Path(b).with_suffix(".cubin")) for b in smk.input.builds}
 
+dispatch = None
+if "dispatch_table" in smk.input.keys():
+    with open(smk.input.dispatch_table) as fh:
+        dispatch = json.load(fh)["table"]
+    for b in smk.input.all_builds:
+        cubins.setdefault(Path(b).stem, str(Path(b).with_suffix(".cubin")))
 session = GpuSession()
 t0 = time.perf_counter()
-samples, info = time_shapes(session, shapes, impls_for, cubins, cfg, progress=job.progress)
+samples, info = time_shapes(session, shapes, impls_for, cubins, cfg, progress=job.progress,
+                            dispatch=dispatch)
 wall_s = time.perf_counter() - t0
 write_parquet(smk.output.samples, samples)
 meta = {"job": smk.wildcards.job, "implementations": impls, "config": smk.params.timing,

@@ -6,10 +6,13 @@ sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
 from groupconv_atlas.provenance_index import ProvenanceMismatch, verify_index  # noqa: E402
 
 smk = snakemake  # noqa: F821
+index = Path(smk.params.index)
+if not index.is_file():
+    sys.exit(f"verify_provenance: {index} does not exist; build the atlas first")
 try:
-    count = verify_index(smk.input[0])
+    count = verify_index(index)
 except ProvenanceMismatch as err:
     sys.exit(f"verify_provenance: {err}")
 with open(smk.log[0], "w") as fh:
-    fh.write(f"{count} artifacts match {smk.input[0]}\n")
-print(f"verify_provenance: {count} artifacts match {smk.input[0]}", file=sys.stderr)
+    fh.write(f"{count} artifacts match {index}\n")
+print(f"verify_provenance: {count} artifacts match {index}", file=sys.stderr)

@@ -1,0 +1,77 @@
+"""The CPU half of verification: tolerance, point sampling, and the FP64 point reference checked
+against an independent direct convolution on random data."""
+import numpy as np
+import pytest
+
+from groupconv_atlas.shapes import Shape
+from groupconv_atlas.verify import (UNIT_ROUNDOFF_FP32, bound_scale, check_seed, fp64_points,
+                                    gather_indices, sample_points)
+
+SHAPE = Shape("t", "test", 2, 8, 12, 7, 9, 4)  # 2 in / 3 out channels per group, W odd
+
+
+def direct_conv64(x, w, groups):
+    n, c_in, h, wd = x.shape
+    c_out = w.shape[0]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    y = np.zeros((n, c_out, h, wd))
+    cin_g, cout_g = c_in // groups, c_out // groups
+    for co in range(c_out):
+        g = co // cout_g
+        for ci in range(cin_g):
+            for kh in range(3):
+                for kw in range(3):
+                    y[:, co] += w[co, ci, kh, kw] * xp[:, g * cin_g + ci, kh:kh + h, kw:kw + wd]
+    return y
+
+
+def test_fp64_points_match_an_independent_direct_convolution():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w)).astype(np.float32)
+    w = rng.standard_normal((SHAPE.c_out, SHAPE.cin_per_group, 3, 3)).astype(np.float32)
+    pts = sample_points(SHAPE, 256, seed=5)
+    x_idx, w_idx, valid, out_idx = gather_indices(SHAPE, pts)
+    ref, scale = fp64_points(x.reshape(-1)[x_idx], w.reshape(-1)[w_idx], valid)
+    expected = direct_conv64(x, w, SHAPE.groups).reshape(-1)[out_idx]
+    np.testing.assert_allclose(ref, expected, rtol=1e-12, atol=1e-12)
+    assert np.all(scale >= np.abs(ref) - 1e-12)
+
+
+def test_points_include_corners_edges_and_the_last_column():
+    pts = sample_points(SHAPE, 256, seed=1)
+    assert len(pts) == 256
+    as_set = {tuple(p) for p in pts}
+    last = (SHAPE.n - 1, SHAPE.c_out - 1)
+    for h, w in ((0, 0), (0, SHAPE.w - 1), (SHAPE.h - 1, 0), (SHAPE.h - 1, SHAPE.w - 1)):
+        assert (0, 0, h, w) in as_set and (*last, h, w) in as_set
+    assert (pts[:, 3] == SHAPE.w - 1).sum() >= 8
+    assert pts[:, 0].max() < SHAPE.n and pts[:, 1].max() < SHAPE.c_out
+    assert pts[:, 2].max() < SHAPE.h and pts[:, 3].max() < SHAPE.w
+
+
+def test_tolerance_grows_with_accumulation_length():
+    assert bound_scale(9, 16) == pytest.approx(16 * 9 * UNIT_ROUNDOFF_FP32)
+    assert bound_scale(288, 16) == 32 * bound_scale(9, 16)
+
+
+def test_tolerance_separates_rounding_from_an_indexing_bug():
+    """A float32 evaluation passes; shifting one tap (a halo bug) fails by orders of magnitude."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w)).astype(np.float32)
+    w = rng.standard_normal((SHAPE.c_out, SHAPE.cin_per_group, 3, 3)).astype(np.float32)
+    pts = sample_points(SHAPE, 256, seed=2)
+    x_idx, w_idx, valid, _ = gather_indices(SHAPE, pts)
+    xv, wv = x.reshape(-1)[x_idx], w.reshape(-1)[w_idx]
+    ref, scale = fp64_points(xv, wv, valid)
+    tol = 0.5 * bound_scale(SHAPE.accumulation_length, 16) * scale
+    fp32 = (xv * wv * valid).astype(np.float32).reshape(len(pts), -1).sum(axis=1, dtype=np.float32)
+    assert np.all(np.abs(fp32 - ref) <= tol)
+    shifted = np.roll(wv, 1, axis=-1)  # the weights of the wrong column
+    wrong = (xv * shifted * valid).astype(np.float64).reshape(len(pts), -1).sum(axis=1)
+    assert np.max(np.abs(wrong - ref) / tol) > 1e3
+
+
+def test_seeds_are_distinct_per_shape_and_implementation():
+    seeds = {check_seed(100, i, impl) for i in range(80)
+             for impl in ("k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned")}
+    assert len(seeds) == 80 * 7

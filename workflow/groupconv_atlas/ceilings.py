@@ -1,0 +1,99 @@
+"""The GPU's physical ceilings for the roofline, measured (never typed in), and the roofline
+floor of a shape: max(min_bytes / bandwidth, FLOPs / FMA rate).
+
+Bandwidth: a 16-byte read-plus-write stream over buffers far larger than L2, best median over
+several launch configurations (bytes read plus bytes written). FMA: 8 independent FMA chains per
+thread over a full grid. Both are timed with CUDA events, median of repeated launches.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .provenance import REPO_ROOT
+
+CEILINGS_SOURCE = "kernels/ceilings.cu"
+STREAM_BYTES = 4 * 2**30  # per buffer: ~70x the H200's 60 MB L2
+STREAM_CONFIGS = ((4, 256), (8, 256), (16, 256), (4, 512), (8, 512), (4, 1024), (2, 1024))
+FMA_ITERATIONS = 4096
+
+
+def roofline_floor_us(min_bytes: int, flops: int, bandwidth_bytes_per_s: float,
+                      fma_flops_per_s: float) -> float:
+    """The fastest any implementation could be: bytes at full bandwidth or FLOPs at full rate."""
+    return max(min_bytes / bandwidth_bytes_per_s, flops / fma_flops_per_s) * 1e6
+
+
+def _median_ms(session, launch, repeats: int) -> float:
+    torch = session.torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record(session.torch_stream)
+        launch()
+        end.record(session.torch_stream)
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+def measure(session, cubin: str | Path, progress=print) -> dict:
+    torch = session.torch
+    props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
+    copy_fn = session.function(cubin, "stream_copy_float4")
+    copy_fn.prepare("PPq")
+    fma_fn = session.function(cubin, "fma_throughput")
+    fma_fn.prepare("Piff")
+    with session.on_stream():
+        src = torch.randn(STREAM_BYTES // 4, device="cuda")
+        dst = torch.empty_like(src)
+    n4 = STREAM_BYTES // 16
+    stream_rows = []
+    for blocks_per_sm, threads in STREAM_CONFIGS:
+        grid = (sms * blocks_per_sm, 1, 1)
+
+        def launch(grid=grid, threads=threads):
+            copy_fn.prepared_async_call(grid, (threads, 1, 1), session.stream, src.data_ptr(),
+                                        dst.data_ptr(), n4)
+
+        launch()
+        session.synchronize()
+        ms = _median_ms(session, launch, 20)
+        stream_rows.append({"blocks_per_sm": blocks_per_sm, "threads": threads, "median_ms": ms,
+                            "bytes_per_s": 2 * STREAM_BYTES / (ms * 1e-3)})
+        progress(f"[ceilings] copy {blocks_per_sm}x{threads}: "
+                 f"{stream_rows[-1]['bytes_per_s'] / 1e12:.2f} TB/s")
+    if not torch.equal(src[:1024], dst[:1024]):
+        raise RuntimeError("stream_copy_float4 did not copy: bandwidth figures are invalid")
+    del src, dst
+    fma_rows = []
+    with session.on_stream():
+        out = torch.empty(sms * 8 * 256, device="cuda")
+    for blocks_per_sm in (4, 8):
+        grid = (sms * blocks_per_sm, 1, 1)
+
+        def launch_fma(grid=grid):
+            fma_fn.prepared_async_call(grid, (256, 1, 1), session.stream, out.data_ptr(),
+                                       FMA_ITERATIONS, np.float32(1.0000001), np.float32(1e-7))
+
+        launch_fma()
+        session.synchronize()
+        ms = _median_ms(session, launch_fma, 20)
+        flops = 2 * 8 * FMA_ITERATIONS * grid[0] * 256
+        fma_rows.append({"blocks_per_sm": blocks_per_sm, "threads": 256, "median_ms": ms,
+                         "flops_per_s": flops / (ms * 1e-3)})
+        progress(f"[ceilings] fma {blocks_per_sm}x256: {fma_rows[-1]['flops_per_s'] / 1e12:.1f} TFLOP/s")
+    return {
+        "dram_bandwidth_bytes_per_s": max(r["bytes_per_s"] for r in stream_rows),
+        "fma_flops_per_s": max(r["flops_per_s"] for r in fma_rows),
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "sm_count": sms,
+        "stream": stream_rows, "fma": fma_rows,
+        "method": {"stream": f"float4 read+write grid-stride copy of {STREAM_BYTES} B per buffer, "
+                             "best median of 20 over launch configurations; bytes = read + written",
+                   "fma": f"8 FMA chains x {FMA_ITERATIONS} iterations per thread, 256 threads per "
+                          "block, best median of 20; FLOPs = 2 per FMA"},
+        "source": str(Path(REPO_ROOT, CEILINGS_SOURCE).relative_to(REPO_ROOT)),
+    }

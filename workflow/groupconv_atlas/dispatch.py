@@ -1,0 +1,46 @@
+"""The atlas-guided dispatcher: per shape, the fastest implementation verified correct there,
+chosen from an earlier stage's graph_device medians (PyTorch included, so it is the fallback),
+then timed as a candidate of its own on fresh samples."""
+from __future__ import annotations
+
+import pandas as pd
+
+DISPATCH = "dispatch"
+
+
+def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "graph_device"
+           ) -> dict[str, dict]:
+    """{shape_id: {"implementation", "median_us", "reason"}} from per-(shape, implementation,
+    boundary) medians; only implementations verified correct on the shape are eligible."""
+    correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
+                      verification.loc[verification["status"] == "correct", "implementation"]))
+    sub = medians[medians["boundary"] == boundary]
+    table = {}
+    for shape_id, grp in sub.groupby("shape_id", sort=True):
+        grp = grp[[(shape_id, i) in correct for i in grp["implementation"]]]
+        if grp.empty:
+            continue
+        best = grp.sort_values(["median_us", "implementation"], kind="stable").iloc[0]
+        table[shape_id] = {"implementation": best["implementation"],
+                           "median_us": float(best["median_us"]),
+                           "reason": f"fastest verified {boundary} median of "
+                                     f"{len(grp)} implementations"}
+    return table
+
+
+def verification_rows(table: dict[str, dict], verification: pd.DataFrame,
+                      shape_ids: list[str]) -> pd.DataFrame:
+    """The dispatcher's verification: the verdict of the implementation it dispatches to."""
+    by_key = {(r["shape_id"], r["implementation"]): r for r in verification.to_dict("records")}
+    rows = []
+    for shape_id in shape_ids:
+        choice = table.get(shape_id)
+        if choice is None:
+            rows.append({"shape_id": shape_id, "implementation": DISPATCH, "status": "unsupported",
+                         "reason": "no implementation verified correct and timed on this shape"})
+            continue
+        row = dict(by_key[(shape_id, choice["implementation"])])
+        row["implementation"] = DISPATCH
+        row["reason"] = f"dispatches to {choice['implementation']}: {row['reason']}"
+        rows.append(row)
+    return pd.DataFrame(rows)

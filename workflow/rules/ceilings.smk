@@ -1,0 +1,17 @@
+# The roofline's ceilings (live only): DRAM bandwidth and FP32 FMA rate, measured on the GPU.
+
+if MODE == "live":
+
+    rule ceilings:
+        input:
+            source="kernels/ceilings.cu",
+            code=code("build", "gpu", "ceilings", "provenance"),
+        output:
+            ceilings=f"{RESULTS}/raw/ceilings.json",
+            prov=prov("ceilings"),
+        resources:
+            gpu=1,
+        log:
+            f"{RESULTS}/logs/ceilings.log",
+        script:
+            "../scripts/ceilings.py"

@@ -1,0 +1,29 @@
+"""Snakemake job (GPU machine): tuned PyTorch under triton's do_bench_cudagraph vs the atlas."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+import pandas as pd  # noqa: E402
+
+from groupconv_atlas.crosscheck import atlas_medians, compare, measure  # noqa: E402
+from groupconv_atlas.gpu import GpuSession  # noqa: E402
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_json  # noqa: E402
+from groupconv_atlas.shapes import shapes_by_id  # noqa: E402
+from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "crosscheck.py")
+by_id = shapes_by_id(load_frozen(smk.input.shapes))
+shapes = [by_id[s] for s in smk.params.shape_ids if s in by_id]
+session = GpuSession()
+with session.on_stream():
+    rows = measure(session, shapes, smk.params.seed)
+ours = atlas_medians(pd.read_parquet(smk.input.samples), "torch_tuned")
+result = {"implementation": "torch_tuned", "timer": "triton.testing.do_bench_cudagraph(rep=50, "
+          "return_mode='median'), median of 5 calls", "rows": compare(rows, ours)}
+write_json(smk.output.crosscheck, result)
+for r in result["rows"]:
+    job.progress(f"[crosscheck] {r['shape_id']}: triton {r['triton_median_us']:.2f} us, atlas "
+                 f"{r['atlas_graph_device_median_us']} us, diff {r['relative_difference']}")
+job.finish()

@@ -1,0 +1,64 @@
+"""Run ONE (shape, implementation) pair for Nsight Compute; ncu starts this script (see
+groupconv_atlas.nsight.profile_pair) with --profile-from-start off.
+
+The inputs are drawn as verification draws them (GpuSession.random_inputs with the pair's check
+seed). Warm-up launches run first, outside the profiler range (for torch_tuned they also finish
+cudnn.benchmark's search); then exactly one call runs between cudaProfilerStart and Stop.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from groupconv_atlas.gpu import GpuSession, bind  # noqa: E402
+from groupconv_atlas.kernels import KERNELS, base_implementation  # noqa: E402
+from groupconv_atlas.shapes import shapes_by_id  # noqa: E402
+from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", required=True, help="the frozen shape set (shapes.json)")
+    parser.add_argument("--shape", required=True, help="shape id")
+    parser.add_argument("--impl", required=True, help="implementation: k0..k3 or a torch baseline")
+    parser.add_argument("--seed", type=int, required=True, help="verification's check seed")
+    parser.add_argument("--warmup", type=int, default=5, help="launches before the profiled one")
+    parser.add_argument("--cubin", help="the kernel's cubin (custom kernels only)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    shape = shapes_by_id(load_frozen(args.shapes))[args.shape]
+    if args.warmup < 1:  # torch_tuned's cudnn.benchmark search must finish outside the range
+        raise SystemExit(f"pair ({args.shape}, {args.impl}): --warmup must be at least 1")
+    base = base_implementation(args.impl)
+    if base in KERNELS and not args.cubin:
+        raise SystemExit(f"pair ({args.shape}, {args.impl}): a custom kernel needs --cubin")
+    cubins = {base: args.cubin} if args.cubin else {}
+    session = GpuSession()
+    torch = session.torch
+    with session.on_stream():
+        x, w = session.random_inputs(shape, args.seed)
+        y = session.empty_output(shape)
+        bound = bind(session, args.impl, shape, x, w, y, cubins)
+        for _ in range(args.warmup):
+            bound.run()
+    session.synchronize()  # warm-up finished (and any launch error raised) before the range opens
+
+    torch.cuda.profiler.start()
+    with session.on_stream():
+        bound.run()
+    session.synchronize()
+    torch.cuda.profiler.stop()
+    print(json.dumps({"shape_id": shape.id, "implementation": args.impl, "seed": args.seed,
+                      "warmup_launches": args.warmup, "launch": bound.details,
+                      "precision": session.precision}, default=str))
+
+
+if __name__ == "__main__":
+    main()

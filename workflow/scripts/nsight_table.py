@@ -1,0 +1,19 @@
+"""Snakemake job: every Nsight capture parsed into results/<device>/nsight.parquet, with the
+atlas's graph_device median beside each Nsight duration."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.nsight import nsight_table  # noqa: E402
+from groupconv_atlas.provenance import write_parquet  # noqa: E402
+from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+
+job = Job(snakemake, "nsight_table.py")  # noqa: F821
+smk = snakemake  # noqa: F821
+# params.pairs is in the order of input.captures: [[shape_id, impl], ...]
+captures = [(s, i, path) for (s, i), path in zip(smk.params.pairs, smk.input.captures)]
+table = nsight_table(captures, load_frozen(smk.input.shapes), dict(smk.params.timing))
+write_parquet(smk.output.table, table)
+job.progress(f"{len(table)} profiled launches from {len(captures)} captures")
+job.finish({"rows": len(table), "kernels_captured": sorted(set(table["kernel_name"]))})
