@@ -20,8 +20,9 @@ include: "workflow/rules/ceilings.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/statistics.smk"
 include: "workflow/rules/artifacts.smk"
-include: "workflow/rules/records.smk"
 include: "workflow/rules/nsight.smk"
+include: "workflow/rules/mobilenet.smk"
+include: "workflow/rules/records.smk"
 
 
 rule atlas:

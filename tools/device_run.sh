@@ -24,9 +24,10 @@ case "$step" in
 smoke)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   python3 -m pytest -m gpu -q -x tests 2>&1 | tee "$out/pytest-gpu.log" | tail -30
-  snakemake --cores 1 atlas --configfile config/smoke.yaml --config mode=live device=h200-smoke \
-    2>&1 | tee "$out/smoke.log" | grep -vE '^\s*$' | tail -40
-  tar czf "$out/smoke-results.tgz" results/h200-smoke
+  snakemake --cores 1 -k atlas nsight --configfile config/smoke.yaml --config mode=live \
+    device=h200-smoke2 > "$out/smoke.log" 2>&1
+  echo "smoke workflow exit $?"; grep -E "Error|error|Exception|steps \(" "$out/smoke.log" | tail -25
+  tar czf "$out/smoke-results.tgz" results/h200-smoke2
   ;;
 full)
   log "machine"

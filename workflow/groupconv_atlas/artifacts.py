@@ -128,8 +128,8 @@ def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.Da
 
 def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, evidence,
                    stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float,
-                   ceilings: dict | None = None, crosscheck: dict | None = None
-                   ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+                   ceilings: dict | None = None, crosscheck: dict | None = None,
+                   mobilenet: dict | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     summary = summarize(comparisons, stats_cfg)
     roofline = roofline_table(comparisons, shapes_doc, ceilings)
     if not summary.empty:
@@ -153,6 +153,7 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
         "clock": clock_block(timing_meta, timing_cfg.get("clock_flag_fraction", 0.0)),
         "roofline": roofline_block(roofline, ceilings),
         "crosscheck": crosscheck,
+        "mobilenet": mobilenet,
     }
     return clean(doc), summary, roofline
 

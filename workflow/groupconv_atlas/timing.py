@@ -15,6 +15,7 @@ import gc
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -95,6 +96,81 @@ class ClockReader:
                 float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)))
 
 
+def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
+              clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES
+              ) -> tuple[list[tuple], int, dict[str, float]]:
+    """Paired samples of warmed-up `runs` (each enqueues one call on the shared stream).
+
+    Per batch the runs are visited in a seeded shuffled order; each takes samples_per_batch
+    samples at each boundary. L (launches per graph) comes from one-call graph replays, which
+    measure device time even for host-bound work. Returns rows (name, boundary, batch, sample,
+    latency_us, sm_clock_mhz, temperature_c, launches, order_in_batch), L and the estimates."""
+    torch = session.torch
+    stream = session.torch_stream
+    start_ev = torch.cuda.Event(enable_timing=True)
+    end_ev = torch.cuda.Event(enable_timing=True)
+
+    def replay_us(graph) -> float:
+        if flush is not None:
+            flush.zero_()
+        start_ev.record(stream)
+        graph.replay()
+        end_ev.record(stream)
+        end_ev.synchronize()
+        return start_ev.elapsed_time(end_ev) * 1000.0
+
+    def capture(run, calls: int):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(calls):
+                run()
+        graph.replay()  # the first replays upload the graph; keep them out of the samples
+        graph.replay()
+        session.synchronize()
+        return graph
+
+    launches, estimates, graphs = 1, {}, {}
+    if "graph_device" in boundaries:
+        singles = {name: capture(run, 1) for name, run in runs.items()}
+        estimates = {name: float(np.median([replay_us(g) for _ in range(5)]))
+                     for name, g in singles.items()}
+        del singles
+        if flush is None:  # a cold-L2 sample must be a single launch after the flush
+            launches = launches_per_replay(min(estimates.values()), max(estimates.values()), cfg)
+        graphs = {name: capture(run, launches) for name, run in runs.items()}
+
+    rows: list[tuple] = []
+    gc.disable()  # no collector pauses inside host-clock samples (as timeit does)
+    try:
+        for batch in range(cfg.batches):
+            order = [str(name) for name in rng.permutation(list(runs))]
+            for position, name in enumerate(order):
+                for boundary in boundaries:
+                    if boundary == "graph_device":
+                        lats = [replay_us(graphs[name]) / launches
+                                for _ in range(cfg.samples_per_batch)]
+                        reps = launches
+                    else:
+                        lats = []
+                        for _ in range(cfg.samples_per_batch):
+                            if flush is not None:
+                                flush.zero_()
+                                torch.cuda.synchronize()
+                            t0 = time.perf_counter_ns()
+                            runs[name]()
+                            torch.cuda.synchronize()
+                            lats.append((time.perf_counter_ns() - t0) / 1000.0)
+                        reps = 1
+                    clock, temp = clocks.read()
+                    rows.extend((name, boundary, batch, sample, lat, clock, temp, reps, position)
+                                for sample, lat in enumerate(lats))
+    finally:
+        gc.enable()
+    session.synchronize()
+    del graphs
+    return rows, launches, estimates
+
+
 def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
                 cubins: dict[str, str], cfg: TimingConfig, progress=print,
                 dispatch: dict[str, dict] | None = None):
@@ -109,8 +185,6 @@ def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
     if cfg.l2_policy == "cold":
         with session.on_stream():
             flush = torch.empty(2 * l2_bytes // 4, device="cuda", dtype=torch.float32)
-    start_ev = torch.cuda.Event(enable_timing=True)
-    end_ev = torch.cuda.Event(enable_timing=True)
     rows: list[tuple] = []
     meta: list[dict] = []
     t_begin = time.perf_counter()
@@ -124,68 +198,18 @@ def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
             y = session.empty_output(shape)
             bound = {i: bind(session, i, shape, x, w, y, cubins, dispatch) for i in impls}
             # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's search.
-            estimates = {}
-            for name, b in bound.items():
+            for b in bound.values():
                 for _ in range(cfg.warmup_launches):
                     b.run()
-                session.synchronize()
-                start_ev.record(session.torch_stream)
-                for _ in range(5):
-                    b.run()
-                end_ev.record(session.torch_stream)
-                end_ev.synchronize()
-                estimates[name] = start_ev.elapsed_time(end_ev) * 1000.0 / 5
-            launches = 1 if cfg.l2_policy == "cold" else launches_per_replay(
-                min(estimates.values()), max(estimates.values()), cfg)
-            graphs = {}
-            for name, b in bound.items():
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, stream=session.torch_stream):
-                    for _ in range(launches):
-                        b.run()
-                graphs[name] = g
-            for g in graphs.values():  # first replays upload the graph; keep them out of samples
-                g.replay()
-                g.replay()
             session.synchronize()
-
-            gc.disable()  # no collector pauses inside host-clock samples (as timeit does)
-            for batch in range(cfg.batches):
-                order = [str(i) for i in rng.permutation(impls)]
-                for position, name in enumerate(order):
-                    g, b = graphs[name], bound[name]
-                    graph_lat = []
-                    for _ in range(cfg.samples_per_batch):
-                        if flush is not None:
-                            flush.zero_()
-                        start_ev.record(session.torch_stream)
-                        g.replay()
-                        end_ev.record(session.torch_stream)
-                        end_ev.synchronize()
-                        graph_lat.append(start_ev.elapsed_time(end_ev) * 1000.0 / launches)
-                    clock_g, temp_g = clocks.read()
-                    sync_lat = []
-                    for _ in range(cfg.samples_per_batch):
-                        if flush is not None:
-                            flush.zero_()
-                            torch.cuda.synchronize()
-                        t0 = time.perf_counter_ns()
-                        b.run()
-                        torch.cuda.synchronize()
-                        sync_lat.append((time.perf_counter_ns() - t0) / 1000.0)
-                    clock_s, temp_s = clocks.read()
-                    for boundary, lats, clock, temp, reps in (
-                            ("graph_device", graph_lat, clock_g, temp_g, launches),
-                            ("sync_api", sync_lat, clock_s, temp_s, 1)):
-                        for sample, lat in enumerate(lats):
-                            rows.append((shape.id, name, boundary, batch, sample, lat, clock, temp,
-                                         False, reps, position, cfg.l2_policy))
-            gc.enable()
-            session.synchronize()
+            samples, launches, estimates = time_runs(
+                session, {name: b.run for name, b in bound.items()}, cfg, clocks, rng, flush)
+        rows.extend((shape.id, *r[:7], False, *r[7:], cfg.l2_policy) for r in samples)
         meta.append({"shape_id": shape.id, "launches_per_replay": launches,
-                     "estimate_us": {k: float(v) for k, v in estimates.items()},
-                     "implementations": impls})
-        del graphs, bound, x, w, y
+                     "estimate_us": estimates, "implementations": impls,
+                     "dispatches_to": {n: b.details.get("dispatches_to")
+                                       for n, b in bound.items() if "dispatches_to" in b.details}})
+        del bound, x, w, y
         torch.cuda.empty_cache()
         elapsed = time.perf_counter() - t_begin
         eta = elapsed / (index + 1) * (len(shapes) - index - 1)

@@ -21,6 +21,7 @@ rule assemble_atlas:
         builds=expand(raw("builds/{kernel}.json"), kernel=KERNELS),
         ceilings=optional_raw("ceilings.json"),
         crosscheck=optional_raw("crosscheck.json"),
+        mobilenet=mobilenet_readings(),
         check=record_check(),
         code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance"),
     output:

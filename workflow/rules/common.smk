@@ -96,6 +96,13 @@ def optional_raw(path: str) -> list[str]:
     return []
 
 
+def mobilenet_readings() -> list[str]:
+    """The MobileNet probe's readings join atlas.json when measured (live) or recorded."""
+    if MODE == "live" or Path(raw("mobilenet/probe.json")).is_file():
+        return [f"{RESULTS}/mobilenet/mobilenet.json"]
+    return []
+
+
 def prov(rule_name: str, *wildcards: str) -> str:
     """Where a job's provenance record goes; one per job."""
     suffix = "".join(f"-{w}" for w in wildcards)
@@ -168,11 +175,13 @@ def all_jobs_provenance() -> list[str]:
     if MODE == "live":
         jobs += [prov("ceilings"), prov("crosscheck")]
         jobs += [prov("dispatch_table")] if "dispatch" in TIMING_JOBS else []
+        jobs += [prov("mobilenet_measure"), prov("mobilenet_stats")]
         jobs += [prov("build_kernel", k) for k in KERNELS]
         jobs += [prov("verify", i) for i in IMPLEMENTATIONS]
         jobs += [prov("time_job", j) for j in TIMING_JOBS]
     else:
         jobs += [prov("check_record")]
+        jobs += [prov("mobilenet_stats")] if mobilenet_readings() else []
     return jobs
 
 

@@ -27,6 +27,8 @@ if MODE == "live":
         """Copy this live run's raw layer and job provenance into records/ (then commit it)."""
         input:
             ATLAS_ARTIFACTS,
+            f"{RESULTS}/nsight.parquet",
+            f"{RESULTS}/mobilenet/mobilenet.json",
         output:
             f"{SNAPSHOT}/record.json",
         params:

@@ -37,9 +37,11 @@ builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
 evidence = evidence_block(p.mode, p.record, record_check, p.device)
 ceilings = load_json(smk.input.ceilings[0]) if smk.input.ceilings else None
 crosscheck = load_json(smk.input.crosscheck[0]) if smk.input.crosscheck else None
+mobilenet = load_json(smk.input.mobilenet[0]) if smk.input.mobilenet else None
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
-                                          dict(p.timing), p.tolerance_factor, ceilings, crosscheck)
+                                          dict(p.timing), p.tolerance_factor, ceilings, crosscheck,
+                                          mobilenet)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)

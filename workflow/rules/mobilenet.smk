@@ -1,0 +1,65 @@
+# The MobileNetV2 probe: k3 inside torchvision's features[3] block, then atlas-chosen kernels in
+# the whole network, each timed against the original (GPU job, live only), then paired statistics
+# (CPU job; in replay it reads the committed record's raw/mobilenet/ files).
+# Uses from common.smk: config, RESULTS, MODE, raw(), prov(), code(), record_check().
+
+
+# Timing jobs whose graph_device medians choose each layer's kernel: one per kernel.
+MOBILENET_TIMING_JOBS = [job for job in config["timing"]["candidates"] if job in KERNELS]
+# Every kernel's build: the atlas may choose any of them for a layer of the network.
+MOBILENET_CUBINS = [raw(f"builds/{kernel}.cubin") for kernel in KERNELS]
+MOBILENET_VERIFICATION = [raw(f"verification/{kernel}.parquet") for kernel in KERNELS]
+MOBILENET_TIMING_TABLES = [raw(f"timing/{job}.parquet") for job in MOBILENET_TIMING_JOBS]
+
+
+rule mobilenet_probe:
+    """The MobileNetV2 probe's summary and report (live on a GPU, else from the record)."""
+    input:
+        f"{RESULTS}/mobilenet/summary.parquet",
+        f"{RESULTS}/mobilenet/mobilenet.json",
+
+
+if MODE == "live":
+
+    rule mobilenet_measure:
+        input:
+            cubins=MOBILENET_CUBINS,
+            verification=MOBILENET_VERIFICATION,
+            timing=MOBILENET_TIMING_TABLES,
+            shapes=f"{RESULTS}/shapes.json",
+            code=code("shapes", "shapes_table", "kernels", "gpu", "verify", "timing", "stats",
+                      "provenance", "jobs", "mobilenet"),
+        output:
+            samples=raw("mobilenet/samples.parquet"),
+            probe=raw("mobilenet/probe.json"),
+            prov=prov("mobilenet_measure"),
+        params:
+            mobilenet=config["mobilenet"],
+            timing=timing_params(),
+            kernels=KERNELS,
+        resources:
+            gpu=1,
+        log:
+            f"{RESULTS}/logs/mobilenet_measure.log",
+        script:
+            "../scripts/mobilenet_probe.py"
+
+
+rule mobilenet_stats:
+    input:
+        samples=raw("mobilenet/samples.parquet"),
+        probe=raw("mobilenet/probe.json"),
+        check=record_check(),
+        code=code("shapes", "kernels", "verify", "timing", "stats", "provenance", "jobs",
+                  "mobilenet"),
+    output:
+        summary=f"{RESULTS}/mobilenet/summary.parquet",
+        report=f"{RESULTS}/mobilenet/mobilenet.json",
+        prov=prov("mobilenet_stats"),
+    params:
+        statistics=config["statistics"],
+        mode=MODE,
+    log:
+        f"{RESULTS}/logs/mobilenet_stats.log",
+    script:
+        "../scripts/mobilenet_stats.py"

@@ -1,0 +1,30 @@
+"""Snakemake job (CPU): the MobileNetV2 probe's raw samples (live, or the committed record in
+replay) to summary.parquet (ratios, intervals, classes) and mobilenet.json."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+import pandas as pd  # noqa: E402
+
+from groupconv_atlas import mobilenet  # noqa: E402
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import sha256_file, write_json, write_parquet  # noqa: E402
+from groupconv_atlas.stats import StatsConfig  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "mobilenet_stats.py")
+cfg = StatsConfig(**smk.params.statistics)
+samples = pd.read_parquet(smk.input.samples)
+probe = json.loads(Path(smk.input.probe).read_text())
+
+summary = mobilenet.summarize_samples(samples, cfg)
+sources = {"mode": smk.params.mode,
+           **{name: {"path": str(path), "sha256": sha256_file(path)}
+              for name, path in (("samples", smk.input.samples), ("probe", smk.input.probe))}}
+write_parquet(smk.output.summary, summary)
+write_json(smk.output.report, mobilenet.probe_report(summary, probe, cfg, sources))
+for row in summary.to_dict("records"):
+    job.progress(f"{row['reading']} {row['boundary']}: {row['baseline']}/{row['candidate']} = "
+                 f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] {row['class']}")
+job.finish()
