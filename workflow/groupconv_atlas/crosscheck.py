@@ -1,5 +1,7 @@
-"""An independent timer for the graph_device boundary: triton.testing.do_bench_cudagraph on tuned
-PyTorch, compared with the atlas's own graph_device medians for the same shapes."""
+"""An independent timer for the graph_device boundary: triton.testing.do_bench_cudagraph against
+the atlas's own sampler (timing.time_runs), on tuned PyTorch, in one process, so both time the
+same cuDNN algorithm; and, for context, against the atlas record's median from its timing job
+(another process, whose cudnn.benchmark search may have chosen another algorithm)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,34 +16,42 @@ def atlas_medians(samples: pd.DataFrame, implementation: str) -> dict[str, float
     return sub.groupby("shape_id")["latency_us"].median().to_dict()
 
 
-def measure(session, shapes: list[Shape], seed: int, repeats: int = 5) -> list[dict]:
-    """Median over `repeats` calls of do_bench_cudagraph(return_mode='median'), per shape."""
+def measure(session, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> list[dict]:
+    """Per shape: the atlas sampler's graph_device median and the median over `repeats` calls of
+    do_bench_cudagraph(return_mode='median'), same process, same inputs, same algorithm."""
     import triton.testing
 
+    from .gpu import bind
+    from .timing import ClockReader, time_runs
+
     torch = session.torch
+    clocks = ClockReader(torch)
+    rng = np.random.default_rng(seed)
     rows = []
     for index, shape in enumerate(shapes):
         x, w = session.random_inputs(shape, seed + index)
-
-        def call():
-            torch.backends.cudnn.benchmark = True
-            return torch.nn.functional.conv2d(x, w, None, 1, 1, 1, shape.groups)
-
-        for _ in range(10):  # autotune outside the measurement, as the atlas does
-            call()
-        torch.cuda.synchronize()
-        runs = [float(triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median"))
-                for _ in range(repeats)]
-        rows.append({"shape_id": shape.id, "triton_median_us": float(np.median(runs)) * 1000.0,
-                     "triton_runs_us": [r * 1000.0 for r in runs]})
+        bound = bind(session, "torch_tuned", shape, x, w, None, {})
+        for _ in range(cfg.warmup_launches):  # finishes cudnn.benchmark's search first
+            bound.run()
+        session.synchronize()
+        samples, launches, _ = time_runs(session, {"torch_tuned": bound.run}, cfg, clocks, rng,
+                                         boundaries=("graph_device",))
+        ours = float(np.median([r[4] for r in samples]))
+        runs = [float(triton.testing.do_bench_cudagraph(bound.run, rep=50, return_mode="median"))
+                * 1000.0 for _ in range(repeats)]
+        rows.append({"shape_id": shape.id, "harness_graph_device_median_us": ours,
+                     "harness_launches_per_replay": launches,
+                     "triton_median_us": float(np.median(runs)), "triton_runs_us": runs})
     return rows
 
 
-def compare(triton_rows: list[dict], atlas: dict[str, float]) -> list[dict]:
+def compare(rows: list[dict], atlas: dict[str, float]) -> list[dict]:
     out = []
-    for row in triton_rows:
-        ours = atlas.get(row["shape_id"])
-        diff = None if ours is None else ours / row["triton_median_us"] - 1.0
-        out.append({**row, "atlas_graph_device_median_us": ours, "relative_difference": diff,
-                    "within_5_percent": None if diff is None else abs(diff) <= 0.05})
+    for row in rows:
+        same = row["harness_graph_device_median_us"] / row["triton_median_us"] - 1.0
+        record = atlas.get(row["shape_id"])
+        out.append({**row, "relative_difference": same, "within_5_percent": abs(same) <= 0.05,
+                    "atlas_graph_device_median_us": record,
+                    "record_relative_difference":
+                        None if record is None else record / row["triton_median_us"] - 1.0})
     return out

@@ -60,6 +60,23 @@ def snapshot(results_dir: str | Path, record_dir: str | Path, device: str, extra
     return manifest
 
 
+def amend(record_dir: str | Path, replacements: dict[str, str | Path], note: str) -> dict:
+    """Add or replace files in a committed record from a later device call, re-hash them, and
+    say so in the manifest's `amendments` list (what changed, when, why)."""
+    record_dir = Path(record_dir)
+    manifest_path = record_dir / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for rel, src in replacements.items():
+        dest = record_dir / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest)
+        manifest["files"][rel] = sha256_file(dest)
+    manifest.setdefault("amendments", []).append(
+        {"amended_utc": now_utc(), "files": sorted(replacements), "note": note})
+    write_json(manifest_path, manifest)
+    return manifest
+
+
 def check(record_dir: str | Path) -> dict:
     """Re-hash every file the manifest lists; raise RecordError naming the first mismatch."""
     record_dir = Path(record_dir)

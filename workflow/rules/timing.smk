@@ -29,13 +29,14 @@ if MODE == "live":
         input:
             shapes=f"{RESULTS}/shapes.json",
             samples=f"{RESULTS}/raw/timing/{config['timing']['references'][0]}.parquet",
-            code=code("shapes", "gpu", "crosscheck", "provenance"),
+            code=code("shapes", "gpu", "timing", "crosscheck", "provenance"),
         output:
             crosscheck=f"{RESULTS}/raw/crosscheck.json",
             prov=prov("crosscheck"),
         params:
             shape_ids=config["crosscheck"]["shapes"],
             seed=config["timing"]["seed"],
+            timing=timing_params(),
         resources:
             gpu=1,
         log:
