@@ -22,11 +22,15 @@ include: "workflow/rules/statistics.smk"
 include: "workflow/rules/artifacts.smk"
 include: "workflow/rules/nsight.smk"
 include: "workflow/rules/mobilenet.smk"
+include: "workflow/rules/report.smk"
 include: "workflow/rules/records.smk"
 
 
 rule atlas:
-    """Verify, time and classify every shape (live on a GPU, else replay the newest record)."""
+    """Verify, time and classify every shape (live on a GPU, else replay the newest record), and
+    render what `snakemake --report` shows."""
     default_target: True
     input:
         ATLAS_ARTIFACTS,
+        REPORT_ASSETS,
+        optional_report_assets,

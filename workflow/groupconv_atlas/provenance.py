@@ -18,6 +18,8 @@ from typing import Iterator
 import pandas as pd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -41,6 +43,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; artifacts are ordinary files
     try:
         yield tmp_path
         os.replace(tmp_path, path)

@@ -1,0 +1,332 @@
+"""The report: `snakemake --report` on a replay of the committed smoke record (no GPU), the
+self-contained atlas map, and the figure and table renderers on real and fixture data.
+
+The workflow runs once per session in a temporary copy of the checkout (tracked and untracked,
+not ignored, files), so nothing here writes into the working tree; test_atlas_map_browser.py
+drives the same map in headless Chromium."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from groupconv_atlas import report
+from groupconv_atlas.provenance import REPO_ROOT
+
+SMOKE = ["--configfile", "config/smoke.yaml"]
+DEVICE = "h200-smoke"
+# What the report must show for any record (the optional stages' pages come on top).
+ALWAYS = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "aa-calibration.svg",
+          "boundaries.svg", "comparisons-summary.html", "comparisons-per-shape.html",
+          "verification.html", "shapes.html", "latency.html", "provenance.html", "session.html"]
+CATEGORIES = {"Atlas map", "Comparisons", "Verification", "Timing boundaries", "Provenance"}
+# The one http(s) string the map may hold: the SVG namespace its script creates elements in.
+ALLOWED_URLS = {"http://www.w3.org/2000/svg"}
+
+_BUILT: dict[str, Path] = {}
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run the workflow in `workdir` with this interpreter's Snakemake; fail with its output."""
+    res = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir,
+                         capture_output=True, text=True, check=False, timeout=900)
+    if res.returncode != 0:
+        pytest.fail(f"snakemake {' '.join(args)} failed ({res.returncode}):\n"
+                    f"{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
+    return res
+
+
+def copy_checkout(dest: Path) -> Path:
+    """Every file git tracks or would track (so results/, .snakemake/ and .venv/ stay out)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO_ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = REPO_ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def replayed_checkout(tmp_path_factory) -> Path:
+    """A copy of the checkout where the smoke record was replayed (`snakemake`, the atlas target)
+    and the report built from that DAG (`snakemake --report`). Built once per session; the
+    browser tests import this too."""
+    if "root" not in _BUILT:
+        root = copy_checkout(tmp_path_factory.mktemp("checkout"))
+        snakemake(root, *SMOKE)
+        snakemake(root, *SMOKE, "--report", "reports/atlas.html")
+        _BUILT["root"] = root
+    return _BUILT["root"]
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory) -> Path:
+    return replayed_checkout(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def results(replay) -> Path:
+    return replay / "results" / DEVICE
+
+
+def embedded_json(html_text: str, script_id: str, variable: str | None = None):
+    """`<script id="..."> var <variable> = <JSON>; </script>` from the Snakemake report page."""
+    variable = variable or script_id
+    match = re.search(rf'<script id="{script_id}">\s*var {variable} = (.*?);\s*</script>',
+                      html_text, re.DOTALL)
+    assert match, f"the report holds no `var {variable}`"
+    return json.loads(match.group(1))
+
+
+def map_payload(page: str) -> dict:
+    match = re.search(r"const ATLAS = (.*?);\n", page)
+    assert match, "the map holds no data"
+    return json.loads(match.group(1))
+
+
+# --- the report, built by Snakemake --------------------------------------------------------------
+
+def test_report_holds_every_page_with_a_caption_in_its_category(replay):
+    page = (replay / "reports" / "atlas.html").read_text()
+    results = embedded_json(page, "results")
+    by_name = {entry["name"]: entry for entry in results.values()}
+    missing = [name for name in ALWAYS if name not in by_name]
+    assert not missing, (f"the report lacks {missing}: the atlas target (Snakefile) must request "
+                         "REPORT_ASSETS and optional_report_assets from workflow/rules/report.smk")
+    forests = [e for e in results.values() if e["name"].endswith(".svg") and "__vs__" in e["name"]]
+    assert forests and all(set(e["labels"]) == {"candidate", "baseline", "boundary"}
+                           for e in forests)
+    for name in ALWAYS:
+        assert len(by_name[name]["caption"]) > 80, f"{name} has no caption"
+        assert by_name[name]["mime_type"] in ("text/html", "image/svg+xml")
+    categories = {c for c in embedded_json(page, "categories")}
+    assert CATEGORIES <= categories, categories
+    # The front page (reports/workflow.rst) is rendered, with the config filled in.
+    desc = embedded_json(page, "workflow-desc", "workflow_desc")
+    assert "How to read this report" in desc and DEVICE in desc
+
+
+def test_report_without_optional_stages_has_no_pages_for_them(replay):
+    # The smoke record has no MobileNet, Nsight or machine-code tables: the report still builds.
+    names = {e["name"] for e in embedded_json((replay / "reports" / "atlas.html").read_text(),
+                                              "results").values()}
+    assert not names & {"mobilenet.svg", "mobilenet.html", "nsight.html", "machine-code.html"}
+
+
+def test_report_zip_holds_the_map(replay):
+    snakemake(replay, *SMOKE, "--report", "reports/atlas.zip")
+    with zipfile.ZipFile(replay / "reports" / "atlas.zip") as zf:
+        names = zf.namelist()
+    assert any(n.endswith("report.html") for n in names)
+    assert any(n.endswith("atlas-map.html") for n in names)
+
+
+def test_report_assets_are_current_after_the_report(replay):
+    # Building the report ran nothing: a dry run of the atlas finds nothing to do.
+    res = snakemake(replay, *SMOKE, "-n")
+    assert "Nothing to be done" in res.stdout + res.stderr
+
+
+# --- the atlas map -------------------------------------------------------------------------------
+
+def test_map_has_no_external_references(results):
+    page = (results / "report" / "atlas-map.html").read_text()
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
+    assert urls <= ALLOWED_URLS, urls - ALLOWED_URLS
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page)
+    assert "@import" not in page and "<link" not in page
+
+
+def test_map_carries_map_details_exactly_and_says_where_it_came_from(results):
+    page = (results / "report" / "atlas-map.html").read_text()
+    data = map_payload(page)
+    details = json.loads((results / "map-details.json").read_text())
+    atlas = json.loads((results / "atlas.json").read_text())
+    assert data["shapes"] == details["shapes"]
+    assert data["comparisons"] == details["comparisons"]
+    assert data["evidence"] == atlas["evidence"] == details["evidence"]
+    assert data["evidence"]["mode"] == "replay" and data["evidence"]["record"]
+    assert {b["id"] for b in data["baselines"]} >= {"k0", "torch_default", "torch_tuned"}
+    for control in ('id="baseline"', 'id="boundary"', 'id="details"', 'id="evidence"'):
+        assert control in page
+
+
+def test_map_data_cannot_close_its_script_element():
+    details = {"evidence": {"device": "x", "mode": "live", "statement": "</script><b>"},
+               "shape_set_sha256": "0", "comparisons": ["k1:k0"], "shapes": []}
+    atlas = {"config": {"statistics": {"threshold": 0.05, "confidence_level": 0.95,
+                                       "method": "BCa"}},
+             "comparisons": [], "aa": {}, "session": {}}
+    template = (REPO_ROOT / "workflow" / "templates" / "atlas_map.html").read_text()
+    page = report.atlas_map_html(details, atlas, template)
+    assert "</script><b>" not in page
+    assert map_payload(page)["evidence"]["statement"] == "</script><b>"
+
+
+# --- renderers on the replayed artifacts ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def artifacts(results) -> dict:
+    return {"comparisons": pd.read_parquet(results / "comparisons.parquet"),
+            "summary": pd.read_parquet(results / "summary.parquet"),
+            "verification": pd.read_parquet(results / "verification.parquet"),
+            "atlas": json.loads((results / "atlas.json").read_text()),
+            "shape_ids": [s["id"] for s in
+                          json.loads((results / "shapes.json").read_text())["shapes"]]}
+
+
+def test_figures_are_deterministic_and_show_losses_in_their_colour(artifacts):
+    comparisons, ids = artifacts["comparisons"], artifacts["shape_ids"]
+    first = report.svg_bytes(report.forest_figure(comparisons, ids, "k2", "torch_tuned",
+                                                  "graph_device", 0.05))
+    again = report.svg_bytes(report.forest_figure(comparisons, ids, "k2", "torch_tuned",
+                                                  "graph_device", 0.05))
+    assert first == again
+    rows = comparisons[(comparisons.candidate == "k2") & (comparisons.baseline == "torch_tuned")
+                       & (comparisons.boundary == "graph_device")]
+    for cls in set(rows["class"]) & {"WIN", "LOSS"}:
+        assert report.CLASS_COLOURS[cls].lower().encode() in first
+
+
+def test_every_cell_of_the_atlas_is_in_the_per_shape_table(artifacts):
+    page = report.per_shape_page(artifacts["comparisons"], artifacts["shape_ids"],
+                                 artifacts["atlas"]["evidence"])
+    assert page.count("<tr>") == len(artifacts["comparisons"]) + 1
+    for cls in artifacts["comparisons"]["class"].unique():
+        assert f'class="cls-{cls}"' in page
+
+
+def test_verification_page_names_every_unsupported_cell_and_why(artifacts):
+    ver = artifacts["verification"]
+    page = report.verification_page(ver, artifacts["shape_ids"], artifacts["atlas"]["evidence"])
+    for row in ver[ver.status != "correct"].itertuples():
+        assert row.shape_id in page and report.esc(row.reason) in page
+
+
+def test_summary_page_lists_every_comparison_and_boundary(artifacts):
+    page = report.summary_page(artifacts["summary"], 0.05, artifacts["atlas"]["evidence"])
+    assert page.count("<tr>") == len(artifacts["summary"]) + 1
+
+
+def test_provenance_page_lists_every_artifact_with_its_rule_and_hash(results):
+    prov = json.loads((results / "provenance.json").read_text())
+    page = report.provenance_page(prov)
+    for entry in prov["artifacts"]:
+        assert entry["sha256"] in page and report.esc(entry["rule"]) in page
+
+
+def test_evidence_markdown_renders_headings_tables_and_emphasis(results):
+    page = report.evidence_page((results / "current-evidence.md").read_text(),
+                                {"mode": "replay"})
+    assert "<h1>Current evidence</h1>" in page and "<table>" in page
+    assert "<strong>Source:</strong>" in page and "|---" not in page and "**" not in page
+
+
+# --- pure helpers and the optional stages (fixtures, no workflow) ---------------------------------
+
+def test_ratio_ticks_start_at_one_and_stay_in_range():
+    for lo, hi in ((0.9, 1.1), (0.05, 40.0), (0.5, 2.5)):
+        ticks = report.ratio_ticks(lo, hi)
+        assert 1.0 in ticks and ticks == sorted(ticks)
+        assert all(lo <= t <= hi for t in ticks) and 2 <= len(ticks) <= 9
+
+
+def test_markdown_subset():
+    out = report.markdown_html("# T\n\ntext `a<b` and **b**\n\n- one\n- two\n\n| x | y |\n|---|---|\n"
+                               "| 1 | 2 |\n")
+    assert "<h1>T</h1>" in out and "<code>a&lt;b</code>" in out and "<strong>b</strong>" in out
+    assert out.count("<li>") == 2 and "<th>x</th>" in out and "<td>2</td>" in out
+
+
+def test_nsight_page_from_a_real_capture():
+    from groupconv_atlas import nsight
+    from groupconv_atlas.shapes import load_shapes
+
+    shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
+    capture = REPO_ROOT / "tests" / "fixtures" / "ncu" / "ncu.csv"
+    table = nsight.nsight_table([("mobilenetv2-n32-c32-112x112-g32", "torch_tuned",
+                                  str(capture))], shapes)
+    page = report.nsight_page(table)
+    assert page.count("<tr>") == len(table) + 1
+    assert ">conv_depthwise2d_forward_kernel<" in page  # short name shown, full name in title
+
+
+def test_machine_code_page_from_real_sass():
+    from groupconv_atlas import sass
+
+    fixtures = REPO_ROOT / "tests" / "fixtures" / "sass"
+    tables = [sass.kernel_table(k, (fixtures / f"{k}.sass").read_text(),
+                                json.loads((fixtures / f"{k}.build.json").read_text()))
+              for k in ("k0", "k1", "k2", "k3")]
+    table = sass.machine_code_table(tables)
+    page = report.machine_code_page(table)
+    for function in table["function"].unique():
+        assert f"<td>{function}</td>" in page
+    assert "FFMA" in page
+
+
+def mobilenet_doc() -> dict:
+    """mobilenet.json as mobilenet.probe_report writes it, from a made-up summary."""
+    from groupconv_atlas import mobilenet
+    from groupconv_atlas.stats import StatsConfig
+
+    rows = []
+    for experiment, (baseline, candidate) in mobilenet.COMPARISONS.items():
+        for n in ([1, 8] if experiment != "overhead" else [None]):
+            for boundary, ratio, cls in (("graph_device", 1.2, "WIN"),
+                                         ("sync_api", 0.8, "LOSS")):
+                rows.append({"reading": f"{experiment}-{n}", "experiment": experiment, "n": n,
+                             "boundary": boundary, "baseline": baseline, "candidate": candidate,
+                             "baseline_median_us": 100.0, "baseline_median_ci_low_us": 99.0,
+                             "baseline_median_ci_high_us": 101.0,
+                             "candidate_median_us": 100 / ratio,
+                             "candidate_median_ci_low_us": 99 / ratio,
+                             "candidate_median_ci_high_us": 101 / ratio, "ratio": ratio,
+                             "ci_low": ratio * 0.98, "ci_high": ratio * 1.02, "class": cls,
+                             "batches": 10, "clock_flagged_batches": 0,
+                             "batch_ratios": [ratio] * 10})
+    summary = pd.DataFrame(rows, columns=mobilenet.SUMMARY_COLUMNS).astype({"n": "Int64"})
+    probe = {"block": {"layer": "conv.1.0", "kernel": "k3"},
+             "network": {"replacements": [{"layer": "features.2.conv.1.0", "kernel": "k3"}]}}
+    return mobilenet.probe_report(summary, probe, StatsConfig(), {"mode": "replay"})
+
+
+def test_mobilenet_page_and_figure():
+    doc = mobilenet_doc()
+    readings = report.mobilenet_readings(doc)
+    assert len(readings) == 10
+    page = report.mobilenet_page(doc)
+    assert page.count('class="cls-WIN"') == 5 and page.count('class="cls-LOSS"') == 5
+    assert "features.2.conv.1.0" in page
+    svg = report.svg_bytes(report.mobilenet_figure(doc, 0.05))
+    assert report.CLASS_COLOURS["LOSS"].lower().encode() in svg
+
+
+def test_optional_stages_join_the_report_when_their_tables_are_ready(replay):
+    # With the three optional tables present the DAG still builds. The machine-code page is
+    # planned (its rule reads only the record's cubins); the MobileNet page only if its rule is
+    # not part of the workflow or the record holds the raw probe files it reads.
+    results = replay / "results" / DEVICE
+    made = [results / "machine_code.parquet", results / "nsight.parquet",
+            results / "mobilenet" / "mobilenet.json"]
+    made[-1].parent.mkdir(exist_ok=True)
+    for path in made[:2]:
+        pd.DataFrame({"kernel": ["k0"], "function": ["k0_direct"], "opcode": ["FFMA"],
+                      "opcode_count": [1]}).to_parquet(path)
+    made[-1].write_text(json.dumps(mobilenet_doc()))
+    try:
+        res = snakemake(replay, "report_assets", *SMOKE, "-n")
+        plan = res.stdout + res.stderr
+        assert "report_machine_code" in plan
+        probe_rules = 'include: "workflow/rules/mobilenet.smk"' in (replay / "Snakefile").read_text()
+        probe_raw = any((replay / "records").glob("*/raw/mobilenet/samples.parquet"))
+        assert ("report_mobilenet" in plan) == (not probe_rules or probe_raw)
+    finally:
+        for path in made:
+            path.unlink()

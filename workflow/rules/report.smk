@@ -1,0 +1,213 @@
+# Stage 7 (CPU, both modes): what `snakemake --report` shows, rendered under results/<device>/report/:
+# figures (SVG), tables (HTML) and the self-contained atlas map. The MobileNet probe, Nsight and
+# machine-code stages join the report only when their table already exists, so a run without them
+# still reports. Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, prov(),
+# code(), raw(), TIMING_JOBS, job_implementations().
+from groupconv_atlas.report import BOUNDARIES as _REPORT_BOUNDARIES
+from groupconv_atlas.report import figure_stem as _figure_stem
+
+REPORT = f"{RESULTS}/report"
+REPORT_CODE = code("stats", "report", "provenance", "jobs")
+# Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
+MOBILENET_REPORT = f"{RESULTS}/mobilenet/mobilenet.json"
+NSIGHT_TABLE = f"{RESULTS}/nsight.parquet"
+MACHINE_CODE_TABLE = f"{RESULTS}/machine_code.parquet"
+
+
+def report_pairs() -> list[tuple[str, str]]:
+    """(candidate, baseline) of every timing job this run compares, except the A/A one (in a
+    replay, TIMING_JOBS holds only the jobs the record measured)."""
+    return [(job, base) for job in TIMING_JOBS if job != "aa"
+            for base in job_implementations(job)[1:]]
+
+
+FOREST_FIGURES = [(cand, base, boundary) for cand, base in report_pairs()
+                  for boundary in _REPORT_BOUNDARIES]
+
+
+def forest_outputs() -> list:
+    return [report(f"{REPORT}/forest/{_figure_stem(cand, base, boundary)}.svg",
+                   caption="../report/forest.rst", category="Comparisons",
+                   subcategory="Per-shape ratios",
+                   labels={"candidate": cand, "baseline": base, "boundary": boundary})
+            for cand, base, boundary in FOREST_FIGURES]
+
+
+def stage_table_ready(table: str, rule_name: str) -> bool:
+    """An optional stage's table joins the report when it exists and so does every raw file its
+    rule reads: adding the rule to the DAG then cannot fail on a missing input (a replay of a
+    record that lacks that stage). A stage whose rules are not included is just a file."""
+    if not rules.has(rule_name):
+        return Path(table).exists()
+    raw_prefix = raw("")
+    rule_inputs = [str(f) for f in getattr(rules, rule_name).input if isinstance(f, str)]
+    raw_ready = all(Path(f).exists() for f in rule_inputs if f.startswith(raw_prefix))
+    # A replay rebuilds the table from the record; a live run reports a stage once it has run.
+    return raw_ready and (MODE == "replay" or Path(table).exists())
+
+
+def optional_report_assets(wildcards=None) -> list[str]:
+    """Pages of the optional stages whose table is ready when the DAG is built."""
+    assets = []
+    if stage_table_ready(MOBILENET_REPORT, "mobilenet_stats"):
+        assets += [f"{REPORT}/mobilenet.svg", f"{REPORT}/mobilenet.html"]
+    if stage_table_ready(NSIGHT_TABLE, "nsight_table"):
+        assets.append(f"{REPORT}/nsight.html")
+    if stage_table_ready(MACHINE_CODE_TABLE, "machine_code"):
+        assets.append(f"{REPORT}/machine-code.html")
+    return assets
+
+
+REPORT_ASSETS = [
+    f"{REPORT}/atlas-map.html",
+    f"{REPORT}/current-evidence.html",
+    f"{REPORT}/geomeans.svg",
+    f"{REPORT}/aa-calibration.svg",
+    f"{REPORT}/boundaries.svg",
+    *[f"{REPORT}/forest/{_figure_stem(*f)}.svg" for f in FOREST_FIGURES],
+    f"{REPORT}/comparisons-summary.html",
+    f"{REPORT}/comparisons-per-shape.html",
+    f"{REPORT}/verification.html",
+    f"{REPORT}/shapes.html",
+    f"{REPORT}/latency.html",
+    f"{REPORT}/provenance.html",
+    f"{REPORT}/session.html",
+]
+
+
+rule report_assets:
+    """Every figure, table and the map that `snakemake --report` includes."""
+    input:
+        REPORT_ASSETS,
+        optional_report_assets,
+    localrule: True
+
+
+rule report_map:
+    input:
+        # The atlas's own files, offered as downloads in the report (csv/parquet/json are not
+        # displayed there, only linked).
+        atlas=report(f"{RESULTS}/atlas.json", caption="../report/download.rst",
+                     category="Provenance", subcategory="Downloads"),
+        details=report(f"{RESULTS}/map-details.json", caption="../report/download.rst",
+                       category="Provenance", subcategory="Downloads"),
+        template="workflow/templates/atlas_map.html",
+        code=REPORT_CODE,
+    output:
+        page=report(f"{REPORT}/atlas-map.html", caption="../report/atlas_map.rst",
+                    category="Atlas map", subcategory="Map"),
+        prov=prov("report_map"),
+    log:
+        f"{RESULTS}/logs/report_map.log",
+    script:
+        "../scripts/report_map.py"
+
+
+rule report_figures:
+    input:
+        atlas=f"{RESULTS}/atlas.json",
+        shapes=f"{RESULTS}/shapes.json",
+        summary=f"{RESULTS}/summary.parquet",
+        comparisons=f"{RESULTS}/comparisons.parquet",
+        code=REPORT_CODE,
+    output:
+        geomeans=report(f"{REPORT}/geomeans.svg", caption="../report/geomeans.rst",
+                        category="Comparisons", subcategory="Geometric means"),
+        aa=report(f"{REPORT}/aa-calibration.svg", caption="../report/aa_calibration.rst",
+                  category="Comparisons", subcategory="A/A calibration"),
+        boundaries=report(f"{REPORT}/boundaries.svg", caption="../report/boundaries.rst",
+                          category="Timing boundaries"),
+        forest=forest_outputs(),
+        prov=prov("report_figures"),
+    params:
+        forest=[list(f) for f in FOREST_FIGURES],
+    log:
+        f"{RESULTS}/logs/report_figures.log",
+    script:
+        "../scripts/report_figures.py"
+
+
+rule report_tables:
+    input:
+        atlas=f"{RESULTS}/atlas.json",
+        shapes=f"{RESULTS}/shapes.json",
+        summary=report(f"{RESULTS}/summary.parquet", caption="../report/download.rst",
+                       category="Provenance", subcategory="Downloads"),
+        comparisons=report(f"{RESULTS}/comparisons.parquet", caption="../report/download.rst",
+                           category="Provenance", subcategory="Downloads"),
+        verification=report(f"{RESULTS}/verification.parquet",
+                            caption="../report/download.rst", category="Provenance",
+                            subcategory="Downloads"),
+        evidence=f"{RESULTS}/current-evidence.md",
+        provenance=report(f"{RESULTS}/provenance.json", caption="../report/download.rst",
+                          category="Provenance", subcategory="Downloads"),
+        code=REPORT_CODE,
+    output:
+        evidence=report(f"{REPORT}/current-evidence.html",
+                        caption="../report/current_evidence.rst", category="Atlas map",
+                        subcategory="Current evidence"),
+        summary=report(f"{REPORT}/comparisons-summary.html",
+                       caption="../report/comparisons_summary.rst", category="Comparisons",
+                       subcategory="Geometric means"),
+        per_shape=report(f"{REPORT}/comparisons-per-shape.html",
+                         caption="../report/comparisons_per_shape.rst", category="Comparisons",
+                         subcategory="Every shape"),
+        verification=report(f"{REPORT}/verification.html", caption="../report/verification.rst",
+                            category="Verification"),
+        shapes=report(f"{REPORT}/shapes.html", caption="../report/shapes.rst",
+                      category="Verification"),
+        latency=report(f"{REPORT}/latency.html", caption="../report/latency.rst",
+                       category="Timing boundaries"),
+        provenance=report(f"{REPORT}/provenance.html", caption="../report/provenance.rst",
+                          category="Provenance", subcategory="Artifacts"),
+        session=report(f"{REPORT}/session.html", caption="../report/session.rst",
+                       category="Provenance", subcategory="Artifacts"),
+        prov=prov("report_tables"),
+    log:
+        f"{RESULTS}/logs/report_tables.log",
+    script:
+        "../scripts/report_tables.py"
+
+
+rule report_mobilenet:
+    input:
+        probe=MOBILENET_REPORT,
+        atlas=f"{RESULTS}/atlas.json",
+        code=REPORT_CODE,
+    output:
+        figure=report(f"{REPORT}/mobilenet.svg", caption="../report/mobilenet_figure.rst",
+                      category="MobileNet probe"),
+        table=report(f"{REPORT}/mobilenet.html", caption="../report/mobilenet_table.rst",
+                     category="MobileNet probe"),
+        prov=prov("report_mobilenet"),
+    log:
+        f"{RESULTS}/logs/report_mobilenet.log",
+    script:
+        "../scripts/report_mobilenet.py"
+
+
+rule report_nsight:
+    input:
+        table=NSIGHT_TABLE,
+        code=REPORT_CODE,
+    output:
+        page=report(f"{REPORT}/nsight.html", caption="../report/nsight.rst", category="Nsight"),
+        prov=prov("report_nsight"),
+    log:
+        f"{RESULTS}/logs/report_nsight.log",
+    script:
+        "../scripts/report_nsight.py"
+
+
+rule report_machine_code:
+    input:
+        table=MACHINE_CODE_TABLE,
+        code=REPORT_CODE,
+    output:
+        page=report(f"{REPORT}/machine-code.html", caption="../report/machine_code.rst",
+                    category="Machine code"),
+        prov=prov("report_machine_code"),
+    log:
+        f"{RESULTS}/logs/report_machine_code.log",
+    script:
+        "../scripts/report_machine_code.py"

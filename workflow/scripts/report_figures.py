@@ -1,0 +1,35 @@
+"""Snakemake job (CPU): the report's figures (SVG): per-shape forest plots for every comparison
+and boundary, geometric means, graph_device against sync_api, and the A/A calibration."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+import pandas as pd  # noqa: E402
+
+from groupconv_atlas import report  # noqa: E402
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_bytes  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "report_figures.py")
+atlas = json.loads(Path(smk.input.atlas).read_text())
+shape_ids = [s["id"] for s in json.loads(Path(smk.input.shapes).read_text())["shapes"]]
+comparisons = pd.read_parquet(smk.input.comparisons)
+summary = pd.read_parquet(smk.input.summary)
+# The record's own threshold: the one its classes were decided with.
+threshold = atlas["config"]["statistics"]["threshold"]
+
+
+def save(path, fig):
+    write_bytes(path, report.svg_bytes(fig))
+
+
+save(smk.output.geomeans, report.geomean_figure(summary, threshold))
+save(smk.output.aa, report.aa_figure(comparisons, shape_ids, atlas["aa"], threshold))
+save(smk.output.boundaries, report.boundary_figure(comparisons, threshold))
+for (candidate, baseline, boundary), path in zip(smk.params.forest, smk.output.forest):
+    save(path, report.forest_figure(comparisons, shape_ids, candidate, baseline, boundary,
+                                    threshold))
+job.progress(f"figures: {len(smk.output.forest) + 3}")
+job.finish()

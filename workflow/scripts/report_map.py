@@ -1,0 +1,19 @@
+"""Snakemake job (CPU): the self-contained atlas map page from atlas.json and map-details.json."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_text  # noqa: E402
+from groupconv_atlas.report import atlas_map_html  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "report_map.py")
+details = json.loads(Path(smk.input.details).read_text())
+atlas = json.loads(Path(smk.input.atlas).read_text())
+page = atlas_map_html(details, atlas, Path(smk.input.template).read_text())
+write_text(smk.output.page, page)
+job.progress(f"atlas map: {len(details['shapes'])} shapes, {len(details['comparisons'])} "
+             f"comparisons, {len(page) / 1e6:.2f} MB")
+job.finish()

@@ -1,0 +1,36 @@
+"""Snakemake job (CPU): the report's readable tables (HTML): current evidence, comparisons,
+verification, the shape set, latency at both boundaries, provenance and the session."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+import pandas as pd  # noqa: E402
+
+from groupconv_atlas import report  # noqa: E402
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_text  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "report_tables.py")
+atlas = json.loads(Path(smk.input.atlas).read_text())
+shapes_doc = json.loads(Path(smk.input.shapes).read_text())
+shape_ids = [s["id"] for s in shapes_doc["shapes"]]
+comparisons = pd.read_parquet(smk.input.comparisons)
+evidence = atlas["evidence"]
+threshold = atlas["config"]["statistics"]["threshold"]
+out = smk.output
+
+write_text(out.evidence, report.evidence_page(Path(smk.input.evidence).read_text(), evidence))
+write_text(out.summary, report.summary_page(pd.read_parquet(smk.input.summary), threshold,
+                                            evidence))
+write_text(out.per_shape, report.per_shape_page(comparisons, shape_ids, evidence))
+write_text(out.verification, report.verification_page(pd.read_parquet(smk.input.verification),
+                                                      shape_ids, evidence))
+write_text(out.shapes, report.shapes_page(shapes_doc))
+write_text(out.latency, report.latency_page(comparisons, shape_ids, evidence))
+write_text(out.provenance, report.provenance_page(json.loads(Path(smk.input.provenance)
+                                                             .read_text())))
+write_text(out.session, report.session_page(atlas))
+job.progress("tables: 8 pages")
+job.finish()
