@@ -37,6 +37,8 @@ def evidence_block(mode: str, record: str | None, record_check: dict | None, dev
                 "statement": "measured live by this run"}
     return {"mode": "replay", "device": device, "record": record_check["record"],
             "record_manifest_sha256": record_check["manifest_sha256"],
+            "caveats": record_check.get("caveats", []),
+            "amendments": [a["note"] for a in record_check.get("amendments", [])],
             "statement": f"replayed from committed record {record_check['record']}; "
                          "no GPU was used to make this artifact"}
 
@@ -223,6 +225,14 @@ def evidence_markdown(atlas: dict) -> str:
         f"- **Shapes:** {atlas['shape_set']['count']} frozen shapes, set SHA-256 "
         f"`{atlas['shape_set']['sha256']}`; FP32 NCHW, 3x3, stride 1, padding 1, dilation 1, "
         "no bias.",
+        "",
+    ]
+    if ev.get("caveats"):
+        lines += ["", "## Known limitations of this record", ""]
+        lines += [f"- {c}" for c in ev["caveats"]]
+    if ev.get("amendments"):
+        lines += ["", "Amendments to the record: " + " ".join(ev["amendments"])]
+    lines += [
         "",
         "## What was verified",
         "",

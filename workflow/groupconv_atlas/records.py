@@ -77,6 +77,15 @@ def amend(record_dir: str | Path, replacements: dict[str, str | Path], note: str
     return manifest
 
 
+def add_caveat(record_dir: str | Path, caveat: str) -> dict:
+    """Attach a known limitation to a record; every artifact replayed from it repeats it."""
+    manifest_path = Path(record_dir) / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest.setdefault("caveats", []).append({"added_utc": now_utc(), "text": caveat})
+    write_json(manifest_path, manifest)
+    return manifest
+
+
 def check(record_dir: str | Path) -> dict:
     """Re-hash every file the manifest lists; raise RecordError naming the first mismatch."""
     record_dir = Path(record_dir)
@@ -93,4 +102,6 @@ def check(record_dir: str | Path) -> dict:
             raise RecordError(f"record {record_dir.name}: {rel} does not match its hash "
                               f"(expected {expected[:12]}…, found {actual[:12]}…); refusing to replay")
     return {"record": record_dir.name, "files_checked": len(manifest["files"]),
-            "manifest_sha256": sha256_file(manifest_path), "device": manifest.get("device")}
+            "manifest_sha256": sha256_file(manifest_path), "device": manifest.get("device"),
+            "caveats": [c["text"] for c in manifest.get("caveats", [])],
+            "amendments": manifest.get("amendments", [])}

@@ -194,3 +194,12 @@ def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
     both = both[~both["implementation"].str.endswith("_twin")]
     return both.groupby(["shape_id", "implementation", "boundary"], as_index=False,
                         sort=True)["median_us"].median()
+
+
+def pooled_medians(samples: pd.DataFrame) -> pd.DataFrame:
+    """Median of batch medians per (shape, implementation, boundary), pooled over the timing
+    jobs whose raw samples are concatenated in `samples`. Independent of the classification
+    settings, so a threshold edit never reaches what depends on this."""
+    medians = batch_medians(samples)
+    return medians.groupby(["shape_id", "implementation", "boundary"], as_index=False,
+                           sort=True)["median_us"].median()

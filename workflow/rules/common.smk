@@ -1,5 +1,7 @@
 # Configuration checks, the live/replay decision and the path helpers every rule uses.
 import importlib.util
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,19 +24,27 @@ except (ShapeError, OSError) as _err:
 
 
 def _check_names():
-    known = set(_kernels.IMPLEMENTATIONS)
+    known = set(_kernels.IMPLEMENTATIONS) | {"dispatch"}
     timing = config["timing"]
-    for field, names in (("timing.candidates", timing["candidates"]),
-                         ("timing.references", timing["references"])):
-        for name in names:
-            if name not in known:
-                raise WorkflowError(f"config {field}: unknown implementation {name!r}; "
-                                    f"known: {', '.join(sorted(known))}")
+    named = [("timing.candidates", n) for n in timing["candidates"]]
+    named += [(f"timing.reference_groups.{g}", n) for g, refs in timing["reference_groups"].items()
+              for n in refs]
+    for field, name in named:
+        if name not in known:
+            raise WorkflowError(f"config {field}: unknown implementation {name!r}; "
+                                f"known: {', '.join(sorted(known))}")
     enabled = set(config["kernels"]) | set(config["baselines"])
-    for name in (*timing["candidates"], *timing["references"], timing["aa_implementation"]):
+    for field, name in [*named, ("timing.aa_implementation", timing["aa_implementation"])]:
         if name not in enabled:
-            raise WorkflowError(f"config timing: {name!r} is not listed in 'kernels' or "
+            raise WorkflowError(f"config {field}: {name!r} is not listed in 'kernels' or "
                                 "'baselines', so it is never built or verified")
+    for group, refs in timing["reference_groups"].items():
+        if {"torch_default", "torch_tuned"} <= set(refs):
+            raise WorkflowError(
+                f"config timing.reference_groups.{group}: torch_default and torch_tuned cannot be "
+                "timed in one process: PyTorch's cuDNN algorithm cache is process-global and not "
+                "keyed by cudnn.benchmark (pytorch/pytorch#45372), so the first call's algorithm "
+                "would serve both; put them in separate groups")
 
 
 _check_names()
@@ -62,9 +72,6 @@ if MODE == "replay":
 
 KERNELS = list(config["kernels"])
 IMPLEMENTATIONS = [*KERNELS, *config["baselines"]]
-TIMING_JOBS = [*config["timing"]["candidates"], "aa"]
-if config["timing"].get("dispatch", False):
-    TIMING_JOBS.append("dispatch")
 PACKAGE = "workflow/groupconv_atlas"
 
 if MODE == "replay":
@@ -74,14 +81,12 @@ if MODE == "replay":
         return Path(RECORD, "raw", path).is_file()
 
     _absent = [k for k in KERNELS if not _in_record(f"builds/{k}.json")]
-    _absent_jobs = [j for j in TIMING_JOBS if not _in_record(f"timing/{j}.parquet")]
-    if _absent or _absent_jobs:
+    if _absent:
         print(f"note: record {Path(RECORD).name} has no measurements for "
-              f"{', '.join(sorted(set(_absent) | set(_absent_jobs)))}; the replay leaves them "
-              "out (measure live on a GPU to include them)", file=sys.stderr)
+              f"{', '.join(sorted(_absent))}; the replay leaves them out (measure live on a GPU "
+              "to include them)", file=sys.stderr)
     KERNELS = [k for k in KERNELS if k not in _absent]
     IMPLEMENTATIONS = [i for i in IMPLEMENTATIONS if i not in _absent]
-    TIMING_JOBS = [j for j in TIMING_JOBS if j not in _absent_jobs]
 
 
 def raw(path: str) -> str:
@@ -114,13 +119,48 @@ def code(*modules: str) -> list[str]:
     return [f"{PACKAGE}/{m}.py" for m in ("__init__", *modules)]
 
 
+def configured_jobs() -> dict[str, list[str]]:
+    """Live: each timing job and what it measures (the candidate first). Each reference group is
+    its own job, so its own process (see _check_names for why); plus the A/A calibration."""
+    timing = config["timing"]
+    candidates = [*timing["candidates"], *(["dispatch"] if timing.get("dispatch") else [])]
+    jobs = {}
+    for candidate in candidates:
+        for group, refs in timing["reference_groups"].items():
+            refs = [r for r in refs if r != candidate]
+            if refs:
+                jobs[f"{candidate}-{group}"] = [candidate, *refs]
+    aa = timing["aa_implementation"]
+    jobs["aa"] = [aa, _kernels.twin_name(aa)]
+    return jobs
+
+
+def recorded_jobs() -> dict[str, list[str]]:
+    """Replay: the jobs the record measured and what each measured, from its timing metadata,
+    so a record stays replayable whatever the configuration says now."""
+    jobs = {}
+    for meta in sorted(Path(RECORD, "raw", "timing").glob("*.json")):
+        jobs[meta.stem] = json.loads(meta.read_text())["implementations"]
+    return jobs
+
+
+JOBS = configured_jobs() if MODE == "live" else recorded_jobs()
+TIMING_JOBS = list(JOBS)
+
+
 def job_implementations(job: str) -> list[str]:
-    """What a timing job measures: the candidate and the references, or the A/A pair."""
-    if job == "aa":
-        impl = config["timing"]["aa_implementation"]
-        return [impl, _kernels.twin_name(impl)]
-    refs = [r for r in config["timing"]["references"] if r != job]
-    return [job, *refs]
+    """What a timing job measures: the candidate first, then its references (or the A/A twin)."""
+    return JOBS[job]
+
+
+def jobs_of(candidates) -> list[str]:
+    """The timing jobs whose candidate is one of `candidates`."""
+    return [job for job, impls in JOBS.items() if impls[0] in candidates and job != "aa"]
+
+
+def job_timing_torch_tuned() -> str:
+    """A timing job that measured tuned PyTorch (the cross-check compares against it)."""
+    return next(job for job, impls in JOBS.items() if "torch_tuned" in impls)
 
 
 def job_implementations_param(wildcards) -> list[str]:
@@ -129,13 +169,13 @@ def job_implementations_param(wildcards) -> list[str]:
 
 def timing_params() -> dict:
     """The timing settings a job uses (not the job lists, which have their own params)."""
-    skip = ("candidates", "references", "aa_implementation", "dispatch")
+    skip = ("candidates", "reference_groups", "aa_implementation", "dispatch")
     return {k: v for k, v in config["timing"].items() if k not in skip}
 
 
 def dispatch_inputs(wildcards) -> dict:
     """The dispatcher's timing job also needs its table and every kernel it may dispatch to."""
-    if wildcards.job != "dispatch":
+    if job_implementations(wildcards.job)[0] != "dispatch":
         return {}
     return {"dispatch_table": raw("dispatch/table.json"),
             "all_builds": [raw(f"builds/{k}.json") for k in KERNELS]}
@@ -174,7 +214,7 @@ def all_jobs_provenance() -> list[str]:
     jobs += [prov("compare_job", j) for j in TIMING_JOBS]
     if MODE == "live":
         jobs += [prov("ceilings"), prov("crosscheck")]
-        jobs += [prov("dispatch_table")] if "dispatch" in TIMING_JOBS else []
+        jobs += [prov("dispatch_table")] if jobs_of(["dispatch"]) else []
         jobs += [prov("mobilenet_measure"), prov("mobilenet_stats")]
         jobs += [prov("build_kernel", k) for k in KERNELS]
         jobs += [prov("verify", i) for i in IMPLEMENTATIONS]
@@ -195,4 +235,4 @@ def record_provenance() -> list[str]:
 wildcard_constraints:
     kernel="|".join(_kernels.KERNELS),
     impl="|".join(_kernels.IMPLEMENTATIONS),
-    job="|".join([*_kernels.IMPLEMENTATIONS, "aa", "dispatch"]),
+    job="|".join(re.escape(j) for j in TIMING_JOBS),

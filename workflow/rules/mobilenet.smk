@@ -5,7 +5,7 @@
 
 
 # Timing jobs whose graph_device medians choose each layer's kernel: one per kernel.
-MOBILENET_TIMING_JOBS = [job for job in config["timing"]["candidates"] if job in KERNELS]
+MOBILENET_TIMING_JOBS = jobs_of(KERNELS)
 # Every kernel's build: the atlas may choose any of them for a layer of the network.
 MOBILENET_CUBINS = [raw(f"builds/{kernel}.cubin") for kernel in KERNELS]
 MOBILENET_VERIFICATION = [raw(f"verification/{kernel}.parquet") for kernel in KERNELS]

@@ -17,7 +17,7 @@ MACHINE_CODE_TABLE = f"{RESULTS}/machine_code.parquet"
 def report_pairs() -> list[tuple[str, str]]:
     """(candidate, baseline) of every timing job this run compares, except the A/A one (in a
     replay, TIMING_JOBS holds only the jobs the record measured)."""
-    return [(job, base) for job in TIMING_JOBS if job != "aa"
+    return [(job_implementations(job)[0], base) for job in TIMING_JOBS if job != "aa"
             for base in job_implementations(job)[1:]]
 
 
@@ -33,27 +33,22 @@ def forest_outputs() -> list:
             for cand, base, boundary in FOREST_FIGURES]
 
 
-def stage_table_ready(table: str, rule_name: str) -> bool:
-    """An optional stage's table joins the report when it exists and so does every raw file its
-    rule reads: adding the rule to the DAG then cannot fail on a missing input (a replay of a
-    record that lacks that stage). A stage whose rules are not included is just a file."""
-    if not rules.has(rule_name):
-        return Path(table).exists()
-    raw_prefix = raw("")
-    rule_inputs = [str(f) for f in getattr(rules, rule_name).input if isinstance(f, str)]
-    raw_ready = all(Path(f).exists() for f in rule_inputs if f.startswith(raw_prefix))
-    # A replay rebuilds the table from the record; a live run reports a stage once it has run.
-    return raw_ready and (MODE == "replay" or Path(table).exists())
+def stage_ready(table: str, raw_inputs: list[str]) -> bool:
+    """An optional stage joins the report when the raw files its table is made from exist: a
+    replay rebuilds the table from the record, a live run reports the stage once it has run."""
+    if not raw_inputs or not all(Path(f).exists() for f in raw_inputs):
+        return False
+    return MODE == "replay" or Path(table).exists()
 
 
 def optional_report_assets(wildcards=None) -> list[str]:
-    """Pages of the optional stages whose table is ready when the DAG is built."""
+    """Pages of the optional stages whose inputs are there when the DAG is built."""
     assets = []
-    if stage_table_ready(MOBILENET_REPORT, "mobilenet_stats"):
+    if stage_ready(MOBILENET_REPORT, [raw("mobilenet/samples.parquet"), raw("mobilenet/probe.json")]):
         assets += [f"{REPORT}/mobilenet.svg", f"{REPORT}/mobilenet.html"]
-    if stage_table_ready(NSIGHT_TABLE, "nsight_table"):
+    if stage_ready(NSIGHT_TABLE, NSIGHT_CAPTURES):
         assets.append(f"{REPORT}/nsight.html")
-    if stage_table_ready(MACHINE_CODE_TABLE, "machine_code"):
+    if stage_ready(MACHINE_CODE_TABLE, [raw(f"builds/{k}.cubin") for k in KERNELS]):
         assets.append(f"{REPORT}/machine-code.html")
     return assets
 

@@ -1,5 +1,6 @@
-# Stage 4 (live only): one timing job per candidate, interleaved with the references, plus the
-# A/A calibration job ("aa"); only implementations verified correct on a shape are timed there.
+# Stage 4 (live only): a timing job per candidate and reference group ("k3-tuned": k3 interleaved
+# with k0 and torch_tuned; "k3-default": with torch_default), plus the A/A calibration ("aa");
+# only implementations verified correct on a shape are timed there.
 
 if MODE == "live":
 
@@ -28,7 +29,7 @@ if MODE == "live":
         """tuned PyTorch's graph_device median against triton's do_bench_cudagraph."""
         input:
             shapes=f"{RESULTS}/shapes.json",
-            samples=f"{RESULTS}/raw/timing/{config['timing']['references'][0]}.parquet",
+            samples=f"{RESULTS}/raw/timing/{job_timing_torch_tuned()}.parquet",
             code=code("shapes", "gpu", "timing", "crosscheck", "provenance"),
         output:
             crosscheck=f"{RESULTS}/raw/crosscheck.json",
@@ -45,9 +46,11 @@ if MODE == "live":
             "../scripts/crosscheck.py"
 
     rule dispatch_table:
-        """Per shape, the fastest implementation verified there, from the candidates' timings."""
+        """Per shape, the fastest implementation verified there, from the candidates' raw
+        timings (not the statistics, so a threshold edit does not re-time the dispatcher)."""
         input:
-            stats=expand(f"{RESULTS}/stats/{{job}}.parquet", job=config["timing"]["candidates"]),
+            samples=expand(f"{RESULTS}/raw/timing/{{job}}.parquet",
+                           job=jobs_of(config["timing"]["candidates"])),
             verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
             code=code("stats", "dispatch", "provenance"),
         output:

@@ -35,12 +35,16 @@ verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], i
 timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
 builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
 evidence = evidence_block(p.mode, p.record, record_check, p.device)
+# The settings the record was measured with (a replay must not show today's configuration).
+measured_timing = next(iter(timing_meta.values())).get("config") or dict(p.timing)
+factors = verification["tolerance_factor"].dropna().unique()
+measured_factor = float(factors[0]) if len(factors) == 1 else p.tolerance_factor
 ceilings = load_json(smk.input.ceilings[0]) if smk.input.ceilings else None
 crosscheck = load_json(smk.input.crosscheck[0]) if smk.input.crosscheck else None
 mobilenet = load_json(smk.input.mobilenet[0]) if smk.input.mobilenet else None
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
-                                          dict(p.timing), p.tolerance_factor, ceilings, crosscheck,
+                                          measured_timing, measured_factor, ceilings, crosscheck,
                                           mobilenet)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 

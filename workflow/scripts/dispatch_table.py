@@ -8,13 +8,14 @@ import pandas as pd  # noqa: E402
 from groupconv_atlas.dispatch import choose, verification_rows  # noqa: E402
 from groupconv_atlas.jobs import Job  # noqa: E402
 from groupconv_atlas.provenance import write_json, write_parquet  # noqa: E402
-from groupconv_atlas.stats import measured_medians  # noqa: E402
+from groupconv_atlas.stats import pooled_medians  # noqa: E402
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")
-comparisons = pd.concat([pd.read_parquet(p) for p in smk.input.stats], ignore_index=True)
+samples = pd.concat([pd.read_parquet(p) for p in smk.input.samples], ignore_index=True)
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
-table = choose(measured_medians(comparisons), verification)
+samples = samples[~samples["implementation"].str.endswith("_twin")]
+table = choose(pooled_medians(samples), verification)
 shape_ids = list(dict.fromkeys(verification["shape_id"]))
 write_json(smk.output.table, {"boundary": "graph_device", "chosen_from":
                               sorted(set(verification["implementation"])), "table": table})
