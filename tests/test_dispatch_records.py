@@ -1,0 +1,66 @@
+"""The dispatcher's choice and the record manifest's amendments and caveats (CPU)."""
+import json
+
+import pandas as pd
+import pytest
+
+from groupconv_atlas.dispatch import choose, verification_rows
+from groupconv_atlas.records import RecordError, add_caveat, amend, check, snapshot
+
+
+def test_dispatcher_picks_the_fastest_verified_implementation():
+    medians = pd.DataFrame({
+        "shape_id": ["a", "a", "a", "b", "b"],
+        "implementation": ["k3", "k4", "torch_tuned", "k4", "torch_tuned"],
+        "boundary": ["graph_device"] * 5,
+        "median_us": [5.0, 4.0, 9.0, 3.0, 2.0]})
+    verification = pd.DataFrame({
+        "shape_id": ["a", "a", "a", "b", "b"],
+        "implementation": ["k3", "k4", "torch_tuned", "k4", "torch_tuned"],
+        "status": ["correct", "incorrect", "correct", "correct", "correct"],
+        "reason": ["ok"] * 5})
+    table = choose(medians, verification)
+    assert table["a"]["implementation"] == "k3"  # k4 is faster but failed verification
+    assert table["b"]["implementation"] == "torch_tuned"  # PyTorch is the fallback when fastest
+    rows = verification_rows(table, verification, ["a", "b", "c"]).set_index("shape_id")
+    assert rows.loc["a", "status"] == "correct" and "dispatches to k3" in rows.loc["a", "reason"]
+    assert rows.loc["c", "status"] == "unsupported"
+
+
+def _record(tmp_path):
+    results = tmp_path / "results"
+    (results / "raw" / "timing").mkdir(parents=True)
+    (results / "provenance").mkdir()
+    (results / "raw" / "timing" / "k0.json").write_text('{"implementations": ["k0"]}')
+    (results / "provenance" / "time_job-k0.json").write_text("{}")
+    (results / "shapes.json").write_text('{"sha256": "x"}')
+    snapshot(results, tmp_path / "records" / "dev-1", "dev", {})
+    return tmp_path / "records" / "dev-1"
+
+
+def test_amend_rehashes_and_says_why(tmp_path):
+    record = _record(tmp_path)
+    new = tmp_path / "new.json"
+    new.write_text('{"implementations": ["k0", "k1"]}')
+    amend(record, {"raw/timing/k0.json": new}, "re-measured")
+    result = check(record)
+    assert result["amendments"][0]["note"] == "re-measured"
+    (record / "raw" / "timing" / "k0.json").write_text("tampered")
+    with pytest.raises(RecordError, match="raw/timing/k0.json"):
+        check(record)
+
+
+def test_caveats_travel_with_the_record(tmp_path):
+    record = _record(tmp_path)
+    add_caveat(record, "torch_tuned reused a heuristic algorithm")
+    assert check(record)["caveats"] == ["torch_tuned reused a heuristic algorithm"]
+    manifest = json.loads((record / "record.json").read_text())
+    assert manifest["caveats"][0]["added_utc"]
+
+
+def test_committed_full_record_is_intact_and_states_its_caveat():
+    from groupconv_atlas.provenance import REPO_ROOT
+
+    result = check(REPO_ROOT / "records" / "h200-2026-11-29")
+    assert result["files_checked"] > 100
+    assert any("pytorch/pytorch#45372" in c for c in result["caveats"])
