@@ -31,7 +31,7 @@ def clean(value):
     return value
 
 
-def evidence_block(mode: str, record: str | None, record_check: dict | None, device: str) -> dict:
+def evidence_block(mode: str, record_check: dict | None, device: str) -> dict:
     if mode == "live":
         return {"mode": "live", "device": device, "record": None,
                 "statement": "measured live by this run"}

@@ -22,6 +22,7 @@ rule assemble_atlas:
         ceilings=optional_raw("ceilings.json"),
         crosscheck=optional_raw("crosscheck.json"),
         mobilenet=mobilenet_readings(),
+        record_shapes=record_shapes(),
         check=record_check(),
         code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance"),
     output:
@@ -35,7 +36,6 @@ rule assemble_atlas:
         prov=prov("assemble_atlas"),
     params:
         mode=MODE,
-        record=RECORD,
         device=DEVICE,
         statistics=config["statistics"],
         timing=timing_params(),
@@ -43,6 +43,8 @@ rule assemble_atlas:
         tolerance_factor=config["verification"]["tolerance_factor"],
     log:
         f"{RESULTS}/logs/assemble_atlas.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/assemble_atlas.py"
 
@@ -57,9 +59,10 @@ rule provenance:
         f"{RESULTS}/provenance.json",
     params:
         mode=MODE,
-        record=RECORD,
     log:
         f"{RESULTS}/logs/provenance.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/provenance.py"
 
@@ -71,5 +74,7 @@ rule verify_provenance:
         index=f"{RESULTS}/provenance.json",
     log:
         f"{RESULTS}/logs/verify_provenance.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/verify_provenance.py"

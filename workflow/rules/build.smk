@@ -15,5 +15,7 @@ if MODE == "live":
             gpu=1,
         log:
             f"{RESULTS}/logs/build_kernel-{{kernel}}.log",
+        conda:
+            "../../envs/gpu.yaml"
         script:
             "../scripts/build_kernel.py"

@@ -13,5 +13,7 @@ if MODE == "live":
             gpu=1,
         log:
             f"{RESULTS}/logs/ceilings.log",
+        conda:
+            "../../envs/gpu.yaml"
         script:
             "../scripts/ceilings.py"

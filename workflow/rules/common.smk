@@ -191,6 +191,11 @@ def job_verification(wildcards) -> list[str]:
     return [raw(f"verification/{b}.parquet") for b in bases]
 
 
+def record_shapes() -> list[str]:
+    """In replay, the frozen shape set the record measured (compared with the configured one)."""
+    return [raw("shapes.json")] if MODE == "replay" else []
+
+
 def record_check() -> list[str]:
     """In replay every consumer of the record waits for its hashes to be checked."""
     return [f"{RESULTS}/record-check.json"] if MODE == "replay" else []
@@ -230,6 +235,124 @@ def record_provenance() -> list[str]:
     if MODE != "replay":
         return []
     return sorted(str(p) for p in Path(RECORD, "provenance").glob("*.json"))
+
+# ---- helpers for Nsight captures (nsight.smk) ----
+from groupconv_atlas import nsight as _nsight
+from groupconv_atlas.kernels import KERNELS as _NSIGHT_KERNELS
+
+# Checked here, so an unknown or unsupported pair fails before any job runs.
+NSIGHT_PAIRS = _nsight.nsight_pairs(SHAPES, config["nsight"]["shapes"],
+                                    config["nsight"]["implementations"])
+
+
+def _nsight_capture(pair):
+    return raw(f"nsight/{_nsight.capture_stem(*pair)}.ncu-rep")
+
+
+if MODE == "replay":
+    # As for the atlas, a replay shows what its record captured and names what it lacks.
+    _absent_captures = [p for p in NSIGHT_PAIRS if not Path(_nsight_capture(p)).is_file()]
+    if _absent_captures:
+        print(f"note: record {Path(RECORD).name} has no Nsight capture for "
+              f"{', '.join(f'({s}, {i})' for s, i in _absent_captures)}; the nsight table "
+              "leaves them out", file=sys.stderr)
+    NSIGHT_PAIRS = [p for p in NSIGHT_PAIRS if p not in _absent_captures]
+NSIGHT_CAPTURES = [_nsight_capture(p) for p in NSIGHT_PAIRS]
+# The timing records holding each profiled implementation's graph_device samples; one that a
+# record lacks leaves that latency null.
+NSIGHT_TIMING = {
+    impl: [path for job in _nsight.timing_jobs_for(
+        impl, {j: job_implementations(j) for j in TIMING_JOBS})
+        for path in optional_raw(f"timing/{job}.parquet")]
+    for impl in config["nsight"]["implementations"]
+}
+
+
+def nsight_profile_inputs(wildcards):
+    """A custom kernel's capture depends on its cubin and sources; a PyTorch one on neither."""
+    inputs = {
+        "shapes": f"{RESULTS}/shapes.json",
+        "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "verify",
+                       "provenance", "jobs"), "workflow/scripts/nsight_capture.py"],
+    }
+    if wildcards.impl in _NSIGHT_KERNELS:
+        inputs["cubin"] = raw(f"builds/{wildcards.impl}.cubin")
+        inputs["sources"] = _NSIGHT_KERNELS[wildcards.impl].inputs
+    return inputs
+
+
+def nsight_check_seed(wildcards):
+    """Verification's seed for this pair, so the capture sees the inputs verification checked."""
+    return _nsight.capture_seed(SHAPES, wildcards.shape, wildcards.impl,
+                                config["verification"]["seed"])
+
+
+# ---- helpers for the report (report.smk) ----
+from groupconv_atlas.report import BOUNDARIES as _REPORT_BOUNDARIES
+from groupconv_atlas.report import figure_stem as _figure_stem
+
+REPORT = f"{RESULTS}/report"
+REPORT_CODE = code("stats", "report", "provenance", "jobs")
+# Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
+MOBILENET_REPORT = f"{RESULTS}/mobilenet/mobilenet.json"
+NSIGHT_TABLE = f"{RESULTS}/nsight.parquet"
+MACHINE_CODE_TABLE = f"{RESULTS}/machine_code.parquet"
+
+
+def report_pairs() -> list[tuple[str, str]]:
+    """(candidate, baseline) of every timing job this run compares, except the A/A one (in a
+    replay, TIMING_JOBS holds only the jobs the record measured)."""
+    return [(job_implementations(job)[0], base) for job in TIMING_JOBS if job != "aa"
+            for base in job_implementations(job)[1:]]
+
+
+FOREST_FIGURES = [(cand, base, boundary) for cand, base in report_pairs()
+                  for boundary in _REPORT_BOUNDARIES]
+
+
+def forest_outputs() -> list:
+    return [report(f"{REPORT}/forest/{_figure_stem(cand, base, boundary)}.svg",
+                   caption="../report/forest.rst", category="Comparisons",
+                   subcategory="Per-shape ratios",
+                   labels={"candidate": cand, "baseline": base, "boundary": boundary})
+            for cand, base, boundary in FOREST_FIGURES]
+
+
+def stage_ready(table: str, raw_inputs: list[str]) -> bool:
+    """An optional stage joins the report when the raw files its table is made from exist: a
+    replay rebuilds the table from the record, a live run reports the stage once it has run."""
+    if not raw_inputs or not all(Path(f).exists() for f in raw_inputs):
+        return False
+    return MODE == "replay" or Path(table).exists()
+
+
+def optional_report_assets(wildcards=None) -> list[str]:
+    """Pages of the optional stages whose inputs are there when the DAG is built."""
+    assets = []
+    if stage_ready(MOBILENET_REPORT, [raw("mobilenet/samples.parquet"), raw("mobilenet/probe.json")]):
+        assets += [f"{REPORT}/mobilenet.svg", f"{REPORT}/mobilenet.html"]
+    if stage_ready(NSIGHT_TABLE, NSIGHT_CAPTURES):
+        assets.append(f"{REPORT}/nsight.html")
+    if stage_ready(MACHINE_CODE_TABLE, [raw(f"builds/{k}.cubin") for k in KERNELS]):
+        assets.append(f"{REPORT}/machine-code.html")
+    return assets
+
+
+REPORT_ASSETS = [
+    f"{REPORT}/atlas-map.html",
+    f"{REPORT}/current-evidence.html",
+    f"{REPORT}/geomeans.svg",
+    f"{REPORT}/aa-calibration.svg",
+    f"{REPORT}/boundaries.svg",
+    *[f"{REPORT}/forest/{_figure_stem(*f)}.svg" for f in FOREST_FIGURES],
+    f"{REPORT}/comparisons-summary.html",
+    f"{REPORT}/comparisons-per-shape.html",
+    f"{REPORT}/verification.html",
+    f"{REPORT}/shapes.html",
+    f"{REPORT}/latency.html",
+    f"{REPORT}/provenance.html",
+    f"{REPORT}/session.html",
+]
 
 
 wildcard_constraints:

@@ -41,6 +41,8 @@ if MODE == "live":
             gpu=1,
         log:
             f"{RESULTS}/logs/mobilenet_measure.log",
+        conda:
+            "../../envs/gpu.yaml"
         script:
             "../scripts/mobilenet_probe.py"
 
@@ -61,5 +63,7 @@ rule mobilenet_stats:
         mode=MODE,
     log:
         f"{RESULTS}/logs/mobilenet_stats.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/mobilenet_stats.py"

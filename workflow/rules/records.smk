@@ -12,10 +12,10 @@ if MODE == "replay":
         output:
             check=f"{RESULTS}/record-check.json",
             prov=prov("check_record"),
-        params:
-            record=RECORD,
         log:
             f"{RESULTS}/logs/check_record.log",
+        conda:
+            "../../envs/cpu.yaml"
         script:
             "../scripts/check_record.py"
 
@@ -36,5 +36,7 @@ if MODE == "live":
             device=DEVICE,
         log:
             f"{RESULTS}/logs/snapshot_record.log",
+        conda:
+            "../../envs/cpu.yaml"
         script:
             "../scripts/snapshot_record.py"

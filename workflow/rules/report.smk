@@ -3,71 +3,6 @@
 # machine-code stages join the report only when their table already exists, so a run without them
 # still reports. Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, prov(),
 # code(), raw(), TIMING_JOBS, job_implementations().
-from groupconv_atlas.report import BOUNDARIES as _REPORT_BOUNDARIES
-from groupconv_atlas.report import figure_stem as _figure_stem
-
-REPORT = f"{RESULTS}/report"
-REPORT_CODE = code("stats", "report", "provenance", "jobs")
-# Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
-MOBILENET_REPORT = f"{RESULTS}/mobilenet/mobilenet.json"
-NSIGHT_TABLE = f"{RESULTS}/nsight.parquet"
-MACHINE_CODE_TABLE = f"{RESULTS}/machine_code.parquet"
-
-
-def report_pairs() -> list[tuple[str, str]]:
-    """(candidate, baseline) of every timing job this run compares, except the A/A one (in a
-    replay, TIMING_JOBS holds only the jobs the record measured)."""
-    return [(job_implementations(job)[0], base) for job in TIMING_JOBS if job != "aa"
-            for base in job_implementations(job)[1:]]
-
-
-FOREST_FIGURES = [(cand, base, boundary) for cand, base in report_pairs()
-                  for boundary in _REPORT_BOUNDARIES]
-
-
-def forest_outputs() -> list:
-    return [report(f"{REPORT}/forest/{_figure_stem(cand, base, boundary)}.svg",
-                   caption="../report/forest.rst", category="Comparisons",
-                   subcategory="Per-shape ratios",
-                   labels={"candidate": cand, "baseline": base, "boundary": boundary})
-            for cand, base, boundary in FOREST_FIGURES]
-
-
-def stage_ready(table: str, raw_inputs: list[str]) -> bool:
-    """An optional stage joins the report when the raw files its table is made from exist: a
-    replay rebuilds the table from the record, a live run reports the stage once it has run."""
-    if not raw_inputs or not all(Path(f).exists() for f in raw_inputs):
-        return False
-    return MODE == "replay" or Path(table).exists()
-
-
-def optional_report_assets(wildcards=None) -> list[str]:
-    """Pages of the optional stages whose inputs are there when the DAG is built."""
-    assets = []
-    if stage_ready(MOBILENET_REPORT, [raw("mobilenet/samples.parquet"), raw("mobilenet/probe.json")]):
-        assets += [f"{REPORT}/mobilenet.svg", f"{REPORT}/mobilenet.html"]
-    if stage_ready(NSIGHT_TABLE, NSIGHT_CAPTURES):
-        assets.append(f"{REPORT}/nsight.html")
-    if stage_ready(MACHINE_CODE_TABLE, [raw(f"builds/{k}.cubin") for k in KERNELS]):
-        assets.append(f"{REPORT}/machine-code.html")
-    return assets
-
-
-REPORT_ASSETS = [
-    f"{REPORT}/atlas-map.html",
-    f"{REPORT}/current-evidence.html",
-    f"{REPORT}/geomeans.svg",
-    f"{REPORT}/aa-calibration.svg",
-    f"{REPORT}/boundaries.svg",
-    *[f"{REPORT}/forest/{_figure_stem(*f)}.svg" for f in FOREST_FIGURES],
-    f"{REPORT}/comparisons-summary.html",
-    f"{REPORT}/comparisons-per-shape.html",
-    f"{REPORT}/verification.html",
-    f"{REPORT}/shapes.html",
-    f"{REPORT}/latency.html",
-    f"{REPORT}/provenance.html",
-    f"{REPORT}/session.html",
-]
 
 
 rule report_assets:
@@ -94,6 +29,8 @@ rule report_map:
         prov=prov("report_map"),
     log:
         f"{RESULTS}/logs/report_map.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/report_map.py"
 
@@ -118,6 +55,8 @@ rule report_figures:
         forest=[list(f) for f in FOREST_FIGURES],
     log:
         f"{RESULTS}/logs/report_figures.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/report_figures.py"
 
@@ -160,6 +99,8 @@ rule report_tables:
         prov=prov("report_tables"),
     log:
         f"{RESULTS}/logs/report_tables.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/report_tables.py"
 
@@ -177,6 +118,8 @@ rule report_mobilenet:
         prov=prov("report_mobilenet"),
     log:
         f"{RESULTS}/logs/report_mobilenet.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/report_mobilenet.py"
 
@@ -190,6 +133,8 @@ rule report_nsight:
         prov=prov("report_nsight"),
     log:
         f"{RESULTS}/logs/report_nsight.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/report_nsight.py"
 
@@ -204,5 +149,7 @@ rule report_machine_code:
         prov=prov("report_machine_code"),
     log:
         f"{RESULTS}/logs/report_machine_code.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/report_machine_code.py"

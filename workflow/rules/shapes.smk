@@ -14,5 +14,7 @@ rule freeze_shapes:
         implementations=IMPLEMENTATIONS,
     log:
         f"{RESULTS}/logs/freeze_shapes.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/freeze_shapes.py"

@@ -16,5 +16,7 @@ rule compare_job:
         statistics=config["statistics"],
     log:
         f"{RESULTS}/logs/compare_job-{{job}}.log",
+    conda:
+        "../../envs/cpu.yaml"
     script:
         "../scripts/compare_job.py"

@@ -22,6 +22,8 @@ if MODE == "live":
             gpu=1,
         log:
             f"{RESULTS}/logs/time_job-{{job}}.log",
+        conda:
+            "../../envs/gpu.yaml"
         script:
             "../scripts/time_job.py"
 
@@ -42,6 +44,8 @@ if MODE == "live":
             gpu=1,
         log:
             f"{RESULTS}/logs/crosscheck.log",
+        conda:
+            "../../envs/gpu.yaml"
         script:
             "../scripts/crosscheck.py"
 
@@ -59,5 +63,7 @@ if MODE == "live":
             prov=prov("dispatch_table"),
         log:
             f"{RESULTS}/logs/dispatch_table.log",
+        conda:
+            "../../envs/cpu.yaml"
         script:
             "../scripts/dispatch_table.py"

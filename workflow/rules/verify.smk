@@ -18,5 +18,7 @@ if MODE == "live":
             gpu=1,
         log:
             f"{RESULTS}/logs/verify-{{impl}}.log",
+        conda:
+            "../../envs/gpu.yaml"
         script:
             "../scripts/verify.py"

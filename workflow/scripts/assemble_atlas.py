@@ -25,7 +25,7 @@ def load_json(path):
 shapes_doc = load_json(smk.input.shapes)
 record_check = load_json(smk.input.check[0]) if smk.input.check else None
 if record_check is not None:
-    frozen = load_json(Path(p.record) / "raw" / "shapes.json")["sha256"]
+    frozen = load_json(smk.input.record_shapes[0])["sha256"]
     if frozen != shapes_doc["sha256"]:
         raise SystemExit(f"record {record_check['record']} was measured on shape set {frozen[:12]}…"
                          f" but {smk.input.shapes} is {shapes_doc['sha256'][:12]}…: the shapes in "
@@ -34,7 +34,7 @@ comparisons = pd.concat([pd.read_parquet(t) for t in smk.input.stats], ignore_in
 verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
 timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
 builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
-evidence = evidence_block(p.mode, p.record, record_check, p.device)
+evidence = evidence_block(p.mode, record_check, p.device)
 # The settings the record was measured with (a replay must not show today's configuration).
 measured_timing = next(iter(timing_meta.values())).get("config") or dict(p.timing)
 factors = verification["tolerance_factor"].dropna().unique()

@@ -10,7 +10,7 @@ from groupconv_atlas.records import RecordError, check  # noqa: E402
 smk = snakemake  # noqa: F821
 job = Job(smk, "check_record.py")
 try:
-    result = check(smk.params.record)
+    result = check(Path(smk.input.manifest).parent)
 except RecordError as err:
     sys.exit(f"check_record: {err}")
 write_json(smk.output.check, result)
