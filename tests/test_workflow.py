@@ -132,3 +132,24 @@ def test_a_bad_shape_fails_before_any_job_naming_id_and_field(repo):
 def test_a_bad_config_value_names_the_field(repo):
     res = run(repo, "-n", "atlas", "--config", "mode=sometimes", check=False)
     assert res.returncode != 0 and "sometimes" in res.stdout + res.stderr
+
+
+def test_the_committed_h200_record_replays_into_the_atlas(repo):
+    """The README's main job on a machine without a GPU: the newest H200 record, end to end."""
+    run(repo, "--cores", "1", "atlas")
+    out = repo / "results" / "h200"
+    atlas = json.loads((out / "atlas.json").read_text())
+    assert atlas["evidence"]["mode"] == "replay"
+    assert atlas["evidence"]["record"] == "h200-2026-11-29"
+    assert atlas["shape_set"]["count"] == 80
+    assert atlas["verification"]["k2"] == {"correct": 62, "incorrect": 0, "unsupported": 18}
+    assert atlas["aa"]["pairs"] == 160 and atlas["aa"]["passed"]
+    assert any("pytorch/pytorch#45372" in c for c in atlas["evidence"]["caveats"])
+    assert atlas["roofline"]["ceilings"]["dram_bandwidth_bytes_per_s"] > 0
+    assert atlas["mobilenet"]["readings"]["block"]["n1"]["graph_device"]["class"] in (
+        "WIN", "LOSS", "TIE", "INCONCLUSIVE")
+    evidence = (out / "current-evidence.md").read_text()
+    assert "Known limitations of this record" in evidence
+    for page in ("atlas-map.html", "nsight.html", "machine-code.html", "mobilenet.html"):
+        assert (out / "report" / page).is_file(), page
+    run(repo, "verify_provenance")
