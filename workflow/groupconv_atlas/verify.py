@@ -135,7 +135,7 @@ def verify_one(session, impl: str, shape: Shape, seed: int, cubins: dict[str, st
         flat_x, flat_w, flat_y = x.reshape(-1), w.reshape(-1), out.reshape(-1)
 
         def take(flat, idx):
-            return flat[torch.from_numpy(np.ascontiguousarray(idx)).to("cuda")].cpu().numpy()
+            return flat[torch.from_numpy(np.array(idx, dtype=np.int64)).to("cuda")].cpu().numpy()
 
         x_vals, w_vals = take(flat_x, x_idx), take(flat_w, w_idx)
         y_pts = take(flat_y, out_idx).astype(np.float64)
