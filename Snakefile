@@ -24,6 +24,7 @@ include: "workflow/rules/nsight.smk"
 include: "workflow/rules/mobilenet.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/records.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule atlas:

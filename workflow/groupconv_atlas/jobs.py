@@ -1,19 +1,51 @@
-"""What every Snakemake script job shares: progress to stderr and the log, and provenance."""
+"""What every Snakemake script job shares: progress to stderr and the log, provenance, and on a
+host with several GPUs the one GPU this job may see."""
 from __future__ import annotations
 
+import fcntl
+import os
 import sys
 from pathlib import Path
 
 from .provenance import now_utc, snakemake_job_provenance
 
+# The GPUs of this host that GPU jobs may use, as CUDA_VISIBLE_DEVICES entries (indices or
+# UUIDs), e.g. "0,1,2,3"; run with `--cores 4 --resources gpu=4`. Unset: no pinning.
+GPUS_VAR = "GROUPCONV_GPUS"
+GPU_LOCKS = Path(".snakemake") / "gpu-locks"
+
+
+def pin_gpu(smk) -> object | None:
+    """Show this GPU job only one device of GROUPCONV_GPUS that no other running job holds, by
+    setting CUDA_VISIBLE_DEVICES before anything initialises CUDA. A device is held by an flock
+    on its lock file for the life of the process, so a crashed job frees it; Snakemake's `gpu`
+    resource keeps the GPU jobs no more than the devices. Under SLURM, SLURM assigns the GPU."""
+    devices = [d.strip() for d in os.environ.get(GPUS_VAR, "").split(",") if d.strip()]
+    if not devices or not smk.resources.get("gpu") or "SLURM_JOB_ID" in os.environ:
+        return None
+    GPU_LOCKS.mkdir(parents=True, exist_ok=True)
+    for device in devices:
+        handle = open(GPU_LOCKS / f"{device}.lock", "w")  # noqa: SIM115 - held until exit
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+        return handle
+    raise RuntimeError(f"every GPU in {GPUS_VAR}={','.join(devices)} is held by another job: "
+                       f"run with --resources gpu={len(devices)} or fewer")
+
 
 class Job:
-    """Wraps the `snakemake` object a script receives. Call `finish()` after writing outputs."""
+    """Wraps the `snakemake` object a script receives. Create it before anything touches the GPU;
+    call `finish()` after writing outputs."""
 
     def __init__(self, smk, script: str):
         self.smk = smk
         self.script = str(Path(smk.scriptdir) / script)
         self.started = now_utc()
+        self._gpu_lock = pin_gpu(smk)
         self._log = open(smk.log[0], "w") if len(smk.log) else None  # noqa: SIM115
 
     def progress(self, message: str) -> None:

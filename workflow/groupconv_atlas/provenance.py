@@ -106,10 +106,13 @@ def git_state() -> dict:
 def gpu_environment() -> dict:
     """GPU facts from torch and NVML, only if torch has already been imported by the caller and
     sees a GPU (this never initialises CUDA by itself)."""
+    # Which device this job was given (by groupconv_atlas.jobs.pin_gpu or by SLURM), and where.
+    placement = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                 "host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():
         return {"gpu_name": None, "gpu_uuid": None, "driver": None, "cuda_runtime": None,
-                "cudnn": None}
+                "cudnn": None, **placement}
     props = torch.cuda.get_device_properties(0)
     driver = None
     try:
@@ -128,6 +131,7 @@ def gpu_environment() -> dict:
         "driver": driver,
         "cuda_runtime": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
+        **placement,
     }
 
 

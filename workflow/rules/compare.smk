@@ -1,0 +1,29 @@
+# Cross-record comparison (CPU, either mode): the cells two or more committed records share, each
+# re-classified from its own raw layer with this config's statistics, side by side. Target:
+# `snakemake compare_records`. Reads records/ only, never a device's results/. Which records:
+# config compare.records (empty or absent: every committed record), checked only when this rule
+# is wanted, so a checkout with one record runs every other target.
+# Uses from common.smk: config, code().
+from groupconv_atlas import compare_records as _compare
+
+COMPARISONS = "results/comparisons"
+
+
+rule compare_records:
+    input:
+        unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
+                                                         .get("records"))),
+        code=code("kernels", "shapes", "timing", "stats", "records", "report", "provenance",
+                  "jobs", "compare_records"),
+    output:
+        table=f"{COMPARISONS}/records.parquet",
+        page=f"{COMPARISONS}/records.html",
+        prov=f"{COMPARISONS}/provenance/compare_records.json",
+    params:
+        statistics=config["statistics"],
+    log:
+        f"{COMPARISONS}/logs/compare_records.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/compare_records.py"

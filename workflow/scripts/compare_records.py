@@ -1,0 +1,38 @@
+"""Snakemake job (CPU): the cells two or more committed records share, each re-classified from its
+own raw layer, side by side (records.parquet) and as a page (records.html)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
+from groupconv_atlas.compare_records import (agreement, comparison_page, record_cells,  # noqa: E402
+                                             sampling, side_by_side)
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_parquet, write_text  # noqa: E402
+from groupconv_atlas.records import RecordError, check  # noqa: E402
+from groupconv_atlas.stats import StatsConfig  # noqa: E402
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "compare_records.py")
+cfg = StatsConfig(**smk.params.statistics)
+checks, settings, cells = {}, {}, {}
+for manifest in smk.input.manifests:
+    record_dir = Path(manifest).parent
+    name = record_dir.name
+    try:  # as in a replay, a record whose files do not match their hashes is refused
+        checks[name] = check(record_dir)
+    except RecordError as err:
+        sys.exit(f"compare_records: {err}")
+    settings[name] = sampling(record_dir)
+    cells[name] = record_cells(record_dir, cfg)
+    job.progress(f"{name}: {len(cells[name])} cells ({settings[name]})")
+wide = side_by_side(cells)
+summary = agreement(wide)
+write_parquet(smk.output.table, wide)
+write_text(smk.output.page, comparison_page(wide, checks, settings, cfg.threshold))
+overall = summary[summary["boundary"] == "all"].iloc[0]
+job.progress(f"{len(wide)} shared cells: classes agree in {overall['share_classes_agree']:.1%}, "
+             f"intervals overlap in {overall['share_intervals_overlap']:.1%}, "
+             f"{overall['class_flips']} flips, {overall['reversals']} WIN/LOSS reversals")
+job.finish(extra={"agreement": summary.to_dict("records"),
+                  "records": {n: {"manifest_sha256": c["manifest_sha256"], "sampling": settings[n]}
+                              for n, c in checks.items()}})
