@@ -114,7 +114,7 @@ def agreement(wide: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _share(value) -> str:
+def share_text(value) -> str:
     return "—" if value is None or pd.isna(value) else f"{value:.1%}"
 
 
@@ -148,8 +148,8 @@ def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[
     record_rows = [[name, c.get("device"), settings[name], " / ".join(c["caveats"]) or "none"]
                    for name, c in checks.items()]
     summary = agreement(wide)
-    summary_rows = [[r["boundary"], r["cells"], _share(r["share_classes_agree"]),
-                     r["timed_in_all"], _share(r["share_intervals_overlap"]), r["class_flips"],
+    summary_rows = [[r["boundary"], r["cells"], share_text(r["share_classes_agree"]),
+                     r["timed_in_all"], share_text(r["share_intervals_overlap"]), r["class_flips"],
                      r["reversals"]] for r in summary.to_dict("records")]
     flips = wide[~wide["classes_agree"]]
     body = (

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
 from groupconv_atlas.compare_records import (agreement, comparison_page, record_cells,  # noqa: E402
-                                             sampling, side_by_side)
+                                             sampling, share_text, side_by_side)
 from groupconv_atlas.jobs import Job  # noqa: E402
 from groupconv_atlas.provenance import write_parquet, write_text  # noqa: E402
 from groupconv_atlas.records import RecordError, check  # noqa: E402
@@ -30,8 +30,8 @@ summary = agreement(wide)
 write_parquet(smk.output.table, wide)
 write_text(smk.output.page, comparison_page(wide, checks, settings, cfg.threshold))
 overall = summary[summary["boundary"] == "all"].iloc[0]
-job.progress(f"{len(wide)} shared cells: classes agree in {overall['share_classes_agree']:.1%}, "
-             f"intervals overlap in {overall['share_intervals_overlap']:.1%}, "
+job.progress(f"{len(wide)} shared cells: classes agree in {share_text(overall['share_classes_agree'])}, "
+             f"intervals overlap in {share_text(overall['share_intervals_overlap'])}, "
              f"{overall['class_flips']} flips, {overall['reversals']} WIN/LOSS reversals")
 job.finish(extra={"agreement": summary.to_dict("records"),
                   "records": {n: {"manifest_sha256": c["manifest_sha256"], "sampling": settings[n]}
