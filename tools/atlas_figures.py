@@ -1,0 +1,84 @@
+"""Print the figures quoted in closing notes from a built atlas (live or replayed):
+    python tools/atlas_figures.py [results/h200]
+Geometric means split by depthwise / grouped shapes, the per-shape best custom kernel, how far
+torch_tuned and torch_default differ inside one timing job, bandwidth on over-2xL2 shapes, the
+Nsight k1-vs-k2 durations and instruction counts, and the MobileNet readings."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
+KERNELS = ["k0", "k1", "k2", "k3", "k4"]
+
+
+def geomean(values) -> float:
+    return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
+
+
+def main(results: Path) -> None:
+    shapes = pd.read_parquet(results / "shapes.parquet").set_index("id")
+    depthwise = set(shapes.index[shapes["cin_per_group"] == 1])
+    comp = pd.read_parquet(results / "comparisons.parquet")
+    comp = comp[comp["class"].isin(CLASSES)]
+    print("# candidate vs torch_tuned: geometric mean over all / depthwise / grouped shapes")
+    for cand in [*KERNELS, "dispatch"]:
+        for boundary in ("graph_device", "sync_api"):
+            sub = comp[(comp.candidate == cand) & (comp.baseline == "torch_tuned")
+                       & (comp.boundary == boundary)]
+            if sub.empty:
+                continue
+            dw = sub[sub.shape_id.isin(depthwise)]
+            gr = sub[~sub.shape_id.isin(depthwise)]
+            print(f"{cand:9s} {boundary:12s} all {geomean(sub.ratio):.3f} (n={len(sub)})  "
+                  f"depthwise {geomean(dw.ratio):.3f} (n={len(dw)})  "
+                  f"grouped {geomean(gr.ratio) if len(gr) else float('nan'):.3f} (n={len(gr)})")
+    print("# per-shape best custom kernel vs torch_tuned")
+    for boundary in ("graph_device", "sync_api"):
+        sub = comp[comp.candidate.isin(KERNELS) & (comp.baseline == "torch_tuned")
+                   & (comp.boundary == boundary)]
+        best = sub.loc[sub.groupby("shape_id").ratio.idxmax()]
+        print(f"{boundary}: {geomean(best.ratio):.3f}; best kernel counts "
+              f"{best.candidate.value_counts().to_dict()}")
+    timing = sorted((results.parent.parent / "records").glob("*/raw/timing/*.parquet"))
+    print("# torch_tuned / torch_default graph_device medians inside one timing job")
+    for path in timing:
+        raw = pd.read_parquet(path)
+        raw = raw[raw.boundary == "graph_device"]
+        if not {"torch_tuned", "torch_default"} <= set(raw.implementation):
+            continue
+        med = raw.groupby(["shape_id", "implementation"]).latency_us.median().unstack()
+        ratio = med.torch_tuned / med.torch_default
+        print(f"{path.parent.parent.parent.name}/{path.stem}: max |tuned/default - 1| "
+              f"{(ratio - 1).abs().max():.4f} over {len(ratio)} shapes")
+    roof = pd.read_parquet(results / "roofline.parquet")
+    big = roof[roof.footprint_over_2x_l2.astype(bool) & (roof.boundary == "graph_device")]
+    if not big.empty:
+        print("# fraction of measured DRAM bandwidth on shapes over twice the L2 (graph_device)")
+        table = big.pivot(index="shape_id", columns="implementation",
+                          values="achieved_bandwidth_fraction")
+        print(table.round(2).to_string())
+    nsight_path = results / "nsight.parquet"
+    if nsight_path.is_file():
+        ns = pd.read_parquet(nsight_path)
+        ns = ns[ns.implementation.isin(["k1", "k2"])]
+        print("# Nsight: k1 vs k2")
+        print(ns.pivot(index="shape_id", columns="implementation",
+                       values=["duration_ns", "instructions_executed", "shared_bank_conflicts",
+                               "achieved_occupancy_pct"]).to_string())
+    mobile = results / "mobilenet" / "mobilenet.json"
+    if mobile.is_file():
+        readings = json.loads(mobile.read_text())["readings"]
+        print("# MobileNet readings: original / substituted")
+        for experiment, per_n in readings.items():
+            for n, boundaries in per_n.items():
+                for boundary, r in boundaries.items():
+                    print(f"{experiment} {n} {boundary}: {r['ratio']:.3f} "
+                          f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
+                          f"({r['baseline_median_us']:.1f} vs {r['candidate_median_us']:.1f} us)")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/h200"))
