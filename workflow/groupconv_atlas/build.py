@@ -54,23 +54,29 @@ def parse_resource_usage(text: str) -> dict[str, dict]:
     return functions
 
 
+def _nvcc(source: Path, cubin_out: Path, what: str) -> str:
+    """Run nvcc with the atlas's flags; return ptxas's resource report."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise BuildError("nvcc is not on PATH: install the CUDA toolkit (nvcc 13.0 was used)")
+    cmd = [nvcc, *NVCC_FLAGS, "-I", str(REPO_ROOT / "kernels"), "-o", str(cubin_out), str(source)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise BuildError(f"nvcc failed for {what} ({source}):\n{res.stderr}")
+    return res.stderr + res.stdout
+
+
 def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None = None) -> dict:
     """Compile one kernel source to a cubin; return the build record (without GPU attributes)."""
     spec = KERNELS[kernel]
     src = Path(source) if source else REPO_ROOT / spec.source
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise BuildError("nvcc is not on PATH: install the CUDA toolkit (nvcc 13.0 was used)")
     cubin_out = Path(cubin_out)
     cubin_out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_cubin = Path(tmp) / "kernel.cubin"
-        cmd = [nvcc, *NVCC_FLAGS, "-I", str(REPO_ROOT / "kernels"), "-o", str(tmp_cubin), str(src)]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if res.returncode != 0:
-            raise BuildError(f"nvcc failed for {kernel} ({src}):\n{res.stderr}")
+        log = _nvcc(src, tmp_cubin, kernel)
         data = tmp_cubin.read_bytes()
-    resources = parse_resource_usage(res.stderr + res.stdout)
+    resources = parse_resource_usage(log)
     missing = [e for e in entries(kernel) if e not in resources]
     if missing and source is None:
         raise BuildError(f"{kernel}: cubin lacks entry point(s) {', '.join(missing)}")
@@ -85,21 +91,15 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
         "cubin_sha256": sha256_bytes(data),
         "cubin_bytes": len(data),
         "functions": resources,
-        "ptxas_log": (res.stderr + res.stdout).strip(),
+        "ptxas_log": log.strip(),
     }
 
 
 def compile_kernel_source(source: str | Path, cubin_out: str | Path) -> dict:
     """Compile any .cu file (not a registered kernel) with the atlas's flags."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise BuildError("nvcc is not on PATH")
-    cmd = [nvcc, *NVCC_FLAGS, "-I", str(REPO_ROOT / "kernels"), "-o", str(cubin_out), str(source)]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise BuildError(f"nvcc failed for {source}:\n{res.stderr}")
+    log = _nvcc(Path(source), Path(cubin_out), str(source))
     return {"nvcc_flags": list(NVCC_FLAGS), "cubin_sha256": sha256_file(cubin_out),
-            "functions": parse_resource_usage(res.stderr + res.stdout)}
+            "functions": parse_resource_usage(log)}
 
 
 def load_attributes(cubin_path: str | Path, function_names: list[str]) -> dict[str, dict]:

@@ -7,7 +7,6 @@ from typing import Callable
 
 from .shapes import DILATION, PADDING, STRIDE, Shape
 
-REPO_ROOT_RELATIVE_KERNEL_DIR = "kernels"
 KERNEL_HEADERS = ("kernels/common.cuh",)
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1

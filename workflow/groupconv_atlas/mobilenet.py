@@ -26,7 +26,7 @@ from scipy import stats as sstats
 
 from .kernels import KERNELS
 from .shapes import Shape
-from .stats import StatsConfig, batch_medians, compare
+from .stats import StatsConfig, batch_medians, compare, pooled_medians
 from .timing import BOUNDARIES, ClockReader, TimingConfig, flag_batches, time_runs
 from .verify import bound_scale
 
@@ -226,13 +226,11 @@ def named_kernel(kernel: str) -> Callable[[Shape], tuple[str | None, str]]:
 # Choosing a kernel from the atlas: pure functions of DataFrames.
 
 def graph_device_medians(timing_tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """Per (shape_id, implementation): the median over batches of the graph_device batch
-    medians, from the raw timing tables (columns of timing.RAW_COLUMNS)."""
-    raw = pd.concat(timing_tables, ignore_index=True)
-    raw = raw[raw["boundary"] == "graph_device"]
-    per_batch = batch_medians(raw)
-    return (per_batch.groupby(["shape_id", "implementation"], sort=True)["median_us"].median()
-            .reset_index())
+    """Per (shape_id, implementation): the graph_device median of batch medians over the raw
+    timing tables (the same pooling the dispatcher uses)."""
+    pooled = pooled_medians(pd.concat(timing_tables, ignore_index=True))
+    return pooled[pooled["boundary"] == "graph_device"].drop(columns="boundary").reset_index(
+        drop=True)
 
 
 def _dims(shape: Shape) -> tuple[int, ...]:
