@@ -9,6 +9,7 @@ set -uo pipefail
 step=${1:?usage: tools/device_run.sh smoke|start|wait|full}
 out=${OUT:-/tmp/out}
 work=/tmp/atlas-session
+copy=/tmp/atlas-repo
 mkdir -p "$out" "$work"
 source .device-env/setup.sh || exit 1
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -59,11 +60,14 @@ full)
   touch "$work/done"
   ;;
 start)
-  rm -f "$work/done"
-  setsid nohup bash tools/device_run.sh full > "$work/session.log" 2>&1 < /dev/null &
+  # The session runs in its own copy: a later call re-sends the working tree into the repo root,
+  # which must not change sources under a running workflow.
+  rm -rf "$work" && mkdir -p "$work" "$copy" && cp -a . "$copy"/
+  (cd "$copy" && setsid nohup bash tools/device_run.sh full > "$work/session.log" 2>&1 < /dev/null &)
   exec bash tools/device_run.sh wait
   ;;
 wait)
+  cd "$copy" 2>/dev/null || { echo "no session copy at $copy: run 'start' first"; exit 1; }
   deadline=$(( $(date +%s) + ${WAIT_S:-560} ))
   while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
   cat "$work/session.log"

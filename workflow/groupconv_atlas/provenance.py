@@ -100,7 +100,13 @@ def git_state() -> dict:
         return res.stdout.strip() if res.returncode == 0 else None
 
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+    commit = git("rev-parse", "HEAD")
+    if commit is None and os.environ.get("GROUPCONV_GIT_COMMIT"):
+        # A copy without .git (the GPU machine gets the working tree only): the launcher names
+        # the commit it sent, and that the tree was clean when sent.
+        return {"commit": os.environ["GROUPCONV_GIT_COMMIT"], "dirty": None,
+                "source": "GROUPCONV_GIT_COMMIT, set by tools/device_run.sh's caller"}
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
 def gpu_environment() -> dict:
