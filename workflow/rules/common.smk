@@ -288,6 +288,7 @@ def nsight_check_seed(wildcards):
 
 
 # ---- helpers for the report (report.smk) ----
+
 from groupconv_atlas.report import BOUNDARIES as _REPORT_BOUNDARIES
 from groupconv_atlas.report import figure_stem as _figure_stem
 
@@ -359,3 +360,10 @@ wildcard_constraints:
     kernel="|".join(_kernels.KERNELS),
     impl="|".join(_kernels.IMPLEMENTATIONS),
     job="|".join(re.escape(j) for j in TIMING_JOBS),
+
+
+def snapshot_optional_stages(wildcards=None) -> list[str]:
+    """Nsight captures join a snapshot when this run made them (`snakemake nsight` first): a
+    session short of device time can leave them out, and its replay says so."""
+    made = any(Path(_nsight_capture(p)).is_file() for p in NSIGHT_PAIRS)
+    return [NSIGHT_TABLE] if made else []

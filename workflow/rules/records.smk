@@ -21,11 +21,6 @@ if MODE == "replay":
 
 
 if MODE == "live":
-    def snapshot_optional_stages(wildcards=None) -> list[str]:
-        """Nsight captures join the record when this run made them (`snakemake nsight` first):
-        a session short of device time can leave them out, and its replay says so."""
-        return [NSIGHT_TABLE] if any(Path(_nsight_capture(p)).is_file() for p in NSIGHT_PAIRS) else []
-
     SNAPSHOT = f"records/{DEVICE}-{config.get('record_name') or date.today().isoformat()}"
 
     rule snapshot_record:
