@@ -27,6 +27,17 @@ def test_dispatcher_picks_the_fastest_verified_implementation():
     assert rows.loc["c", "status"] == "unsupported"
 
 
+def test_dispatcher_never_picks_a_tf32_baseline():
+    medians = pd.DataFrame({
+        "shape_id": ["a", "a", "a"],
+        "implementation": ["k4", "torch_tuned", "torch_default_tf32"],
+        "boundary": ["graph_device"] * 3,
+        "median_us": [5.0, 4.0, 1.0]})
+    verification = medians[["shape_id", "implementation"]].assign(status="correct", reason="ok")
+    # TF32 is fastest and verified (at its own tolerance), but it is not strict FP32.
+    assert choose(medians, verification)["a"]["implementation"] == "torch_tuned"
+
+
 def _record(tmp_path):
     results = tmp_path / "results"
     (results / "raw" / "timing").mkdir(parents=True)

@@ -36,3 +36,19 @@ def test_kernel_correct_on_stress_shape(kernel, shape_id, cubins, gpu_session):
     assert first["unwritten_elements"] == 0
     assert first["error_to_tolerance_fp64"] < 0.1
     assert first["max_abs_error"] == second["max_abs_error"], "error moved between runs: a race"
+
+
+@pytest.mark.gpu
+def test_every_k5_variant_is_correct_and_the_tuner_chooses_one(cubins, gpu_session):
+    from groupconv_atlas.tuning import tune_kernel
+
+    shapes = [SHAPES[s] for s in STRESS]
+    tuning = tune_kernel(gpu_session, "k5", shapes, cubins["k5"], seed=3, factor=16.0,
+                         repeats=2, target_us=50, progress=lambda _msg: None)
+    bad = [(t["shape_id"], t["entry"], t["threads"]) for t in tuning["trials"]
+           if t["status"] != "correct"]
+    assert not bad, f"incorrect k5 variants: {bad}"
+    assert set(tuning["choices"]) == set(STRESS)
+    for shape_id, choice in tuning["choices"].items():
+        timed = [t["median_us"] for t in tuning["trials"] if t["shape_id"] == shape_id]
+        assert choice["median_us"] == min(timed)

@@ -2,8 +2,9 @@
 covers its whole output, and k2 declines what it cannot hold with a reason."""
 import pytest
 
-from groupconv_atlas.kernels import (IMPLEMENTATIONS, KERNELS, K4_TILES, base_implementation,
-                                     entries, k4_tile, support, twin_name)
+from groupconv_atlas.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
+                                     base_implementation, entries, k4_tile, k5_variants, support,
+                                     twin_name)
 from groupconv_atlas.provenance import REPO_ROOT
 from groupconv_atlas.shapes import load_shapes
 
@@ -43,7 +44,7 @@ def test_launch_covers_every_output(kernel):
             assert threads >= min(s.output_elems, 256)
         elif kernel == "k3":
             assert threads >= s.n * s.c_out * s.h * -(-s.w // 4)
-        elif kernel == "k4":
+        elif kernel in ("k4", "k5"):  # k5 untuned falls back to k4's tile
             rows, cob = k4_tile(s)
             assert s.cout_per_group % cob == 0
             assert threads >= s.n * (s.c_out // cob) * -(-s.h // rows) * -(-s.w // 4)
@@ -63,3 +64,23 @@ def test_k4_tiles_keep_channel_blocks_inside_a_group():
 def test_twin_names_round_trip():
     assert base_implementation(twin_name("k3")) == "k3"
     assert set(IMPLEMENTATIONS) >= {"k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned"}
+
+
+def test_every_k5_variant_covers_every_output_and_stays_in_a_group():
+    for s in SHAPES:
+        variants = k5_variants(s)
+        assert {"rows": 1, "cob": 1, "threads": 256} in variants  # always a fallback-sized tile
+        for v in variants:
+            assert (v["rows"], v["cob"]) in K5_TILES and v["threads"] in K5_BLOCKS
+            assert s.cout_per_group % v["cob"] == 0, (s.id, v)
+            launch = KERNELS["k5"].launch(s, v)
+            assert launch.entry in entries("k5")
+            assert launch.block == (v["threads"], 1, 1)
+            assert launch.grid[0] * v["threads"] >= (
+                s.n * (s.c_out // v["cob"]) * -(-s.h // v["rows"]) * -(-s.w // 4))
+
+
+def test_k5_refuses_a_variant_that_does_not_fit_the_shape():
+    grouped = next(s for s in SHAPES if s.cout_per_group == 4)
+    with pytest.raises(ValueError, match="does not fit"):
+        KERNELS["k5"].launch(grouped, {"rows": 1, "cob": 8, "threads": 256})

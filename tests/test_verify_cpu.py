@@ -3,6 +3,7 @@ against an independent direct convolution on random data."""
 import numpy as np
 import pytest
 
+from groupconv_atlas.kernels import IMPLEMENTATIONS
 from groupconv_atlas.shapes import Shape
 from groupconv_atlas.verify import (UNIT_ROUNDOFF_FP32, bound_scale, check_seed, fp64_points,
                                     gather_indices, sample_points)
@@ -72,6 +73,37 @@ def test_tolerance_separates_rounding_from_an_indexing_bug():
 
 
 def test_seeds_are_distinct_per_shape_and_implementation():
-    seeds = {check_seed(100, i, impl) for i in range(80)
-             for impl in ("k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned")}
-    assert len(seeds) == 80 * 7
+    impls = [*IMPLEMENTATIONS, "dispatch"]
+    seeds = {check_seed(100, i, impl) for i in range(80) for impl in impls}
+    assert len(seeds) == 80 * len(impls)
+
+
+def test_adding_implementations_keeps_older_seeds():
+    # The seeds the first records were verified with: base + 1000 * shape + slot.
+    slots = {"k0": 0, "k4": 4, "torch_default": 5, "torch_tuned": 6, "dispatch": 7}
+    for impl, slot in slots.items():
+        assert check_seed(100, 3, impl) == 100 + 3000 + slot
+
+
+def test_tf32_tolerance_covers_tf32_rounding_but_not_an_indexing_bug():
+    rng = np.random.default_rng(4)
+    pts = sample_points(SHAPE, 256, seed=5)
+    x = rng.standard_normal((SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w)).astype(np.float32)
+    w = rng.standard_normal((SHAPE.c_out, SHAPE.cin_per_group, 3, 3)).astype(np.float32)
+    x_idx, w_idx, valid, _ = gather_indices(SHAPE, pts)
+    xv, wv = x.reshape(-1)[x_idx], w.reshape(-1)[w_idx]
+    ref, scale = fp64_points(xv, wv, valid)
+
+    def to_tf32(a):  # round to nearest with 10 stored mantissa bits
+        bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x1000) & 0xFFFFE000
+        return bits.astype(np.uint32).view(np.float32)
+
+    tf32 = (to_tf32(xv).astype(np.float64) * to_tf32(wv) * valid).reshape(len(pts), -1).sum(axis=1)
+    strict = bound_scale(SHAPE.accumulation_length, 16) * scale
+    loose = bound_scale(SHAPE.accumulation_length, 16, tf32=True) * scale
+    assert np.max(np.abs(tf32 - ref) / strict) > 1  # TF32 fails the strict FP32 bound ...
+    assert np.all(np.abs(tf32 - ref) <= loose)  # ... and passes its own
+    shifted = np.roll(wv, 1, axis=-1)
+    wrong = (xv * shifted * valid).astype(np.float64).reshape(len(pts), -1).sum(axis=1)
+    assert np.max(np.abs(wrong - ref) / loose) > 10

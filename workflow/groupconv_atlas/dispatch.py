@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .kernels import BASELINES
+
 DISPATCH = "dispatch"
+NOT_STRICT_FP32 = sorted(name for name, spec in BASELINES.items() if spec["tf32"])
 
 
 def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "graph_device"
            ) -> dict[str, dict]:
     """{shape_id: {"implementation", "median_us", "reason"}} from per-(shape, implementation,
     boundary) medians; only implementations verified correct on the shape are eligible."""
+    # Strict FP32 only: a TF32 baseline computes less precisely, so it is never a dispatch target.
+    medians = medians[~medians["implementation"].isin(NOT_STRICT_FP32)]
     correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
                       verification.loc[verification["status"] == "correct", "implementation"]))
     sub = medians[medians["boundary"] == boundary]

@@ -8,12 +8,22 @@ imported here only when a session is created, so this module imports on a machin
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from .kernels import BASELINES, KERNELS, base_implementation
 from .shapes import Shape
+
+
+def set_conv_tf32(torch, allowed: bool) -> None:
+    """Allow or forbid TF32 in cuDNN convolutions, with whichever API strict_fp32 used."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        conv.fp32_precision = "tf32" if allowed else "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = allowed
 
 
 def strict_fp32(torch) -> dict:
@@ -51,6 +61,7 @@ class GpuSession:
         self.stream = drv.Stream()
         self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
         self._modules: dict[tuple[str, str], object] = {}
+        self._tunings: dict[str, dict] = {}
 
     @contextlib.contextmanager
     def on_stream(self):
@@ -65,6 +76,17 @@ class GpuSession:
         if key not in self._modules:
             self._modules[key] = self.drv.module_from_buffer(Path(cubin).read_bytes())
         return self._modules[key].get_function(entry)
+
+    def tuned_variant(self, cubin: str | Path, shape_id: str) -> dict | None:
+        """The launch variant the tuning stage chose for this shape, from the build record that
+        sits beside the cubin (same stem); None where the shape was not tuned."""
+        key = str(cubin)
+        if key not in self._tunings:
+            record = Path(cubin).with_suffix(".json")
+            tuning = json.loads(record.read_text()).get("tuning") if record.is_file() else None
+            self._tunings[key] = (tuning or {}).get("choices", {})
+        choice = self._tunings[key].get(shape_id)
+        return None if choice is None else {k: choice[k] for k in ("rows", "cob", "threads")}
 
     def synchronize(self) -> None:
         """Wait for all work; a failed launch surfaces here as an exception, never silently."""
@@ -110,7 +132,13 @@ def bind(session: GpuSession, impl: str, shape: Shape, x, w, y, cubins: dict[str
     base = base_implementation(impl)
     handle = "twin" if impl != base else "main"
     if base in KERNELS:
-        launch = KERNELS[base].launch(shape)
+        spec = KERNELS[base]
+        variant = None
+        if spec.variants is not None:
+            variant = session.tuned_variant(cubins[base], shape.id)
+            launch = spec.launch(shape, variant)
+        else:
+            launch = spec.launch(shape)
         fn = session.function(cubins[base], launch.entry, handle)
         fn.prepare(launch.arg_format)
         args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), *launch.scalars)
@@ -120,12 +148,15 @@ def bind(session: GpuSession, impl: str, shape: Shape, x, w, y, cubins: dict[str
             fn.prepared_async_call(launch.grid, launch.block, stream, *args)
             return y
 
-        return Bound(impl, run_kernel, y, {"entry": launch.entry, "grid": list(launch.grid),
-                                             "block": list(launch.block)})
+        details = {"entry": launch.entry, "grid": list(launch.grid), "block": list(launch.block)}
+        if spec.variants is not None:
+            details["variant_from"] = "tuning stage" if variant else "untuned fallback (k4's rule)"
+        return Bound(impl, run_kernel, y, details)
     if base in BASELINES:
         torch = session.torch
         functional = torch.nn.functional
         benchmark = BASELINES[base]["benchmark"]
+        tf32 = BASELINES[base]["tf32"]
         groups = shape.groups
 
         def run_torch():
@@ -133,5 +164,17 @@ def bind(session: GpuSession, impl: str, shape: Shape, x, w, y, cubins: dict[str
             torch.backends.cudnn.benchmark = benchmark
             return functional.conv2d(x, w, None, 1, 1, 1, groups)
 
-        return Bound(impl, run_torch, None, {"cudnn_benchmark": benchmark})
+        def run_torch_tf32():
+            # TF32 only inside this call (read when cuDNN picks the algorithm, also under graph
+            # capture); every other implementation keeps strict FP32. cuDNN's algorithm cache is
+            # keyed by the TF32 setting, so this never shares an algorithm with a strict baseline.
+            torch.backends.cudnn.benchmark = benchmark
+            set_conv_tf32(torch, True)
+            try:
+                return functional.conv2d(x, w, None, 1, 1, 1, groups)
+            finally:
+                set_conv_tf32(torch, False)
+
+        return Bound(impl, run_torch_tf32 if tf32 else run_torch, None,
+                     {"cudnn_benchmark": benchmark, "tf32": tf32})
     raise KeyError(f"unknown implementation {impl!r}")

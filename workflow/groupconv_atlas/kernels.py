@@ -29,7 +29,10 @@ class KernelSpec:
     source: str
     title: str
     supports: Callable[[Shape], tuple[bool, str]]
-    launch: Callable[[Shape], Launch]
+    # launch(shape) or, for a tuned kernel, launch(shape, variant) with a variant from `variants`
+    launch: Callable[..., Launch]
+    # A tuned kernel lists the launch variants its tuning stage measures per shape.
+    variants: Callable[[Shape], list[dict]] | None = None
 
     @property
     def inputs(self) -> list[str]:
@@ -126,6 +129,41 @@ def _launch_k4(s: Shape) -> Launch:
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
+# k5: k4's tile over a wider family, chosen per shape by measurement (groupconv_atlas.tuning), not
+# by a rule of thumb. Tiles that spill registers under ptxas (rows 2 x 16 and rows 4 x 8
+# channels) are left out; the build record lists each entry's registers and spills.
+K5_TILES = ((1, 1), (1, 2), (1, 4), (1, 8), (1, 16), (2, 1), (2, 2), (2, 4), (2, 8),
+            (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4))
+K5_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
+
+
+def k5_variants(s: Shape) -> list[dict]:
+    """Every (tile, block) the tuner measures on a shape: channel blocks that divide
+    C_out/groups, row blocks no taller than the map (rows 1 always)."""
+    return [{"rows": rows, "cob": cob, "threads": threads}
+            for rows, cob in K5_TILES
+            if s.cout_per_group % cob == 0 and (rows == 1 or rows <= s.h)
+            for threads in K5_BLOCKS]
+
+
+def k5_default_variant(s: Shape) -> dict:
+    """Untuned fallback (a shape the tuning stage did not see): k4's rule of thumb."""
+    rows, cob = k4_tile(s)
+    return {"rows": rows, "cob": cob, "threads": THREADS_PER_BLOCK}
+
+
+def _launch_k5(s: Shape, variant: dict | None = None) -> Launch:
+    v = variant or k5_default_variant(s)
+    rows, cob, threads = int(v["rows"]), int(v["cob"]), int(v["threads"])
+    if (rows, cob) not in K5_TILES or threads not in K5_BLOCKS or s.cout_per_group % cob:
+        raise ValueError(f"k5 variant {v} does not fit shape {s.id} "
+                         f"(C_out/groups = {s.cout_per_group})")
+    total = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
+    return Launch(f"k5_tuned_tile_r{rows}_c{cob}",
+                  (min(_ceil_div(total, threads), MAX_GRID_X), 1, 1), (threads, 1, 1),
+                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
 KERNELS: dict[str, KernelSpec] = {
     "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
                      _always, _launch_k0),
@@ -138,12 +176,22 @@ KERNELS: dict[str, KernelSpec] = {
     "k4": KernelSpec("k4", "kernels/k4_register_tile.cu",
                      "register tile: rows x 4 outputs x channel block per thread",
                      _always, _launch_k4),
+    "k5": KernelSpec("k5", "kernels/k5_tuned_tile.cu",
+                     "register tile, tile and block size tuned per shape by measurement",
+                     _always, _launch_k5, k5_variants),
 }
 
-# PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned).
+# PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned); and,
+# labelled apart, PyTorch as a default user gets it: cuDNN convolutions may use TF32 (PyTorch's
+# default), so it computes less precisely than every other implementation here.
 BASELINES: dict[str, dict] = {
-    "torch_default": {"title": "PyTorch F.conv2d, cudnn.benchmark=False", "benchmark": False},
-    "torch_tuned": {"title": "PyTorch F.conv2d, cudnn.benchmark=True", "benchmark": True},
+    "torch_default": {"title": "PyTorch F.conv2d, cudnn.benchmark=False", "benchmark": False,
+                      "tf32": False},
+    "torch_tuned": {"title": "PyTorch F.conv2d, cudnn.benchmark=True", "benchmark": True,
+                    "tf32": False},
+    "torch_default_tf32": {"title": "PyTorch F.conv2d as shipped: cudnn.benchmark=False, TF32 "
+                                    "allowed in cuDNN convolutions (not strict FP32)",
+                           "benchmark": False, "tf32": True},
 }
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
 DISPATCH = "dispatch"  # groupconv_atlas.dispatch: per-shape choice among the above
@@ -176,6 +224,8 @@ def entries(kernel: str) -> list[str]:
         return [f"k2_shared_halo_cpg{c}" for c in K2_CHANNELS_PER_GROUP]
     if kernel == "k4":
         return [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
+    if kernel == "k5":
+        return [f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES]
     return [KERNELS[kernel].launch(_probe_shape()).entry]
 
 

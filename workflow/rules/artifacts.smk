@@ -20,7 +20,7 @@ rule assemble_atlas:
         verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
         builds=expand(raw("builds/{kernel}.json"), kernel=KERNELS),
         ceilings=optional_raw("ceilings.json"),
-        crosscheck=optional_raw("crosscheck.json"),
+        crosscheck=crosscheck_reading(),
         mobilenet=mobilenet_readings(),
         record_shapes=record_shapes(),
         check=record_check(),

@@ -81,6 +81,7 @@ if MODE == "replay":
         return Path(RECORD, "raw", path).is_file()
 
     _absent = [k for k in KERNELS if not _in_record(f"builds/{k}.json")]
+    _absent += [b for b in config["baselines"] if not _in_record(f"verification/{b}.parquet")]
     if _absent:
         print(f"note: record {Path(RECORD).name} has no measurements for "
               f"{', '.join(sorted(_absent))}; the replay leaves them out (measure live on a GPU "
@@ -99,6 +100,14 @@ def optional_raw(path: str) -> list[str]:
     if MODE == "live" or Path(raw(path)).is_file():
         return [raw(path)]
     return []
+
+
+def crosscheck_reading() -> list[str]:
+    """The timer cross-check joins atlas.json when configured (live) or recorded (replay); an
+    empty crosscheck.shapes leaves it out of a live run (a repeat session short of time)."""
+    if MODE == "live" and not config.get("crosscheck", {}).get("shapes"):
+        return []
+    return optional_raw("crosscheck.json")
 
 
 def mobilenet_readings() -> list[str]:
@@ -205,6 +214,21 @@ def kernel_sources(wildcards) -> list[str]:
     return _kernels.KERNELS[wildcards.kernel].inputs
 
 
+def tuning_inputs(wildcards) -> dict:
+    """A tuned kernel's build also tunes it on the frozen shapes (tuning, verify, shapes code)."""
+    if _kernels.KERNELS[wildcards.kernel].variants is None:
+        return {}
+    return {"shapes": f"{RESULTS}/shapes.json",
+            "tuning_code": code("tuning", "verify", "gpu", "shapes_table")}
+
+
+def tuning_params(wildcards) -> dict:
+    """Empty for untuned kernels, so a tuning setting never reruns their builds."""
+    if _kernels.KERNELS[wildcards.kernel].variants is None:
+        return {}
+    return {**config["tuning"], "tolerance_factor": config["verification"]["tolerance_factor"]}
+
+
 def verification_builds(wildcards) -> list[str]:
     return [raw(f"builds/{wildcards.impl}.json")] if wildcards.impl in _kernels.KERNELS else []
 
@@ -218,7 +242,7 @@ def all_jobs_provenance() -> list[str]:
     jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
     jobs += [prov("compare_job", j) for j in TIMING_JOBS]
     if MODE == "live":
-        jobs += [prov("ceilings"), prov("crosscheck")]
+        jobs += [prov("ceilings")] + [prov("crosscheck") for _ in crosscheck_reading()]
         jobs += [prov("dispatch_table")] if jobs_of(["dispatch"]) else []
         jobs += [prov("mobilenet_measure"), prov("mobilenet_stats")]
         jobs += [prov("build_kernel", k) for k in KERNELS]
