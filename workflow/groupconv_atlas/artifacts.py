@@ -325,7 +325,10 @@ def evidence_markdown(atlas: dict) -> str:
         "## What is not claimed",
         "",
         "- Nothing about other GPUs, clocks, drivers, library versions, data types (FP16, BF16, "
-        "TF32), layouts (NHWC), strides, dilations or kernel sizes.",
+        "TF32), layouts (NHWC), strides, dilations or kernel sizes. The one TF32 reference, "
+        "`torch_default_tf32` (PyTorch as shipped: TF32 allowed in cuDNN convolutions), is there "
+        "to show what a default PyTorch user gets; it is verified at a TF32 tolerance, computes "
+        "less precisely than every strict-FP32 implementation and is never a dispatch target.",
         "- Nothing about end-to-end network speed beyond the MobileNet probe's own readings.",
         "- A geometric mean summarises the shapes compared; it is not a prediction for a shape "
         "outside the atlas. Unsupported and incorrect cells are excluded from it and counted.",

@@ -42,7 +42,9 @@ CLASS_GLYPHS = {"WIN": "▲", "LOSS": "▼", "TIE": "=", "INCONCLUSIVE": "?",
                 "UNSUPPORTED": "n/s", "INCORRECT": "✗", "UNMEASURED": "–"}
 BASELINE_LABELS = {"k0": "k0 (reference custom kernel)",
                    "torch_default": "PyTorch default (torch_default)",
-                   "torch_tuned": "PyTorch tuned (torch_tuned)"}
+                   "torch_tuned": "PyTorch tuned (torch_tuned)",
+                   "torch_default_tf32": "PyTorch as shipped, TF32 allowed: not strict FP32 "
+                                         "(torch_default_tf32)"}
 # Tick candidates in order of preference; a tick is kept when it is far enough from those kept.
 TICK_PRIORITY = (1.0, 2.0, 0.5, 4.0, 0.25, 10.0, 0.1, 1.5, 0.67, 3.0, 0.33, 1.25, 0.8, 5.0, 0.2,
                  20.0, 0.05, 50.0, 0.02, 1.1, 0.9, 1.05, 0.95)
