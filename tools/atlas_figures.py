@@ -1,8 +1,9 @@
 """Print the figures quoted in closing notes from a built atlas (live or replayed):
     python tools/atlas_figures.py [results/h200]
 Geometric means split by depthwise / grouped shapes, the per-shape best custom kernel, how far
-torch_tuned and torch_default differ inside one timing job, bandwidth on over-2xL2 shapes, the
-Nsight k1-vs-k2 durations and instruction counts, and the MobileNet readings."""
+torch_tuned and torch_default differ (inside one timing job, or across jobs), what k5's tuning
+stage gained over k4's rule of thumb, bandwidth on over-2xL2 shapes, the Nsight k1-vs-k2 durations
+and instruction counts, and the MobileNet readings."""
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
-KERNELS = ["k0", "k1", "k2", "k3", "k4"]
 
 
 def geomean(values) -> float:
@@ -23,8 +23,9 @@ def main(results: Path) -> None:
     depthwise = set(shapes.index[shapes["cin_per_group"] == 1])
     comp = pd.read_parquet(results / "comparisons.parquet")
     comp = comp[comp["class"].isin(CLASSES)]
+    kernels = sorted(c for c in comp.candidate.unique() if c.startswith("k"))
     print("# candidate vs torch_tuned: geometric mean over all / depthwise / grouped shapes")
-    for cand in [*KERNELS, "dispatch"]:
+    for cand in [*kernels, "dispatch"]:
         for boundary in ("graph_device", "sync_api"):
             sub = comp[(comp.candidate == cand) & (comp.baseline == "torch_tuned")
                        & (comp.boundary == boundary)]
@@ -37,7 +38,7 @@ def main(results: Path) -> None:
                   f"grouped {geomean(gr.ratio) if len(gr) else float('nan'):.3f} (n={len(gr)})")
     print("# per-shape best custom kernel vs torch_tuned")
     for boundary in ("graph_device", "sync_api"):
-        sub = comp[comp.candidate.isin(KERNELS) & (comp.baseline == "torch_tuned")
+        sub = comp[comp.candidate.isin(kernels) & (comp.baseline == "torch_tuned")
                    & (comp.boundary == boundary)]
         best = sub.loc[sub.groupby("shape_id").ratio.idxmax()]
         print(f"{boundary}: {geomean(best.ratio):.3f}; best kernel counts "
@@ -53,6 +54,33 @@ def main(results: Path) -> None:
         ratio = med.torch_tuned / med.torch_default
         print(f"{path.parent.parent.parent.name}/{path.stem}: max |tuned/default - 1| "
               f"{(ratio - 1).abs().max():.4f} over {len(ratio)} shapes")
+    atlas = json.loads((results / "atlas.json").read_text())
+    record = results.parent.parent / "records" / atlas["evidence"]["record"] if atlas[
+        "evidence"].get("record") else None
+    if record is not None and (record / "raw" / "timing").is_dir():
+        print(f"# {record.name}: torch_default / torch_tuned graph_device medians across jobs")
+        medians = {}
+        for path in sorted((record / "raw" / "timing").glob("*.parquet")):
+            raw = pd.read_parquet(path)
+            raw = raw[raw.boundary == "graph_device"]
+            for impl in ("torch_default", "torch_tuned"):
+                if impl in set(raw.implementation):
+                    medians.setdefault(impl, raw[raw.implementation == impl]
+                                       .groupby("shape_id").latency_us.median())
+        if len(medians) == 2:
+            ratio = (medians["torch_default"] / medians["torch_tuned"]).sort_values()
+            print(f"tuned faster by >5% on {(ratio > 1.05).sum()} shapes, slower by >5% on "
+                  f"{(ratio < 1 / 1.05).sum()}; extremes:")
+            print(pd.concat([ratio.head(4), ratio.tail(4)]).round(3).to_string())
+        build = record / "raw" / "builds" / "k5.json"
+        if build.is_file():
+            tuning = json.loads(build.read_text())["tuning"]
+            gain = [c["untuned_median_us"] / c["median_us"] for c in tuning["choices"].values()
+                    if c["untuned_median_us"]]
+            wrong = sum(t["status"] != "correct" for t in tuning["trials"])
+            print(f"# k5 tuning: {len(tuning['trials'])} trials, {wrong} incorrect; tuned over "
+                  f"untuned (k4's rule) per shape: geomean {geomean(gain):.3f}, max "
+                  f"{max(gain):.3f} over {len(gain)} shapes")
     roof = pd.read_parquet(results / "roofline.parquet")
     big = roof[roof.footprint_over_2x_l2.astype(bool) & (roof.boundary == "graph_device")]
     if not big.empty:
@@ -60,6 +88,7 @@ def main(results: Path) -> None:
         table = big.pivot(index="shape_id", columns="implementation",
                           values="achieved_bandwidth_fraction")
         print(table.round(2).to_string())
+        print("mean:", table.mean().round(3).to_dict())
     nsight_path = results / "nsight.parquet"
     if nsight_path.is_file():
         ns = pd.read_parquet(nsight_path)
