@@ -87,3 +87,18 @@ def test_job_comparisons_keep_unsupported_and_incorrect_cells():
     row = summary.loc[("k0", "graph_device")]
     assert (row.n_win, row.n_unsupported, row.shapes_compared) == (2, 1, 2)
     assert row.geomean_ratio == pytest.approx(2.0, rel=0.02)
+
+
+def test_cross_job_spread_compares_one_implementation_across_jobs():
+    from groupconv_atlas.stats import cross_job_spread
+
+    rows = []
+    for job, tuned_us in (("k3-tuned", 200.0), ("k4-tuned", 86.0)):
+        rows.append({"job": job, "shape_id": "s", "candidate": job[:2], "baseline": "torch_tuned",
+                     "boundary": "graph_device", "class": "WIN", "candidate_median_us": 50.0,
+                     "baseline_median_us": tuned_us})
+    rows.append({**rows[0], "job": "aa", "candidate": "k0", "baseline": "k0_twin"})
+    spread = cross_job_spread(pd.DataFrame(rows)).set_index("implementation")
+    assert spread.loc["torch_tuned", "jobs"] == 2
+    assert spread.loc["torch_tuned", "spread"] == pytest.approx(200 / 86)
+    assert "k0_twin" not in spread.index and "k3" not in spread.index  # one job each

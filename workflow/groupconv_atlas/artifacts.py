@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import roofline_floor_us
-from .stats import CLASSES, StatsConfig, measured_medians, summarize
+from .stats import CLASSES, StatsConfig, cross_job_spread, measured_medians, summarize
 
 SCHEMA = "groupconv-atlas/1"
 AA_LIMIT = 0.05
@@ -154,10 +154,29 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
         "aa": aa_result(comparisons),
         "clock": clock_block(timing_meta, timing_cfg.get("clock_flag_fraction", 0.0)),
         "roofline": roofline_block(roofline, ceilings),
+        "cross_job_spread": spread_block(comparisons, stats_cfg.threshold),
         "crosscheck": crosscheck,
         "mobilenet": mobilenet,
     }
     return clean(doc), summary, roofline
+
+
+def spread_block(comparisons: pd.DataFrame, threshold: float, worst: int = 3) -> list[dict]:
+    """Per implementation timed by several jobs and boundary: how many shapes' medians differ
+    between jobs by more than the practical threshold, and the worst shapes."""
+    spread = cross_job_spread(comparisons)
+    rows = []
+    for (impl, boundary), grp in spread.groupby(["implementation", "boundary"], sort=True):
+        top = grp.sort_values("spread", ascending=False).head(worst)
+        rows.append({"implementation": impl, "boundary": boundary, "shapes": int(len(grp)),
+                     "max_jobs": int(grp["jobs"].max()),
+                     "shapes_over_threshold": int((grp["spread"] > 1 + threshold).sum()),
+                     "max_spread": float(grp["spread"].max()),
+                     "worst": [{"shape_id": r.shape_id, "spread": float(r.spread),
+                                "fastest_job_median_us": float(r.fastest_job_median_us),
+                                "slowest_job_median_us": float(r.slowest_job_median_us)}
+                               for r in top.itertuples()]})
+    return rows
 
 
 def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict | None
@@ -303,6 +322,29 @@ def evidence_markdown(atlas: dict) -> str:
                 big = r["over_2x_l2_mean_bandwidth_fraction"]
                 lines.append(f"| {impl} | {boundary} | {r['geomean_fraction_of_roofline']:.1%} | "
                              f"{'n/a' if big is None else f'{big:.1%}'} |")
+        lines.append("")
+    spread = [r for r in atlas.get("cross_job_spread") or [] if r["boundary"] == "graph_device"]
+    if spread:
+        threshold = atlas["config"]["statistics"]["threshold"]
+        lines += [
+            "## Stability across timing jobs",
+            "",
+            "Each timing job is its own process. An implementation timed in several jobs should "
+            "give the same graph_device median in each; where it does not, a verdict against it "
+            "depends on which job paired it. Two known causes: cudnn.benchmark chooses "
+            "torch_tuned's algorithm anew in every process, and the launches per graph replay (L) "
+            "follow the fastest implementation of each job, so small shapes carry a different "
+            "share of graph launch overhead per job.",
+            "",
+            f"| implementation | shapes in 2+ jobs | spread > {threshold:.0%} | largest spread | "
+            "worst shapes (slowest / fastest job median) |",
+            "|---|---|---|---|---|",
+        ]
+        for r in spread:
+            worst = "; ".join(f"{w['shape_id']} {w['slowest_job_median_us']:.1f} / "
+                              f"{w['fastest_job_median_us']:.1f} us" for w in r["worst"])
+            lines.append(f"| {r['implementation']} | {r['shapes']} | "
+                         f"{r['shapes_over_threshold']} | {r['max_spread']:.2f}x | {worst} |")
         lines.append("")
     cross = atlas.get("crosscheck")
     if cross:

@@ -15,8 +15,9 @@ class RecordError(RuntimeError):
     """A record that must not be replayed; the message names the file."""
 
 
-def find_record(records_dir: str | Path, name: str, device: str) -> Path:
-    """The record folder to replay: `name`, or with "newest" the last-created record of `device`."""
+def find_record(records_dir: str | Path, name: str, device: str, having: str | None = None) -> Path:
+    """The record folder to replay: `name`, or with "newest" the last-created record of `device`
+    (with `having`, a glob inside the record, the last-created one that holds such a file)."""
     records_dir = Path(records_dir)
     if name != "newest":
         path = records_dir / name
@@ -27,7 +28,7 @@ def find_record(records_dir: str | Path, name: str, device: str) -> Path:
     candidates = []
     for manifest in records_dir.glob(f"*/{MANIFEST}"):
         meta = json.loads(manifest.read_text())
-        if meta.get("device") == device:
+        if meta.get("device") == device and (having is None or any(manifest.parent.glob(having))):
             candidates.append((meta.get("created_utc", ""), manifest.parent.name, manifest.parent))
     if not candidates:
         raise LookupError(f"no committed record for device {device!r} under {records_dir}/ and no "

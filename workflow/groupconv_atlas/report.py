@@ -786,6 +786,10 @@ def nsight_page(table: pd.DataFrame) -> str:
             "beside the atlas's graph_device median for the same pair. capture_duration_ns sums "
             "every kernel of the measured call. Stall shares are percentages of all stall "
             "samples of the first stall-metric family the capture holds.")
+    if "record" in table.columns:
+        records = ", ".join(sorted(set(table["record"].astype(str))))
+        note += (f" Captures and the latencies beside them come from: {records} (a replay of a "
+                 "record without captures shows the newest record of the device that has them).")
     return html_page("Nsight Compute", frame_html(frame), note)
 
 

@@ -183,17 +183,36 @@ def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """Median latency per (shape, implementation, boundary) over every job that timed it."""
+def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """(job, shape, implementation, boundary, median) of every measured cell, A/A twins left out."""
     measured = comparisons[comparisons["class"].isin(CLASSES)]
-    parts = [measured[["shape_id", "candidate", "boundary", "candidate_median_us"]].set_axis(
-                 ["shape_id", "implementation", "boundary", "median_us"], axis=1),
-             measured[["shape_id", "baseline", "boundary", "baseline_median_us"]].set_axis(
-                 ["shape_id", "implementation", "boundary", "median_us"], axis=1)]
+    cols = ["job", "shape_id", "implementation", "boundary", "median_us"]
+    parts = [measured[["job", "shape_id", "candidate", "boundary", "candidate_median_us"]]
+             .set_axis(cols, axis=1),
+             measured[["job", "shape_id", "baseline", "boundary", "baseline_median_us"]]
+             .set_axis(cols, axis=1)]
     both = pd.concat(parts, ignore_index=True)
     both = both[~both["implementation"].str.endswith("_twin")]
-    return both.groupby(["shape_id", "implementation", "boundary"], as_index=False,
-                        sort=True)["median_us"].median()
+    return both.drop_duplicates(["job", "shape_id", "implementation", "boundary"])
+
+
+def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Median latency per (shape, implementation, boundary) over every job that timed it."""
+    return _job_medians(comparisons).groupby(["shape_id", "implementation", "boundary"],
+                                             as_index=False, sort=True)["median_us"].median()
+
+
+def cross_job_spread(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """For an implementation timed by several jobs (each its own process): per (shape,
+    boundary) the slowest job's median over the fastest's. Noise alone keeps this near 1; a
+    choice made per process (cudnn.benchmark's algorithm) or a launch count L that differs
+    between jobs shows as a spread."""
+    med = _job_medians(comparisons)
+    spread = med.groupby(["implementation", "boundary", "shape_id"], sort=True)["median_us"].agg(
+        ["min", "max", "count"]).reset_index()
+    spread = spread[spread["count"] >= 2]
+    return spread.assign(spread=spread["max"] / spread["min"]).rename(
+        columns={"min": "fastest_job_median_us", "max": "slowest_job_median_us", "count": "jobs"})
 
 
 def pooled_medians(samples: pd.DataFrame) -> pd.DataFrame:

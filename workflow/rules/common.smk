@@ -269,15 +269,44 @@ NSIGHT_PAIRS = _nsight.nsight_pairs(SHAPES, config["nsight"]["shapes"],
                                     config["nsight"]["implementations"])
 
 
+# A session short of device time may skip Nsight: replaying "newest", the captures then come
+# from the newest record of this device that has them, checked and named like the main record.
+NSIGHT_RECORD = RECORD
+if MODE == "replay" and config["record"] == "newest" and not any(
+        Path(RECORD, "raw", "nsight").glob("*.ncu-rep")):
+    try:
+        NSIGHT_RECORD = str(find_record("records", "newest", DEVICE, having="raw/nsight/*.ncu-rep"))
+        print(f"note: record {Path(RECORD).name} has no Nsight captures; the nsight table replays "
+              f"those of {Path(NSIGHT_RECORD).name}", file=sys.stderr)
+    except LookupError:
+        pass
+
+
+def nsight_raw(path: str) -> str:
+    return raw(path) if MODE == "live" else f"{NSIGHT_RECORD}/raw/{path}"
+
+
+def nsight_record_check() -> list[str]:
+    """The other record's hashes are checked too when the captures come from it."""
+    return [f"{RESULTS}/nsight-record-check.json"] if NSIGHT_RECORD != RECORD else []
+
+
 def _nsight_capture(pair):
-    return raw(f"nsight/{_nsight.capture_stem(*pair)}.ncu-rep")
+    return nsight_raw(f"nsight/{_nsight.capture_stem(*pair)}.ncu-rep")
+
+
+def _nsight_jobs() -> dict[str, list[str]]:
+    if NSIGHT_RECORD == RECORD:
+        return {j: job_implementations(j) for j in TIMING_JOBS}
+    return {m.stem: json.loads(m.read_text())["implementations"]
+            for m in sorted(Path(NSIGHT_RECORD, "raw", "timing").glob("*.json"))}
 
 
 if MODE == "replay":
     # As for the atlas, a replay shows what its record captured and names what it lacks.
     _absent_captures = [p for p in NSIGHT_PAIRS if not Path(_nsight_capture(p)).is_file()]
     if _absent_captures:
-        print(f"note: record {Path(RECORD).name} has no Nsight capture for "
+        print(f"note: record {Path(NSIGHT_RECORD).name} has no Nsight capture for "
               f"{', '.join(f'({s}, {i})' for s, i in _absent_captures)}; the nsight table "
               "leaves them out", file=sys.stderr)
     NSIGHT_PAIRS = [p for p in NSIGHT_PAIRS if p not in _absent_captures]
@@ -285,9 +314,8 @@ NSIGHT_CAPTURES = [_nsight_capture(p) for p in NSIGHT_PAIRS]
 # The timing records holding each profiled implementation's graph_device samples; one that a
 # record lacks leaves that latency null.
 NSIGHT_TIMING = {
-    impl: [path for job in _nsight.timing_jobs_for(
-        impl, {j: job_implementations(j) for j in TIMING_JOBS})
-        for path in optional_raw(f"timing/{job}.parquet")]
+    impl: [nsight_raw(f"timing/{job}.parquet") for job in _nsight.timing_jobs_for(impl, _nsight_jobs())
+           if MODE == "live" or Path(nsight_raw(f"timing/{job}.parquet")).is_file()]
     for impl in config["nsight"]["implementations"]
 }
 

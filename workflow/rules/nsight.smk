@@ -2,7 +2,7 @@
 # (SASS) of every built kernel, each parsed into one table. Target: `snakemake nsight`.
 # Captures run live only (GPU); in replay the captures and cubins come from the record and only
 # the tables are rebuilt. Uses from common.smk: config, SHAPES, KERNELS, RESULTS, MODE, RECORD,
-# TIMING_JOBS, raw(), optional_raw(), prov(), code(), job_implementations(), record_check().
+# TIMING_JOBS, raw(), nsight_raw(), prov(), code(), record_check(), nsight_record_check().
 
 
 rule nsight:
@@ -42,6 +42,7 @@ rule nsight_table:
         timing=sorted({p for paths in NSIGHT_TIMING.values() for p in paths}),
         shapes=f"{RESULTS}/shapes.json",
         check=record_check(),
+        nsight_check=nsight_record_check(),
         code=code("nsight", "kernels", "shapes", "shapes_table", "verify", "provenance", "jobs"),
     output:
         table=f"{RESULTS}/nsight.parquet",
@@ -49,6 +50,7 @@ rule nsight_table:
     params:
         pairs=[list(p) for p in NSIGHT_PAIRS],
         timing=NSIGHT_TIMING,
+        record=Path(NSIGHT_RECORD).name if MODE == "replay" else "live",
     log:
         f"{RESULTS}/logs/nsight_table.log",
     conda:

@@ -19,6 +19,23 @@ if MODE == "replay":
         script:
             "../scripts/check_record.py"
 
+    if NSIGHT_RECORD != RECORD:
+
+        rule check_nsight_record:
+            """The record the Nsight captures replay from, when it is not the main one."""
+            input:
+                manifest=f"{NSIGHT_RECORD}/record.json",
+                code=code("records", "provenance"),
+            output:
+                check=f"{RESULTS}/nsight-record-check.json",
+                prov=prov("check_nsight_record"),
+            log:
+                f"{RESULTS}/logs/check_nsight_record.log",
+            conda:
+                "../../envs/cpu.yaml"
+            script:
+                "../scripts/check_record.py"
+
 
 if MODE == "live":
     SNAPSHOT = f"records/{DEVICE}-{config.get('record_name') or date.today().isoformat()}"

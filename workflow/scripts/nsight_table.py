@@ -14,6 +14,7 @@ smk = snakemake  # noqa: F821
 # params.pairs is in the order of input.captures: [[shape_id, impl], ...]
 captures = [(s, i, path) for (s, i), path in zip(smk.params.pairs, smk.input.captures)]
 table = nsight_table(captures, load_frozen(smk.input.shapes), dict(smk.params.timing))
+table["record"] = smk.params.record  # which session's captures (a replay may take an older one)
 write_parquet(smk.output.table, table)
 job.progress(f"{len(table)} profiled launches from {len(captures)} captures")
 job.finish({"rows": len(table), "kernels_captured": sorted(set(table["kernel_name"]))})
