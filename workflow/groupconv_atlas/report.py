@@ -257,6 +257,57 @@ def _boundary_marker_legend(ax, threshold: float, markers: dict[str, str]) -> No
 
 
 @styled
+def note_figure(text: str) -> Figure:
+    """A figure that says why there is nothing to plot (a file is still expected)."""
+    fig = _figure(6, 1)
+    fig.text(0.5, 0.5, text, ha="center", va="center")
+    return fig
+
+
+@styled
+def roofline_figure(roofline: pd.DataFrame, shapes_doc: dict, ceilings: dict,
+                    boundary: str = "graph_device") -> Figure:
+    """One roofline panel per implementation: each shape's achieved FLOP/s against its
+    arithmetic intensity (FLOPs over minimal bytes), under min(bandwidth x intensity, FMA rate)
+    from the measured ceilings; depthwise and grouped shapes marked apart."""
+    by_id = {e["id"]: e for e in shapes_doc["shapes"]}
+    rows = roofline[roofline["boundary"] == boundary]
+    impls = sorted(rows["implementation"].unique(), key=lambda i: (not i.startswith("k"), i))
+    cols = 4
+    grid = max(1, math.ceil(len(impls) / cols))
+    fig = _figure(10.5, 2.6 * grid + 0.6)
+    axes = np.atleast_1d(fig.subplots(grid, cols, sharex=True, sharey=True)).ravel()
+    bw, fma = ceilings["dram_bandwidth_bytes_per_s"], ceilings["fma_flops_per_s"]
+    intensity = np.array([by_id[s]["flops"] / by_id[s]["min_bytes"] for s in by_id])
+    xs = np.geomspace(intensity.min() / 1.5, intensity.max() * 1.5, 200)
+    for ax, impl in zip(axes, impls):
+        grp = rows[rows["implementation"] == impl]
+        flops = np.array([by_id[s]["flops"] for s in grp["shape_id"]])
+        ai = np.array([by_id[s]["flops"] / by_id[s]["min_bytes"] for s in grp["shape_id"]])
+        achieved = flops / (grp["median_us"].to_numpy() * 1e-6) / 1e12
+        depthwise = np.array([by_id[s]["cin_per_group"] == 1 for s in grp["shape_id"]])
+        ax.plot(xs, np.minimum(bw * xs, fma) / 1e12, color="#444444", lw=1)
+        ax.scatter(ai[depthwise], achieved[depthwise], s=9, marker="o", color="#1F77B4",
+                   label="depthwise")
+        ax.scatter(ai[~depthwise], achieved[~depthwise], s=11, marker="^", color="#D62728",
+                   label="grouped")
+        frac = float(np.exp(np.log(grp["fraction_of_roofline"]).mean()))
+        ax.set_title(f"{impl}: {frac:.0%} of roofline", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    for ax in axes[len(impls):]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=6.5, loc="lower right")
+    fig.supxlabel("arithmetic intensity: FLOPs / minimal bytes (input + weights + output once)")
+    fig.supylabel("achieved TFLOP/s")
+    fig.suptitle(f"Roofline per implementation ({boundary}; geometric-mean fraction of the floor in each title); line: min(measured DRAM "
+                 f"{bw / 1e12:.2f} TB/s x intensity, measured FP32 FMA {fma / 1e12:.1f} "
+                 "TFLOP/s)", fontsize=9)
+    return fig
+
+
+@styled
 def geomean_figure(summary: pd.DataFrame, threshold: float) -> Figure:
     """Geometric mean ratio with its interval per comparison, both boundaries per row; the
     per-shape class counts beside each row, since a mean can hide losses."""

@@ -395,6 +395,7 @@ REPORT_ASSETS = [
     f"{REPORT}/atlas-map.html",
     f"{REPORT}/current-evidence.html",
     f"{REPORT}/geomeans.svg",
+    f"{REPORT}/roofline.svg",
     f"{REPORT}/aa-calibration.svg",
     f"{REPORT}/boundaries.svg",
     *[f"{REPORT}/forest/{_figure_stem(*f)}.svg" for f in FOREST_FIGURES],

@@ -41,10 +41,13 @@ rule report_figures:
         shapes=f"{RESULTS}/shapes.json",
         summary=f"{RESULTS}/summary.parquet",
         comparisons=f"{RESULTS}/comparisons.parquet",
+        roofline=f"{RESULTS}/roofline.parquet",
         code=REPORT_CODE,
     output:
         geomeans=report(f"{REPORT}/geomeans.svg", caption="../report/geomeans.rst",
                         category="Comparisons", subcategory="Geometric means"),
+        roofline=report(f"{REPORT}/roofline.svg", caption="../report/roofline.rst",
+                        category="Roofline"),
         aa=report(f"{REPORT}/aa-calibration.svg", caption="../report/aa_calibration.rst",
                   category="Comparisons", subcategory="A/A calibration"),
         boundaries=report(f"{REPORT}/boundaries.svg", caption="../report/boundaries.rst",

@@ -1,5 +1,6 @@
 """Snakemake job (CPU): the report's figures (SVG): per-shape forest plots for every comparison
-and boundary, geometric means, graph_device against sync_api, and the A/A calibration."""
+and boundary, geometric means, graph_device against sync_api, the A/A calibration and the
+roofline per implementation."""
 import json
 import sys
 from pathlib import Path
@@ -26,10 +27,15 @@ def save(path, fig):
 
 
 save(smk.output.geomeans, report.geomean_figure(summary, threshold))
+roof = atlas.get("roofline")
+shapes_doc = json.loads(Path(smk.input.shapes).read_text())
+save(smk.output.roofline, report.roofline_figure(pd.read_parquet(smk.input.roofline), shapes_doc,
+                                                 roof["ceilings"]) if roof else
+     report.note_figure("No roofline: this record has no measured ceilings."))
 save(smk.output.aa, report.aa_figure(comparisons, shape_ids, atlas["aa"], threshold))
 save(smk.output.boundaries, report.boundary_figure(comparisons, threshold))
 for (candidate, baseline, boundary), path in zip(smk.params.forest, smk.output.forest):
     save(path, report.forest_figure(comparisons, shape_ids, candidate, baseline, boundary,
                                     threshold))
-job.progress(f"figures: {len(smk.output.forest) + 3}")
+job.progress(f"figures: {len(smk.output.forest) + 4}")
 job.finish()
