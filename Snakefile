@@ -35,3 +35,4 @@ rule atlas:
         ATLAS_ARTIFACTS,
         REPORT_ASSETS,
         optional_report_assets,
+        comparison_assets,

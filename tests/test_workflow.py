@@ -160,6 +160,8 @@ def test_the_committed_h200_record_replays_into_the_atlas(repo):
         "WIN", "LOSS", "TIE", "INCONCLUSIVE")
     evidence = (out / "current-evidence.md").read_text()
     assert "Stability across timing jobs" in evidence
+    # The configured session-to-session comparison renders with the atlas, flips listed.
+    assert "Cells whose class flips" in (repo / "results" / "comparisons" / "records.html").read_text()
     caveats = json.loads((newest / "record.json").read_text()).get("caveats", [])
     if caveats:
         assert "Known limitations of this record" in evidence

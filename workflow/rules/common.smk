@@ -420,3 +420,17 @@ def snapshot_optional_stages(wildcards=None) -> list[str]:
     session short of device time can leave them out, and its replay says so."""
     made = any(Path(_nsight_capture(p)).is_file() for p in NSIGHT_PAIRS)
     return [NSIGHT_TABLE] if made else []
+
+
+def comparison_assets(wildcards=None) -> list[str]:
+    """The cross-record page joins `atlas` (and the report) when compare.records names two or
+    more committed records: flips between sessions are the atlas's most important caveat."""
+    from groupconv_atlas.compare_records import compare_inputs
+
+    if not (config.get("compare") or {}).get("with_atlas", True):
+        return []
+    try:
+        compare_inputs((config.get("compare") or {}).get("records"))
+    except LookupError:
+        return []
+    return ["results/comparisons/records.html"]

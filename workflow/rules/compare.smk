@@ -2,7 +2,8 @@
 # re-classified from its own raw layer with this config's statistics, side by side. Target:
 # `snakemake compare_records`. Reads records/ only, never a device's results/. Which records:
 # config compare.records (empty or absent: every committed record), checked only when this rule
-# is wanted, so a checkout with one record runs every other target.
+# is wanted, so a checkout with one record runs every other target; `atlas` includes the page
+# when the configured records are all committed (comparison_assets in common.smk).
 # Uses from common.smk: config, code().
 from groupconv_atlas import compare_records as _compare
 
@@ -17,7 +18,8 @@ rule compare_records:
                   "jobs", "compare_records"),
     output:
         table=f"{COMPARISONS}/records.parquet",
-        page=f"{COMPARISONS}/records.html",
+        page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",
+                    category="Sessions"),
         prov=f"{COMPARISONS}/provenance/compare_records.json",
     params:
         statistics=config["statistics"],
