@@ -101,11 +101,13 @@ def git_state() -> dict:
 
     status = git("status", "--porcelain", "--untracked-files=no")
     commit = git("rev-parse", "HEAD")
-    if commit is None and os.environ.get("GROUPCONV_GIT_COMMIT"):
-        # A copy without .git (the GPU machine gets the working tree only): the launcher names
-        # the commit it sent, and that the tree was clean when sent.
-        return {"commit": os.environ["GROUPCONV_GIT_COMMIT"], "dirty": None,
-                "source": "GROUPCONV_GIT_COMMIT, set by tools/device_run.sh's caller"}
+    if os.environ.get("GROUPCONV_GIT_COMMIT"):
+        # A copied working tree (the GPU machine's) may carry no .git or a stale one: the
+        # launcher names the commit it sent, clean; what the local .git says is kept beside it.
+        return {"commit": os.environ["GROUPCONV_GIT_COMMIT"], "dirty": False,
+                "source": "GROUPCONV_GIT_COMMIT, set by the launcher",
+                "local_git": {"commit": commit,
+                              "dirty": bool(status) if status is not None else None}}
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
