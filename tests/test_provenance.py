@@ -69,3 +69,14 @@ def test_provenance_index_catches_a_flipped_byte(tmp_path):
     art.write_bytes(bytes(data))
     with pytest.raises(ProvenanceMismatch, match="atlas.json"):
         verify_index(tmp_path / "provenance.json")
+
+
+def test_launcher_commit_wins_over_a_copied_trees_git(monkeypatch):
+    from groupconv_atlas.provenance import git_state
+
+    monkeypatch.setenv("GROUPCONV_GIT_COMMIT", "a" * 40)
+    state = git_state()
+    assert state["commit"] == "a" * 40 and state["dirty"] is False
+    assert "local_git" in state  # what the copy's own .git said stays visible
+    monkeypatch.delenv("GROUPCONV_GIT_COMMIT")
+    assert "local_git" not in git_state()
