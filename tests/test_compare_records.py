@@ -116,6 +116,16 @@ def test_agreement_table_adds_up(wide):
     assert 0 < total["share_classes_agree"] <= 1
 
 
+def test_flips_by_comparison_add_up_to_the_flips(wide):
+    from groupconv_atlas.compare_records import flips_by_comparison
+
+    rows = flips_by_comparison(wide)
+    assert sum(r[2] for r in rows) == len(wide)
+    assert sum(r[3] + r[4] for r in rows) == int((~wide["classes_agree"]).sum())
+    assert sum(r[5] for r in rows) == int(wide["reversal"].sum())
+    assert [r[3] + r[4] for r in rows] == sorted((r[3] + r[4] for r in rows), reverse=True)
+
+
 def test_side_by_side_on_hand_made_cells():
     def record(rows):
         frame = pd.DataFrame(rows, columns=[*KEY, "class", "ratio", "ci_low", "ci_high"])

@@ -114,6 +114,18 @@ def agreement(wide: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def flips_by_comparison(wide: pd.DataFrame) -> list[list]:
+    """Per (candidate, baseline): shared cells, flips per boundary, reversals; most flips first,
+    so a baseline that is itself unstable between sessions stands out."""
+    rows = []
+    for (cand, base), part in wide.groupby(["candidate", "baseline"], sort=True):
+        flips = part[~part["classes_agree"]]
+        rows.append([cand, base, len(part),
+                     int((flips["boundary"] == "graph_device").sum()),
+                     int((flips["boundary"] == "sync_api").sum()), int(part["reversal"].sum())])
+    return sorted(rows, key=lambda r: (-(r[3] + r[4]), r[0], r[1]))
+
+
 def share_text(value) -> str:
     return "—" if value is None or pd.isna(value) else f"{value:.1%}"
 
@@ -160,6 +172,11 @@ def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[
         + table_html(["boundary", "shared cells", "classes agree", "timed in every record",
                       "intervals overlap", "class flips", "WIN/LOSS reversals"], summary_rows,
                      numeric=["shared cells", "timed in every record", "class flips",
+                              "WIN/LOSS reversals"])
+        + "<h2>Flips by comparison</h2>"
+        + table_html(["candidate", "baseline", "shared cells", "graph_device flips",
+                      "sync_api flips", "WIN/LOSS reversals"], flips_by_comparison(wide),
+                     numeric=["shared cells", "graph_device flips", "sync_api flips",
                               "WIN/LOSS reversals"])
         + f"<h2>Cells whose class flips ({len(flips)})</h2>"
         + (_cells_table(flips, names) if len(flips) else "<p>None: every shared cell has the "
