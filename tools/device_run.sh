@@ -15,8 +15,12 @@ source .device-env/setup.sh || exit 1
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 
-pack() {  # what comes back: at most 8 files
-  tar czf "$out/record.tgz" records results/h200/logs 2>/dev/null
+pack() {  # what comes back: at most 8 files of at most 16 MiB: the new record and the logs,
+  # split into 15 MiB parts (join with: cat record.tgz.part-* | tar xz)
+  local new
+  new=$(ls -td records/*/ 2>/dev/null | head -1)
+  tar czf /tmp/record.tgz "$new" results/h200/logs 2>/dev/null
+  split -b 15M /tmp/record.tgz "$out/record.tgz.part-"
   cp "$work"/*.log "$out"/ 2>/dev/null
   ls -la "$out"
 }
