@@ -844,6 +844,33 @@ def nsight_page(table: pd.DataFrame) -> str:
     return html_page("Nsight Compute", frame_html(frame), note)
 
 
+def tuning_frame(builds: dict[str, dict]) -> pd.DataFrame:
+    """One row per (tuned kernel, shape): the launch the tuning stage chose, its time, the
+    untuned launch's time on the same inputs, and how many variants were tried and correct."""
+    rows = []
+    for kernel, build in sorted(builds.items()):
+        for shape_id, c in (build.get("tuning") or {}).get("choices", {}).items():
+            untuned = c.get("untuned_median_us")
+            rows.append({"kernel": kernel, "shape_id": shape_id, "entry": c["entry"],
+                         "threads": c["threads"], "tuned_us": c["median_us"],
+                         "untuned_us": untuned,
+                         "gain": untuned / c["median_us"] if untuned else None,
+                         "variants_tried": c["variants_tried"],
+                         "variants_correct": c["variants_correct"]})
+    return pd.DataFrame(rows)
+
+
+def tuning_page(builds: dict[str, dict]) -> str:
+    frame = tuning_frame(builds)
+    methods = {k: b["tuning"]["method"] for k, b in builds.items() if b.get("tuning")}
+    note = ("The tuning stage of each tuned kernel (part of its build): per shape, every launch "
+            "variant checked against FP64, then timed; the fastest correct one is the launch the "
+            "atlas verifies and times. gain = untuned (k4's rule of thumb) / tuned, both from "
+            "the tuning stage's own timing, not the atlas's. Method: "
+            + " ".join(f"{k}: {m}." for k, m in methods.items()))
+    return html_page("Tuning stage", frame_html(frame), note)
+
+
 def machine_code_page(table: pd.DataFrame, top: int = 8) -> str:
     """Per function: resources and its most frequent opcodes; then the opcode counts."""
     keys = ["kernel", "function"]

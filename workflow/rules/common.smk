@@ -388,7 +388,14 @@ def optional_report_assets(wildcards=None) -> list[str]:
         assets.append(f"{REPORT}/nsight.html")
     if stage_ready(MACHINE_CODE_TABLE, [raw(f"builds/{k}.cubin") for k in KERNELS]):
         assets.append(f"{REPORT}/machine-code.html")
+    if tuned_build_records():
+        assets.append(f"{REPORT}/tuning.html")
     return assets
+
+
+def tuned_build_records(wildcards=None) -> list[str]:
+    """Build records of the tuned kernels (k5) this run builds or its record holds."""
+    return [raw(f"builds/{k}.json") for k in KERNELS if _kernels.KERNELS[k].variants is not None]
 
 
 REPORT_ASSETS = [

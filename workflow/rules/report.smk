@@ -156,3 +156,19 @@ rule report_machine_code:
         "../../envs/cpu.yaml"
     script:
         "../scripts/report_machine_code.py"
+
+
+rule report_tuning:
+    input:
+        builds=tuned_build_records,
+        code=REPORT_CODE,
+    output:
+        page=report(f"{REPORT}/tuning.html", caption="../report/tuning.rst",
+                    category="Kernels", subcategory="Tuning stage"),
+        prov=prov("report_tuning"),
+    log:
+        f"{RESULTS}/logs/report_tuning.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/report_tuning.py"
