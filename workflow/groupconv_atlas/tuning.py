@@ -86,8 +86,9 @@ def tune_kernel(session, kernel: str, shapes: list[Shape], cubin: str, seed: int
             shape_trials.append(trial)
         best = choose(shape_trials)
         if best is not None:
-            untuned = spec.launch(shape).entry, spec.launch(shape).block[0]
-            reference = next((t for t in shape_trials if (t["entry"], t["threads"]) == untuned),
+            untuned = spec.launch(shape)  # no variant: the untuned rule's launch
+            reference = next((t for t in shape_trials
+                              if (t["entry"], t["threads"]) == (untuned.entry, untuned.block[0])),
                              None)
             choices[shape.id] = {
                 **{k: best[k] for k in ("rows", "cob", "threads", "entry", "median_us")},

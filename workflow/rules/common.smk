@@ -144,11 +144,11 @@ def configured_jobs() -> dict[str, list[str]]:
     return jobs
 
 
-def recorded_jobs() -> dict[str, list[str]]:
-    """Replay: the jobs the record measured and what each measured, from its timing metadata,
-    so a record stays replayable whatever the configuration says now."""
+def recorded_jobs(record: str | None = None) -> dict[str, list[str]]:
+    """Replay: the jobs a record (default: the one replayed) measured and what each measured,
+    from its timing metadata, so a record stays replayable whatever the configuration says now."""
     jobs = {}
-    for meta in sorted(Path(RECORD, "raw", "timing").glob("*.json")):
+    for meta in sorted(Path(record or RECORD, "raw", "timing").glob("*.json")):
         jobs[meta.stem] = json.loads(meta.read_text())["implementations"]
     return jobs
 
@@ -296,10 +296,7 @@ def _nsight_capture(pair):
 
 
 def _nsight_jobs() -> dict[str, list[str]]:
-    if NSIGHT_RECORD == RECORD:
-        return {j: job_implementations(j) for j in TIMING_JOBS}
-    return {m.stem: json.loads(m.read_text())["implementations"]
-            for m in sorted(Path(NSIGHT_RECORD, "raw", "timing").glob("*.json"))}
+    return JOBS if NSIGHT_RECORD == RECORD else recorded_jobs(NSIGHT_RECORD)
 
 
 if MODE == "replay":
