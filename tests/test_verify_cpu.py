@@ -55,20 +55,30 @@ def test_tolerance_grows_with_accumulation_length():
     assert bound_scale(288, 16) == 32 * bound_scale(9, 16)
 
 
-def test_tolerance_separates_rounding_from_an_indexing_bug():
-    """A float32 evaluation passes; shifting one tap (a halo bug) fails by orders of magnitude."""
-    rng = np.random.default_rng(11)
+def gathered_points(input_seed: int, points_seed: int):
+    """Random FP32 inputs gathered at 256 sampled points: the products' operands, the mask, the
+    FP64 reference and its |x||w| scale."""
+    rng = np.random.default_rng(input_seed)
     x = rng.standard_normal((SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w)).astype(np.float32)
     w = rng.standard_normal((SHAPE.c_out, SHAPE.cin_per_group, 3, 3)).astype(np.float32)
-    pts = sample_points(SHAPE, 256, seed=2)
-    x_idx, w_idx, valid, _ = gather_indices(SHAPE, pts)
+    x_idx, w_idx, valid, _ = gather_indices(SHAPE, sample_points(SHAPE, 256, seed=points_seed))
     xv, wv = x.reshape(-1)[x_idx], w.reshape(-1)[w_idx]
-    ref, scale = fp64_points(xv, wv, valid)
+    return (xv, wv, valid, *fp64_points(xv, wv, valid))
+
+
+def wrong_column_sums(xv, wv, valid):
+    """Each point summed with the weights of the wrong column (a halo-offset bug), in FP64."""
+    shifted = np.roll(wv, 1, axis=-1)
+    return (xv * shifted * valid).astype(np.float64).reshape(len(xv), -1).sum(axis=1)
+
+
+def test_tolerance_separates_rounding_from_an_indexing_bug():
+    """A float32 evaluation passes; shifting one tap (a halo bug) fails by orders of magnitude."""
+    xv, wv, valid, ref, scale = gathered_points(11, 2)
     tol = 0.5 * bound_scale(SHAPE.accumulation_length, 16) * scale
-    fp32 = (xv * wv * valid).astype(np.float32).reshape(len(pts), -1).sum(axis=1, dtype=np.float32)
+    fp32 = (xv * wv * valid).astype(np.float32).reshape(len(xv), -1).sum(axis=1, dtype=np.float32)
     assert np.all(np.abs(fp32 - ref) <= tol)
-    shifted = np.roll(wv, 1, axis=-1)  # the weights of the wrong column
-    wrong = (xv * shifted * valid).astype(np.float64).reshape(len(pts), -1).sum(axis=1)
+    wrong = wrong_column_sums(xv, wv, valid)
     assert np.max(np.abs(wrong - ref) / tol) > 1e3
 
 
@@ -86,24 +96,17 @@ def test_adding_implementations_keeps_older_seeds():
 
 
 def test_tf32_tolerance_covers_tf32_rounding_but_not_an_indexing_bug():
-    rng = np.random.default_rng(4)
-    pts = sample_points(SHAPE, 256, seed=5)
-    x = rng.standard_normal((SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w)).astype(np.float32)
-    w = rng.standard_normal((SHAPE.c_out, SHAPE.cin_per_group, 3, 3)).astype(np.float32)
-    x_idx, w_idx, valid, _ = gather_indices(SHAPE, pts)
-    xv, wv = x.reshape(-1)[x_idx], w.reshape(-1)[w_idx]
-    ref, scale = fp64_points(xv, wv, valid)
+    xv, wv, valid, ref, scale = gathered_points(4, 5)
 
     def to_tf32(a):  # round to nearest with 10 stored mantissa bits
         bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
         bits = (bits + 0x1000) & 0xFFFFE000
         return bits.astype(np.uint32).view(np.float32)
 
-    tf32 = (to_tf32(xv).astype(np.float64) * to_tf32(wv) * valid).reshape(len(pts), -1).sum(axis=1)
+    tf32 = (to_tf32(xv).astype(np.float64) * to_tf32(wv) * valid).reshape(len(xv), -1).sum(axis=1)
     strict = bound_scale(SHAPE.accumulation_length, 16) * scale
     loose = bound_scale(SHAPE.accumulation_length, 16, tf32=True) * scale
     assert np.max(np.abs(tf32 - ref) / strict) > 1  # TF32 fails the strict FP32 bound ...
     assert np.all(np.abs(tf32 - ref) <= loose)  # ... and passes its own
-    shifted = np.roll(wv, 1, axis=-1)
-    wrong = (xv * shifted * valid).astype(np.float64).reshape(len(pts), -1).sum(axis=1)
+    wrong = wrong_column_sums(xv, wv, valid)
     assert np.max(np.abs(wrong - ref) / loose) > 10

@@ -2,8 +2,9 @@
     python tools/atlas_figures.py [results/h200]
 Geometric means split by depthwise / grouped shapes, the per-shape best custom kernel, how far
 torch_tuned and torch_default differ (inside one timing job, or across jobs), what k5's tuning
-stage gained over k4's rule of thumb, bandwidth on over-2xL2 shapes, the Nsight k1-vs-k2 durations
-and instruction counts, and the MobileNet readings."""
+stage gained over k4's rule of thumb, where sync_api and graph_device disagree, bandwidth on
+over-2xL2 shapes, the Nsight k1-vs-k2 durations and instruction counts, the cross-record
+comparison (after `snakemake compare_records`) and the MobileNet readings."""
 import json
 import sys
 from pathlib import Path
@@ -11,11 +12,52 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+from groupconv_atlas.report import tuning_frame  # noqa: E402
+
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
 
 
 def geomean(values) -> float:
     return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
+
+
+def host_overhead(comp: pd.DataFrame, cand: str, small_us: float = 10.0) -> None:
+    """Where sync_api (host launch included) tells a different story from graph_device."""
+    sub = comp[(comp.candidate == cand) & (comp.baseline == "torch_tuned")]
+    graph = sub[sub.boundary == "graph_device"].set_index("shape_id")
+    sync = sub[sub.boundary == "sync_api"].set_index("shape_id").reindex(graph.index)
+    small = graph.index[graph.candidate_median_us < small_us]
+    print(f"# {cand} vs torch_tuned, graph_device against sync_api")
+    print(f"WIN at graph_device but not at sync_api: "
+          f"{((graph['class'] == 'WIN') & (sync['class'] != 'WIN')).sum()} shapes; the reverse: "
+          f"{((sync['class'] == 'WIN') & (graph['class'] != 'WIN')).sum()}")
+    print(f"{len(small)} shapes under {small_us:g} us at graph_device: geomean "
+          f"{geomean(graph.loc[small, 'ratio']):.3f} (graph) {geomean(sync.loc[small, 'ratio']):.3f}"
+          f" (sync); their median sync_api latency {sync.loc[small, 'candidate_median_us'].median():.1f}"
+          f" us ({cand}) vs {sync.loc[small, 'baseline_median_us'].median():.1f} us (torch_tuned);"
+          f" the other {len(graph) - len(small)} shapes: "
+          f"{geomean(graph.drop(index=small)['ratio']):.3f} (graph)")
+
+
+def session_comparison(path: Path) -> None:
+    """What compare_records wrote: agreement with and without the dispatcher, the kinds of flip."""
+    wide = pd.read_parquet(path)
+    names = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
+    print(f"# records compared: {' vs '.join(names)} ({path})")
+    for label, part in (("all cells", wide), ("without the dispatcher",
+                                              wide[wide.candidate != "dispatch"])):
+        for boundary, cells in [("both", part), *part.groupby("boundary")]:
+            timed = cells.intervals_overlap.notna()
+            print(f"{label:24s} {boundary:13s} {len(cells):5d} cells, classes agree "
+                  f"{cells.classes_agree.mean():.1%}, intervals overlap "
+                  f"{cells.loc[timed, 'intervals_overlap'].astype(bool).mean():.1%}, "
+                  f"{(~cells.classes_agree).sum()} flips, {cells.reversal.sum()} reversals")
+    flips = wide[~wide.classes_agree]
+    kinds = flips.groupby([f"{n}:class" for n in names]).size().sort_values(ascending=False)
+    print("flip kinds:", kinds.to_dict())
+    print(flips[flips.reversal][["shape_id", "candidate", "baseline", "boundary",
+                                 *[f"{n}:ratio" for n in names]]].round(3).to_string())
 
 
 def main(results: Path) -> None:
@@ -36,6 +78,7 @@ def main(results: Path) -> None:
             print(f"{cand:9s} {boundary:12s} all {geomean(sub.ratio):.3f} (n={len(sub)})  "
                   f"depthwise {geomean(dw.ratio):.3f} (n={len(dw)})  "
                   f"grouped {geomean(gr.ratio) if len(gr) else float('nan'):.3f} (n={len(gr)})")
+    host_overhead(comp, "k5" if "k5" in kernels else kernels[-1])
     print("# per-shape best custom kernel vs torch_tuned")
     for boundary in ("graph_device", "sync_api"):
         sub = comp[comp.candidate.isin(kernels) & (comp.baseline == "torch_tuned")
@@ -74,13 +117,12 @@ def main(results: Path) -> None:
             print(pd.concat([ratio.head(4), ratio.tail(4)]).round(3).to_string())
         build = record / "raw" / "builds" / "k5.json"
         if build.is_file():
-            tuning = json.loads(build.read_text())["tuning"]
-            gain = [c["untuned_median_us"] / c["median_us"] for c in tuning["choices"].values()
-                    if c["untuned_median_us"]]
-            wrong = sum(t["status"] != "correct" for t in tuning["trials"])
-            print(f"# k5 tuning: {len(tuning['trials'])} trials, {wrong} incorrect; tuned over "
-                  f"untuned (k4's rule) per shape: geomean {geomean(gain):.3f}, max "
-                  f"{max(gain):.3f} over {len(gain)} shapes")
+            doc = json.loads(build.read_text())
+            gain = tuning_frame({"k5": doc})["gain"].dropna()
+            wrong = sum(t["status"] != "correct" for t in doc["tuning"]["trials"])
+            print(f"# k5 tuning: {len(doc['tuning']['trials'])} trials, {wrong} incorrect; tuned "
+                  f"over untuned (k4's rule) per shape: geomean {geomean(gain):.3f}, max "
+                  f"{gain.max():.3f} over {len(gain)} shapes")
     roof = pd.read_parquet(results / "roofline.parquet")
     big = roof[roof.footprint_over_2x_l2.astype(bool) & (roof.boundary == "graph_device")]
     if not big.empty:
@@ -97,6 +139,9 @@ def main(results: Path) -> None:
         print(ns.pivot(index="shape_id", columns="implementation",
                        values=["duration_ns", "instructions_executed", "shared_bank_conflicts",
                                "achieved_occupancy_pct"]).to_string())
+    compared = results.parent / "comparisons" / "records.parquet"
+    if compared.is_file():
+        session_comparison(compared)
     mobile = results / "mobilenet" / "mobilenet.json"
     if mobile.is_file():
         readings = json.loads(mobile.read_text())["readings"]

@@ -185,16 +185,21 @@ def _draw_forest(ax, rows: pd.DataFrame, shape_ids: list[str], threshold: float,
                 if cls in CLASSES else cls.lower())
         ax.text(1.01, y[i], text, transform=right, fontsize=6.5, va="center", ha="left",
                 color="black" if cls not in CLASSES else _text_colour(cls))
+    _ratio_rows_axes(ax, lo, hi, y, shape_ids, 6.5)
+    ax.tick_params(axis="y", labelleft=labels)
+    ax.set_axisbelow(True)
+    return {c: int(n) for c, n in classes.value_counts().items()}
+
+
+def _ratio_rows_axes(ax, lo: float, hi: float, y, labels: list[str], fontsize: float) -> None:
+    """A log ratio axis from lo to hi, one labelled row per y, light row rules."""
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)
     _ratio_axis(ax.xaxis, lo, hi)
-    ax.set_ylim(-0.7, len(shape_ids) - 0.3)
+    ax.set_ylim(-0.7, len(labels) - 0.3)
     ax.set_yticks(y)
-    ax.set_yticklabels(shape_ids, fontsize=6.5)
-    ax.tick_params(axis="y", labelleft=labels)
+    ax.set_yticklabels(labels, fontsize=fontsize)
     ax.grid(axis="y", color="#E4E4E4", lw=0.5, zorder=0)
-    ax.set_axisbelow(True)
-    return {c: int(n) for c, n in classes.value_counts().items()}
 
 
 def _text_colour(cls: str) -> str:
@@ -236,13 +241,7 @@ def _draw_interval_rows(ax, labels: list[str], series: list[dict], threshold: fl
             ax.hlines(y[i] + off, low, high, color=colour, lw=2.0, zorder=2)
             ax.scatter([point], [y[i] + off], marker=s["marker"], s=30, color=colour,
                        edgecolor="black", lw=0.5, zorder=3)
-    ax.set_xscale("log")
-    ax.set_xlim(lo, hi)
-    _ratio_axis(ax.xaxis, lo, hi)
-    ax.set_ylim(-0.7, len(labels) - 0.3)
-    ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize=7)
-    ax.grid(axis="y", color="#E4E4E4", lw=0.5, zorder=0)
+    _ratio_rows_axes(ax, lo, hi, y, labels, 7)
 
 
 def _boundary_marker_legend(ax, threshold: float, markers: dict[str, str]) -> None:
