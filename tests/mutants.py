@@ -1,5 +1,10 @@
-"""Planted faults: each mutant is the real kernel source with one textual change, so mutants
-follow the kernels as they evolve. Verification must mark every one of them incorrect."""
+"""Planted faults: each mutant is a real kernel file with one textual change, so mutants follow
+the kernels as they evolve. Verification must mark every one of them incorrect.
+
+A fault is planted either in the kernel's own .cu file or in a header it includes (k4 and k5 share
+kernels/register_tile.cuh). A header mutant is written beside an unchanged copy of the kernel
+source: a quoted #include searches the including file's folder before `-I kernels`, so the copy
+compiles against the mutated header."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +12,8 @@ from pathlib import Path
 
 from groupconv_atlas.kernels import KERNELS
 from groupconv_atlas.provenance import REPO_ROOT
+
+REGISTER_TILE = "kernels/register_tile.cuh"
 
 
 @dataclass(frozen=True)
@@ -16,18 +23,38 @@ class Mutant:
     find: str
     replace: str
     shapes: tuple[str, ...]  # atlas shape ids on which the fault must show
+    file: str | None = None  # repository path the fault is planted in; None: the kernel's source
+    # Shape properties the fault needs in order to show (checked on CPU by tests/test_mutants.py):
+    # "w_mod4_nonzero", "w_mod4_is_2", "channel_block_over_1".
+    needs: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        return self.file or KERNELS[self.kernel].source
 
     def source(self) -> str:
-        text = (REPO_ROOT / KERNELS[self.kernel].source).read_text()
+        """The mutated text of the target file."""
+        text = (REPO_ROOT / self.target).read_text()
         count = text.count(self.find)
         if count != 1:
             raise AssertionError(f"mutant {self.name}: pattern found {count} times in "
-                                 f"{KERNELS[self.kernel].source}; update the mutant")
+                                 f"{self.target}; update the mutant")
         return text.replace(self.find, self.replace)
 
     def write(self, folder: Path) -> Path:
+        """Write the mutant into `folder`; return the .cu file to compile."""
         path = folder / f"{self.name}.cu"
-        path.write_text(self.source())
+        kernel_source = KERNELS[self.kernel].source
+        if self.target == kernel_source:
+            path.write_text(self.source())
+            return path
+        header = Path(self.target).name
+        kernel_text = (REPO_ROOT / kernel_source).read_text()
+        if f'#include "{header}"' not in kernel_text:
+            raise AssertionError(f"mutant {self.name}: {kernel_source} does not include "
+                                 f'"{header}"; the fault would not reach {self.kernel}')
+        (folder / header).write_text(self.source())
+        path.write_text(kernel_text)
         return path
 
 
@@ -43,5 +70,39 @@ MUTANTS = (
     Mutant("k0_wrong_weight_index", "k0", "w_k[kh * 3 + kw]", "w_k[kw * 3 + kh]",
            ("resnext50-32x4d-n1-c128-56x56-g32",)),
     Mutant("k3_unwritten_tail", "k3", "if (w_first + o < W) out[w_first + o] = acc[o];",
-           "if (w_first + 3 < W) out[w_first + o] = acc[o];", ("stress-oddw-n32-c64-33x33-g64",)),
+           "if (w_first + 3 < W) out[w_first + o] = acc[o];", ("stress-oddw-n32-c64-33x33-g64",),
+           needs=("w_mod4_nonzero",)),
+    # k4 and k5 share the register tile; k4 takes its 16-byte and scalar paths, k5 also the
+    # 8-byte one. Every fault below reads or writes only inside the tensors (an out-of-bounds
+    # access could end the process instead of failing verification), except the missing guard,
+    # which reads one element past a row: past the input's end only by 4 bytes on the last row,
+    # inside the allocator's 512-byte rounding for its shape.
+    Mutant("k4_wrong_right_halo_column", "k4",
+           "win[r][5] = w_first + 4 < W ? __ldg(row + w_first + 4) : 0.0f;",
+           "win[r][5] = w_first + 4 < W ? __ldg(row + w_first + 3) : 0.0f;",
+           ("mobilenetv2-n1-c144-56x56-g144", "stress-oddw-n32-c64-33x33-g64"), REGISTER_TILE),
+    Mutant("k4_wrong_channel_block_group", "k4", "const int g = c_o0 / cout_per_group;",
+           "const int g = channel_block / cout_per_group;",
+           ("resnext50-32x4d-n32-c128-56x56-g32",), REGISTER_TILE, ("channel_block_over_1",)),
+    Mutant("k4_unwritten_scalar_tail", "k4",
+           "if (w_first + o < W) out[w_first + o] = acc[c][r][o];",
+           "if (w_first + 3 < W) out[w_first + o] = acc[c][r][o];",
+           ("stress-oddw-n32-c64-33x33-g64",), REGISTER_TILE, ("w_mod4_nonzero",)),
+    Mutant("k4_missing_scalar_column_guard", "k4",
+           "win[r][j] = w_i < W ? __ldg(row + w_i) : 0.0f;", "win[r][j] = __ldg(row + w_i);",
+           ("xception-n1-c728-19x19-g728",), REGISTER_TILE, ("w_mod4_nonzero",)),
+    Mutant("k5_pair_tail_not_zero_padded", "k5", "win[r][3] = 0.0f;", "win[r][3] = lo.y;",
+           ("mobilenetv2-n1-c384-14x14-g384",), REGISTER_TILE, ("w_mod4_is_2",)),
+    Mutant("k5_pair_second_half_unwritten", "k5",
+           "if (full_quad)\n                        *reinterpret_cast<float2*>(out + w_first + 2)",
+           "if (false)\n                        *reinterpret_cast<float2*>(out + w_first + 2)",
+           ("mobilenetv2-n32-c576-14x14-g576",), REGISTER_TILE, ("w_mod4_is_2",)),
+    Mutant("k5_pair_load_wrong_offset", "k5",
+           "__ldg(reinterpret_cast<const float2*>(row + w_first + 2))",
+           "__ldg(reinterpret_cast<const float2*>(row + w_first))",
+           ("mobilenetv2-n1-c384-14x14-g384",), REGISTER_TILE, ("w_mod4_is_2",)),
+    Mutant("k5_wrong_weight_in_channel_block", "k5",
+           "((long long)(c_o0 + c) * cin_per_group + ci) * 9",
+           "((long long)c_o0 * cin_per_group + ci) * 9",
+           ("resnext50-32x4d-n32-c128-56x56-g32",), REGISTER_TILE, ("channel_block_over_1",)),
 )

@@ -1,13 +1,27 @@
 """Planted faults: each mutant compiles (CPU) and verification marks it incorrect (GPU)."""
+import shutil
+import subprocess
+
 import pytest
 from mutants import MUTANTS
 
 from groupconv_atlas.build import compile_kernel
-from groupconv_atlas.kernels import support
+from groupconv_atlas.kernels import k4_tile, support
 from groupconv_atlas.shapes import load_shapes, shapes_by_id
 from groupconv_atlas.provenance import REPO_ROOT
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
+# SM counts the default register tile is checked under: every GPU up to 256 SMs (H200: 132).
+SM_COUNTS = range(1, 257)
+NEEDS = {
+    "w_mod4_nonzero": lambda s: s.w % 4 != 0,
+    # the 8-byte path with a half quad at the row's end
+    "w_mod4_is_2": lambda s: s.w % 4 == 2,
+    # the untuned register tile (k4's rule, also k5's fallback) puts several output channels of
+    # one group in a thread's channel block, whatever the GPU's SM count
+    "channel_block_over_1": lambda s: s.cout_per_group > 1 and all(
+        k4_tile(s, sm)[1] > 1 for sm in SM_COUNTS),
+}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
@@ -19,9 +33,35 @@ def test_mutant_compiles_and_targets_supported_shapes(mutant, tmp_path):
         assert support(mutant.kernel, SHAPES[sid])[0], f"{mutant.name}: {sid} is unsupported"
 
 
-def test_unwritten_tail_mutant_needs_w_not_multiple_of_4():
-    (mutant,) = [m for m in MUTANTS if m.name == "k3_unwritten_tail"]
-    assert all(SHAPES[s].w % 4 for s in mutant.shapes)
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.file], ids=lambda m: m.name)
+def test_header_mutant_compiles_against_the_mutated_header(mutant, tmp_path):
+    """nvcc's dependency list shows the header beside the copied source, not kernels/'s."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc on PATH")
+    source = mutant.write(tmp_path)
+    deps = subprocess.run([nvcc, "-M", "-I", str(REPO_ROOT / "kernels"), str(source)],
+                          capture_output=True, text=True, check=True).stdout
+    header = mutant.file.rsplit("/", 1)[-1]
+    assert str(tmp_path / header) in deps, deps
+    assert str(REPO_ROOT / mutant.file) not in deps, deps
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.needs], ids=lambda m: m.name)
+def test_mutant_shapes_have_what_the_fault_needs(mutant):
+    for need in mutant.needs:
+        bad = [sid for sid in mutant.shapes if not NEEDS[need](SHAPES[sid])]
+        assert not bad, f"{mutant.name}: shapes {bad} lack {need}; the fault would not show"
+
+
+def test_every_register_tile_kernel_has_two_mutants():
+    for kernel in ("k4", "k5"):
+        assert sum(m.kernel == kernel for m in MUTANTS) >= 2, kernel
+
+
+def test_mutant_names_are_unique():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names))
 
 
 @pytest.mark.gpu
