@@ -1,14 +1,23 @@
 """Committed device records: snapshotting a live run's raw layer, finding the record a replay
-reads, and refusing a record whose files do not match their hashes."""
+reads, and refusing a record whose files do not match their hashes.
+
+A record's manifest (record.json) lists every file's SHA-256, but a manifest cannot vouch for
+itself: whoever rewrites a file can rewrite its hash too. Two anchors outside the record catch
+that: records/INDEX.json (tracked) holds each manifest's SHA-256, and, in a git checkout, every
+record file and the index are compared with their blobs in the commit checked out (HEAD)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from .provenance import now_utc, sha256_file, write_json
 
 MANIFEST = "record.json"
+INDEX = "INDEX.json"
 
 
 class RecordError(RuntimeError):
@@ -36,8 +45,272 @@ def find_record(records_dir: str | Path, name: str, device: str, having: str | N
     return sorted(candidates)[-1][2]
 
 
-def snapshot(results_dir: str | Path, record_dir: str | Path, device: str, extra: dict) -> dict:
-    """Copy a live run's raw layer and job provenance into a record with a hash manifest."""
+# ---- records/INDEX.json: each manifest's SHA-256, outside the record ----
+
+def load_index(records_dir: str | Path) -> dict:
+    path = Path(records_dir) / INDEX
+    if not path.is_file():
+        return {"records": {}}
+    return json.loads(path.read_text())
+
+
+def index_record(record_dir: str | Path, replay: list[str] | None = None) -> dict:
+    """Enter (or update) a record's manifest hash in the index beside it; keeps the replay
+    arguments already there unless new ones are given."""
+    record_dir = Path(record_dir)
+    index = load_index(record_dir.parent)
+    entry = index["records"].get(record_dir.name, {})
+    entry["manifest_sha256"] = sha256_file(record_dir / MANIFEST)
+    if replay is not None:
+        entry["replay"] = list(replay)
+    entry.setdefault("replay", [])
+    index["records"][record_dir.name] = entry
+    index.setdefault("about", "SHA-256 of each record's record.json, so a manifest rewritten "
+                     "together with a file it lists is refused; `replay` holds the arguments "
+                     "`make replay RECORD=<name>` adds to `snakemake atlas`.")
+    write_json(record_dir.parent / INDEX, index)
+    return entry
+
+
+def replay_arguments(records_dir: str | Path, name: str) -> list[str]:
+    """The snakemake arguments that replay record `name` (its configuration and the record)."""
+    entry = load_index(records_dir)["records"].get(name)
+    if entry is None:
+        raise LookupError(f"record {name!r} is not listed in {Path(records_dir) / INDEX}; "
+                          f"listed: {', '.join(sorted(load_index(records_dir)['records']))}")
+    args = list(entry.get("replay", []))
+    # argparse keeps only the last --config flag: the record joins the one already there.
+    if "--config" in args:
+        args.insert(args.index("--config") + 1, f"record={name}")
+        return args
+    return [*args, "--config", f"record={name}"]
+
+
+def _check_index(record_dir: Path) -> str:
+    index_path = record_dir.parent / INDEX
+    if not index_path.is_file():
+        raise RecordError(f"record {record_dir.name}: {index_path} is missing, so its manifest "
+                          "cannot be checked; refusing to replay")
+    entry = load_index(record_dir.parent)["records"].get(record_dir.name)
+    if entry is None:
+        raise RecordError(f"record {record_dir.name}: not listed in {index_path}; refusing to "
+                          "replay a record the index does not vouch for")
+    actual = sha256_file(record_dir / MANIFEST)
+    if actual != entry["manifest_sha256"]:
+        raise RecordError(f"record {record_dir.name}: {MANIFEST} (SHA-256 {actual[:12]}…) does not "
+                          f"match {index_path} ({entry['manifest_sha256'][:12]}…): the manifest was "
+                          "rewritten; refusing to replay")
+    return actual
+
+
+# ---- git: each record file against its blob in the commit checked out ----
+
+def git_blob_sha1(path: str | Path) -> str:
+    """What `git hash-object` prints for this file (no filters: records have none)."""
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's id
+
+
+def committed_blobs(paths: list[Path]) -> tuple[str, dict[Path, str]] | None:
+    """(HEAD commit, {absolute path: blob id in HEAD}) for those of `paths` committed there;
+    None where there is no git work tree (a copied tree) or no commit."""
+    if not paths:
+        return None
+    cwd = paths[0].parent
+
+    def git(*args: str) -> str | None:
+        try:
+            res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                                 check=False, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return res.stdout if res.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    head = git("rev-parse", "HEAD")
+    if not top or not head:
+        return None
+    top_path = Path(top.strip()).resolve()
+    rel = {}
+    for p in paths:
+        try:
+            rel[str(p.resolve().relative_to(top_path))] = p
+        except ValueError:
+            return None
+    listing = git("ls-tree", "-r", "--full-tree", "HEAD", "--", *sorted(rel))
+    if listing is None:
+        return None
+    blobs = {}
+    for line in listing.splitlines():
+        meta, _, name = line.partition("\t")
+        if name in rel:
+            blobs[rel[name]] = meta.split()[2]
+    return head.strip(), blobs
+
+
+def _check_git(record_dir: Path, listed: list[str]) -> dict:
+    files = [record_dir / MANIFEST, record_dir.parent / INDEX, *(record_dir / r for r in listed)]
+    found = committed_blobs(files)
+    if found is None:
+        return {"checked": False, "reason": "not a git work tree: checked against "
+                f"{record_dir.parent / INDEX} only"}
+    head, blobs = found
+    for path in files:
+        if path in blobs and git_blob_sha1(path) != blobs[path]:
+            raise RecordError(f"record {record_dir.name}: {path} differs from its committed git "
+                              f"blob (HEAD {head[:12]}); refusing to replay (restore it with "
+                              f"`git checkout HEAD -- {path}`)")
+    uncommitted = sorted(str(p) for p in files if p not in blobs)
+    return {"checked": True, "commit": head, "files_matching_commit": len(blobs),
+            "uncommitted": uncommitted}
+
+
+def check(record_dir: str | Path, use_git: bool = True) -> dict:
+    """Re-hash every file the manifest lists, check the manifest against records/INDEX.json and,
+    in a git checkout, every file against its committed blob; raise RecordError naming the first
+    mismatch."""
+    record_dir = Path(record_dir)
+    manifest_path = record_dir / MANIFEST
+    if not manifest_path.is_file():
+        raise RecordError(f"{manifest_path}: missing manifest")
+    manifest = json.loads(manifest_path.read_text())
+    for rel, expected in sorted(manifest["files"].items()):
+        path = record_dir / rel
+        if not path.is_file():
+            raise RecordError(f"record {record_dir.name}: {rel} is listed but missing")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise RecordError(f"record {record_dir.name}: {rel} does not match its hash "
+                              f"(expected {expected[:12]}…, found {actual[:12]}…); refusing to replay")
+    manifest_sha = _check_index(record_dir)
+    git = _check_git(record_dir, sorted(manifest["files"])) if use_git else {"checked": False}
+    return {"record": record_dir.name, "files_checked": len(manifest["files"]),
+            "manifest_sha256": manifest_sha, "device": manifest.get("device"),
+            "caveats": [c["text"] for c in manifest.get("caveats", [])],
+            "amendments": manifest.get("amendments", []), "git": git}
+
+
+def record_of(path: str | Path) -> Path | None:
+    """The record folder a path lies in (the nearest parent holding a manifest under a folder
+    named records), or None for a path outside every record."""
+    path = Path(path)
+    for parent in path.parents:
+        if parent.parent.name == "records" and (parent / MANIFEST).is_file():
+            return parent
+    return None
+
+
+def check_inputs(paths) -> dict[str, int]:
+    """Hash every record file among a job's inputs against its record's manifest, and the
+    manifest against records/INDEX.json: run by each job that reads a record, every time it runs
+    (not only when the manifest changes). Returns {record: files checked}."""
+    by_record: dict[Path, list[Path]] = {}
+    for p in paths:
+        record = record_of(p)
+        if record is not None:
+            by_record.setdefault(record, []).append(Path(p))
+    checked = {}
+    for record, files in sorted(by_record.items()):
+        manifest = json.loads((record / MANIFEST).read_text())
+        _check_index(record)
+        count = 0
+        for path in files:
+            rel = str(path.relative_to(record))
+            if rel == MANIFEST:
+                continue
+            expected = manifest["files"].get(rel)
+            if expected is None:
+                raise RecordError(f"record {record.name}: {rel} is read but not listed in its "
+                                  f"{MANIFEST}; refusing to use it")
+            actual = sha256_file(path)
+            if actual != expected:
+                raise RecordError(f"record {record.name}: {rel} does not match its hash (expected "
+                                  f"{expected[:12]}…, found {actual[:12]}…); refusing to replay")
+            count += 1
+        checked[record.name] = count
+    return checked
+
+
+def record_files(record_dir: str | Path) -> list[str]:
+    """Every file a record's manifest lists that exists (a missing one is named by check())."""
+    record_dir = Path(record_dir)
+    manifest = json.loads((record_dir / MANIFEST).read_text())
+    return [str(record_dir / rel) for rel in sorted(manifest["files"])
+            if (record_dir / rel).is_file()]
+
+
+# ---- what a replay compares with the working tree ----
+
+def shape_set_difference(record_dir: str | Path, shapes: list) -> str | None:
+    """None when the configured shapes (`shapes`, Shape objects) are the set the record measured;
+    else a message naming the shapes that differ."""
+    doc = json.loads((Path(record_dir) / "raw" / "shapes.json").read_text())
+    recorded = {s["id"]: s for s in doc["shapes"]}
+    configured = {s.id: s.to_dict() for s in shapes}
+    only_config = [i for i in configured if i not in recorded]
+    only_record = [i for i in recorded if i not in configured]
+    changed = [i for i in configured if i in recorded
+               and any(recorded[i].get(k) != v for k, v in configured[i].items())]
+    if not (only_config or only_record or changed) and list(configured) == list(recorded):
+        return None
+
+    def named(ids: list[str]) -> str:
+        shown = ", ".join(ids[:6])
+        return shown + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+
+    parts = [f"{len(only_config)} configured but not measured ({named(only_config)})"] if only_config else []
+    parts += [f"{len(only_record)} measured but not configured ({named(only_record)})"] if only_record else []
+    parts += [f"{len(changed)} with other sizes ({named(changed)})"] if changed else []
+    if not parts:
+        parts = ["the same shapes in another order"]
+    return f"the configured shapes differ from those record {Path(record_dir).name} measured: " + "; ".join(parts)
+
+
+def source_drift(record_dir: str | Path, repo_root: str | Path) -> list[dict]:
+    """Kernel sources (and headers) whose working-tree bytes differ from those the record's
+    builds compiled: a replay shows the recorded kernels, not the edited ones."""
+    drift = []
+    for build in sorted(Path(record_dir, "raw", "builds").glob("*.json")):
+        meta = json.loads(build.read_text())
+        files = {meta["source"]: meta.get("source_sha256")} if meta.get("source") else {}
+        files.update(meta.get("header_sha256") or {})
+        for rel, recorded in sorted(files.items()):
+            if recorded is None:
+                continue
+            path = Path(repo_root) / rel
+            now = sha256_file(path) if path.is_file() else None
+            if now != recorded:
+                drift.append({"kernel": meta.get("kernel", build.stem), "file": rel,
+                              "recorded_sha256": recorded, "working_tree_sha256": now})
+    return drift
+
+
+def drift_warning(record_name: str, drift: list[dict]) -> str | None:
+    if not drift:
+        return None
+    files = ", ".join(sorted({f"{d['file']} ({d['kernel']})" for d in drift}))
+    return (f"Replay warning: the kernel sources in this checkout differ from those record "
+            f"{record_name} built and measured ({files}); this replay shows the recorded kernels' "
+            "measurements, not the edited sources (measure live on a GPU to time them)")
+
+
+def recorded_sources(record_dir: str | Path, repo_root: str | Path) -> list[str]:
+    """Working-tree files a record's builds name (inputs of the record check, so an edit
+    re-runs it and the warning reaches the evidence)."""
+    paths = set()
+    for build in Path(record_dir, "raw", "builds").glob("*.json"):
+        meta = json.loads(build.read_text())
+        paths.update([meta["source"]] if meta.get("source") else [])
+        paths.update(meta.get("header_sha256") or {})
+    return sorted(p for p in paths if (Path(repo_root) / p).is_file())
+
+
+# ---- writing records (GPU machine) ----
+
+def snapshot(results_dir: str | Path, record_dir: str | Path, device: str, extra: dict,
+             replay: list[str] | None = None) -> dict:
+    """Copy a live run's raw layer and job provenance into a record with a hash manifest, and
+    enter the manifest's hash in records/INDEX.json (commit both)."""
     results_dir, record_dir = Path(results_dir), Path(record_dir)
     if record_dir.exists():
         shutil.rmtree(record_dir)
@@ -58,6 +331,7 @@ def snapshot(results_dir: str | Path, record_dir: str | Path, device: str, extra
     manifest = {"name": record_dir.name, "device": device, "created_utc": now_utc(),
                 "files": files, **extra}
     write_json(record_dir / MANIFEST, manifest)
+    index_record(record_dir, replay if replay is not None else ["--config", f"device={device}"])
     return manifest
 
 
@@ -75,6 +349,7 @@ def amend(record_dir: str | Path, replacements: dict[str, str | Path], note: str
     manifest.setdefault("amendments", []).append(
         {"amended_utc": now_utc(), "files": sorted(replacements), "note": note})
     write_json(manifest_path, manifest)
+    index_record(record_dir)
     return manifest
 
 
@@ -84,25 +359,22 @@ def add_caveat(record_dir: str | Path, caveat: str) -> dict:
     manifest = json.loads(manifest_path.read_text())
     manifest.setdefault("caveats", []).append({"added_utc": now_utc(), "text": caveat})
     write_json(manifest_path, manifest)
+    index_record(record_dir)
     return manifest
 
 
-def check(record_dir: str | Path) -> dict:
-    """Re-hash every file the manifest lists; raise RecordError naming the first mismatch."""
-    record_dir = Path(record_dir)
-    manifest_path = record_dir / MANIFEST
-    if not manifest_path.is_file():
-        raise RecordError(f"{manifest_path}: missing manifest")
-    manifest = json.loads(manifest_path.read_text())
-    for rel, expected in sorted(manifest["files"].items()):
-        path = record_dir / rel
-        if not path.is_file():
-            raise RecordError(f"record {record_dir.name}: {rel} is listed but missing")
-        actual = sha256_file(path)
-        if actual != expected:
-            raise RecordError(f"record {record_dir.name}: {rel} does not match its hash "
-                              f"(expected {expected[:12]}…, found {actual[:12]}…); refusing to replay")
-    return {"record": record_dir.name, "files_checked": len(manifest["files"]),
-            "manifest_sha256": sha256_file(manifest_path), "device": manifest.get("device"),
-            "caveats": [c["text"] for c in manifest.get("caveats", [])],
-            "amendments": manifest.get("amendments", [])}
+def _main(argv: list[str]) -> int:
+    """`python -m groupconv_atlas.records replay-args NAME`: what `make replay` passes."""
+    if len(argv) != 2 or argv[0] != "replay-args":
+        print("usage: python -m groupconv_atlas.records replay-args RECORD", file=sys.stderr)
+        return 2
+    try:
+        print(" ".join(replay_arguments("records", argv[1])))
+    except LookupError as err:
+        print(f"replay: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
