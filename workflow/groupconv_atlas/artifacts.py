@@ -8,11 +8,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from .ceilings import roofline_floor_us
-from .stats import CLASSES, StatsConfig, cross_job_spread, measured_medians, summarize
+from .ceilings import roofline_block, roofline_table
+from .headline import build_headline
+from .stats import CLASSES, StatsConfig, cross_job_spread, summarize, with_torch_best
 
 SCHEMA = "groupconv-atlas/1"
 AA_LIMIT = 0.05
+# A/A intervals cover a true ratio of 1, so about 1 - confidence of them exclude it; more than
+# this share at any boundary means the per-shape intervals are too narrow.
+AA_EXCLUDE_ONE_LIMIT = 0.07
 
 
 def clean(value):
@@ -43,20 +47,29 @@ def evidence_block(mode: str, record_check: dict | None, device: str) -> dict:
                          "no GPU was used to make this artifact"}
 
 
-def aa_result(comparisons: pd.DataFrame) -> dict:
-    """The A/A calibration: how often an implementation 'beats' a second handle to itself."""
+def aa_result(comparisons: pd.DataFrame, confidence_level: float = 0.95) -> dict:
+    """The A/A calibration: how often an implementation 'beats' a second handle to itself
+    (WIN or LOSS), and how often its interval excludes 1, per boundary."""
     aa = comparisons[(comparisons["job"] == "aa") & comparisons["class"].isin(CLASSES)]
     by_boundary = {}
     for boundary, grp in aa.groupby("boundary", sort=True):
         decided = int(grp["class"].isin(["WIN", "LOSS"]).sum())
+        excluded = int(((grp["ci_low"] > 1) | (grp["ci_high"] < 1)).sum())
         by_boundary[boundary] = {"pairs": int(len(grp)), "win_or_loss": decided,
-                                 "rate": decided / len(grp) if len(grp) else None}
+                                 "rate": decided / len(grp) if len(grp) else None,
+                                 "exclude_one": excluded, "exclude_one_pairs": int(len(grp)),
+                                 "exclude_one_rate": excluded / len(grp) if len(grp) else None}
     pairs = int(len(aa))
     decided = int(aa["class"].isin(["WIN", "LOSS"]).sum())
     rate = decided / pairs if pairs else None
+    exclude_ok = bool(by_boundary) and all(
+        r["exclude_one_rate"] <= AA_EXCLUDE_ONE_LIMIT for r in by_boundary.values())
     return {"implementation": aa["candidate"].iloc[0] if pairs else None,
             "pairs": pairs, "win_or_loss": decided, "rate": rate, "limit": AA_LIMIT,
-            "passed": rate is not None and rate <= AA_LIMIT, "by_boundary": by_boundary}
+            "passed": rate is not None and rate <= AA_LIMIT,
+            "confidence_level": confidence_level,
+            "exclude_one_limit": AA_EXCLUDE_ONE_LIMIT, "exclude_one_passed": exclude_ok,
+            "by_boundary": by_boundary}
 
 
 def verification_counts(verification: pd.DataFrame) -> dict:
@@ -102,7 +115,13 @@ def _cell(row) -> dict:
     keys = ("ratio", "ci_low", "ci_high", "class", "batches", "candidate_median_us",
             "baseline_median_us", "batch_ratios", "candidate_batch_medians_us",
             "baseline_batch_medians_us", "clock_flagged_batches")
-    return {k: row[k] for k in keys}
+    cell = {k: row[k] for k in keys}
+    # Newer columns, absent from tables made before them.
+    for key in ("interval_method", "processes", "torch_best_choice"):
+        value = row.get(key)
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            cell[key] = value
+    return cell
 
 
 def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.DataFrame,
@@ -131,27 +150,47 @@ def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.Da
 def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, evidence,
                    stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float,
                    ceilings: dict | None = None, crosscheck: dict | None = None,
-                   mobilenet: dict | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+                   mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None
+                   ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """atlas.json, the summary table and the roofline table. `comparisons` should already carry
+    the torch_best rows (stats.with_torch_best), so that comparisons.parquet and map-details.json
+    show them too; they are added here when missing. `agreement_cells` is compare_records'
+    side-by-side table, when the build has one."""
+    if "torch_best" not in set(comparisons["baseline"]):
+        comparisons = with_torch_best(comparisons)
     summary = summarize(comparisons, stats_cfg)
     roofline = roofline_table(comparisons, shapes_doc, ceilings)
     if not summary.empty:
         summary.insert(0, "job", ["aa" if b.endswith("_twin") else c
                                   for c, b in zip(summary["candidate"], summary["baseline"])])
+    session = session_block(timing_meta)
+    aa = aa_result(comparisons, stats_cfg.confidence_level)
     doc = {
         "schema": SCHEMA,
         "evidence": evidence,
+        "headline": build_headline(comparisons, summary, shapes_doc, verification,
+                                   session.get("l2_bytes"), aa, stats_cfg, agreement_cells),
         "shape_set": {"count": shapes_doc["count"], "sha256": shapes_doc["sha256"],
                       "geometry": shapes_doc["geometry"]},
-        "session": session_block(timing_meta),
+        "session": session,
         "config": {"statistics": {"threshold": stats_cfg.threshold,
                                   "confidence_level": stats_cfg.confidence_level,
                                   "resamples": stats_cfg.resamples, "seed": stats_cfg.seed,
                                   "method": stats_cfg.method},
                    "timing": timing_cfg, "verification_tolerance_factor": tolerance_factor},
+        "intervals": {
+            "per_shape": f"{stats_cfg.method}: see statistics.method; with batches from two or "
+                         "more processes, a t interval over per-process mean log ratios",
+            "shape_ci": "geometric mean over shapes: two-stage bootstrap, shapes resampled, then "
+                        "batches within each drawn shape (percentile)",
+            "noise_ci": "geometric mean over shapes, measurement noise only: shapes fixed, "
+                        "batches resampled within each shape (percentile); ci_low / ci_high "
+                        "repeat it for readers written before the split",
+        },
         "verification": verification_counts(verification),
         "builds": build_block(builds),
         "comparisons": summary.to_dict("records"),
-        "aa": aa_result(comparisons),
+        "aa": aa,
         "clock": clock_block(timing_meta, timing_cfg.get("clock_flag_fraction", 0.0)),
         "roofline": roofline_block(roofline, ceilings),
         "cross_job_spread": spread_block(comparisons, stats_cfg.threshold),
@@ -179,203 +218,8 @@ def spread_block(comparisons: pd.DataFrame, threshold: float, worst: int = 3) ->
     return rows
 
 
-def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict | None
-                   ) -> pd.DataFrame:
-    """Each measured latency next to its roofline floor and the fraction of it achieved."""
-    table = measured_medians(comparisons)
-    if ceilings is None or table.empty:
-        return table.assign(floor_us=np.nan, fraction_of_roofline=np.nan, bound=None,
-                            achieved_bandwidth_fraction=np.nan, footprint_over_2x_l2=None)
-    bw, fma = ceilings["dram_bandwidth_bytes_per_s"], ceilings["fma_flops_per_s"]
-    l2 = ceilings.get("l2_bytes") or 0
-    by_id = {e["id"]: e for e in shapes_doc["shapes"]}
-    floors, bounds, bw_fraction, big = [], [], [], []
-    for sid, median in zip(table["shape_id"], table["median_us"]):
-        e = by_id[sid]
-        floors.append(roofline_floor_us(e["min_bytes"], e["flops"], bw, fma))
-        bounds.append("memory" if e["min_bytes"] / bw >= e["flops"] / fma else "compute")
-        bw_fraction.append(e["min_bytes"] / (median * 1e-6) / bw)
-        big.append(e["min_bytes"] > 2 * l2)
-    table["floor_us"] = floors
-    table["fraction_of_roofline"] = table["floor_us"] / table["median_us"]
-    table["bound"] = bounds
-    table["achieved_bandwidth_fraction"] = bw_fraction
-    table["footprint_over_2x_l2"] = big
-    return table
-
-
-def roofline_block(roofline: pd.DataFrame, ceilings: dict | None) -> dict | None:
-    """Geometric-mean fraction of the roofline per implementation and boundary, and the mean
-    bandwidth fraction on shapes whose footprint exceeds twice the L2."""
-    if ceilings is None or roofline.empty:
-        return None
-    per_impl = {}
-    for (impl, boundary), grp in roofline.groupby(["implementation", "boundary"], sort=True):
-        big = grp[grp["footprint_over_2x_l2"].astype(bool)]
-        per_impl.setdefault(impl, {})[boundary] = {
-            "geomean_fraction_of_roofline": float(np.exp(np.log(grp["fraction_of_roofline"]).mean())),
-            "shapes": int(len(grp)),
-            "over_2x_l2_shapes": int(len(big)),
-            "over_2x_l2_mean_bandwidth_fraction":
-                float(big["achieved_bandwidth_fraction"].mean()) if len(big) else None,
-        }
-    keep = ("dram_bandwidth_bytes_per_s", "fma_flops_per_s", "l2_bytes", "sm_count", "method")
-    return {"ceilings": {k: ceilings.get(k) for k in keep}, "by_implementation": per_impl}
-
-
-def _fmt(gm, lo, hi) -> str:
-    if gm is None:
-        return "n/a"
-    return f"{gm:.3f}x [{lo:.3f}, {hi:.3f}]"
-
-
 def evidence_markdown(atlas: dict) -> str:
-    """Plain words: what was verified, what was measured, under which boundaries, what is not
-    claimed. Every figure comes from atlas.json."""
-    ev, sess, cfg = atlas["evidence"], atlas["session"], atlas["config"]
-    st = cfg["statistics"]
-    lines = [
-        "# Current evidence",
-        "",
-        f"- **Source:** {ev['statement']} (device key `{ev['device']}`).",
-        f"- **GPU:** {sess['gpu_name']} (driver {sess['driver']}, CUDA runtime "
-        f"{sess['cuda_runtime']}, cuDNN {sess['cudnn']}, torch {sess['torch']}, PyCUDA "
-        f"{sess['pycuda']}); strict FP32: {sess['precision']}.",
-        f"- **Shapes:** {atlas['shape_set']['count']} frozen shapes, set SHA-256 "
-        f"`{atlas['shape_set']['sha256']}`; FP32 NCHW, 3x3, stride 1, padding 1, dilation 1, "
-        "no bias.",
-        "",
-    ]
-    if ev.get("caveats"):
-        lines += ["", "## Known limitations of this record", ""]
-        lines += [f"- {c}" for c in ev["caveats"]]
-    if ev.get("amendments"):
-        lines += ["", "Amendments to the record: " + " ".join(ev["amendments"])]
-    lines += [
-        "",
-        "## What was verified",
-        "",
-        "Every implementation on every shape, before timing: the full output against PyTorch "
-        "FP32 and FP64, 256 FP64 points computed without PyTorch, outputs poisoned with NaN "
-        "before custom launches, fresh seeded inputs per check. Tolerance: |y - ref| <= "
-        f"{cfg['verification_tolerance_factor']} * K * 2^-24 * (|x| conv |w|), K = 9 C_in/groups.",
-        "",
-        "| implementation | correct | incorrect | unsupported |",
-        "|---|---|---|---|",
-    ]
-    for impl, c in atlas["verification"].items():
-        lines.append(f"| {impl} | {c['correct']} | {c['incorrect']} | {c['unsupported']} |")
-    lines += [
-        "",
-        "## What was measured",
-        "",
-        f"Each timing job interleaves a candidate with its references in {cfg['timing']['batches']} "
-        f"paired batches of {cfg['timing']['samples_per_batch']} samples, order shuffled per "
-        f"batch, L2 policy `{cfg['timing']['l2_policy']}`, at two boundaries: **graph_device** "
-        "(CUDA events around a CUDA-graph replay, per launch) and **sync_api** (host clock "
-        "around one eager call plus synchronize). Ratios are reference / candidate of batch "
-        f"medians (above 1 favours the candidate); {int(st['confidence_level'] * 100)}% "
-        f"bootstrap intervals ({st['method']}, {st['resamples']} resamples); a shape is a WIN or "
-        f"LOSS only when its whole interval clears the {st['threshold']:.0%} practical threshold.",
-        "",
-        "| candidate | reference | boundary | geometric mean [interval] | win | tie | loss | "
-        "inconclusive | unsupported | incorrect |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in atlas["comparisons"]:
-        if c["job"] == "aa":
-            continue
-        lines.append(
-            f"| {c['candidate']} | {c['baseline']} | {c['boundary']} | "
-            f"{_fmt(c['geomean_ratio'], c['ci_low'], c['ci_high'])} | {c['n_win']} | {c['n_tie']}"
-            f" | {c['n_loss']} | {c['n_inconclusive']} | {c['n_unsupported']} | "
-            f"{c['n_incorrect']} |")
-    aa = atlas["aa"]
-    rate = "n/a" if aa["rate"] is None else f"{aa['rate']:.1%}"
-    lines += [
-        "",
-        "## Calibration",
-        "",
-        f"A/A: `{aa['implementation']}` against a second handle to itself on every shape and "
-        f"boundary: {aa['win_or_loss']} of {aa['pairs']} pairs classified WIN or LOSS ({rate}; "
-        f"limit {aa['limit']:.0%}; {'passed' if aa['passed'] else 'FAILED: do not trust the verdicts'}).",
-        f"Clock: {atlas['clock']['batches_clock_flagged']} of {atlas['clock']['batches_total']} "
-        f"batches flagged ({atlas['clock']['flag_rule']}).",
-        "",
-    ]
-    roof = atlas.get("roofline")
-    if roof:
-        ceil = roof["ceilings"]
-        lines += [
-            "## Roofline",
-            "",
-            f"Measured ceilings: DRAM {ceil['dram_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s (read + "
-            f"write), FP32 FMA {ceil['fma_flops_per_s'] / 1e12:.1f} TFLOP/s. Floor = max(minimal "
-            "bytes / bandwidth, FLOPs / FMA rate); minimal bytes = input + weights + output once.",
-            "",
-            "| implementation | boundary | geometric-mean fraction of roofline | over-2xL2 shapes: "
-            "mean fraction of bandwidth |",
-            "|---|---|---|---|",
-        ]
-        for impl, per in roof["by_implementation"].items():
-            for boundary, r in per.items():
-                big = r["over_2x_l2_mean_bandwidth_fraction"]
-                lines.append(f"| {impl} | {boundary} | {r['geomean_fraction_of_roofline']:.1%} | "
-                             f"{'n/a' if big is None else f'{big:.1%}'} |")
-        lines.append("")
-    spread = [r for r in atlas.get("cross_job_spread") or [] if r["boundary"] == "graph_device"]
-    if spread:
-        threshold = atlas["config"]["statistics"]["threshold"]
-        lines += [
-            "## Stability across timing jobs",
-            "",
-            "Each timing job is its own process. An implementation timed in several jobs should "
-            "give the same graph_device median in each; where it does not, a verdict against it "
-            "depends on which job paired it. Two known causes: cudnn.benchmark chooses "
-            "torch_tuned's algorithm anew in every process, and the launches per graph replay (L) "
-            "follow the fastest implementation of each job, so small shapes carry a different "
-            "share of graph launch overhead per job.",
-            "",
-            f"| implementation | shapes in 2+ jobs | spread > {threshold:.0%} | largest spread | "
-            "worst shapes (slowest / fastest job median) |",
-            "|---|---|---|---|---|",
-        ]
-        for r in spread:
-            worst = "; ".join(f"{w['shape_id']} {w['slowest_job_median_us']:.1f} / "
-                              f"{w['fastest_job_median_us']:.1f} us" for w in r["worst"])
-            lines.append(f"| {r['implementation']} | {r['shapes']} | "
-                         f"{r['shapes_over_threshold']} | {r['max_spread']:.2f}x | {worst} |")
-        lines.append("")
-    cross = atlas.get("crosscheck")
-    if cross:
-        lines += ["## Independent timer", "", f"{cross['implementation']} graph_device medians "
-                  f"against {cross['timer']}:", "",
-                  "| shape | harness (us) | triton (us) | difference | atlas record (us) | "
-                  "record vs triton |", "|---|---|---|---|---|---|"]
-        for r in cross["rows"]:
-            harness, same = r.get("harness_graph_device_median_us"), r["relative_difference"]
-            record, rec_diff = r["atlas_graph_device_median_us"], r.get(
-                "record_relative_difference", r["relative_difference"] if harness is None else None)
-            lines.append(
-                f"| {r['shape_id']} | {'n/a' if harness is None else f'{harness:.2f}'} | "
-                f"{r['triton_median_us']:.2f} | "
-                f"{'n/a' if harness is None or same is None else f'{same:+.1%}'} | "
-                f"{'n/a' if record is None else f'{record:.2f}'} | "
-                f"{'n/a' if rec_diff is None else f'{rec_diff:+.1%}'} |")
-        lines.append("")
-    lines += [
-        "## What is not claimed",
-        "",
-        "- Nothing about other GPUs, clocks, drivers, library versions, data types (FP16, BF16, "
-        "TF32), layouts (NHWC), strides, dilations or kernel sizes. The one TF32 reference, "
-        "`torch_default_tf32` (PyTorch as shipped: TF32 allowed in cuDNN convolutions), is there "
-        "to show what a default PyTorch user gets; it is verified at a TF32 tolerance, computes "
-        "less precisely than every strict-FP32 implementation and is never a dispatch target.",
-        "- Nothing about end-to-end network speed beyond the MobileNet probe's own readings.",
-        "- A geometric mean summarises the shapes compared; it is not a prediction for a shape "
-        "outside the atlas. Unsupported and incorrect cells are excluded from it and counted.",
-        "- graph_device excludes host launch overhead by construction; sync_api includes it and "
-        "the Python call. Neither is the other.",
-        "",
-    ]
-    return "\n".join(lines)
+    """current-evidence.md, from atlas.json alone (groupconv_atlas.evidence and its template)."""
+    from .evidence import evidence_markdown as render
+
+    return render(atlas)

@@ -97,3 +97,57 @@ def measure(session, cubin: str | Path, progress=print) -> dict:
                           "block, best median of 20; FLOPs = 2 per FMA"},
         "source": str(Path(REPO_ROOT, CEILINGS_SOURCE).relative_to(REPO_ROOT)),
     }
+
+
+# The roofline analysis of measured latencies (CPU; used by the atlas artifacts). pandas and the
+# statistics are imported only where used, so the GPU job that measures the ceilings needs neither.
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict | None
+                   ) -> pd.DataFrame:
+    """Each measured latency next to its roofline floor and the fraction of it achieved."""
+    from .stats import measured_medians
+
+    table = measured_medians(comparisons)
+    if ceilings is None or table.empty:
+        return table.assign(floor_us=np.nan, fraction_of_roofline=np.nan, bound=None,
+                            achieved_bandwidth_fraction=np.nan, footprint_over_2x_l2=None)
+    bw, fma = ceilings["dram_bandwidth_bytes_per_s"], ceilings["fma_flops_per_s"]
+    l2 = ceilings.get("l2_bytes") or 0
+    by_id = {e["id"]: e for e in shapes_doc["shapes"]}
+    floors, bounds, bw_fraction, big = [], [], [], []
+    for sid, median in zip(table["shape_id"], table["median_us"]):
+        e = by_id[sid]
+        floors.append(roofline_floor_us(e["min_bytes"], e["flops"], bw, fma))
+        bounds.append("memory" if e["min_bytes"] / bw >= e["flops"] / fma else "compute")
+        bw_fraction.append(e["min_bytes"] / (median * 1e-6) / bw)
+        big.append(e["min_bytes"] > 2 * l2)
+    table["floor_us"] = floors
+    table["fraction_of_roofline"] = table["floor_us"] / table["median_us"]
+    table["bound"] = bounds
+    table["achieved_bandwidth_fraction"] = bw_fraction
+    table["footprint_over_2x_l2"] = big
+    return table
+
+
+def roofline_block(roofline: pd.DataFrame, ceilings: dict | None) -> dict | None:
+    """Geometric-mean fraction of the roofline per implementation and boundary, and the mean
+    bandwidth fraction on shapes whose footprint exceeds twice the L2."""
+    if ceilings is None or roofline.empty:
+        return None
+    per_impl = {}
+    for (impl, boundary), grp in roofline.groupby(["implementation", "boundary"], sort=True):
+        big = grp[grp["footprint_over_2x_l2"].astype(bool)]
+        per_impl.setdefault(impl, {})[boundary] = {
+            "geomean_fraction_of_roofline": float(np.exp(np.log(grp["fraction_of_roofline"]).mean())),
+            "shapes": int(len(grp)),
+            "over_2x_l2_shapes": int(len(big)),
+            "over_2x_l2_mean_bandwidth_fraction":
+                float(big["achieved_bandwidth_fraction"].mean()) if len(big) else None,
+        }
+    keep = ("dram_bandwidth_bytes_per_s", "fma_flops_per_s", "l2_bytes", "sm_count", "method")
+    return {"ceilings": {k: ceilings.get(k) for k in keep}, "by_implementation": per_impl}

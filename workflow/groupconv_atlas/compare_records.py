@@ -58,7 +58,7 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
         meta = json.loads(meta_path.read_text())
         samples = pd.read_parquet(meta_path.with_suffix(".parquet"))
         table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
-                                    shape_ids, BOUNDARIES, cfg)
+                                    shape_ids, BOUNDARIES, cfg, meta)
         table["job"] = meta_path.stem
         table["samples_per_batch"] = (meta.get("config") or {}).get("samples_per_batch")
         frames.append(table)

@@ -1,10 +1,22 @@
-"""Paired statistics over batch medians: ratios, bootstrap intervals, classes, geometric means.
+"""Paired statistics over batch medians: ratios, intervals, classes, geometric means.
 
 Ratios are baseline / candidate per batch, so above 1 favours the candidate. Each batch's median
 is a robust summary of its samples; batches, not samples, are the unit of replication, because
 samples within a batch share the GPU's momentary state (Kalibera & Jones, "Rigorous Benchmarking
-in Reasonable Time", ISMM 2013). Intervals are bootstrap intervals of the geometric mean of the
-paired batch ratios (scipy.stats.bootstrap with paired=True on log batch medians).
+in Reasonable Time", ISMM 2013).
+
+Per-shape intervals (statistics.method):
+- "t" (default): Student t interval of the mean paired log ratio (scipy.stats.t). With 10
+  batches it covers the true ratio in >= 0.94 of simulated sessions, normal, heavy-tailed and
+  drifting alike (tests/test_coverage.py); BCa on 10 batches covers only ~0.86-0.92.
+- "BCa", "percentile", "basic": scipy.stats.bootstrap, paired, as in older artifacts.
+When a comparison's batches come from two or more OS processes (raw column `process`), process is
+a level: the interval is a t interval over the per-process mean log ratios, whatever the method,
+so one process's cuDNN algorithm choice cannot decide a class on its own.
+
+Geometric means over shapes carry two intervals: a two-stage bootstrap (resample shapes, then
+batches within each drawn shape), which says how the mean depends on which shapes were chosen,
+and the batch-only "measurement noise" interval (shapes fixed, batches resampled).
 """
 from __future__ import annotations
 
@@ -15,6 +27,11 @@ import pandas as pd
 from scipy import stats as sstats
 
 CLASSES = ("WIN", "LOSS", "TIE", "INCONCLUSIVE")
+METHODS = ("t", "BCa", "percentile", "basic")
+BOOTSTRAP_METHODS = ("BCa", "percentile", "basic")
+# The derived reference: per shape and boundary, the faster of these two strict-FP32 references.
+TORCH_BEST = "torch_best"
+TORCH_BEST_FROM = ("torch_default", "torch_tuned")
 
 
 @dataclass(frozen=True)
@@ -23,7 +40,7 @@ class StatsConfig:
     confidence_level: float = 0.95
     resamples: int = 10_000
     seed: int = 0
-    method: str = "BCa"
+    method: str = "t"
 
     def __post_init__(self):
         if not 0 < self.threshold < 1:
@@ -33,6 +50,9 @@ class StatsConfig:
                              f"{self.confidence_level}")
         if self.resamples < 1000:
             raise ValueError(f"statistics.resamples must be at least 1000, not {self.resamples}")
+        if self.method not in METHODS:
+            raise ValueError(f"statistics.method must be one of {', '.join(METHODS)}, not "
+                             f"{self.method!r}")
 
 
 def classify(low: float, high: float, threshold: float) -> str:
@@ -49,30 +69,70 @@ def classify(low: float, high: float, threshold: float) -> str:
 
 
 def batch_medians(raw: pd.DataFrame) -> pd.DataFrame:
-    """Median latency per (shape, implementation, boundary, batch)."""
+    """Median latency per (shape, implementation, boundary, batch), with the OS process that ran
+    the batch (0 for records made before timing jobs were split over processes)."""
     keys = ["shape_id", "implementation", "boundary", "batch"]
-    out = raw.groupby(keys, sort=True, observed=True).agg(
+    frame = raw if "process" in raw else raw.assign(process=0)
+    out = frame.groupby(keys, sort=True, observed=True).agg(
         median_us=("latency_us", "median"),
-        clock_flagged=("clock_flagged", "max")).reset_index()
+        clock_flagged=("clock_flagged", "max"),
+        process=("process", "first")).reset_index()
+    out["process"] = out["process"].astype("int64")
     return out
 
 
+def t_interval(values: np.ndarray, confidence_level: float) -> tuple[float, float]:
+    """Student t interval of the mean of `values` (at least two; a zero spread gives a point)."""
+    values = np.asarray(values, dtype=float)
+    mean = float(values.mean())
+    if len(values) < 2 or np.ptp(values) == 0:
+        return mean, mean
+    half = (sstats.t.ppf(0.5 + confidence_level / 2, len(values) - 1)
+            * values.std(ddof=1) / np.sqrt(len(values)))
+    return mean - half, mean + half
+
+
+def process_means(diffs: np.ndarray, processes: np.ndarray) -> np.ndarray:
+    """Mean log ratio per process, in process order."""
+    frame = pd.DataFrame({"diff": diffs, "process": processes})
+    return frame.groupby("process", sort=True)["diff"].mean().to_numpy()
+
+
+def interval_method(processes: np.ndarray | None, cfg: StatsConfig) -> str:
+    """Which interval paired_interval uses for these batches: "process-t" with two or more
+    processes, else the configured method."""
+    if processes is not None and len(np.unique(processes)) >= 2:
+        return "process-t"
+    return cfg.method
+
+
 def paired_interval(baseline_medians: np.ndarray, candidate_medians: np.ndarray,
-                    cfg: StatsConfig) -> tuple[float, float, float]:
-    """Geometric mean of baseline/candidate batch ratios and its bootstrap interval."""
+                    cfg: StatsConfig, processes: np.ndarray | None = None
+                    ) -> tuple[float, float, float]:
+    """Geometric mean of baseline/candidate batch ratios and its interval (see the module's
+    docstring for the methods). `processes` names each batch's OS process; with two or more,
+    the point and interval come from the per-process mean log ratios."""
     log_b = np.log(np.asarray(baseline_medians, dtype=float))
     log_c = np.log(np.asarray(candidate_medians, dtype=float))
     diffs = log_b - log_c
+    method = interval_method(processes, cfg)
+    if method == "process-t":
+        per_process = process_means(diffs, np.asarray(processes))
+        low, high = t_interval(per_process, cfg.confidence_level)
+        return float(np.exp(per_process.mean())), float(np.exp(low)), float(np.exp(high))
     point = float(np.exp(diffs.mean()))
-    if np.ptp(diffs) == 0:  # identical ratios: the bootstrap distribution is a point
+    if np.ptp(diffs) == 0:  # identical ratios: no spread to build an interval from
         return point, point, point
+    if method == "t":
+        low, high = t_interval(diffs, cfg.confidence_level)
+        return point, float(np.exp(low)), float(np.exp(high))
 
     def mean_log_ratio(b, c, axis=-1):
         return np.mean(b - c, axis=axis)
 
     res = sstats.bootstrap((log_b, log_c), mean_log_ratio, paired=True, vectorized=True,
                            n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
-                           method=cfg.method, rng=np.random.default_rng(cfg.seed))
+                           method=method, rng=np.random.default_rng(cfg.seed))
     low, high = res.confidence_interval
     if not (np.isfinite(low) and np.isfinite(high)):  # BCa degenerate: fall back, stated here
         res = sstats.bootstrap((log_b, log_c), mean_log_ratio, paired=True, vectorized=True,
@@ -86,22 +146,28 @@ def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConf
     """One row per (shape, boundary) where both were timed: ratio, interval, class."""
     rows = []
     sub = medians[medians["implementation"].isin([candidate, baseline])]
+    if "process" not in sub:
+        sub = sub.assign(process=0)
     for (shape_id, boundary), grp in sub.groupby(["shape_id", "boundary"], sort=True):
         wide = grp.pivot(index="batch", columns="implementation", values="median_us")
         if candidate not in wide or baseline not in wide:
             continue
         wide = wide.dropna()
         flagged = grp.groupby("batch")["clock_flagged"].max()
+        processes = grp.groupby("batch")["process"].first().reindex(wide.index).to_numpy()
         ratio, low, high = paired_interval(wide[baseline].to_numpy(), wide[candidate].to_numpy(),
-                                           cfg)
+                                           cfg, processes)
         rows.append({
             "shape_id": shape_id, "candidate": candidate, "baseline": baseline,
             "boundary": boundary, "ratio": ratio, "ci_low": low, "ci_high": high,
             "class": classify(low, high, cfg.threshold),
+            "interval_method": interval_method(processes, cfg),
             "batches": int(len(wide)),
+            "processes": int(len(np.unique(processes))),
             "candidate_median_us": float(wide[candidate].median()),
             "baseline_median_us": float(wide[baseline].median()),
             "batch_ratios": [float(v) for v in (wide[baseline] / wide[candidate])],
+            "batch_processes": [int(v) for v in processes],
             "candidate_batch_medians_us": [float(v) for v in wide[candidate]],
             "baseline_batch_medians_us": [float(v) for v in wide[baseline]],
             "clock_flagged_batches": int(flagged.sum()),
@@ -109,17 +175,32 @@ def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConf
     return pd.DataFrame(rows)
 
 
+def job_pairs(implementations: list[str], meta: dict | None = None) -> list[tuple[str, str]]:
+    """The (candidate, reference) pairs a timing job measured. Its metadata may name roles
+    ("candidates", "references"): every candidate against every reference other than itself.
+    Without them (older records) the first implementation is the candidate, the rest references."""
+    meta = meta or {}
+    if "candidates" in meta or "references" in meta:
+        candidates, references = meta.get("candidates"), meta.get("references")
+        for key, value in (("candidates", candidates), ("references", references)):
+            if not isinstance(value, list) or not value:
+                raise ValueError(f"timing job {meta.get('job', '?')}: meta key {key!r} must be a "
+                                 f"non-empty list when roles are given, not {value!r}")
+        return [(c, r) for c in candidates for r in references if c != r]
+    return [(implementations[0], r) for r in implementations[1:]]
+
+
 def comparisons_for_job(medians: pd.DataFrame, implementations: list[str],
                         status: dict[tuple[str, str], tuple[str, str]], shape_ids: list[str],
-                        boundaries: tuple[str, ...], cfg: StatsConfig) -> pd.DataFrame:
-    """The candidate (first implementation) against each other one, on every shape: measured
+                        boundaries: tuple[str, ...], cfg: StatsConfig,
+                        meta: dict | None = None) -> pd.DataFrame:
+    """Every (candidate, reference) pair of the job (job_pairs) on every shape: measured
     comparisons, and UNSUPPORTED / INCORRECT rows where either side was not verified correct.
     `status` maps (shape_id, implementation) to (status, reason)."""
     from .kernels import base_implementation
 
-    candidate, baselines = implementations[0], implementations[1:]
     frames = []
-    for baseline in baselines:
+    for candidate, baseline in job_pairs(implementations, meta):
         measured = compare(medians, candidate, baseline, cfg)
         frames.append(measured)
         done = set(measured["shape_id"]) if not measured.empty else set()
@@ -141,15 +222,21 @@ def comparisons_for_job(medians: pd.DataFrame, implementations: list[str],
     table = pd.concat([f for f in frames if not f.empty], ignore_index=True)
     if "reason" not in table:
         table["reason"] = None
-    return table.sort_values(["baseline", "shape_id", "boundary"], kind="stable",
+    return table.sort_values(["candidate", "baseline", "shape_id", "boundary"], kind="stable",
                              ignore_index=True)
+
+
+def _interval_bounds(means: np.ndarray, cfg: StatsConfig) -> tuple[float, float]:
+    alpha = (1 - cfg.confidence_level) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return float(np.exp(low)), float(np.exp(high))
 
 
 def hierarchical_geomean(log_ratio_matrix: list[np.ndarray], cfg: StatsConfig
                          ) -> tuple[float, float, float]:
-    """Geometric mean over shapes of each shape's geometric-mean batch ratio, with a percentile
-    interval from resampling batches within each shape (the shapes are the fixed atlas, not a
-    sample, so they are not resampled)."""
+    """Measurement noise of the geometric mean over shapes: the shapes held fixed, batches
+    resampled within each shape, percentile interval. It says how precisely these shapes were
+    measured, not how the mean would move with other shapes (two_stage_geomean does)."""
     if not log_ratio_matrix:
         return float("nan"), float("nan"), float("nan")
     rng = np.random.default_rng(cfg.seed)
@@ -158,29 +245,102 @@ def hierarchical_geomean(log_ratio_matrix: list[np.ndarray], cfg: StatsConfig
     for logs in log_ratio_matrix:
         idx = rng.integers(0, len(logs), size=(cfg.resamples, len(logs)))
         totals += logs[idx].mean(axis=1)
-    means = totals / len(log_ratio_matrix)
-    alpha = (1 - cfg.confidence_level) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return point, float(np.exp(low)), float(np.exp(high))
+    return (point, *_interval_bounds(totals / len(log_ratio_matrix), cfg))
+
+
+def two_stage_geomean(log_ratio_matrix: list[np.ndarray], cfg: StatsConfig
+                      ) -> tuple[float, float, float]:
+    """Geometric mean over shapes with a two-stage bootstrap percentile interval: draw the shapes
+    with replacement, then, for every drawn shape (each draw afresh), its batches with
+    replacement. The shapes are a sample of the layers one might meet, so this is the interval
+    a claim about "these kinds of shapes" needs."""
+    if not log_ratio_matrix:
+        return float("nan"), float("nan"), float("nan")
+    point = float(np.exp(np.mean([m.mean() for m in log_ratio_matrix])))
+    if len(log_ratio_matrix) == 1:  # one shape: only its batches can vary
+        return hierarchical_geomean(log_ratio_matrix, cfg)
+    rng = np.random.default_rng(cfg.seed)
+    shapes = len(log_ratio_matrix)
+    drawn = rng.integers(0, shapes, size=(cfg.resamples, shapes))
+    flat = drawn.ravel()
+    order = np.argsort(flat, kind="stable")  # the draws of shape 0, then of shape 1, ...
+    counts = np.bincount(flat, minlength=shapes)
+    shape_means = np.empty(flat.size)
+    start = 0
+    for logs, count in zip(log_ratio_matrix, counts):
+        if count:
+            batches = rng.integers(0, len(logs), size=(count, len(logs)))
+            shape_means[order[start:start + count]] = logs[batches].mean(axis=1)
+        start += count
+    return (point, *_interval_bounds(shape_means.reshape(drawn.shape).mean(axis=1), cfg))
 
 
 def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
-    """Per (candidate, baseline, boundary): geometric mean with interval and counts by class."""
+    """Per (candidate, baseline, boundary): geometric mean, its two-stage interval over shapes
+    (shape_ci_*), its measurement-noise interval (noise_ci_*; also under the older names ci_low /
+    ci_high, which earlier readers use) and counts by class."""
     rows = []
     if comparisons.empty:
         return pd.DataFrame(rows)
     for (cand, base, boundary), everything in comparisons.groupby(
             ["candidate", "baseline", "boundary"], sort=True):
-        grp = everything[everything["class"].isin(CLASSES)]
-        logs = [np.log(np.asarray(r, dtype=float)) for r in grp["batch_ratios"]]
-        gm, low, high = hierarchical_geomean(logs, cfg)
-        counts = everything["class"].value_counts()
         rows.append({"candidate": cand, "baseline": base, "boundary": boundary,
-                     "geomean_ratio": gm, "ci_low": low, "ci_high": high,
-                     "shapes_compared": int(len(grp)),
-                     **{f"n_{c.lower()}": int(counts.get(c, 0))
-                        for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")}})
+                     **geomean_block(everything, cfg)})
     return pd.DataFrame(rows)
+
+
+def geomean_block(rows: pd.DataFrame, cfg: StatsConfig) -> dict:
+    """Geometric mean, both intervals and the class counts of some comparison rows (one
+    candidate, reference and boundary; any subset of shapes)."""
+    grp = rows[rows["class"].isin(CLASSES)]
+    logs = [np.log(np.asarray(r, dtype=float)) for r in grp["batch_ratios"]]
+    gm, noise_low, noise_high = hierarchical_geomean(logs, cfg)
+    _, shape_low, shape_high = two_stage_geomean(logs, cfg)
+    counts = rows["class"].value_counts()
+    return {"geomean_ratio": gm, "shape_ci_low": shape_low, "shape_ci_high": shape_high,
+            "noise_ci_low": noise_low, "noise_ci_high": noise_high,
+            "ci_low": noise_low, "ci_high": noise_high,
+            "shapes_compared": int(len(grp)),
+            **{f"n_{c.lower()}": int(counts.get(c, 0))
+               for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")}}
+
+
+def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None
+                    ) -> pd.DataFrame:
+    """Add the derived reference torch_best: per shape and boundary, whichever of torch_default /
+    torch_tuned has the lower median (over every job that timed it). A candidate's rows against
+    torch_best are copies of its rows against the chosen reference, from whichever job measured
+    them, with `torch_best_choice` naming it. Needs both references timed somewhere; else the
+    table is returned unchanged."""
+    if "torch_best_choice" not in comparisons:
+        comparisons = comparisons.assign(torch_best_choice=None)
+    choice = torch_best_choice(comparisons) if reference_choice is None else reference_choice
+    if choice.empty:
+        return comparisons
+    pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
+    against = comparisons[comparisons["baseline"].isin(TORCH_BEST_FROM)
+                          & ~comparisons["candidate"].isin(TORCH_BEST_FROM)]
+    chosen = [pick.get((s, b)) == r for s, b, r in
+              zip(against["shape_id"], against["boundary"], against["baseline"])]
+    derived = against[chosen].assign(torch_best_choice=lambda f: f["baseline"],
+                                      baseline=TORCH_BEST)
+    return pd.concat([comparisons, derived], ignore_index=True)
+
+
+def torch_best_choice(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """(shape_id, boundary, reference, median_us): the faster of torch_default and torch_tuned
+    where both were measured, else the one that was (ties go to torch_tuned). Empty when the
+    record has not timed both anywhere."""
+    med = measured_medians(comparisons)
+    med = med[med["implementation"].isin(TORCH_BEST_FROM)]
+    if set(med["implementation"]) != set(TORCH_BEST_FROM):
+        return pd.DataFrame(columns=["shape_id", "boundary", "reference", "median_us"])
+    # Sorting torch_tuned before torch_default on equal medians makes the choice deterministic.
+    med = med.assign(_order=med["implementation"].map({"torch_tuned": 0, "torch_default": 1}))
+    best = (med.sort_values(["shape_id", "boundary", "median_us", "_order"], kind="stable")
+            .drop_duplicates(["shape_id", "boundary"]))
+    return best.rename(columns={"implementation": "reference"})[
+        ["shape_id", "boundary", "reference", "median_us"]].reset_index(drop=True)
 
 
 def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
@@ -192,7 +352,10 @@ def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
              measured[["job", "shape_id", "baseline", "boundary", "baseline_median_us"]]
              .set_axis(cols, axis=1)]
     both = pd.concat(parts, ignore_index=True)
-    both = both[~both["implementation"].str.endswith("_twin")]
+    # A twin is the A/A handle and torch_best a copy of another reference's row: neither is an
+    # implementation timed in its own right.
+    both = both[~both["implementation"].str.endswith("_twin")
+                & (both["implementation"] != TORCH_BEST)]
     return both.drop_duplicates(["job", "shape_id", "implementation", "boundary"])
 
 

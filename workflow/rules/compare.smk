@@ -29,3 +29,9 @@ rule compare_records:
         "../../envs/cpu.yaml"
     script:
         "../scripts/compare_records.py"
+
+
+def session_agreement_input(wildcards=None) -> list[str]:
+    """The side-by-side cells assemble_atlas reads for the headline's session agreement, when
+    the atlas includes the cross-record comparison (comparison_assets in common.smk)."""
+    return [f"{COMPARISONS}/records.parquet"] if comparison_assets() else []

@@ -10,7 +10,7 @@ from groupconv_atlas.artifacts import (atlas_document, clean, evidence_block,  #
                                        evidence_markdown, map_details)
 from groupconv_atlas.jobs import Job  # noqa: E402
 from groupconv_atlas.provenance import write_json, write_parquet, write_text  # noqa: E402
-from groupconv_atlas.stats import StatsConfig  # noqa: E402
+from groupconv_atlas.stats import StatsConfig, with_torch_best  # noqa: E402
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "assemble_atlas.py")
@@ -30,7 +30,8 @@ if record_check is not None:
         raise SystemExit(f"record {record_check['record']} was measured on shape set {frozen[:12]}…"
                          f" but {smk.input.shapes} is {shapes_doc['sha256'][:12]}…: the shapes in "
                          "config changed since; measure live or restore the shape set")
-comparisons = pd.concat([pd.read_parquet(t) for t in smk.input.stats], ignore_index=True)
+comparisons = with_torch_best(pd.concat([pd.read_parquet(t) for t in smk.input.stats],
+                                         ignore_index=True))
 verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
 timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
 builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
@@ -42,10 +43,15 @@ measured_factor = float(factors[0]) if len(factors) == 1 else p.tolerance_factor
 ceilings = load_json(smk.input.ceilings[0]) if smk.input.ceilings else None
 crosscheck = load_json(smk.input.crosscheck[0]) if smk.input.crosscheck else None
 mobilenet = load_json(smk.input.mobilenet[0]) if smk.input.mobilenet else None
+# compare_records' side-by-side cells, when the rule names them (session agreement in the headline).
+agreement_path = smk.input.get("session_agreement") or None
+if agreement_path is not None and not isinstance(agreement_path, str):
+    agreement_path = agreement_path[0] if len(agreement_path) else None
+agreement_cells = pd.read_parquet(agreement_path) if agreement_path else None
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
-                                          mobilenet)
+                                          mobilenet, agreement_cells)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)

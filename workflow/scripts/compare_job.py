@@ -1,4 +1,5 @@
 """Snakemake job (CPU): batch medians, paired ratios, intervals and classes for one timing job."""
+import json
 import sys
 from pathlib import Path
 
@@ -18,8 +19,11 @@ verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], i
 status = {(r.shape_id, r.implementation): (r.status, r.reason)
           for r in verification.itertuples(index=False)}
 shape_ids = list(dict.fromkeys(verification["shape_id"]))
+# The job's metadata may name candidates and references; without them the first implementation
+# is the candidate (stats.job_pairs).
+meta = json.loads(Path(smk.input.meta).read_text())
 table = comparisons_for_job(batch_medians(samples), list(smk.params.implementations), status,
-                            shape_ids, BOUNDARIES, cfg)
+                            shape_ids, BOUNDARIES, cfg, meta)
 table.insert(0, "job", smk.wildcards.job)
 write_parquet(smk.output.table, table)
 job.progress(f"{smk.wildcards.job}: " + ", ".join(
