@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from groupconv_atlas.build import NVCC_FLAGS, compile_kernel, parse_resource_usage
+from groupconv_atlas.build import compile_kernel, nvcc_flags, parse_resource_usage
 from groupconv_atlas.kernels import KERNELS, entries
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
@@ -13,7 +13,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 @needs_nvcc
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_kernel_compiles_for_sm90(kernel, tmp_path):
-    record = compile_kernel(kernel, tmp_path / f"{kernel}.cubin")
+    record = compile_kernel(kernel, tmp_path / f"{kernel}.cubin", arch="sm_90")
     assert "-arch=sm_90" in record["nvcc_flags"]
     assert (tmp_path / f"{kernel}.cubin").stat().st_size == record["cubin_bytes"] > 0
     assert set(entries(kernel)) <= set(record["functions"])
@@ -32,4 +32,5 @@ ptxas info    : Used 31 registers, used 1 barriers, 5440 bytes smem, 380 bytes c
     assert res == {"registers": 31, "stack_frame_bytes": 16, "spill_store_bytes": 8,
                    "spill_load_bytes": 4, "shared_bytes": 5440, "local_bytes": 0,
                    "constant_bytes": 380}
-    assert "--resource-usage" in NVCC_FLAGS
+    assert "--resource-usage" in nvcc_flags("sm_90")
+    assert "-arch=sm_90" in nvcc_flags("sm_90")

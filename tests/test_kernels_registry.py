@@ -3,11 +3,12 @@ covers its whole output, and k2 declines what it cannot hold with a reason."""
 import pytest
 
 from groupconv_atlas.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
-                                     base_implementation, entries, k4_tile, k5_variants, support,
+                                     base_implementation, entries, k4_tile, launch_for, k5_variants, support,
                                      twin_name)
 from groupconv_atlas.provenance import REPO_ROOT
 from groupconv_atlas.shapes import load_shapes
 
+SM_COUNT = 132  # an H200's; the rule takes the count from the device at run time
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
 
 
@@ -35,7 +36,7 @@ def test_launch_covers_every_output(kernel):
     for s in SHAPES:
         if not support(kernel, s)[0]:
             continue
-        launch = KERNELS[kernel].launch(s)
+        launch = launch_for(kernel, s, sm_count=SM_COUNT)
         threads = launch.grid[0] * launch.block[0] * launch.block[1]
         assert launch.entry in entries(kernel)
         assert launch.block[0] * launch.block[1] <= 1024
@@ -45,7 +46,7 @@ def test_launch_covers_every_output(kernel):
         elif kernel == "k3":
             assert threads >= s.n * s.c_out * s.h * -(-s.w // 4)
         elif kernel in ("k4", "k5"):  # k5 untuned falls back to k4's tile
-            rows, cob = k4_tile(s)
+            rows, cob = k4_tile(s, SM_COUNT)
             assert s.cout_per_group % cob == 0
             assert threads >= s.n * (s.c_out // cob) * -(-s.h // rows) * -(-s.w // 4)
         else:
@@ -56,7 +57,7 @@ def test_launch_covers_every_output(kernel):
 
 def test_k4_tiles_keep_channel_blocks_inside_a_group():
     for s in SHAPES:
-        rows, cob = k4_tile(s)
+        rows, cob = k4_tile(s, SM_COUNT)
         assert (rows, cob) in K4_TILES
         assert s.cout_per_group % cob == 0
 
@@ -73,7 +74,7 @@ def test_every_k5_variant_covers_every_output_and_stays_in_a_group():
         for v in variants:
             assert (v["rows"], v["cob"]) in K5_TILES and v["threads"] in K5_BLOCKS
             assert s.cout_per_group % v["cob"] == 0, (s.id, v)
-            launch = KERNELS["k5"].launch(s, v)
+            launch = launch_for("k5", s, v, sm_count=SM_COUNT)
             assert launch.entry in entries("k5")
             assert launch.block == (v["threads"], 1, 1)
             assert launch.grid[0] * v["threads"] >= (
@@ -83,4 +84,22 @@ def test_every_k5_variant_covers_every_output_and_stays_in_a_group():
 def test_k5_refuses_a_variant_that_does_not_fit_the_shape():
     grouped = next(s for s in SHAPES if s.cout_per_group == 4)
     with pytest.raises(ValueError, match="does not fit"):
-        KERNELS["k5"].launch(grouped, {"rows": 1, "cob": 8, "threads": 256})
+        launch_for("k5", grouped, {"rows": 1, "cob": 8, "threads": 256}, sm_count=SM_COUNT)
+
+
+def test_tile_tables_come_from_the_kernel_sources():
+    """One tile table per kernel: the .cu file's ENTRY lines, read by Python, in source order."""
+    from groupconv_atlas.kernels import KERNELS_DIR, tile_table
+
+    k5_text = (KERNELS_DIR / "k5_tuned_tile.cu").read_text()
+    assert K5_TILES == tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
+    assert all(f"K5_ENTRY({r}, {c}," in k5_text for r, c in K5_TILES)
+    assert set(K4_TILES) <= set(K5_TILES)  # k5 covers every k4 tile
+    assert entries("k4") == [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
+
+
+def test_k4_rule_follows_the_sm_count():
+    """The rule of thumb fills the GPU it runs on: fewer SMs never ask for a smaller tile."""
+    for s in SHAPES:
+        big, small = k4_tile(s, 132), k4_tile(s, 16)
+        assert K4_TILES.index(small) <= K4_TILES.index(big), s.id

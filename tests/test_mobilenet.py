@@ -291,11 +291,14 @@ def test_summary_of_synthetic_samples():
 @pytest.mark.gpu
 def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_session):
     pytest.importorskip("torchvision")
+    from groupconv_atlas import conv as public
     from groupconv_atlas.build import compile_kernel
+    from groupconv_atlas.gpu import Launcher
 
     cubin = tmp_path / "k3.cubin"
     compile_kernel("k3", cubin)
     session = gpu_session
+    public.configure(launcher=Launcher(session, {"k3": str(cubin)}))
     with session.on_stream():
         block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].to("cuda")
     for n in (1, 4):
@@ -305,7 +308,7 @@ def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_ses
             substituted = copy.deepcopy(block)
             records = mobilenet.substitute_convs(
                 substituted, x, mobilenet.named_kernel("k3"),
-                lambda conv, kernel: mobilenet.pycuda_conv2d(conv, kernel, session, str(cubin)))
+                lambda conv, kernel: public.GroupConv2d.from_conv(conv, kernel))
             assert [r["layer"] for r in records if r["replaced"]] == [
                 mobilenet.BLOCK_DEPTHWISE_LAYER]
             check = mobilenet.check_substitution(block, substituted, x, factor=16.0)

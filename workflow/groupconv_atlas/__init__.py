@@ -7,3 +7,15 @@ lazily, so everything else imports on a machine without one.
 """
 
 __version__ = "0.1.0"
+
+# The public entry point lives in .conv, which imports torch; these names load it on first use,
+# so the CPU stages import the package without torch.
+_PUBLIC = ("conv2d", "GroupConv2d", "UnsupportedConv", "implementations", "support", "configure")
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        from . import conv
+
+        return getattr(conv, name)
+    raise AttributeError(f"module 'groupconv_atlas' has no attribute {name!r}")

@@ -2,6 +2,7 @@
 PyCUDA loading that cubin and reading each function's attributes back from the driver."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -11,8 +12,27 @@ from pathlib import Path
 from .kernels import KERNELS, entries
 from .provenance import REPO_ROOT, nvcc_version, sha256_bytes, sha256_file
 
-TARGET_ARCH = "sm_90"
-NVCC_FLAGS = ("-cubin", f"-arch={TARGET_ARCH}", "-O3", "--resource-usage", "-lineinfo")
+# The GPU's own architecture where one is visible (nvidia-smi's compute_cap), else this default
+# (the H200 the committed records were measured on); GROUPCONV_ARCH overrides both.
+DEFAULT_ARCH = "sm_90"
+BASE_FLAGS = ("-cubin", "-O3", "--resource-usage", "-lineinfo")
+
+
+def target_arch() -> str:
+    if os.environ.get("GROUPCONV_ARCH"):
+        return os.environ["GROUPCONV_ARCH"]
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        res = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, check=False)
+        cap = res.stdout.strip().splitlines()[0].strip() if res.returncode == 0 and res.stdout.strip() else ""
+        if re.fullmatch(r"\d+\.\d+", cap):
+            return "sm_" + cap.replace(".", "")
+    return DEFAULT_ARCH
+
+
+def nvcc_flags(arch: str) -> tuple[str, ...]:
+    return (BASE_FLAGS[0], f"-arch={arch}", *BASE_FLAGS[1:])
 
 _FUNC_RE = re.compile(r"Function properties for (\S+)")
 _SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -54,27 +74,29 @@ def parse_resource_usage(text: str) -> dict[str, dict]:
     return functions
 
 
-def _nvcc(source: Path, cubin_out: Path, what: str) -> str:
+def _nvcc(source: Path, cubin_out: Path, what: str, arch: str) -> str:
     """Run nvcc with the atlas's flags; return ptxas's resource report."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise BuildError("nvcc is not on PATH: install the CUDA toolkit (nvcc 13.0 was used)")
-    cmd = [nvcc, *NVCC_FLAGS, "-I", str(REPO_ROOT / "kernels"), "-o", str(cubin_out), str(source)]
+    cmd = [nvcc, *nvcc_flags(arch), "-I", str(REPO_ROOT / "kernels"), "-o", str(cubin_out), str(source)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise BuildError(f"nvcc failed for {what} ({source}):\n{res.stderr}")
     return res.stderr + res.stdout
 
 
-def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None = None) -> dict:
+def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None = None,
+                   arch: str | None = None) -> dict:
     """Compile one kernel source to a cubin; return the build record (without GPU attributes)."""
     spec = KERNELS[kernel]
+    arch = arch or target_arch()
     src = Path(source) if source else REPO_ROOT / spec.source
     cubin_out = Path(cubin_out)
     cubin_out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_cubin = Path(tmp) / "kernel.cubin"
-        log = _nvcc(src, tmp_cubin, kernel)
+        log = _nvcc(src, tmp_cubin, kernel, arch)
         data = tmp_cubin.read_bytes()
     resources = parse_resource_usage(log)
     missing = [e for e in entries(kernel) if e not in resources]
@@ -86,8 +108,9 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
         "source": spec.source,
         "source_sha256": sha256_file(src),
         "nvcc": nvcc_version(),
-        "nvcc_flags": list(NVCC_FLAGS),
-        "target_arch": TARGET_ARCH,
+        "nvcc_flags": list(nvcc_flags(arch)),
+        "target_arch": arch,
+        "header_sha256": {h: sha256_file(REPO_ROOT / h) for h in spec.headers},
         "cubin_sha256": sha256_bytes(data),
         "cubin_bytes": len(data),
         "functions": resources,
@@ -95,10 +118,12 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
     }
 
 
-def compile_kernel_source(source: str | Path, cubin_out: str | Path) -> dict:
+def compile_kernel_source(source: str | Path, cubin_out: str | Path, arch: str | None = None
+                          ) -> dict:
     """Compile any .cu file (not a registered kernel) with the atlas's flags."""
-    log = _nvcc(Path(source), Path(cubin_out), str(source))
-    return {"nvcc_flags": list(NVCC_FLAGS), "cubin_sha256": sha256_file(cubin_out),
+    arch = arch or target_arch()
+    log = _nvcc(Path(source), Path(cubin_out), str(source), arch)
+    return {"nvcc_flags": list(nvcc_flags(arch)), "cubin_sha256": sha256_file(cubin_out),
             "functions": parse_resource_usage(log)}
 
 

@@ -11,32 +11,36 @@ from .shapes import Shape
 
 
 def atlas_medians(samples: pd.DataFrame, implementation: str) -> dict[str, float]:
-    sub = samples[(samples["implementation"] == implementation)
-                  & (samples["boundary"] == "graph_device")]
-    return sub.groupby("shape_id")["latency_us"].median().to_dict()
+    """The atlas's median (stats.pooled_medians: median of batch medians) per shape."""
+    from .stats import pooled_medians
+
+    medians = pooled_medians(samples)
+    sub = medians[(medians["implementation"] == implementation)
+                  & (medians["boundary"] == "graph_device")]
+    return dict(zip(sub["shape_id"], sub["median_us"].astype(float)))
 
 
-def measure(session, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> list[dict]:
+def measure(launcher, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> list[dict]:
     """Per shape: the atlas sampler's graph_device median and the median over `repeats` calls of
     do_bench_cudagraph(return_mode='median'), same process, same inputs, same algorithm."""
     import triton.testing
 
-    from .gpu import bind
-    from .timing import ClockReader, time_runs
+    from .timing import ClockReader, median_latencies
 
-    torch = session.torch
-    clocks = ClockReader(torch)
+    session = launcher.session
+    clocks = ClockReader(session.torch)
     rng = np.random.default_rng(seed)
     rows = []
     for index, shape in enumerate(shapes):
         x, w = session.random_inputs(shape, seed + index)
-        bound = bind(session, "torch_tuned", shape, x, w, None, {})
+        bound = launcher.bind("torch_tuned", shape, x, w, None)
         for _ in range(cfg.warmup_launches):  # finishes cudnn.benchmark's search first
             bound.run()
         session.synchronize()
-        samples, launches, _ = time_runs(session, {"torch_tuned": bound.run}, cfg, clocks, rng,
-                                         boundaries=("graph_device",))
-        ours = float(np.median([r[4] for r in samples]))
+        medians, samples = median_latencies(session, {"torch_tuned": bound.run}, cfg, rng,
+                                            shape.id, clocks)
+        ours = medians["torch_tuned"]
+        launches = int(samples["launches_per_replay"].iloc[0])
         runs = [float(triton.testing.do_bench_cudagraph(bound.run, rep=50, return_mode="median"))
                 * 1000.0 for _ in range(repeats)]
         rows.append({"shape_id": shape.id, "harness_graph_device_median_us": ours,

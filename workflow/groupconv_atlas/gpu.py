@@ -1,20 +1,32 @@
-"""The GPU runtime shared by verification, timing, the MobileNet probe and Nsight captures.
+"""The GPU runtime and the one launcher, shared by the public `conv2d`, verification, tuning,
+timing, the MobileNet probe, the timer cross-check and Nsight captures.
 
 PyTorch and PyCUDA share the device's primary context and one stream: PyCUDA owns the stream and
 PyTorch adopts it as an ExternalStream (PyCUDA cannot adopt PyTorch's), so kernels and baselines
 are ordered on one queue and both can be captured into one CUDA graph. torch and pycuda are
 imported here only when a session is created, so this module imports on a machine with no GPU.
+
+A launch is resolved from the call's geometry (N, C_in, C_out, H, W, groups), never from a shape's
+name: a tuned kernel takes the tuning stage's choice for that geometry, and where the stage did
+not see the geometry, its untuned rule, logged once and named in the launch details.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .kernels import BASELINES, KERNELS, base_implementation
+from .kernels import BASELINES, KERNELS, base_implementation, launch_for
 from .shapes import Shape
+
+LOG = logging.getLogger("groupconv_atlas")
+Geometry = tuple[int, int, int, int, int, int]
+FROM_TUNING = "tuning stage"
+FROM_RULE = "untuned rule (the tuning stage did not see this geometry)"
+FROM_VARIANT = "variant under test"
 
 
 def set_conv_tf32(torch, allowed: bool) -> None:
@@ -43,13 +55,16 @@ def strict_fp32(torch) -> dict:
 
 
 class GpuSession:
-    """One process's view of the GPU: primary context, the shared stream, loaded cubins."""
+    """One process's view of the GPU: primary context, the shared stream, loaded cubins, and the
+    device's own figures (SM count, L2 size, compute capability), read off the device."""
 
-    def __init__(self):
+    def __init__(self, strict: bool = True):
+        """`strict` switches TF32 off process-wide (the pipeline's jobs); the public conv2d
+        leaves the caller's settings alone and makes each baseline call strict itself."""
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError("no CUDA GPU visible to PyTorch: this stage needs the GPU machine")
+            raise RuntimeError("no CUDA GPU visible to PyTorch: this stage needs a GPU machine")
         torch.cuda.init()
         torch.empty(1, device="cuda")  # creates the primary context PyCUDA attaches to
         import pycuda.autoprimaryctx  # noqa: F401  (attaches PyCUDA to that primary context)
@@ -57,11 +72,14 @@ class GpuSession:
 
         self.torch = torch
         self.drv = drv
-        self.precision = strict_fp32(torch)
+        self.precision = strict_fp32(torch) if strict else {"api": "per call", "tf32": False}
         self.stream = drv.Stream()
         self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.sm_count = int(props.multi_processor_count)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0)) or None
+        self.capability = (int(props.major), int(props.minor))
         self._modules: dict[tuple[str, str], object] = {}
-        self._tunings: dict[str, dict] = {}
 
     @contextlib.contextmanager
     def on_stream(self):
@@ -76,17 +94,6 @@ class GpuSession:
         if key not in self._modules:
             self._modules[key] = self.drv.module_from_buffer(Path(cubin).read_bytes())
         return self._modules[key].get_function(entry)
-
-    def tuned_variant(self, cubin: str | Path, shape_id: str) -> dict | None:
-        """The launch variant the tuning stage chose for this shape, from the build record that
-        sits beside the cubin (same stem); None where the shape was not tuned."""
-        key = str(cubin)
-        if key not in self._tunings:
-            record = Path(cubin).with_suffix(".json")
-            tuning = json.loads(record.read_text()).get("tuning") if record.is_file() else None
-            self._tunings[key] = (tuning or {}).get("choices", {})
-        choice = self._tunings[key].get(shape_id)
-        return None if choice is None else {k: choice[k] for k in ("rows", "cob", "threads")}
 
     def synchronize(self) -> None:
         """Wait for all work; a failed launch surfaces here as an exception, never silently."""
@@ -110,6 +117,25 @@ class GpuSession:
                                     device="cuda", dtype=self.torch.float32)
 
 
+# ---- launch tables: the tuning stage's choices and the dispatcher's, keyed by geometry ----
+
+def _geometry(value) -> Geometry:
+    return tuple(int(v) for v in value)  # type: ignore[return-value]
+
+
+def tuning_table(path: str | Path) -> dict[Geometry, dict]:
+    """{geometry: {"rows", "cob", "threads"}} from a tuning record (raw/tuning/<kernel>.json)."""
+    doc = json.loads(Path(path).read_text())
+    return {_geometry(c["geometry"]): {k: int(c[k]) for k in ("rows", "cob", "threads")}
+            for c in doc["choices"]}
+
+
+def dispatch_table(path: str | Path) -> dict[Geometry, str]:
+    """{geometry: implementation} from the dispatcher's table (raw/dispatch/table.json)."""
+    doc = json.loads(Path(path).read_text())
+    return {_geometry(c["geometry"]): c["implementation"] for c in doc["table"].values()}
+
+
 @dataclass
 class Bound:
     """An implementation bound to one shape's tensors. `run()` enqueues one forward pass on the
@@ -121,60 +147,106 @@ class Bound:
     details: dict = field(default_factory=dict)
 
 
-def bind(session: GpuSession, impl: str, shape: Shape, x, w, y, cubins: dict[str, str],
-         dispatch: dict[str, dict] | None = None) -> Bound:
-    """Bind `impl` (a kernel, a baseline, a `_twin` A/A handle, or the dispatcher with its
-    per-shape table) to tensors x, w, y."""
-    if impl == "dispatch":
-        chosen = bind(session, dispatch[shape.id]["implementation"], shape, x, w, y, cubins)
-        return Bound(impl, chosen.run, chosen.writes_into,
-                     {**chosen.details, "dispatches_to": chosen.name})
-    base = base_implementation(impl)
-    handle = "twin" if impl != base else "main"
-    if base in KERNELS:
-        spec = KERNELS[base]
-        variant = None
+class Launcher:
+    """Resolves and binds every implementation: kernels from their cubins (tuned launches from
+    the tuning tables), PyTorch baselines, the `_twin` A/A handles and the dispatcher."""
+
+    def __init__(self, session: GpuSession, cubins: dict[str, str],
+                 tunings: dict[str, dict[Geometry, dict]] | None = None,
+                 dispatch: dict[Geometry, str] | None = None):
+        self.session = session
+        self.cubins = {k: str(v) for k, v in cubins.items()}
+        self.tunings = tunings or {}
+        self.dispatch = dispatch
+        self._warned: set[tuple[str, Geometry]] = set()
+
+    def dispatch_target(self, shape: Shape) -> str:
+        if self.dispatch is None:
+            raise KeyError("the dispatcher needs its table (raw/dispatch/table.json)")
+        if shape.geometry not in self.dispatch:
+            raise KeyError(f"the dispatch table has no entry for geometry {shape.geometry} "
+                           f"({shape.id})")
+        return self.dispatch[shape.geometry]
+
+    def kernel_launch(self, kernel: str, shape: Shape, variant: dict | None = None):
+        """(Launch, where its configuration came from) for a kernel on this geometry."""
+        spec = KERNELS[kernel]
+        origin = None
         if spec.variants is not None:
-            variant = session.tuned_variant(cubins[base], shape.id)
-            launch = spec.launch(shape, variant)
-        else:
-            launch = spec.launch(shape)
-        fn = session.function(cubins[base], launch.entry, handle)
-        fn.prepare(launch.arg_format)
-        args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), *launch.scalars)
-        stream = session.stream
+            if variant is not None:
+                origin = FROM_VARIANT
+            else:
+                variant = self.tunings.get(kernel, {}).get(shape.geometry)
+                origin = FROM_TUNING if variant is not None else FROM_RULE
+                if variant is None and (kernel, shape.geometry) not in self._warned:
+                    self._warned.add((kernel, shape.geometry))
+                    LOG.warning("%s: no tuned launch for geometry %s (%s); using the untuned "
+                                "rule", kernel, shape.geometry, shape.id)
+        return launch_for(kernel, shape, variant, sm_count=self.session.sm_count), origin
 
-        def run_kernel():
-            fn.prepared_async_call(launch.grid, launch.block, stream, *args)
-            return y
+    def bind(self, impl: str, shape: Shape, x, w, y, variant: dict | None = None) -> Bound:
+        """Bind `impl` to tensors x, w, y (y is written by custom kernels; PyTorch returns its
+        own output)."""
+        if impl == "dispatch":
+            chosen = self.bind(self.dispatch_target(shape), shape, x, w, y)
+            return Bound(impl, chosen.run, chosen.writes_into,
+                         {**chosen.details, "dispatches_to": chosen.name})
+        base = base_implementation(impl)
+        if base in KERNELS:
+            if base not in self.cubins:
+                raise KeyError(f"no cubin for {base}: this launcher holds {sorted(self.cubins)}")
+            launch, origin = self.kernel_launch(base, shape, variant)
+            handle = "twin" if impl != base else "main"
+            fn = self.session.function(self.cubins[base], launch.entry, handle)
+            fn.prepare(launch.arg_format)
+            args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), *launch.scalars)
+            stream = self.session.stream
 
-        details = {"entry": launch.entry, "grid": list(launch.grid), "block": list(launch.block)}
-        if spec.variants is not None:
-            details["variant_from"] = "tuning stage" if variant else "untuned fallback (k4's rule)"
-        return Bound(impl, run_kernel, y, details)
-    if base in BASELINES:
-        torch = session.torch
-        functional = torch.nn.functional
-        benchmark = BASELINES[base]["benchmark"]
-        tf32 = BASELINES[base]["tf32"]
-        groups = shape.groups
+            def run_kernel():
+                fn.prepared_async_call(launch.grid, launch.block, stream, *args)
+                return y
 
-        def run_torch():
-            # cudnn.benchmark is process-global and read at call time: set it on every call.
-            torch.backends.cudnn.benchmark = benchmark
+            details = {"entry": launch.entry, "grid": list(launch.grid),
+                       "block": list(launch.block)}
+            if origin is not None:
+                details["variant_from"] = origin
+            return Bound(impl, run_kernel, y, details)
+        if base in BASELINES:
+            return Bound(impl, torch_conv(self.session.torch, base, x, w, shape.groups), None,
+                         {"cudnn_benchmark": BASELINES[base]["benchmark"],
+                          "tf32": BASELINES[base]["tf32"]})
+        raise KeyError(f"unknown implementation {impl!r}")
+
+
+def torch_conv(torch, baseline: str, x, w, groups: int) -> Callable[[], object]:
+    """A PyTorch baseline's call on x, w with its cudnn.benchmark and TF32 settings."""
+    functional = torch.nn.functional
+    benchmark = BASELINES[baseline]["benchmark"]
+    tf32 = BASELINES[baseline]["tf32"]
+
+    def run_torch():
+        # cudnn.benchmark is process-global and read at call time: set it on every call.
+        torch.backends.cudnn.benchmark = benchmark
+        return functional.conv2d(x, w, None, 1, 1, 1, groups)
+
+    def run_torch_tf32():
+        # TF32 only inside this call (read when cuDNN picks the algorithm, also under graph
+        # capture); every other implementation keeps strict FP32. cuDNN's algorithm cache is
+        # keyed by the TF32 setting, so this never shares an algorithm with a strict baseline.
+        torch.backends.cudnn.benchmark = benchmark
+        set_conv_tf32(torch, True)
+        try:
             return functional.conv2d(x, w, None, 1, 1, 1, groups)
+        finally:
+            set_conv_tf32(torch, False)
 
-        def run_torch_tf32():
-            # TF32 only inside this call (read when cuDNN picks the algorithm, also under graph
-            # capture); every other implementation keeps strict FP32. cuDNN's algorithm cache is
-            # keyed by the TF32 setting, so this never shares an algorithm with a strict baseline.
-            torch.backends.cudnn.benchmark = benchmark
-            set_conv_tf32(torch, True)
-            try:
-                return functional.conv2d(x, w, None, 1, 1, 1, groups)
-            finally:
-                set_conv_tf32(torch, False)
+    return run_torch_tf32 if tf32 else run_torch
 
-        return Bound(impl, run_torch_tf32 if tf32 else run_torch, None,
-                     {"cudnn_benchmark": benchmark, "tf32": tf32})
-    raise KeyError(f"unknown implementation {impl!r}")
+
+def launcher_inputs(builds=(), tunings=(), dispatch: str | Path | None = None) -> dict:
+    """Launcher keyword arguments from a job's inputs: build records (the cubin sits beside each,
+    same stem), tuning records and the dispatcher's table. Plain data, so a worker process can
+    receive it."""
+    return {"cubins": {Path(b).stem: str(Path(b).with_suffix(".cubin")) for b in builds},
+            "tunings": {Path(t).stem: tuning_table(t) for t in tunings},
+            "dispatch": dispatch_table(dispatch) if dispatch else None}

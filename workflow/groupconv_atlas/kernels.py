@@ -2,14 +2,18 @@
 predicates and launch configurations. Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .shapes import DILATION, PADDING, STRIDE, Shape
 
 KERNEL_HEADERS = ("kernels/common.cuh",)
+REGISTER_TILE_HEADERS = ("kernels/common.cuh", "kernels/register_tile.cuh")
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,25 @@ class KernelSpec:
     launch: Callable[..., Launch]
     # A tuned kernel lists the launch variants its tuning stage measures per shape.
     variants: Callable[[Shape], list[dict]] | None = None
+    headers: tuple[str, ...] = KERNEL_HEADERS
+    # Launches whose tile rule depends on how many SMs the GPU has take `sm_count`.
+    needs_sm_count: bool = False
 
     @property
     def inputs(self) -> list[str]:
         """Files whose edit must rebuild this kernel."""
-        return [self.source, *KERNEL_HEADERS]
+        return [self.source, *self.headers]
+
+
+def tile_table(source: str, macro: str) -> tuple[tuple[int, int], ...]:
+    """The (rows, channel block) tiles a kernel source instantiates with `macro(ROWS, COB, ...)`,
+    in source order: the .cu file is the one tile table, read here rather than copied."""
+    text = (KERNELS_DIR / Path(source).name).read_text()
+    tiles = tuple((int(r), int(c)) for r, c in
+                  re.findall(rf"^{macro}\((\d+),\s*(\d+)(?:,\s*\d+)?\)", text, re.MULTILINE))
+    if not tiles:
+        raise ValueError(f"{source}: no {macro}(ROWS, COB, ...) lines: the tile table is empty")
+    return tiles
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -104,25 +122,26 @@ def _launch_k3(s: Shape) -> Launch:
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
-# k4 tiles (rows, output channels per thread), most outputs per thread first. A shape takes the
-# first tile whose channel block divides C_out/groups, whose rows fit the map, and that still
-# launches enough threads to fill the GPU; small shapes fall through to smaller tiles.
-K4_TILES = ((2, 8), (2, 4), (4, 2), (1, 8), (4, 1), (2, 2), (1, 4), (2, 1), (1, 2), (1, 1))
-K4_MIN_THREADS = 132 * 512  # H200: 132 SMs, at least a quarter of each SM's 2048 threads
+# k4 tiles (rows, output channels per thread), most outputs per thread first, as listed in the
+# kernel source. A shape takes the first tile whose channel block divides C_out/groups, whose rows
+# fit the map, and that still launches enough threads to fill the GPU (a quarter of each SM's 2048
+# threads on every SM); small shapes fall through to smaller tiles.
+K4_TILES = tile_table("kernels/k4_register_tile.cu", "K4_ENTRY")
+K4_THREADS_PER_SM = 512
 
 
-def k4_tile(s: Shape) -> tuple[int, int]:
+def k4_tile(s: Shape, sm_count: int) -> tuple[int, int]:
     for rows, cob in K4_TILES:
         if s.cout_per_group % cob or (rows > 1 and rows > s.h):
             continue
         threads = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
-        if threads >= K4_MIN_THREADS:
+        if threads >= sm_count * K4_THREADS_PER_SM:
             return rows, cob
     return 1, 1
 
 
-def _launch_k4(s: Shape) -> Launch:
-    rows, cob = k4_tile(s)
+def _launch_k4(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    rows, cob = k4_tile(s, sm_count)
     total = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
     return Launch(f"k4_register_tile_r{rows}_c{cob}", (_blocks(total), 1, 1),
                   (THREADS_PER_BLOCK, 1, 1), "PPPiiiiii",
@@ -131,9 +150,8 @@ def _launch_k4(s: Shape) -> Launch:
 
 # k5: k4's tile over a wider family, chosen per shape by measurement (groupconv_atlas.tuning), not
 # by a rule of thumb. Tiles that spill registers under ptxas (rows 2 x 16 and rows 4 x 8
-# channels) are left out; the build record lists each entry's registers and spills.
-K5_TILES = ((1, 1), (1, 2), (1, 4), (1, 8), (1, 16), (2, 1), (2, 2), (2, 4), (2, 8),
-            (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4))
+# channels) are left out of the source; the build record lists each entry's registers and spills.
+K5_TILES = tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
 K5_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
 
 
@@ -146,14 +164,14 @@ def k5_variants(s: Shape) -> list[dict]:
             for threads in K5_BLOCKS]
 
 
-def k5_default_variant(s: Shape) -> dict:
-    """Untuned fallback (a shape the tuning stage did not see): k4's rule of thumb."""
-    rows, cob = k4_tile(s)
+def k5_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback (a geometry the tuning stage did not see): k4's rule of thumb."""
+    rows, cob = k4_tile(s, sm_count)
     return {"rows": rows, "cob": cob, "threads": THREADS_PER_BLOCK}
 
 
-def _launch_k5(s: Shape, variant: dict | None = None) -> Launch:
-    v = variant or k5_default_variant(s)
+def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k5_default_variant(s, sm_count)
     rows, cob, threads = int(v["rows"]), int(v["cob"]), int(v["threads"])
     if (rows, cob) not in K5_TILES or threads not in K5_BLOCKS or s.cout_per_group % cob:
         raise ValueError(f"k5 variant {v} does not fit shape {s.id} "
@@ -175,10 +193,11 @@ KERNELS: dict[str, KernelSpec] = {
                      _always, _launch_k3),
     "k4": KernelSpec("k4", "kernels/k4_register_tile.cu",
                      "register tile: rows x 4 outputs x channel block per thread",
-                     _always, _launch_k4),
+                     _always, _launch_k4, headers=REGISTER_TILE_HEADERS, needs_sm_count=True),
     "k5": KernelSpec("k5", "kernels/k5_tuned_tile.cu",
                      "register tile, tile and block size tuned per shape by measurement",
-                     _always, _launch_k5, k5_variants),
+                     _always, _launch_k5, k5_variants, headers=REGISTER_TILE_HEADERS,
+                     needs_sm_count=True),
 }
 
 # PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned); and,
@@ -226,7 +245,21 @@ def entries(kernel: str) -> list[str]:
         return [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
     if kernel == "k5":
         return [f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES]
-    return [KERNELS[kernel].launch(_probe_shape()).entry]
+    return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
+
+
+def launch_for(kernel: str, shape: Shape, variant: dict | None = None, *,
+               sm_count: int) -> Launch:
+    """The one way to get a kernel's launch for a shape: the tuned `variant` where the kernel is
+    tuned and one is given, else its own rule (which may depend on the GPU's SM count)."""
+    spec = KERNELS[kernel]
+    if spec.variants is not None:
+        return spec.launch(shape, variant, sm_count=sm_count)
+    if variant is not None:
+        raise ValueError(f"{kernel} is not a tuned kernel: it takes no launch variant")
+    if spec.needs_sm_count:
+        return spec.launch(shape, sm_count=sm_count)
+    return spec.launch(shape)
 
 
 def _probe_shape() -> Shape:

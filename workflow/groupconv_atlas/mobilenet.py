@@ -165,11 +165,12 @@ def _set_submodule(model, name: str, module) -> None:
 
 
 def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str | None, str]],
-                     make_module: Callable) -> list[dict]:
+                     make_module: Callable, describe: Callable | None = None) -> list[dict]:
     """Replace, in place, each eligible Conv2d of `model` with make_module(conv, kernel), the
     kernel from choose(runtime shape) -> (kernel or None, reason); shapes come from one forward
     pass on `example_input`. Every other layer stays. Returns one record per Conv2d (each name
-    under which it is reachable): layer, conv, input_shape, replaced, kernel, reason."""
+    under which it is reachable): layer, conv, input_shape, replaced, kernel, reason, and where
+    `describe(shape, kernel)` is given, the launch the replacement makes (entry, origin)."""
     import torch
 
     convs = [(name, m) for name, m in model.named_modules(remove_duplicate=False)
@@ -205,6 +206,8 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
                 made[id(conv)] = make_module(conv, kernel)
             _set_submodule(model, name, made[id(conv)])
             record.update(replaced=True, kernel=kernel, reason=why)
+            if describe is not None:
+                record["launch"] = describe(shape, kernel)
         records.append(record)
     return records
 
@@ -301,83 +304,6 @@ def choose_kernel(shape: Shape, atlas_shapes: list[Shape], medians: pd.DataFrame
     return None, (f"{where}; default {default} "
                   + ("was found incorrect on an atlas shape" if default in distrusted
                      else "does not support it"))
-
-
-# ---------------------------------------------------------------------------------------------
-# The PyCUDA-backed replacement for a Conv2d.
-
-def pycuda_conv2d(conv, kernel: str, session, cubin: str):
-    """A module that computes `conv` with custom `kernel` from `cubin`, launched on the session's
-    stream (run it under `session.on_stream()`), for whatever input shape it is given."""
-    return _pycuda_conv2d_class()(conv, kernel, session, cubin)
-
-
-@functools.cache
-def _pycuda_conv2d_class():
-    # Built on first use so that importing this module does not import torch.
-    import torch
-
-    class PycudaConv2d(torch.nn.Module):
-        """Forward only (inference): the kernel has no backward."""
-
-        def __init__(self, conv, kernel: str, session, cubin: str):
-            super().__init__()
-            reason = conv_skip_reason(conv)
-            if reason is not None:
-                raise ValueError(f"{kernel} cannot compute {conv!r}: {reason}")
-            if not (conv.weight.is_cuda and conv.weight.is_contiguous()):
-                raise ValueError(f"{kernel} needs the conv's weight contiguous on the GPU")
-            self.weight = conv.weight  # the same Parameter: state_dict keys and values unchanged
-            self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-            self.groups = conv.groups
-            self.kernel, self.cubin, self.session = kernel, str(cubin), session
-            self.stream_handle = session.stream.handle
-            self.prepared: dict[tuple[int, int, int], tuple] = {}  # (n, h, w) -> fn, launch, shape
-
-        def extra_repr(self) -> str:
-            return (f"{self.in_channels}, {self.out_channels}, kernel_size=(3, 3), "
-                    f"groups={self.groups}, custom={self.kernel}")
-
-        def _prepare(self, n: int, h: int, w: int) -> tuple:
-            shape = Shape(id=f"runtime-n{n}-c{self.in_channels}-{h}x{w}-g{self.groups}",
-                          source="PycudaConv2d input", n=n, c_in=self.in_channels,
-                          c_out=self.out_channels, h=h, w=w, groups=self.groups)
-            ok, why = KERNELS[self.kernel].supports(shape)
-            if not ok:
-                raise ValueError(f"{self.kernel} does not support {shape.id}: {why}")
-            launch = KERNELS[self.kernel].launch(shape)
-            fn = self.session.function(self.cubin, launch.entry)
-            fn.prepare(launch.arg_format)
-            out_shape = (n, shape.c_out, shape.h_out, shape.w_out)
-            self.prepared[(n, h, w)] = (fn, launch, out_shape)
-            return self.prepared[(n, h, w)]
-
-        def forward(self, x):
-            if x.dtype != torch.float32 or self.weight.dtype != torch.float32:
-                raise TypeError(f"{self.kernel}: input {x.dtype}, weight {self.weight.dtype}; "
-                                "both must be torch.float32")
-            if not x.is_cuda or x.device != self.weight.device:
-                raise ValueError(f"{self.kernel}: input on {x.device}, weight on "
-                                 f"{self.weight.device}; both must be on the same GPU")
-            if x.dim() != 4 or x.shape[1] != self.in_channels or not x.is_contiguous():
-                raise ValueError(f"{self.kernel}: needs a contiguous NCHW input with "
-                                 f"{self.in_channels} channels, got {tuple(x.shape)} "
-                                 f"contiguous={x.is_contiguous()}")
-            if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-                raise RuntimeError(f"{self.kernel} has no backward: run under torch.no_grad()")
-            if torch.cuda.current_stream(x.device).cuda_stream != self.stream_handle:
-                # The launch goes to the session's stream; any other current stream would race.
-                raise RuntimeError(f"{self.kernel}: PyTorch's current stream is not the "
-                                   "session's: run under session.on_stream()")
-            n, _, h, w = x.shape
-            prepared = self.prepared.get((n, h, w))
-            fn, launch, out_shape = prepared if prepared else self._prepare(n, h, w)
-            y = torch.empty(out_shape, device=x.device, dtype=torch.float32)
-            fn.prepared_async_call(launch.grid, launch.block, self.session.stream, x.data_ptr(),
-                                   self.weight.data_ptr(), y.data_ptr(), *launch.scalars)
-            return y
-
-    return PycudaConv2d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,6 +470,7 @@ class Bench:
     clocks: ClockReader
     rng: np.random.Generator
     progress: Callable[[str], None]
+    describe: Callable | None = None  # (shape, kernel) -> the launch a replacement makes
 
     def time(self, runs: dict[str, Callable], reading: str, experiment: str, n: int | None,
              boundaries: tuple[str, ...] = BOUNDARIES) -> tuple[list[dict], dict]:
@@ -572,7 +499,7 @@ def probe_block(bench: Bench, network, cfg: ProbeConfig, make_module) -> tuple[l
             x_next = random_input(BLOCK_INPUT_CHW, n, cfg.seed + 100 + offset, DEVICE)
             substituted = copy.deepcopy(block)
             records = substitute_convs(substituted, x, named_kernel(cfg.block_kernel),
-                                       make_module)
+                                       make_module, bench.describe)
             replaced = [r["layer"] for r in records if r["replaced"]]
             if replaced != [BLOCK_DEPTHWISE_LAYER]:
                 raise ProbeMismatch(f"expected to replace only {BLOCK_DEPTHWISE_LAYER}, "
@@ -605,7 +532,7 @@ def probe_network(bench: Bench, network, cfg: ProbeConfig, choose, make_module
         with session.on_stream():
             x = random_input(IMAGE_CHW, n, cfg.seed + 200 + offset, DEVICE)
             substituted = copy.deepcopy(network)
-            records = substitute_convs(substituted, x, choose, make_module)
+            records = substitute_convs(substituted, x, choose, make_module, bench.describe)
             agreed = agreement(network, substituted, cfg.agreement_inputs, cfg.agreement_batch,
                                cfg.seed + 1000, DEVICE)
         session.synchronize()
@@ -630,23 +557,36 @@ OVERHEAD_DEFINITIONS = {
 }
 
 
-def run_probe(cubins: dict[str, str], atlas_shapes: list[Shape], medians: pd.DataFrame,
+def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFrame,
               verification: pd.DataFrame, kernels: list[str], cfg: ProbeConfig,
               timing: TimingConfig, progress=print) -> tuple[pd.DataFrame, dict]:
-    """The whole probe on the GPU: (raw samples, record of checks, replacements, agreement)."""
+    """The whole probe on the GPU: (raw samples, record of checks, replacements, agreement).
+    Replaced convolutions are the public GroupConv2d, through the stage's own launcher (the
+    tuning stage's launches, looked up by geometry), as the atlas timed them."""
     import torch
 
-    from .gpu import GpuSession
+    from . import conv as public
+    from .gpu import GpuSession, Launcher
     from .provenance import gpu_environment, software_environment
 
     session = GpuSession()
+    launcher = Launcher(session, **launcher_args)
+    public.configure(launcher=launcher)
     torch.backends.cudnn.benchmark = False  # PyTorch's default: what an unmodified model gets
-    bench = Bench(session, timing, ClockReader(torch), np.random.default_rng(cfg.seed), progress)
+
+    def describe(shape, kernel):
+        launch, origin = launcher.kernel_launch(kernel, shape)
+        return {"entry": launch.entry, "grid": list(launch.grid), "block": list(launch.block),
+                "variant_from": origin}
+
+    bench = Bench(session, timing, ClockReader(torch), np.random.default_rng(cfg.seed), progress,
+                  describe)
 
     def make_module(conv, kernel):
-        if kernel not in cubins:
-            raise KeyError(f"no cubin for {kernel}: the rule's inputs hold {', '.join(cubins)}")
-        return pycuda_conv2d(conv, kernel, session, cubins[kernel])
+        if kernel not in launcher.cubins:
+            raise KeyError(f"no cubin for {kernel}: the rule's inputs hold "
+                           f"{', '.join(launcher.cubins)}")
+        return public.GroupConv2d.from_conv(conv, kernel)
 
     choose = functools.partial(choose_kernel, atlas_shapes=atlas_shapes, medians=medians,
                                verification=verification, kernels=kernels,

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .kernels import BASELINES, KERNELS, base_implementation, support
+from .kernels import BASELINES, KERNELS, base_implementation, launch_for, support
 from .shapes import Shape
+from .stats import pooled_medians
 from .verify import check_seed
 
 NCU_FALLBACK_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
@@ -127,6 +128,11 @@ def nsight_pairs(shapes: list[Shape], shape_ids, impls) -> list[tuple[str, str]]
             ok, reason = support(impl, by_id[shape_id])
             if not ok:
                 raise NsightError(f"{pair}: implementation does not support the shape: {reason}")
+            base = base_implementation(impl)
+            if base in KERNELS and (KERNELS[base].needs_sm_count or KERNELS[base].variants):
+                raise NsightError(f"{pair}: {base}'s entry depends on the GPU's SM count and the "
+                                  "tuning stage, which a capture's kernel filter cannot know "
+                                  "before the run; profile k0-k3 or a PyTorch baseline")
             pairs.append((shape_id, impl))
     return pairs
 
@@ -140,7 +146,8 @@ def capture_seed(shapes: list[Shape], shape_id: str, impl: str, base_seed: int) 
 def kernel_entry(impl: str, shape: Shape) -> str | None:
     """The function a custom kernel launches on this shape; None for PyTorch (cuDNN picks)."""
     base = base_implementation(impl)
-    return KERNELS[base].launch(shape).entry if base in KERNELS else None
+    # nsight_pairs admits only kernels whose launch depends on the shape alone.
+    return launch_for(base, shape, sm_count=0).entry if base in KERNELS else None
 
 
 # --- running ncu (GPU machine) -------------------------------------------------------------------
@@ -398,14 +405,17 @@ def graph_device_medians(timing_sources: dict[str, list[str]]) -> dict[tuple, tu
     for impl, paths in timing_sources.items():
         for path in paths:
             frame = pd.read_parquet(path, columns=["shape_id", "implementation", "boundary",
-                                                   "latency_us"])
+                                                   "batch", "latency_us", "clock_flagged"])
             parts.append(frame[(frame["boundary"] == "graph_device")
                                & (frame["implementation"] == impl)])
     if not parts:
         return {}
     samples = pd.concat(parts, ignore_index=True)
-    grouped = samples.groupby(["shape_id", "implementation"])["latency_us"].agg(["median", "count"])
-    return {key: (float(r["median"]), int(r["count"])) for key, r in grouped.iterrows()}
+    counts = samples.groupby(["shape_id", "implementation"])["latency_us"].count()
+    medians = pooled_medians(samples)  # the atlas's median: median of batch medians
+    return {(r.shape_id, r.implementation): (float(r.median_us), int(counts[(r.shape_id,
+                                                                              r.implementation)]))
+            for r in medians.itertuples()}
 
 
 # --- the table -----------------------------------------------------------------------------------

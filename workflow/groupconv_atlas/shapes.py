@@ -77,8 +77,20 @@ class Shape:
         """One multiply and one add per product."""
         return 2 * self.output_elems * self.accumulation_length
 
+    @property
+    def geometry(self) -> tuple[int, int, int, int, int, int]:
+        """(N, C_in, C_out, H, W, groups): what a launch depends on; ids are only names."""
+        return (self.n, self.c_in, self.c_out, self.h, self.w, self.groups)
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def geometry_shape(n: int, c_in: int, c_out: int, h: int, w: int, groups: int,
+                   source: str = "runtime call") -> Shape:
+    """A Shape for a geometry met at run time (not one of the frozen set); its id says so."""
+    return Shape(f"runtime-n{n}-ci{c_in}-co{c_out}-{h}x{w}-g{groups}", source, n, c_in, c_out,
+                 h, w, groups)
 
 
 def _schema() -> dict:

@@ -25,7 +25,7 @@ from .shapes import Shape
 BOUNDARIES = ("graph_device", "sync_api")
 RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
                "sm_clock_mhz", "temperature_c", "clock_flagged", "launches_per_replay",
-               "order_in_batch", "l2_policy"]
+               "order_in_batch", "l2_policy", "process"]
 
 
 @dataclass(frozen=True)
@@ -96,128 +96,144 @@ class ClockReader:
                 float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)))
 
 
-def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
-              clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES
-              ) -> tuple[list[tuple], int, dict[str, float]]:
-    """Paired samples of warmed-up `runs` (each enqueues one call on the shared stream).
+class PairedSampler:
+    """Paired samples of warmed-up `runs` (each enqueues one call on the shared stream), one
+    batch at a time: `prepare()` once (one-call graph replays estimate each run's device time,
+    which gives L, launches per graph; then each run's L-launch graph is captured), then
+    `batch(b, order)` for each batch this process takes. A batch visits the runs in the given
+    order; each takes samples_per_batch samples at each boundary. Rows: (name, boundary, batch,
+    sample, latency_us, sm_clock_mhz, temperature_c, launches, order_in_batch)."""
 
-    Per batch the runs are visited in a seeded shuffled order; each takes samples_per_batch
-    samples at each boundary. L (launches per graph) comes from one-call graph replays, which
-    measure device time even for host-bound work. Returns rows (name, boundary, batch, sample,
-    latency_us, sm_clock_mhz, temperature_c, launches, order_in_batch), L and the estimates."""
-    torch = session.torch
-    stream = session.torch_stream
-    start_ev = torch.cuda.Event(enable_timing=True)
-    end_ev = torch.cuda.Event(enable_timing=True)
+    def __init__(self, session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
+                 clocks: ClockReader, flush=None, boundaries: tuple[str, ...] = BOUNDARIES):
+        self.session, self.runs, self.cfg, self.clocks = session, runs, cfg, clocks
+        self.flush, self.boundaries = flush, boundaries
+        torch = session.torch
+        self.start_ev = torch.cuda.Event(enable_timing=True)
+        self.end_ev = torch.cuda.Event(enable_timing=True)
+        self.launches, self.estimates, self.graphs = 1, {}, {}
 
-    def replay_us(graph) -> float:
-        if flush is not None:
-            flush.zero_()
-        start_ev.record(stream)
+    def _replay_us(self, graph) -> float:
+        stream = self.session.torch_stream
+        if self.flush is not None:
+            self.flush.zero_()
+        self.start_ev.record(stream)
         graph.replay()
-        end_ev.record(stream)
-        end_ev.synchronize()
-        return start_ev.elapsed_time(end_ev) * 1000.0
+        self.end_ev.record(stream)
+        self.end_ev.synchronize()
+        return self.start_ev.elapsed_time(self.end_ev) * 1000.0
 
-    def capture(run, calls: int):
+    def _capture(self, run, calls: int):
+        torch = self.session.torch
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
+        with torch.cuda.graph(graph, stream=self.session.torch_stream):
             for _ in range(calls):
                 run()
         graph.replay()  # the first replays upload the graph; keep them out of the samples
         graph.replay()
-        session.synchronize()
+        self.session.synchronize()
         return graph
 
-    launches, estimates, graphs = 1, {}, {}
-    if "graph_device" in boundaries:
-        singles = {name: capture(run, 1) for name, run in runs.items()}
-        estimates = {name: float(np.median([replay_us(g) for _ in range(5)]))
-                     for name, g in singles.items()}
-        del singles
-        if flush is None:  # a cold-L2 sample must be a single launch after the flush
-            launches = launches_per_replay(min(estimates.values()), max(estimates.values()), cfg)
-        graphs = {name: capture(run, launches) for name, run in runs.items()}
+    def prepare(self) -> "PairedSampler":
+        if "graph_device" in self.boundaries:
+            singles = {name: self._capture(run, 1) for name, run in self.runs.items()}
+            self.estimates = {name: float(np.median([self._replay_us(g) for _ in range(5)]))
+                              for name, g in singles.items()}
+            del singles
+            if self.flush is None:  # a cold-L2 sample must be a single launch after the flush
+                self.launches = launches_per_replay(min(self.estimates.values()),
+                                                    max(self.estimates.values()), self.cfg)
+            self.graphs = {name: self._capture(run, self.launches)
+                           for name, run in self.runs.items()}
+        return self
 
-    rows: list[tuple] = []
-    gc.disable()  # no collector pauses inside host-clock samples (as timeit does)
-    try:
-        for batch in range(cfg.batches):
-            order = [str(name) for name in rng.permutation(list(runs))]
+    def batch(self, batch: int, order: list[str]) -> list[tuple]:
+        torch, cfg, rows = self.session.torch, self.cfg, []
+        gc.disable()  # no collector pauses inside host-clock samples (as timeit does)
+        try:
             for position, name in enumerate(order):
-                for boundary in boundaries:
+                for boundary in self.boundaries:
                     if boundary == "graph_device":
-                        lats = [replay_us(graphs[name]) / launches
+                        lats = [self._replay_us(self.graphs[name]) / self.launches
                                 for _ in range(cfg.samples_per_batch)]
-                        reps = launches
+                        reps = self.launches
                     else:
                         lats = []
                         for _ in range(cfg.samples_per_batch):
-                            if flush is not None:
-                                flush.zero_()
+                            if self.flush is not None:
+                                self.flush.zero_()
                                 torch.cuda.synchronize()
                             t0 = time.perf_counter_ns()
-                            runs[name]()
+                            self.runs[name]()
                             torch.cuda.synchronize()
                             lats.append((time.perf_counter_ns() - t0) / 1000.0)
                         reps = 1
-                    clock, temp = clocks.read()
+                    clock, temp = self.clocks.read()
                     rows.extend((name, boundary, batch, sample, lat, clock, temp, reps, position)
                                 for sample, lat in enumerate(lats))
-    finally:
-        gc.enable()
-    session.synchronize()
-    del graphs
-    return rows, launches, estimates
+        finally:
+            gc.enable()
+        return rows
+
+    def close(self) -> None:
+        self.session.synchronize()
+        self.graphs.clear()
 
 
-def time_shapes(session, shapes: list[Shape], impls_for: dict[str, list[str]],
-                cubins: dict[str, str], cfg: TimingConfig, progress=print,
-                dispatch: dict[str, dict] | None = None):
-    """Time every shape's verified implementations; return (raw samples, per-shape metadata)."""
-    from .gpu import bind
+def batch_order(rng, names) -> list[str]:
+    """A batch's seeded shuffled visiting order."""
+    return [str(name) for name in rng.permutation(list(names))]
 
-    torch = session.torch
-    clocks = ClockReader(torch)
-    rng = np.random.default_rng(cfg.seed)
-    l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2**20)
-    flush = None
-    if cfg.l2_policy == "cold":
-        with session.on_stream():
-            flush = torch.empty(2 * l2_bytes // 4, device="cuda", dtype=torch.float32)
+
+def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
+              clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES
+              ) -> tuple[list[tuple], int, dict[str, float]]:
+    """Every batch of a PairedSampler in this process. Returns rows, L and the estimates."""
+    sampler = PairedSampler(session, runs, cfg, clocks, flush, boundaries).prepare()
     rows: list[tuple] = []
-    meta: list[dict] = []
-    t_begin = time.perf_counter()
-    for index, shape in enumerate(shapes):
-        impls = impls_for.get(shape.id, [])
-        if not impls:
-            progress(f"[time] {index + 1}/{len(shapes)} {shape.id}: nothing verified to time")
-            continue
-        with session.on_stream():
-            x, w = session.random_inputs(shape, cfg.seed + index)
-            y = session.empty_output(shape)
-            bound = {i: bind(session, i, shape, x, w, y, cubins, dispatch) for i in impls}
-            # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's search.
-            for b in bound.values():
-                for _ in range(cfg.warmup_launches):
-                    b.run()
-            session.synchronize()
-            samples, launches, estimates = time_runs(
-                session, {name: b.run for name, b in bound.items()}, cfg, clocks, rng, flush)
-        rows.extend((shape.id, *r[:7], False, *r[7:], cfg.l2_policy) for r in samples)
-        meta.append({"shape_id": shape.id, "launches_per_replay": launches,
-                     "estimate_us": estimates, "implementations": impls,
-                     "dispatches_to": {n: b.details.get("dispatches_to")
-                                       for n, b in bound.items() if "dispatches_to" in b.details}})
-        del bound, x, w, y
-        torch.cuda.empty_cache()
-        elapsed = time.perf_counter() - t_begin
-        eta = elapsed / (index + 1) * (len(shapes) - index - 1)
-        progress(f"[time] {index + 1}/{len(shapes)} {shape.id}: {len(impls)} impls, "
-                 f"L={launches}, {elapsed:.0f}s elapsed, ~{eta:.0f}s left")
-    frame = pd.DataFrame.from_records(rows, columns=RAW_COLUMNS)
-    frame["clock_flagged"] = flag_batches(frame, clocks.max_sm_clock_mhz, cfg.clock_flag_fraction)
-    info = {"max_sm_clock_mhz": clocks.max_sm_clock_mhz, "l2_bytes": l2_bytes,
-            "clock_flag_fraction": cfg.clock_flag_fraction, "nvml": clocks.handle is not None,
-            "shapes": meta}
-    return frame, info
+    for batch in range(cfg.batches):
+        rows += sampler.batch(batch, batch_order(rng, runs))
+    sampler.close()
+    return rows, sampler.launches, sampler.estimates
+
+
+def samples_frame(rows: list[tuple], shape_id: str) -> pd.DataFrame:
+    """time_runs' rows for one shape as raw samples (the columns stats.batch_medians reads)."""
+    columns = ["implementation", "boundary", "batch", "sample", "latency_us", "sm_clock_mhz",
+               "temperature_c", "launches_per_replay", "order_in_batch"]
+    frame = pd.DataFrame.from_records(rows, columns=columns)
+    frame.insert(0, "shape_id", shape_id)
+    frame["clock_flagged"] = False  # a selection stage: no clock screening
+    return frame
+
+
+def median_latencies(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig, rng,
+                     shape_id: str = "-", clocks: "ClockReader | None" = None,
+                     boundary: str = "graph_device") -> tuple[dict[str, float], pd.DataFrame]:
+    """The atlas's one timer and one median for a stage that only needs a number per run (the
+    tuning stage, the ceilings, the timer cross-check): time_runs at one boundary, then
+    stats.pooled_medians (median of batch medians). Returns ({name: median_us}, raw samples)."""
+    from .stats import pooled_medians
+
+    rows, _, _ = time_runs(session, runs, cfg, clocks or ClockReader(session.torch), rng,
+                           boundaries=(boundary,))
+    frame = samples_frame(rows, shape_id)
+    medians = pooled_medians(frame)
+    return dict(zip(medians["implementation"], medians["median_us"].astype(float))), frame
+
+
+def shape_plan(shapes: list[Shape], impls_for: dict[str, list[str]]) -> list[tuple[int, Shape]]:
+    """(index, shape) of every shape with something verified to time; the index seeds inputs."""
+    return [(i, s) for i, s in enumerate(shapes) if impls_for.get(s.id)]
+
+
+def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig) -> pd.DataFrame:
+    """Rows (shape_id, process, name, boundary, batch, sample, latency_us, clock, temp, L, order)
+    as the raw timing table, with clock-flagged batches marked."""
+    frame = pd.DataFrame.from_records(rows, columns=[
+        "shape_id", "process", "implementation", "boundary", "batch", "sample", "latency_us",
+        "sm_clock_mhz", "temperature_c", "launches_per_replay", "order_in_batch"])
+    frame["clock_flagged"] = flag_batches(frame, max_clock_mhz, cfg.clock_flag_fraction)
+    frame["l2_policy"] = cfg.l2_policy
+    return frame[[*RAW_COLUMNS[:9], "launches_per_replay", "order_in_batch", "l2_policy",
+                  "process"]]

@@ -1,6 +1,9 @@
-"""The tuning stage of a tuned kernel (k5): on every frozen shape, each launch variant the kernel
-lists is first checked against an FP64 reference and only then timed; the fastest correct
-variant becomes that shape's launch, kept in the kernel's build record with every trial.
+"""The tuning stage of a tuned kernel (k5), after its build and before its verification: on every
+frozen shape, each launch variant the kernel lists is verified exactly as the verification stage
+verifies a launch (verify.verify_one), and the correct ones are timed together, interleaved, with
+the atlas's graph_device sampler (timing.median_latencies: CUDA graphs, median of batch medians).
+The fastest correct variant becomes the launch for that shape's geometry (N, C_in, C_out, H, W,
+groups), kept with every trial in raw/tuning/<kernel>.json.
 
 This is a selection stage, not the atlas's measurement: the atlas re-verifies and re-times the
 chosen launch in its own stages on fresh inputs, so a variant that won here by noise gains nothing
@@ -8,99 +11,81 @@ there. The CPU part (`choose`) imports without a GPU.
 """
 from __future__ import annotations
 
-import math
-import statistics
+import numpy as np
 
-from .kernels import KERNELS, support
+from .kernels import KERNELS, k5_default_variant, support
 from .shapes import Shape
-from .verify import bound_scale
+from .timing import TimingConfig, median_latencies
+from .verify import check_seed, verify_one
 
-METHOD = ("per shape: fresh seeded inputs; each variant launched once into a NaN-poisoned output "
-          "and compared elementwise with PyTorch FP64 at the verification tolerance; correct "
-          "variants warmed up (2 launches), then timed with CUDA events around L back-to-back "
-          "launches (L so one timing lasts about target_us), `repeats` times; the variant with "
-          "the lowest median per-launch time is chosen")
+METHOD = ("per shape: every variant verified as the verification stage verifies a launch (fresh "
+          "seeded inputs, NaN-poisoned output, full output vs PyTorch FP32 and FP64, FP64 points); "
+          "the correct variants then timed interleaved at graph_device (CUDA graph replays, paired "
+          "shuffled batches), median of batch medians; the lowest median is chosen")
+
+
+def variant_name(variant: dict) -> str:
+    return f"r{variant['rows']}_c{variant['cob']}_t{variant['threads']}"
 
 
 def choose(trials: list[dict]) -> dict | None:
-    """The fastest correct trial of one shape (ties: fewer registers' worth, i.e. list order)."""
+    """The fastest correct trial of one shape (ties: list order, i.e. the kernel's tile order)."""
     timed = [t for t in trials if t["status"] == "correct" and t["median_us"] is not None]
     return min(timed, key=lambda t: t["median_us"]) if timed else None
 
 
-def tune_kernel(session, kernel: str, shapes: list[Shape], cubin: str, seed: int, factor: float,
-                repeats: int, target_us: float, progress=print) -> dict:
-    """Tune `kernel` on `shapes` on the GPU; return the build record's `tuning` section."""
+def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, seed: int,
+                factor: float, n_points: int, progress=print) -> dict:
+    """Tune `kernel` on `shapes` on the GPU; return the tuning record."""
     spec = KERNELS[kernel]
-    torch, drv, stream = session.torch, session.drv, session.stream
-    functional = torch.nn.functional
-    start, end = drv.Event(), drv.Event()
+    session = launcher.session
+    rng = np.random.default_rng(seed)
     trials, choices = [], {}
     for index, shape in enumerate(shapes):
         if not support(kernel, shape)[0]:
             continue
-        with session.on_stream():
-            x, w = session.random_inputs(shape, seed + index)
-            ref64 = functional.conv2d(x.double(), w.double(), None, 1, 1, 1, shape.groups)
-            tol = bound_scale(shape.accumulation_length, factor) * functional.conv2d(
-                x.abs().double(), w.abs().double(), None, 1, 1, 1, shape.groups)
-            y = session.empty_output(shape)
+        variants = spec.variants(shape)
         shape_trials = []
-        for variant in spec.variants(shape):
-            launch = spec.launch(shape, variant)
-            fn = session.function(cubin, launch.entry)
-            fn.prepare(launch.arg_format)
-            args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), *launch.scalars)
-
-            def run():
-                fn.prepared_async_call(launch.grid, launch.block, stream, *args)
-
+        for variant in variants:
+            row = verify_one(launcher, kernel, shape, check_seed(seed, index, kernel), factor,
+                             n_points, variant=variant)
+            shape_trials.append({"shape_id": shape.id, **variant, "entry": row["launch_entry"],
+                                 "status": row["status"], "reason": row["reason"],
+                                 "median_us": None})
+        correct = [v for v, t in zip(variants, shape_trials) if t["status"] == "correct"]
+        if correct:
             with session.on_stream():
-                y.fill_(float("nan"))
-            session.synchronize()
-            run()
-            session.synchronize()  # a failed launch raises here: the build fails, naming it
-            with session.on_stream():
-                err = (y.double() - ref64).abs()
-                ok = bool(torch.isfinite(y).all().item()) and bool((err <= tol).all().item())
-            trial = {"shape_id": shape.id, **variant, "entry": launch.entry,
-                     "status": "correct" if ok else "incorrect", "median_us": None,
-                     "launches": None}
-            if ok:
-                run(), run()
-                start.record(stream)
-                run()
-                end.record(stream)
-                end.synchronize()
-                single_us = end.time_since(start) * 1000.0
-                launches = max(1, min(64, math.ceil(target_us / max(single_us, 1e-3))))
-                per_launch = []
-                for _ in range(repeats):
-                    start.record(stream)
-                    for _ in range(launches):
+                x, w = session.random_inputs(shape, seed + index)
+                y = session.empty_output(shape)
+                runs = {variant_name(v): launcher.bind(kernel, shape, x, w, y, variant=v).run
+                        for v in correct}
+                for run in runs.values():
+                    for _ in range(cfg.warmup_launches):
                         run()
-                    end.record(stream)
-                    end.synchronize()
-                    per_launch.append(end.time_since(start) * 1000.0 / launches)
-                trial.update(median_us=statistics.median(per_launch), launches=launches)
-            shape_trials.append(trial)
+                session.synchronize()
+                medians, _ = median_latencies(session, runs, cfg, rng, shape.id)
+            for v, trial in zip(variants, shape_trials):
+                trial["median_us"] = medians.get(variant_name(v))
+            del x, w, y, runs
         best = choose(shape_trials)
         if best is not None:
-            untuned = spec.launch(shape)  # no variant: the untuned rule's launch
-            reference = next((t for t in shape_trials
-                              if (t["entry"], t["threads"]) == (untuned.entry, untuned.block[0])),
-                             None)
+            untuned = k5_default_variant(shape, session.sm_count)
+            untuned_us = next((t["median_us"] for t in shape_trials
+                               if variant_name(t) == variant_name(untuned)), None)
             choices[shape.id] = {
+                "geometry": list(shape.geometry),
                 **{k: best[k] for k in ("rows", "cob", "threads", "entry", "median_us")},
                 "variants_tried": len(shape_trials),
-                "variants_correct": sum(t["status"] == "correct" for t in shape_trials),
-                "untuned_median_us": reference["median_us"] if reference else None,
+                "variants_correct": len(correct),
+                "untuned_median_us": untuned_us,
             }
         trials += shape_trials
-        bad = sum(t["status"] != "correct" for t in shape_trials)
+        bad = len(shape_trials) - len(correct)
         progress(f"[tune {kernel}] {index + 1}/{len(shapes)} {shape.id}: "
                  + (f"{best['entry']} x{best['threads']} {best['median_us']:.2f} us"
-                    if best else "no correct variant (untuned fallback)")
+                    if best else "no correct variant (untuned rule)")
                  + (f"; {bad} variant(s) incorrect" if bad else ""))
-    return {"method": METHOD, "seed": seed, "tolerance_factor": factor, "repeats": repeats,
-            "target_us": target_us, "choices": choices, "trials": trials}
+    return {"kernel": kernel, "method": METHOD, "seed": seed, "tolerance_factor": factor,
+            "timing": {"batches": cfg.batches, "samples_per_batch": cfg.samples_per_batch,
+                       "graph_min_replay_us": cfg.graph_min_replay_us},
+            "sm_count": session.sm_count, "choices": choices, "trials": trials}

@@ -99,14 +99,15 @@ def unsupported_row(shape: Shape, impl: str, reason: str, seed: int) -> dict:
             "reason": reason, "seed": seed, "accumulation_length": shape.accumulation_length}
 
 
-def verify_one(session, impl: str, shape: Shape, seed: int, cubins: dict[str, str],
-               factor: float, n_points: int) -> dict:
-    """Run all checks for one (shape, implementation) on the GPU; return the record row."""
-    from .gpu import bind
-
+def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_points: int,
+               variant: dict | None = None) -> dict:
+    """Run all checks for one (shape, implementation) on the GPU through the one launcher
+    (gpu.Launcher); `variant` verifies one launch variant of a tuned kernel (the tuning stage).
+    Returns the record row."""
     ok, reason = support(impl, shape)
     if not ok:
         return unsupported_row(shape, impl, reason, seed)
+    session = launcher.session
     torch = session.torch
     functional = torch.nn.functional
     K = shape.accumulation_length
@@ -115,7 +116,7 @@ def verify_one(session, impl: str, shape: Shape, seed: int, cubins: dict[str, st
     with session.on_stream():
         x, w = session.random_inputs(shape, seed)
         y = session.empty_output(shape)
-        bound = bind(session, impl, shape, x, w, y, cubins)
+        bound = launcher.bind(impl, shape, x, w, y, variant=variant)
         poisoned = bound.writes_into is not None
         if poisoned:
             y.fill_(float("nan"))
@@ -182,13 +183,12 @@ def verify_one(session, impl: str, shape: Shape, seed: int, cubins: dict[str, st
         "arithmetic": "tf32 products" if tf32 else "fp32",
         "accumulation_length": K, "seed": seed, "points_checked": int(len(pts)),
         "poisoned_before_launch": poisoned, "unwritten_elements": unwritten,
-        "launch": str(bound.details),
+        "launch": str(bound.details), "launch_entry": bound.details.get("entry"),
     }
 
 
-def verify_implementation(session, impl: str, shapes: list[Shape], base_seed: int,
-                          cubins: dict[str, str], factor: float, n_points: int,
-                          progress=print) -> list[dict]:
+def verify_implementation(launcher, impl: str, shapes: list[Shape], base_seed: int,
+                          factor: float, n_points: int, progress=print) -> list[dict]:
     """All shapes for one implementation. A failed launch poisons the CUDA context, so the shape
     that raised is marked incorrect with the error and the rest are marked not checked."""
     rows: list[dict] = []
@@ -202,7 +202,7 @@ def verify_implementation(session, impl: str, shapes: list[Shape], base_seed: in
                 "reason": f"not checked: an earlier CUDA error ({broken}) left the context unusable"})
             continue
         try:
-            row = verify_one(session, impl, shape, seed, cubins, factor, n_points)
+            row = verify_one(launcher, impl, shape, seed, factor, n_points)
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a verdict, not a crash
             broken = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             row = {**unsupported_row(shape, impl, "", seed), "status": "incorrect",

@@ -1,6 +1,6 @@
-# Stage 2 (live only): compile each kernel to a cubin with nvcc, load it with PyCUDA, record
-# registers, shared and local memory, spills and the cubin's SHA-256. A tuned kernel (k5) is also
-# tuned on the frozen shapes here, so its launch choice is part of its build record.
+# Stage 2 (live only): compile each kernel to a cubin with nvcc for the GPU's architecture, load it
+# with PyCUDA, record registers, shared and local memory, spills and the cubin's SHA-256. Only
+# compiles: a tuned kernel's launch choice is the tuning stage's (tuning.smk).
 
 if MODE == "live":
 
@@ -13,8 +13,6 @@ if MODE == "live":
             cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
             record=f"{RESULTS}/raw/builds/{{kernel}}.json",
             prov=prov("build_kernel", "{kernel}"),
-        params:
-            tuning=tuning_params,
         resources:
             gpu=1,
         log:

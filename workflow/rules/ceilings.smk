@@ -5,7 +5,7 @@ if MODE == "live":
     rule ceilings:
         input:
             source="kernels/ceilings.cu",
-            code=code("build", "gpu", "ceilings", "provenance"),
+            code=code("build", "gpu", "ceilings", "timing", "stats", "provenance", "jobs"),
         output:
             ceilings=f"{RESULTS}/raw/ceilings.json",
             prov=prov("ceilings"),

@@ -128,28 +128,33 @@ def code(*modules: str) -> list[str]:
     return [f"{PACKAGE}/{m}.py" for m in ("__init__", *modules)]
 
 
-def configured_jobs() -> dict[str, list[str]]:
-    """Live: each timing job and what it measures (the candidate first). Each reference group is
-    its own job, so its own process (see _check_names for why); plus the A/A calibration."""
+def configured_jobs() -> dict[str, dict[str, list[str]]]:
+    """Live: each timing job's candidates and references. One job per reference group times
+    every candidate interleaved with that group's references, each group in its own processes
+    (see _check_names for why); the dispatcher gets its own job per group (it is chosen from the
+    candidates' timings); plus the A/A calibration."""
     timing = config["timing"]
-    candidates = [*timing["candidates"], *(["dispatch"] if timing.get("dispatch") else [])]
     jobs = {}
-    for candidate in candidates:
+    for group, refs in timing["reference_groups"].items():
+        jobs[group] = {"candidates": list(timing["candidates"]), "references": list(refs)}
+    if timing.get("dispatch"):
         for group, refs in timing["reference_groups"].items():
-            refs = [r for r in refs if r != candidate]
-            if refs:
-                jobs[f"{candidate}-{group}"] = [candidate, *refs]
+            jobs[f"dispatch-{group}"] = {"candidates": ["dispatch"], "references": list(refs)}
     aa = timing["aa_implementation"]
-    jobs["aa"] = [aa, _kernels.twin_name(aa)]
+    jobs["aa"] = {"candidates": [aa], "references": [_kernels.twin_name(aa)]}
     return jobs
 
 
-def recorded_jobs(record: str | None = None) -> dict[str, list[str]]:
-    """Replay: the jobs a record (default: the one replayed) measured and what each measured,
-    from its timing metadata, so a record stays replayable whatever the configuration says now."""
+def recorded_jobs(record: str | None = None) -> dict[str, dict[str, list[str]]]:
+    """Replay: the jobs a record (default: the one replayed) measured and each one's roles, from
+    its timing metadata, so a record stays replayable whatever the configuration says now. Older
+    records name only `implementations`: the first is the candidate, the rest references."""
     jobs = {}
-    for meta in sorted(Path(record or RECORD, "raw", "timing").glob("*.json")):
-        jobs[meta.stem] = json.loads(meta.read_text())["implementations"]
+    for meta_path in sorted(Path(record or RECORD, "raw", "timing").glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        impls = meta["implementations"]
+        jobs[meta_path.stem] = {"candidates": meta.get("candidates", impls[:1]),
+                                "references": meta.get("references", impls[1:])}
     return jobs
 
 
@@ -158,18 +163,24 @@ TIMING_JOBS = list(JOBS)
 
 
 def job_implementations(job: str) -> list[str]:
-    """What a timing job measures: the candidate first, then its references (or the A/A twin)."""
+    """What a timing job measures: its candidates, then its references (or the A/A twin)."""
+    roles = JOBS[job]
+    return list(dict.fromkeys([*roles["candidates"], *roles["references"]]))
+
+
+def job_roles(job: str) -> dict[str, list[str]]:
     return JOBS[job]
 
 
 def jobs_of(candidates) -> list[str]:
-    """The timing jobs whose candidate is one of `candidates`."""
-    return [job for job, impls in JOBS.items() if impls[0] in candidates and job != "aa"]
+    """The timing jobs (not the A/A one) that time any of `candidates` as a candidate."""
+    return [job for job, roles in JOBS.items()
+            if job != "aa" and set(roles["candidates"]) & set(candidates)]
 
 
 def job_timing_torch_tuned() -> str:
     """A timing job that measured tuned PyTorch (the cross-check compares against it)."""
-    return next(job for job, impls in JOBS.items() if "torch_tuned" in impls)
+    return next(job for job in JOBS if "torch_tuned" in job_implementations(job))
 
 
 def job_implementations_param(wildcards) -> list[str]:
@@ -178,16 +189,17 @@ def job_implementations_param(wildcards) -> list[str]:
 
 def timing_params() -> dict:
     """The timing settings a job uses (not the job lists, which have their own params)."""
-    skip = ("candidates", "reference_groups", "aa_implementation", "dispatch")
+    skip = ("candidates", "reference_groups", "aa_implementation", "dispatch", "processes")
     return {k: v for k, v in config["timing"].items() if k not in skip}
 
 
 def dispatch_inputs(wildcards) -> dict:
     """The dispatcher's timing job also needs its table and every kernel it may dispatch to."""
-    if job_implementations(wildcards.job)[0] != "dispatch":
+    if "dispatch" not in job_implementations(wildcards.job):
         return {}
     return {"dispatch_table": raw("dispatch/table.json"),
-            "all_builds": [raw(f"builds/{k}.json") for k in KERNELS]}
+            "all_builds": [raw(f"builds/{k}.json") for k in KERNELS],
+            "all_tunings": tuning_records(KERNELS)}
 
 
 def job_kernels(job: str) -> list[str]:
@@ -214,27 +226,36 @@ def kernel_sources(wildcards) -> list[str]:
     return _kernels.KERNELS[wildcards.kernel].inputs
 
 
-def tuning_inputs(wildcards) -> dict:
-    """A tuned kernel's build also tunes it on the frozen shapes (tuning, verify, shapes code)."""
-    if _kernels.KERNELS[wildcards.kernel].variants is None:
-        return {}
-    return {"shapes": f"{RESULTS}/shapes.json",
-            "tuning_code": code("tuning", "verify", "gpu", "shapes_table")}
+TUNED_KERNELS = [k for k in KERNELS if _kernels.KERNELS[k].variants is not None]
 
 
-def tuning_params(wildcards) -> dict:
-    """Empty for untuned kernels, so a tuning setting never reruns their builds."""
-    if _kernels.KERNELS[wildcards.kernel].variants is None:
-        return {}
-    return {**config["tuning"], "tolerance_factor": config["verification"]["tolerance_factor"]}
+def tuning_records(kernels) -> list[str]:
+    """The tuning stage's records of the tuned kernels among `kernels` (raw/tuning/<k>.json);
+    older records kept k5's tuning inside its build record, so replay lists only what exists."""
+    return [p for k in kernels if k in TUNED_KERNELS
+            for p in ([raw(f"tuning/{k}.json")] if MODE == "live"
+                      else optional_raw(f"tuning/{k}.json"))]
+
+
+def tuning_settings() -> dict:
+    """What the tuning stage uses: its own seed and sample counts, the verification tolerance
+    and the timing protocol's other settings."""
+    return {**config["tuning"], "tolerance_factor": config["verification"]["tolerance_factor"],
+            "fp64_points": config["verification"]["fp64_points"], "timing": timing_params()}
 
 
 def verification_builds(wildcards) -> list[str]:
-    return [raw(f"builds/{wildcards.impl}.json")] if wildcards.impl in _kernels.KERNELS else []
+    if wildcards.impl not in _kernels.KERNELS:
+        return []
+    return [raw(f"builds/{wildcards.impl}.json"), *tuning_records([wildcards.impl])]
 
 
 def timing_builds(wildcards) -> list[str]:
     return [raw(f"builds/{k}.json") for k in job_kernels(wildcards.job)]
+
+
+def timing_tunings(wildcards) -> list[str]:
+    return tuning_records(job_kernels(wildcards.job))
 
 
 def all_jobs_provenance() -> list[str]:
@@ -246,6 +267,7 @@ def all_jobs_provenance() -> list[str]:
         jobs += [prov("dispatch_table")] if jobs_of(["dispatch"]) else []
         jobs += [prov("mobilenet_measure"), prov("mobilenet_stats")]
         jobs += [prov("build_kernel", k) for k in KERNELS]
+        jobs += [prov("tune_kernel", k) for k in TUNED_KERNELS]
         jobs += [prov("verify", i) for i in IMPLEMENTATIONS]
         jobs += [prov("time_job", j) for j in TIMING_JOBS]
     else:
@@ -296,7 +318,9 @@ def _nsight_capture(pair):
 
 
 def _nsight_jobs() -> dict[str, list[str]]:
-    return JOBS if NSIGHT_RECORD == RECORD else recorded_jobs(NSIGHT_RECORD)
+    jobs = JOBS if NSIGHT_RECORD == RECORD else recorded_jobs(NSIGHT_RECORD)
+    return {job: list(dict.fromkeys([*r["candidates"], *r["references"]]))
+            for job, r in jobs.items()}
 
 
 if MODE == "replay":
@@ -352,8 +376,9 @@ MACHINE_CODE_TABLE = f"{RESULTS}/machine_code.parquet"
 def report_pairs() -> list[tuple[str, str]]:
     """(candidate, baseline) of every timing job this run compares, except the A/A one (in a
     replay, TIMING_JOBS holds only the jobs the record measured)."""
-    return [(job_implementations(job)[0], base) for job in TIMING_JOBS if job != "aa"
-            for base in job_implementations(job)[1:]]
+    return [(cand, base) for job in TIMING_JOBS if job != "aa"
+            for cand in job_roles(job)["candidates"] for base in job_roles(job)["references"]
+            if cand != base]
 
 
 FOREST_FIGURES = [(cand, base, boundary) for cand, base in report_pairs()

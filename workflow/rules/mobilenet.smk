@@ -8,6 +8,7 @@
 MOBILENET_TIMING_JOBS = jobs_of(KERNELS)
 # Every kernel's build: the atlas may choose any of them for a layer of the network.
 MOBILENET_CUBINS = [raw(f"builds/{kernel}.cubin") for kernel in KERNELS]
+MOBILENET_BUILDS = [raw(f"builds/{kernel}.json") for kernel in KERNELS]
 MOBILENET_VERIFICATION = [raw(f"verification/{kernel}.parquet") for kernel in KERNELS]
 MOBILENET_TIMING_TABLES = [raw(f"timing/{job}.parquet") for job in MOBILENET_TIMING_JOBS]
 
@@ -24,11 +25,13 @@ if MODE == "live":
     rule mobilenet_measure:
         input:
             cubins=MOBILENET_CUBINS,
+            builds=MOBILENET_BUILDS,
+            tunings=tuning_records(KERNELS),
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "verify", "timing", "stats",
-                      "provenance", "jobs", "mobilenet"),
+            code=code("shapes", "shapes_table", "kernels", "gpu", "conv", "build", "verify",
+                      "timing", "stats", "provenance", "jobs", "mobilenet"),
         output:
             samples=raw("mobilenet/samples.parquet"),
             probe=raw("mobilenet/probe.json"),

@@ -1,6 +1,8 @@
-# Stage 4 (live only): a timing job per candidate and reference group ("k3-tuned": k3 interleaved
-# with k0 and torch_tuned; "k3-default": with torch_default), plus the A/A calibration ("aa");
-# only implementations verified correct on a shape are timed there.
+# Stage 4 (live only): a timing job per reference group ("tuned": every candidate interleaved
+# with k0 and torch_tuned; "default": with torch_default and the TF32 baseline), the dispatcher's
+# job per group, and the A/A calibration ("aa"). Each job runs in timing.processes worker
+# processes that take its batches in turn; only implementations verified correct on a shape are
+# timed there.
 
 if MODE == "live":
 
@@ -10,13 +12,17 @@ if MODE == "live":
             shapes=f"{RESULTS}/shapes.json",
             verification=job_verification,
             builds=timing_builds,
-            code=code("shapes", "kernels", "gpu", "timing", "provenance"),
+            tunings=timing_tunings,
+            code=code("shapes", "shapes_table", "kernels", "gpu", "timing", "timing_workers",
+                      "stats", "provenance", "jobs"),
         output:
             samples=f"{RESULTS}/raw/timing/{{job}}.parquet",
             meta=f"{RESULTS}/raw/timing/{{job}}.json",
             prov=prov("time_job", "{job}"),
         params:
             implementations=job_implementations_param,
+            roles=lambda wildcards: job_roles(wildcards.job),
+            processes=config["timing"]["processes"],
             timing=timing_params(),
         resources:
             gpu=1,
@@ -32,7 +38,8 @@ if MODE == "live":
         input:
             shapes=f"{RESULTS}/shapes.json",
             samples=f"{RESULTS}/raw/timing/{job_timing_torch_tuned()}.parquet",
-            code=code("shapes", "gpu", "timing", "crosscheck", "provenance"),
+            code=code("shapes", "shapes_table", "kernels", "gpu", "timing", "stats", "crosscheck",
+                      "provenance", "jobs"),
         output:
             crosscheck=f"{RESULTS}/raw/crosscheck.json",
             prov=prov("crosscheck"),
@@ -56,7 +63,8 @@ if MODE == "live":
             samples=expand(f"{RESULTS}/raw/timing/{{job}}.parquet",
                            job=jobs_of(config["timing"]["candidates"])),
             verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
-            code=code("stats", "dispatch", "provenance"),
+            shapes=f"{RESULTS}/shapes.json",
+            code=code("stats", "dispatch", "shapes", "shapes_table", "provenance", "jobs"),
         output:
             table=f"{RESULTS}/raw/dispatch/table.json",
             verification=f"{RESULTS}/raw/verification/dispatch.parquet",

@@ -1,13 +1,11 @@
 """Snakemake job (GPU machine): measure DRAM bandwidth and FP32 FMA throughput."""
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.build import compile_kernel_source  # noqa: E402
-from groupconv_atlas.ceilings import measure  # noqa: E402
-from groupconv_atlas.gpu import GpuSession  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_json  # noqa: E402
+from groupconv_atlas.build import compile_kernel_source
+from groupconv_atlas.ceilings import measure
+from groupconv_atlas.gpu import GpuSession
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "ceilings.py")

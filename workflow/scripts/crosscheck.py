@@ -1,17 +1,13 @@
 """Snakemake job (GPU machine): tuned PyTorch under triton's do_bench_cudagraph vs the atlas."""
-import sys
-from pathlib import Path
+import pandas as pd
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
-
-from groupconv_atlas.crosscheck import atlas_medians, compare, measure  # noqa: E402
-from groupconv_atlas.gpu import GpuSession  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_json  # noqa: E402
-from groupconv_atlas.shapes import shapes_by_id  # noqa: E402
-from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
-from groupconv_atlas.timing import TimingConfig  # noqa: E402
+from groupconv_atlas.crosscheck import atlas_medians, compare, measure
+from groupconv_atlas.gpu import GpuSession, Launcher
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json
+from groupconv_atlas.shapes import shapes_by_id
+from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.timing import TimingConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "crosscheck.py")
@@ -19,7 +15,8 @@ by_id = shapes_by_id(load_frozen(smk.input.shapes))
 shapes = [by_id[s] for s in smk.params.shape_ids if s in by_id]
 session = GpuSession()
 with session.on_stream():
-    rows = measure(session, shapes, smk.params.seed, TimingConfig(**smk.params.timing))
+    rows = measure(Launcher(session, {}), shapes, smk.params.seed,
+                   TimingConfig(**smk.params.timing))
 ours = atlas_medians(pd.read_parquet(smk.input.samples), "torch_tuned")
 result = {"implementation": "torch_tuned", "timer": "triton.testing.do_bench_cudagraph(rep=50, "
           "return_mode='median'), median of 5 calls, in the same process as the atlas sampler",

@@ -1,14 +1,11 @@
 """Snakemake job (CPU, live): the dispatcher's per-shape table and its derived verification."""
-import sys
-from pathlib import Path
+import pandas as pd
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
-
-from groupconv_atlas.dispatch import choose, verification_rows  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_json, write_parquet  # noqa: E402
-from groupconv_atlas.stats import pooled_medians  # noqa: E402
+from groupconv_atlas.dispatch import choose, verification_rows
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json, write_parquet
+from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.stats import pooled_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")
@@ -16,6 +13,9 @@ samples = pd.concat([pd.read_parquet(p) for p in smk.input.samples], ignore_inde
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 samples = samples[~samples["implementation"].str.endswith("_twin")]
 table = choose(pooled_medians(samples), verification)
+# Launches are looked up by geometry, not by shape name (groupconv_atlas.gpu.dispatch_table).
+geometry = {s.id: list(s.geometry) for s in load_frozen(smk.input.shapes)}
+table = {shape_id: {**choice, "geometry": geometry[shape_id]} for shape_id, choice in table.items()}
 shape_ids = list(dict.fromkeys(verification["shape_id"]))
 write_json(smk.output.table, {"boundary": "graph_device", "chosen_from":
                               sorted(set(verification["implementation"])), "table": table})

@@ -1,25 +1,22 @@
 """Snakemake job (GPU machine): the MobileNetV2 probe. Writes the raw samples and the probe's
 record (checks, overhead definitions, replacements, agreement); mobilenet_stats.py summarises."""
-import sys
-from pathlib import Path
+import pandas as pd
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
-
-from groupconv_atlas import mobilenet  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_json, write_parquet  # noqa: E402
-from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+from groupconv_atlas import mobilenet
+from groupconv_atlas.gpu import launcher_inputs
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json, write_parquet
+from groupconv_atlas.shapes_table import load_frozen
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "mobilenet_probe.py")
 probe_cfg = mobilenet.ProbeConfig(**smk.params.mobilenet)
 timing_cfg = mobilenet.timing_config(probe_cfg, smk.params.timing)
-cubins = {Path(path).stem: str(path) for path in smk.input.cubins}
+launcher_args = launcher_inputs(smk.input.builds, smk.input.tunings)
 medians = mobilenet.graph_device_medians([pd.read_parquet(p) for p in smk.input.timing])
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 
-samples, record = mobilenet.run_probe(cubins, load_frozen(smk.input.shapes), medians,
+samples, record = mobilenet.run_probe(launcher_args, load_frozen(smk.input.shapes), medians,
                                       verification, list(smk.params.kernels), probe_cfg,
                                       timing_cfg, progress=job.progress)
 write_parquet(smk.output.samples, samples)

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from groupconv_atlas.gpu import GpuSession, bind  # noqa: E402
-from groupconv_atlas.kernels import KERNELS, base_implementation  # noqa: E402
-from groupconv_atlas.shapes import shapes_by_id  # noqa: E402
-from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+from groupconv_atlas.gpu import GpuSession, Launcher
+from groupconv_atlas.kernels import KERNELS, base_implementation
+from groupconv_atlas.shapes import shapes_by_id
+from groupconv_atlas.shapes_table import load_frozen
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,7 +40,7 @@ def main(argv=None) -> None:
     with session.on_stream():
         x, w = session.random_inputs(shape, args.seed)
         y = session.empty_output(shape)
-        bound = bind(session, args.impl, shape, x, w, y, cubins)
+        bound = Launcher(session, cubins).bind(args.impl, shape, x, w, y)
         for _ in range(args.warmup):
             bound.run()
     session.synchronize()  # warm-up finished (and any launch error raised) before the range opens

@@ -1,50 +1,44 @@
-"""Snakemake job (GPU machine): time one candidate interleaved with its references."""
-import json
-import sys
+"""Snakemake job (GPU machine): one timing job (candidates interleaved with references) in
+timing.processes worker processes whose batches alternate."""
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from groupconv_atlas.gpu import GpuSession  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.kernels import base_implementation  # noqa: E402
-from groupconv_atlas.provenance import (gpu_environment, software_environment, write_json,  # noqa: E402
-                                        write_parquet)
-from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
-from groupconv_atlas.timing import TimingConfig, time_shapes  # noqa: E402
+from groupconv_atlas.gpu import launcher_inputs
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.kernels import base_implementation
+from groupconv_atlas.provenance import gpu_environment, software_environment, write_json, write_parquet
+from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.timing import TimingConfig
+from groupconv_atlas.timing_workers import time_job
 
-job = Job(snakemake, "time_job.py")  # noqa: F821
 smk = snakemake  # noqa: F821
+job = Job(smk, "time_job.py")
 impls = list(smk.params.implementations)
+roles = dict(smk.params.roles)
 cfg = TimingConfig(**smk.params.timing)
 shapes = load_frozen(smk.input.shapes)
 status = pd.concat([pd.read_parquet(p) for p in smk.input.verification])
 correct = set(zip(status.loc[status.status == "correct", "shape_id"],
                   status.loc[status.status == "correct", "implementation"]))
 impls_for = {s.id: [i for i in impls if (s.id, base_implementation(i)) in correct] for s in shapes}
-cubins = {Path(b).stem: str(Path(b).with_suffix(".cubin")) for b in smk.input.builds}
-
+builds, tunings = list(smk.input.builds), list(smk.input.tunings)
 dispatch = None
 if "dispatch_table" in smk.input.keys():
-    with open(smk.input.dispatch_table) as fh:
-        dispatch = json.load(fh)["table"]
-    for b in smk.input.all_builds:
-        cubins.setdefault(Path(b).stem, str(Path(b).with_suffix(".cubin")))
-session = GpuSession()
+    dispatch = smk.input.dispatch_table
+    builds = sorted({*builds, *smk.input.all_builds})
+    tunings = sorted({*tunings, *smk.input.all_tunings})
 t0 = time.perf_counter()
-samples, info = time_shapes(session, shapes, impls_for, cubins, cfg, progress=job.progress,
-                            dispatch=dispatch)
+samples, info = time_job(shapes, impls_for, cfg, smk.params.processes,
+                         launcher_inputs(builds, tunings, dispatch), progress=job.progress)
 wall_s = time.perf_counter() - t0
 write_parquet(smk.output.samples, samples)
-meta = {"job": smk.wildcards.job, "implementations": impls, "config": smk.params.timing,
-        "wall_s": wall_s,
-        "batches_total": int(samples.groupby(["shape_id", "batch"]).ngroups),
-        "batches_clock_flagged": int(
-            samples.groupby(["shape_id", "batch"])["clock_flagged"].max().sum()), "precision": session.precision, "environment":
-        {**gpu_environment(), **software_environment()}, **info}
+flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
+meta = {"job": smk.wildcards.job, "implementations": impls, **roles,
+        "config": smk.params.timing, "wall_s": wall_s,
+        "batches_total": int(len(flagged)), "batches_clock_flagged": int(flagged.sum()),
+        "environment": {**gpu_environment(), **software_environment()}, **info}
 write_json(smk.output.meta, meta)
 job.progress(f"{len(samples)} samples in {wall_s:.0f}s; "
              f"{int(samples.clock_flagged.sum())} samples in clock-flagged batches")
-job.finish({"wall_s": wall_s, "samples": len(samples)})
+job.finish({"wall_s": wall_s, "samples": len(samples), "processes": smk.params.processes})

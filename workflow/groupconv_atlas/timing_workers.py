@@ -1,0 +1,160 @@
+"""One timing job in several independent processes, interleaved in time.
+
+A job's batches alternate among `processes` long-lived worker processes (batch b goes to worker
+b % processes), so each process decides its own cuDNN algorithm (cudnn.benchmark searches per
+process) and process becomes a level of the statistics: one process's choice cannot decide a
+class. Every worker imports torch and PyCUDA once and is then fed all shapes, so a job pays the
+process start-up once per worker, not once per shape. Workers prepare a shape one after another
+(a cudnn.benchmark search never runs beside another process's), then take their batches in turn;
+only one process touches the GPU at a time. The coordinator owns the seeded batch orders, so the
+samples depend on the seed and the verified set alone.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from .shapes import Shape
+from .timing import ClockReader, TimingConfig, batch_order, raw_frame, shape_plan
+
+
+def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
+    """A worker's loop: ("shape", index, shape, impls) -> ("ready", L, estimates, details);
+    ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends."""
+    try:
+        from .gpu import GpuSession, Launcher
+
+        cfg = TimingConfig(**cfg_dict)
+        session = GpuSession()
+        launcher = Launcher(session, **launcher_args)
+        torch = session.torch
+        clocks = ClockReader(torch)
+        flush = None
+        if cfg.l2_policy == "cold":
+            with session.on_stream():
+                flush = torch.empty(2 * (session.l2_bytes or 2**26) // 4, device="cuda",
+                                    dtype=torch.float32)
+        conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision))
+        sampler, tensors = None, None
+        from .timing import PairedSampler
+
+        while True:
+            msg = conn.recv()
+            if msg[0] == "stop":
+                break
+            if msg[0] == "shape":
+                _, index, shape, impls = msg
+                with session.on_stream():
+                    x, w = session.random_inputs(shape, cfg.seed + index)
+                    y = session.empty_output(shape)
+                    bound = {i: launcher.bind(i, shape, x, w, y) for i in impls}
+                    # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
+                    # search in this process.
+                    for b in bound.values():
+                        for _ in range(cfg.warmup_launches):
+                            b.run()
+                    session.synchronize()
+                    sampler = PairedSampler(session, {n: b.run for n, b in bound.items()}, cfg,
+                                            clocks, flush).prepare()
+                tensors = (x, w, y, bound)
+                conn.send(("ready", sampler.launches, sampler.estimates,
+                           {n: b.details for n, b in bound.items()}))
+            elif msg[0] == "batch":
+                _, batch, order = msg
+                with session.on_stream():
+                    rows = sampler.batch(batch, order)
+                conn.send(("rows", rows))
+            elif msg[0] == "release":
+                sampler.close()
+                sampler, tensors = None, None
+                torch.cuda.empty_cache()
+                conn.send(("released",))
+    except BaseException:  # noqa: BLE001 - the coordinator re-raises it with the traceback
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+class WorkerError(RuntimeError):
+    """A timing worker failed; the message carries its traceback."""
+
+
+def _expect(conn, kind: str, process: int):
+    msg = conn.recv()
+    if msg[0] == "error":
+        raise WorkerError(f"timing worker {process} failed:\n{msg[1]}")
+    if msg[0] != kind:
+        raise WorkerError(f"timing worker {process}: expected {kind!r}, got {msg[0]!r}")
+    return msg[1:]
+
+
+def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
+             processes: int, launcher_args: dict, progress=print) -> tuple[pd.DataFrame, dict]:
+    """Time every shape's verified implementations in `processes` worker processes; return
+    (raw samples with a `process` column, metadata per shape and per process)."""
+    if processes < 1:
+        raise ValueError(f"timing.processes must be at least 1, not {processes}")
+    ctx = mp.get_context("spawn")  # a fresh interpreter: no CUDA state inherited
+    workers = []
+    for process in range(processes):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, asdict(cfg), launcher_args), daemon=True)
+        proc.start()
+        child.close()
+        workers.append((proc, parent))
+    try:
+        started = [_expect(conn, "started", p) for p, (_, conn) in enumerate(workers)]
+        rng = np.random.default_rng(cfg.seed)
+        rows: list[tuple] = []
+        meta: list[dict] = []
+        plan = shape_plan(shapes, impls_for)
+        t_begin = time.perf_counter()
+        for step, (index, shape) in enumerate(plan):
+            impls = impls_for[shape.id]
+            ready = []
+            for p, (_, conn) in enumerate(workers):  # one after another: see the docstring
+                conn.send(("shape", index, shape, impls))
+                ready.append(_expect(conn, "ready", p))
+            for batch in range(cfg.batches):
+                p = batch % processes
+                workers[p][1].send(("batch", batch, batch_order(rng, impls)))
+                (batch_rows,) = _expect(workers[p][1], "rows", p)
+                rows.extend((shape.id, p, *r) for r in batch_rows)
+            for p, (_, conn) in enumerate(workers):
+                conn.send(("release",))
+                _expect(conn, "released", p)
+            details = ready[0][2]
+            meta.append({
+                "shape_id": shape.id, "implementations": impls,
+                "launches_per_replay": [r[0] for r in ready],
+                "estimate_us": [r[1] for r in ready],
+                "dispatches_to": {n: d.get("dispatches_to") for n, d in details.items()
+                                  if "dispatches_to" in d},
+                "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from")
+                               if k in d} for n, d in details.items()},
+            })
+            elapsed = time.perf_counter() - t_begin
+            eta = elapsed / (step + 1) * (len(plan) - step - 1)
+            progress(f"[time] {step + 1}/{len(plan)} {shape.id}: {len(impls)} impls x "
+                     f"{processes} processes, L={[r[0] for r in ready]}, {elapsed:.0f}s elapsed, "
+                     f"~{eta:.0f}s left")
+        for _, conn in workers:
+            conn.send(("stop",))
+    finally:
+        for proc, conn in workers:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
+            conn.close()
+    max_clock = started[0][0]
+    frame = raw_frame(rows, max_clock, cfg)
+    info = {"max_sm_clock_mhz": max_clock, "l2_bytes": started[0][1],
+            "clock_flag_fraction": cfg.clock_flag_fraction, "nvml": max_clock is not None,
+            "processes": processes, "batch_to_process": "batch % processes",
+            "precision": started[0][2], "shapes": meta}
+    return frame, info

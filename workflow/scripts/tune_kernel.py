@@ -1,0 +1,29 @@
+"""Snakemake job (GPU machine): the tuning stage of one tuned kernel on every frozen shape."""
+import time
+
+from groupconv_atlas.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json
+from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.timing import TimingConfig
+from groupconv_atlas.tuning import tune_kernel
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "tune_kernel.py")
+kernel = smk.wildcards.kernel
+settings = smk.params.tuning
+cfg = TimingConfig(**{**settings["timing"], "batches": settings["batches"],
+                      "samples_per_batch": settings["samples_per_batch"]})
+session = GpuSession()
+launcher = Launcher(session, **launcher_inputs([smk.input.build]))
+t0 = time.perf_counter()
+record = tune_kernel(launcher, kernel, load_frozen(smk.input.shapes), cfg, settings["seed"],
+                     settings["tolerance_factor"], settings["fp64_points"], progress=job.progress)
+record["wall_s"] = time.perf_counter() - t0
+record["cubin_sha256"] = __import__("json").load(open(smk.input.build))["cubin_sha256"]
+write_json(smk.output.record, record)
+incorrect = sum(t["status"] != "correct" for t in record["trials"])
+job.progress(f"{kernel}: {len(record['choices'])} shapes tuned, {len(record['trials'])} trials, "
+             f"{incorrect} incorrect, {record['wall_s']:.0f}s")
+job.finish({"tuned_shapes": len(record["choices"]), "trials": len(record["trials"]),
+            "incorrect_trials": incorrect, "wall_s": record["wall_s"]})
