@@ -1,0 +1,289 @@
+"""The public custom op `torch.ops.groupconv_atlas.conv2d` on every atlas shape, under CUDA graph
+capture and replay and under torch.compile(fullgraph=True), against float64 F.conv2d at the
+verification tolerance (GPU); its errors and its fake implementation (CPU: fake CUDA tensors need
+no GPU)."""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+from gpu_helpers import (SHAPES, SHAPE_BY_ID, assert_matches_fp64, check_seed, fresh_inputs,
+                         poison_free_memory)
+
+torch = pytest.importorskip("torch")
+g = pytest.importorskip("groupconv_atlas.conv")
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+# "dispatch" and k5 at least (the brief of these tests); every shape of the atlas, at its real N.
+IMPLEMENTATIONS = ("dispatch", "k5")
+# Small shapes covering depthwise, a depth multiplier, grouped (4 channels per group), W % 4 != 0.
+SMALL = ("stress-tiny-n1-c32-7x7-g32", "stress-depth-multiplier-n16-c32to64-56x56-g32",
+         "cpg4-oddw-n32-c128-19x19-g32")
+
+
+def op(x, w, groups, implementation):
+    return torch.ops.groupconv_atlas.conv2d(x, w, groups, implementation)
+
+
+def _shape_ids(shapes):
+    return [s.id for s in shapes]
+
+
+# ---------------------------------------------------------------- errors (CPU, no GPU needed)
+
+def _fake_cuda():
+    """Fake CUDA tensors: what the checks see on a GPU, with no GPU present."""
+    return FakeTensorMode()
+
+
+def _raises_naming(pattern: str, call) -> str:
+    with pytest.raises(g.UnsupportedConv) as info:
+        call()
+    message = str(info.value)
+    assert re.search(pattern, message), f"message {message!r} does not match {pattern!r}"
+    return message
+
+
+def test_unsupported_conv_is_a_value_error():
+    assert issubclass(g.UnsupportedConv, ValueError)
+
+
+@pytest.mark.parametrize("tensor, dtype", [("x", "float16"), ("x", "float64"),
+                                           ("weight", "float64"), ("weight", "bfloat16")])
+def test_wrong_dtype_names_the_tensor_and_dtype(tensor, dtype):
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        if tensor == "x":
+            x = x.to(getattr(torch, dtype))
+        else:
+            w = w.to(getattr(torch, dtype))
+        _raises_naming(rf"^{tensor}: dtype torch\.{dtype}, must be torch\.float32",
+                       lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+def test_cpu_input_names_x():
+    """Real CPU tensors: the check runs before any GPU work, so it raises here too."""
+    x, w = torch.randn(2, 8, 5, 5), torch.randn(8, 1, 3, 3)
+    _raises_naming(r"^x: on cpu, must be on a CUDA GPU",
+                   lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+def test_cpu_weight_names_weight():
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(8, 1, 3, 3, device="cpu")
+        _raises_naming(r"^weight: on cpu, must be on a CUDA GPU",
+                       lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+@pytest.mark.parametrize("layout", ["column_slice", "channels_last", "transposed_hw",
+                                    "expanded_batch"])
+def test_non_contiguous_input_names_x(layout):
+    with _fake_cuda():
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        if layout == "column_slice":
+            x = torch.empty_strided((2, 8, 5, 5), (360, 45, 9, 1), device="cuda")
+        elif layout == "channels_last":
+            x = torch.empty(2, 8, 5, 5, device="cuda").to(memory_format=torch.channels_last)
+        elif layout == "transposed_hw":
+            x = torch.empty(2, 8, 5, 6, device="cuda").transpose(2, 3)
+        else:
+            x = torch.empty(1, 8, 5, 5, device="cuda").expand(2, 8, 5, 5)
+        assert not x.is_contiguous()
+        _raises_naming(r"^x: not contiguous", lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+def test_non_contiguous_weight_names_weight():
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(3, 3, 1, 8, device="cuda").permute(3, 2, 0, 1)
+        assert not w.is_contiguous()
+        _raises_naming(r"^weight: not contiguous", lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+@pytest.mark.parametrize("kernel_hw", [(5, 5), (1, 1), (3, 1)])
+def test_weight_not_3x3_names_weight(kernel_hw):
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(8, 1, *kernel_hw, device="cuda")
+        _raises_naming(rf"^weight: kernel \({kernel_hw[0]}, {kernel_hw[1]}\), must be 3x3",
+                       lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+def test_weight_channels_per_group_mismatch_names_weight():
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(8, 2, 3, 3, device="cuda")
+        _raises_naming(r"^weight: 2 input channels per group, must be C_in/groups = 1",
+                       lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+@pytest.mark.parametrize("c_in, c_out, groups", [(12, 8, 8), (8, 12, 8)])
+def test_channels_not_divisible_by_groups_names_groups(c_in, c_out, groups):
+    with _fake_cuda():
+        x = torch.empty(2, c_in, 5, 5, device="cuda")
+        w = torch.empty(c_out, 1, 3, 3, device="cuda")
+        _raises_naming(rf"^groups: {groups} does not divide",
+                       lambda: g.conv2d(x, w, groups, implementation="k5"))
+
+
+def test_unknown_implementation_names_implementation():
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        _raises_naming(r"^implementation: unknown 'k99'",
+                       lambda: g.conv2d(x, w, 8, implementation="k99"))
+
+
+def test_implementations_lists_the_contract_names():
+    names = g.implementations()
+    for name in ("dispatch", "k0", "k1", "k2", "k3", "k4", "k5", "torch_default", "torch_tuned"):
+        assert name in names
+
+
+# ---------------------------------------------- the fake implementation (CPU, no GPU needed)
+
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_ids(SHAPES))
+def test_fake_impl_gives_the_output_of_every_atlas_shape(shape):
+    with _fake_cuda():
+        x = torch.empty(shape.n, shape.c_in, shape.h, shape.w, device="cuda")
+        w = torch.empty(shape.c_out, shape.cin_per_group, 3, 3, device="cuda")
+        y = op(x, w, shape.groups, "k5")
+    assert tuple(y.shape) == (shape.n, shape.c_out, shape.h_out, shape.w_out)
+    assert y.dtype == torch.float32 and y.device.type == "cuda" and y.is_contiguous()
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("shape_id", SMALL)
+def test_opcheck_on_fake_cuda_tensors(shape_id, implementation):
+    """Schema, autograd registration, fake impl and AOT dispatch, as torch.library checks them."""
+    shape = SHAPE_BY_ID[shape_id]
+    with _fake_cuda():
+        x = torch.empty(shape.n, shape.c_in, shape.h, shape.w, device="cuda")
+        w = torch.empty(shape.c_out, shape.cin_per_group, 3, 3, device="cuda")
+        torch.library.opcheck(torch.ops.groupconv_atlas.conv2d.default,
+                              (x, w, shape.groups, implementation))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_op_compiles_without_a_graph_break_on_fake_cuda_tensors(backend):
+    """fullgraph=True fails on a graph break; dynamic shapes cover several geometries."""
+    torch._dynamo.reset()
+    compiled = torch.compile(op, fullgraph=True, dynamic=True, backend=backend)
+    for shape_id in SMALL:
+        shape = SHAPE_BY_ID[shape_id]
+        with _fake_cuda():
+            x = torch.empty(shape.n, shape.c_in, shape.h, shape.w, device="cuda")
+            w = torch.empty(shape.c_out, shape.cin_per_group, 3, 3, device="cuda")
+            y = compiled(x, w, shape.groups, "k5")
+        assert tuple(y.shape) == (shape.n, shape.c_out, shape.h_out, shape.w_out)
+
+
+def test_group_conv_module_exports_as_one_custom_op():
+    """torch.export traces GroupConv2d to a graph holding the custom op (no decomposition)."""
+    layer = g.GroupConv2d(32, 64, 32, implementation="k5")
+    with _fake_cuda():
+        # Fake CUDA weights (initialising them on a fake GPU would need a real one).
+        layer.weight = torch.nn.Parameter(torch.empty(64, 1, 3, 3, device="cuda"),
+                                          requires_grad=False)
+        x = torch.empty(4, 32, 14, 14, device="cuda")
+    program = torch.export.export(layer, (x,))
+    targets = [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
+    assert targets == ["groupconv_atlas.conv2d.default"], targets
+
+
+# ------------------------------------------------------------------ the GPU: every atlas shape
+
+@pytest.fixture(scope="module")
+def dynamo_recompiles():
+    """Shapes differ in sizes specialised by dynamo (1s, groups): allow a recompile per atlas
+    shape, and fail rather than fall back to eager when the limit is hit."""
+    with torch._dynamo.config.patch(recompile_limit=4 * len(SHAPES),
+                                    fail_on_recompile_limit_hit=True):
+        yield
+
+
+@functools.cache
+def compiled_op(implementation: str):
+    def conv(x, w, groups):
+        return torch.ops.groupconv_atlas.conv2d(x, w, groups, implementation)
+
+    return torch.compile(conv, fullgraph=True, dynamic=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_ids(SHAPES))
+def test_op_under_cuda_graph_replay_matches_fp64(shape, implementation):
+    x, w = fresh_inputs(torch, shape, check_seed(shape.id, implementation, "capture"))
+    # Warm up on a side stream before capture (compiles and loads the kernel, lets cuDNN pick its
+    # algorithm), as torch.cuda.graph requires.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        op(x, w, shape.groups, implementation)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = op(x, w, shape.groups, implementation)
+    # Replay must read the static inputs' current contents and write every output element.
+    fresh_inputs(torch, shape, check_seed(shape.id, implementation, "replay"), x, w)
+    y.fill_(float("nan"))
+    graph.replay()
+    assert_matches_fp64(torch, y, x, w, shape.groups, f"{implementation} graph replay {shape.id}")
+    del graph
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_ids(SHAPES))
+def test_op_under_torch_compile_matches_fp64(shape, implementation, dynamo_recompiles):
+    x, w = fresh_inputs(torch, shape, check_seed(shape.id, implementation, "compile"))
+    poison_free_memory(torch, shape.output_elems)
+    y = compiled_op(implementation)(x, w, shape.groups)
+    assert_matches_fp64(torch, y, x, w, shape.groups, f"{implementation} torch.compile {shape.id}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("shape_id", SMALL)
+def test_opcheck_on_the_gpu(shape_id, implementation):
+    """torch.library's checks with the real implementation: no input mutated or aliased."""
+    x, w = fresh_inputs(torch, SHAPE_BY_ID[shape_id], check_seed(shape_id, implementation, "opcheck"))
+    torch.library.opcheck(torch.ops.groupconv_atlas.conv2d.default,
+                          (x, w, SHAPE_BY_ID[shape_id].groups, implementation))
+
+
+@pytest.mark.gpu
+def test_op_called_directly_with_a_cpu_tensor_names_x():
+    x = torch.randn(2, 8, 5, 5)
+    w = torch.randn(8, 1, 3, 3, device="cuda")
+    _raises_naming(r"^x: on cpu, must be on a CUDA GPU", lambda: op(x, w, 8, "k5"))
+
+
+def test_group_conv_module_compiles_without_a_graph_break_on_fake_cuda_tensors():
+    layer = g.GroupConv2d(32, 64, 32, implementation="k5")
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend="aot_eager")
+    with _fake_cuda():
+        layer.weight = torch.nn.Parameter(torch.empty(64, 1, 3, 3, device="cuda"),
+                                          requires_grad=False)
+        for n, h, w in ((4, 14, 14), (2, 9, 7)):
+            y = compiled(torch.empty(n, 32, h, w, device="cuda"))
+            assert tuple(y.shape) == (n, 64, h, w)
+
+
+@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
+                   reason="conv.check_call takes a SymInt groups for a non-int and raises with an "
+                          "f-string of it: a graph break once dynamo makes groups dynamic")
+def test_public_conv2d_compiles_across_groups_without_a_graph_break():
+    """torch.compile's automatic dynamic shapes make `groups` a SymInt on the second value."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w, groups: g.conv2d(x, w, groups, "k5"), fullgraph=True,
+                             backend="aot_eager")
+    for n, c, h in ((4, 32, 14), (2, 16, 9), (3, 8, 7)):
+        with _fake_cuda():
+            y = compiled(torch.empty(n, c, h, h, device="cuda"),
+                         torch.empty(c, 1, 3, 3, device="cuda"), c)
+        assert tuple(y.shape) == (n, c, h, h)
