@@ -102,3 +102,130 @@ def test_cross_job_spread_compares_one_implementation_across_jobs():
     assert spread.loc["torch_tuned", "jobs"] == 2
     assert spread.loc["torch_tuned", "spread"] == pytest.approx(200 / 86)
     assert "k0_twin" not in spread.index and "k3" not in spread.index  # one job each
+
+
+def _process_samples(offsets, batches_per_process=4, ratio=1.3, seed=0):
+    """A candidate and a reference timed in several processes; each process shifts the
+    reference by its own offset (its cuDNN algorithm). Batch numbers stay unique in the job."""
+    rng = np.random.default_rng(seed)
+    rows, batch = [], 0
+    for process, offset in enumerate(offsets):
+        for _ in range(batches_per_process):
+            for impl, us in (("k5", 10.0), ("torch_tuned", 10.0 * ratio * offset)):
+                for s in range(5):
+                    rows.append(("a", impl, "graph_device", batch, s,
+                                 us * rng.lognormal(0, 0.002), False, process))
+            batch += 1
+    return pd.DataFrame(rows, columns=["shape_id", "implementation", "boundary", "batch",
+                                       "sample", "latency_us", "clock_flagged", "process"])
+
+
+def test_process_is_a_level_when_a_comparison_spans_processes():
+    from groupconv_atlas.stats import compare
+
+    # One process's reference is 40% slower: pooled batches would call this a clear WIN.
+    samples = _process_samples([1.0, 1.0, 1.4])
+    medians = batch_medians(samples)
+    assert sorted(medians["process"].unique()) == [0, 1, 2]
+    row = compare(medians, "k5", "torch_tuned", CFG).iloc[0]
+    assert row["interval_method"] == "process-t" and row["processes"] == 3
+    assert row["batch_processes"] == [0] * 4 + [1] * 4 + [2] * 4
+    assert row["class"] == "INCONCLUSIVE" and row["ci_low"] < 1.0
+    pooled = compare(batch_medians(samples.drop(columns="process")), "k5", "torch_tuned",
+                     CFG).iloc[0]
+    assert pooled["processes"] == 1 and pooled["interval_method"] == "t"
+    assert pooled["class"] == "WIN"
+
+
+def test_records_without_a_process_column_are_one_process():
+    samples = _samples(["a"], ["k2", "k0"], {"k2": 10.0, "k0": 20.0})
+    medians = batch_medians(samples)
+    assert set(medians["process"]) == {0}
+
+
+def test_job_pairs_take_roles_from_the_metadata():
+    from groupconv_atlas.stats import job_pairs
+
+    impls = ["k4", "k5", "torch_tuned", "torch_default"]
+    assert job_pairs(impls) == [("k4", "k5"), ("k4", "torch_tuned"), ("k4", "torch_default")]
+    meta = {"job": "x", "candidates": ["k4", "k5"], "references": ["k5", "torch_tuned"]}
+    assert job_pairs(impls, meta) == [("k4", "k5"), ("k4", "torch_tuned"), ("k5", "torch_tuned")]
+    with pytest.raises(ValueError, match="references"):
+        job_pairs(impls, {"job": "x", "candidates": ["k4"]})
+
+
+def test_comparisons_for_job_compares_every_candidate_in_the_metadata():
+    impls = ["k2", "k0", "torch_tuned"]
+    samples = _samples(["a"], impls, {"k2": 10.0, "k0": 20.0, "torch_tuned": 9.0})
+    status = {("a", i): ("correct", "") for i in impls}
+    meta = {"candidates": ["k2", "k0"], "references": ["torch_tuned"]}
+    table = comparisons_for_job(batch_medians(samples), impls, status, ["a"],
+                                ("graph_device", "sync_api"), CFG, meta)
+    pairs = set(zip(table["candidate"], table["baseline"]))
+    assert pairs == {("k2", "torch_tuned"), ("k0", "torch_tuned")}
+    k0 = table[(table.candidate == "k0") & (table.boundary == "graph_device")].iloc[0]
+    assert k0["ratio"] == pytest.approx(0.45, rel=0.02) and k0["class"] == "LOSS"
+
+
+def test_method_is_checked_by_name_and_bca_stays_selectable():
+    with pytest.raises(ValueError, match="statistics.method"):
+        StatsConfig(method="bayes")
+    rng = np.random.default_rng(4)
+    b, c = rng.lognormal(0.2, 0.02, 10), rng.lognormal(0, 0.02, 10)
+    t_point, t_low, t_high = paired_interval(b, c, CFG)
+    bca = paired_interval(b, c, StatsConfig(seed=3, method="BCa"))
+    assert bca[0] == t_point and (bca[1], bca[2]) != (t_low, t_high)
+    assert bca[1] < bca[0] < bca[2]
+
+
+def test_two_stage_interval_covers_shape_to_shape_spread_that_noise_alone_hides():
+    from groupconv_atlas.stats import two_stage_geomean
+
+    rng = np.random.default_rng(5)
+    # 40 shapes whose true ratios differ widely, each measured precisely.
+    logs = [np.log(rng.lognormal(mu, 0.005, 10)) for mu in rng.normal(0.5, 0.3, 40)]
+    gm, noise_low, noise_high = hierarchical_geomean(logs, CFG)
+    same, shape_low, shape_high = two_stage_geomean(logs, CFG)
+    assert same == gm
+    assert shape_low < noise_low < gm < noise_high < shape_high
+    assert np.log(shape_high / shape_low) > 10 * np.log(noise_high / noise_low)
+    # Expected width: about 2 * 1.96 * 0.3 / sqrt(40) in log space.
+    assert np.log(shape_high / shape_low) == pytest.approx(2 * 1.96 * 0.3 / np.sqrt(40), rel=0.3)
+    assert two_stage_geomean(logs, CFG) == (same, shape_low, shape_high)
+
+
+def test_summary_carries_both_intervals_and_the_old_names():
+    samples = _samples(["a", "b", "c"], ["k2", "k0"], {"k2": 10.0, "k0": 20.0})
+    status = {(s, i): ("correct", "") for s in "abc" for i in ("k2", "k0")}
+    table = comparisons_for_job(batch_medians(samples), ["k2", "k0"], status, ["a", "b", "c"],
+                                ("graph_device",), CFG)
+    row = summarize(table, CFG).iloc[0]
+    assert (row.ci_low, row.ci_high) == (row.noise_ci_low, row.noise_ci_high)
+    assert row.shape_ci_low <= row.noise_ci_low <= row.geomean_ratio <= row.noise_ci_high \
+        <= row.shape_ci_high
+
+
+def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
+    from groupconv_atlas.stats import with_torch_best
+
+    def row(job, shape, base, ratio, base_us):
+        return {"job": job, "shape_id": shape, "candidate": "k5", "baseline": base,
+                "boundary": "graph_device", "class": "WIN", "ratio": ratio,
+                "candidate_median_us": 10.0, "baseline_median_us": base_us,
+                "batch_ratios": [ratio] * 3}
+
+    table = pd.DataFrame([row("k5-tuned", "a", "torch_tuned", 1.5, 15.0),
+                          row("k5-default", "a", "torch_default", 2.0, 20.0),
+                          row("k5-tuned", "b", "torch_tuned", 3.0, 30.0),
+                          row("k5-default", "b", "torch_default", 1.2, 12.0),
+                          row("k5-tuned", "c", "k0", 4.0, 40.0)])
+    best = with_torch_best(table)
+    derived = best[best.baseline == "torch_best"].set_index("shape_id")
+    assert list(derived.index) == ["a", "b"]
+    assert derived.loc["a", "torch_best_choice"] == "torch_tuned"
+    assert derived.loc["a", "ratio"] == 1.5 and derived.loc["a", "job"] == "k5-tuned"
+    assert derived.loc["b", "torch_best_choice"] == "torch_default"
+    assert derived.loc["b", "ratio"] == 1.2 and derived.loc["b", "job"] == "k5-default"
+    # Only one of the two references timed: no torch_best at all.
+    assert "torch_best" not in set(with_torch_best(table[table.baseline != "torch_default"])
+                                   ["baseline"])

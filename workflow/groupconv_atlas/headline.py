@@ -138,15 +138,16 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
     mine = wide[(wide["candidate"] == candidate) & wide["baseline"].isin(TORCH_BEST_FROM)]
     block = {"available": True, "records": records, "boundaries": {}}
     for boundary in HEADLINE_BOUNDARIES:
-        every = agreement(wide[wide["boundary"] == boundary])
-        own = agreement(mine[mine["boundary"] == boundary]) if not mine.empty else None
-        if every.empty:
+        shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
+        if shared.empty:
             continue
+        every = agreement(shared)
+        own = agreement(own_cells) if not own_cells.empty else None
         row = every[every["boundary"] == "all"].iloc[0]
         entry = {"cells": int(row["cells"]), "classes_agree": int(row["classes_agree"]),
                  "share_classes_agree": row["share_classes_agree"],
                  "reversals": int(row["reversals"])}
-        if own is not None and not own.empty:
+        if own is not None:
             mine_row = own[own["boundary"] == "all"].iloc[0]
             entry["candidate"] = {"cells": int(mine_row["cells"]),
                                   "classes_agree": int(mine_row["classes_agree"]),

@@ -1,0 +1,139 @@
+"""The headline in atlas.json and the first screen of current-evidence.md, on synthetic
+comparison rows (test input, not measurements), then on the committed record's raw layer."""
+import numpy as np
+import pandas as pd
+import pytest
+from groupconv_atlas.artifacts import aa_result
+from groupconv_atlas.headline import (build_headline, channel_bin, footprint_bin,
+                                      shape_groups)
+from groupconv_atlas.stats import StatsConfig, summarize, with_torch_best
+
+CFG = StatsConfig(seed=3, resamples=2000)
+L2 = 1000
+# id, C_in per group, bytes: two depthwise shapes (one over 2x L2), two grouped ones.
+SHAPES = [("dw-small", 1, 100), ("dw-big", 1, 3000), ("g4", 4, 800), ("g32", 32, 600)]
+# k5's ratio against torch_tuned / torch_default per shape; torch_default is faster on g32.
+RATIOS = {"dw-small": (2.0, 2.5), "dw-big": (3.0, 3.5), "g4": (1.5, 1.6), "g32": (0.8, 0.7)}
+
+
+def shapes_doc():
+    return {"shapes": [{"id": s, "cin_per_group": cpg, "min_bytes": b} for s, cpg, b in SHAPES]}
+
+
+def comparisons():
+    rng = np.random.default_rng(0)
+    rows = []
+    for shape, (tuned, default) in RATIOS.items():
+        for boundary in ("graph_device", "sync_api"):
+            for ref, ratio in (("torch_tuned", tuned), ("torch_default", default)):
+                batch = list(ratio * rng.lognormal(0, 0.01, 10))
+                cls = "WIN" if ratio > 1.1 else "LOSS"
+                rows.append({"job": f"k5-{ref}", "shape_id": shape, "candidate": "k5",
+                             "baseline": ref, "boundary": boundary, "class": cls,
+                             "ratio": float(np.exp(np.mean(np.log(batch)))),
+                             "ci_low": ratio * 0.98, "ci_high": ratio * 1.02,
+                             "candidate_median_us": 10.0, "baseline_median_us": 10.0 * ratio,
+                             "batch_ratios": batch})
+    return with_torch_best(pd.DataFrame(rows))
+
+
+def verification():
+    return pd.DataFrame([{"shape_id": s, "implementation": i, "status": "correct"}
+                         for s, _, _ in SHAPES for i in ("k5", "torch_tuned", "torch_default")])
+
+
+@pytest.fixture(scope="module")
+def headline():
+    comp = comparisons()
+    aa = {"by_boundary": {"graph_device": {"exclude_one": 1, "exclude_one_pairs": 40,
+                                           "exclude_one_rate": 0.025}}}
+    return build_headline(comp, summarize(comp, CFG), shapes_doc(), verification(), L2, aa, CFG)
+
+
+def test_bins_name_their_ranges():
+    assert [channel_bin(c) for c in (1, 2, 4, 5, 16, 17, 64)] == \
+        ["1", "2-4", "2-4", "5-8", "9-16", "17+", "17+"]
+    assert [footprint_bin(f) for f in (0.1, 0.5, 1.99, 2.0)] == \
+        ["under 0.5x L2", "0.5-2x L2", "0.5-2x L2", "2x L2 or more"]
+    with pytest.raises(ValueError, match="cin_per_group"):
+        channel_bin(0)
+    groups = shape_groups(shapes_doc(), L2).set_index("shape_id")
+    assert groups.loc["dw-big", "footprint"] == "2x L2 or more"
+    assert groups.loc["g32", "kind"] == "grouped"
+
+
+def test_headline_uses_torch_best_and_splits_wins_from_losses(headline):
+    assert headline["reference"] == "torch_best" and headline["candidate"] == "k5"
+    graph = headline["boundaries"]["graph_device"]
+    kinds = {e["group"]: e for e in graph["by_kind"]}
+    # torch_best on g32 is torch_default (k5 ratio 0.7 there), elsewhere torch_tuned.
+    assert kinds["grouped"]["geomean_ratio"] == pytest.approx(np.sqrt(1.5 * 0.7), rel=0.02)
+    assert kinds["depthwise"]["geomean_ratio"] == pytest.approx(np.sqrt(2.0 * 3.0), rel=0.02)
+    assert (kinds["grouped"]["n_win"], kinds["grouped"]["n_loss"]) == (1, 1)
+    channels = {e["group"]: e["n_loss"] for e in graph["by_channels_per_group"]}
+    assert channels == {"1": 0, "2-4": 0, "17+": 1}
+    assert [e["group"] for e in graph["by_footprint"]] == ["under 0.5x L2", "0.5-2x L2",
+                                                          "2x L2 or more"]
+    fastest = {f["shape_id"]: f for f in graph["fastest_per_shape"]}
+    assert fastest["g32"]["fastest"] == "torch_default" and not fastest["g32"]["fastest_is_custom"]
+    assert fastest["g32"]["best_custom"]["reference_chosen"] == "torch_default"
+    assert fastest["g32"]["best_custom"]["class"] == "LOSS"
+    assert fastest["dw-big"]["fastest"] == "k5"
+    assert graph["fastest_counts"] == {"k5": 3, "torch_default": 1}
+
+
+def test_summary_lines_state_computed_numbers(headline):
+    lines = headline["summary_lines"]
+    overall = next(o for o in headline["boundaries"]["graph_device"]["overall"]
+                   if o["candidate"] == "k5")
+    assert any(f"{overall['geomean_ratio']:.2f}x" in line and "graph_device" in line
+               for line in lines)
+    assert any("17+ channels per group (1 of 1)" in line for line in lines)
+    assert any("custom kernel on 3 of 4 shapes and PyTorch on 1" in line for line in lines)
+    assert any("Agreement between sessions is absent" in line for line in lines)
+    assert any("1 of 40 pairs at graph_device" in line for line in lines)
+
+
+def test_session_agreement_is_read_from_the_cross_record_cells():
+    comp = comparisons()
+    wide = pd.DataFrame({"shape_id": ["g4", "g32", "g4"], "candidate": ["k5", "k5", "k0"],
+                         "baseline": ["torch_tuned"] * 3, "boundary": ["graph_device"] * 3,
+                         "b:class": ["WIN", "LOSS", "WIN"], "c:class": ["WIN", "WIN", "TIE"],
+                         "classes_agree": [True, False, False],
+                         "intervals_overlap": pd.array([True, False, False], dtype="boolean"),
+                         "reversal": [False, True, False]})
+    doc = build_headline(comp, summarize(comp, CFG), shapes_doc(), verification(), L2, {}, CFG,
+                         wide)
+    agreement = doc["certainty"]["session_agreement"]
+    assert agreement["records"] == ["b", "c"]
+    graph = agreement["boundaries"]["graph_device"]
+    assert (graph["cells"], graph["classes_agree"], graph["reversals"]) == (3, 1, 1)
+    assert graph["candidate"]["cells"] == 2 and graph["candidate"]["classes_agree"] == 1
+    assert any("agree in 33% of 3 shared cells (50% of 2 for k5" in line
+               for line in doc["summary_lines"])
+
+
+def test_aa_result_counts_intervals_that_exclude_one_per_boundary():
+    rows = [{"job": "aa", "candidate": "k0", "baseline": "k0_twin", "boundary": b,
+             "class": "TIE", "ci_low": lo, "ci_high": hi}
+            for b, lo, hi in [("graph_device", 0.99, 1.01), ("graph_device", 1.001, 1.01),
+                              ("sync_api", 0.98, 1.02), ("sync_api", 0.97, 1.03)]]
+    aa = aa_result(pd.DataFrame(rows))
+    assert aa["by_boundary"]["graph_device"]["exclude_one"] == 1
+    assert aa["by_boundary"]["graph_device"]["exclude_one_rate"] == 0.5
+    assert aa["by_boundary"]["sync_api"]["exclude_one"] == 0
+    assert not aa["exclude_one_passed"]  # 50% at graph_device is over the 7% limit
+    assert aa["passed"]  # no WIN or LOSS
+
+
+def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
+    from string import Template
+
+    from groupconv_atlas.evidence import fill, template_blocks
+
+    blocks = template_blocks()
+    assert set(blocks) == {"document", "headline_tables", "caveats", "roofline", "spread",
+                           "crosscheck"}
+    assert "## The answer first" in blocks["document"].template
+    with pytest.raises(KeyError, match="no_such_value"):
+        fill(Template("$device $no_such_value"), device="h200")
