@@ -1,0 +1,171 @@
+"""Addresses and sizes the kernels must handle or refuse: contiguous views at 4-, 8- and 12-byte
+offsets (the 16-byte and 8-byte vector paths must fall back, not misread), non-contiguous views
+(refused), and tensors past 2**31 elements (64-bit offsets, or a stated limit where a kernel
+indexes with 32-bit int)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from gpu_helpers import SHAPE_BY_ID, assert_matches_fp64, check_seed, poison_free_memory
+
+from groupconv_atlas.kernels import KERNELS
+
+torch = pytest.importorskip("torch")
+g = pytest.importorskip("groupconv_atlas.conv")
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+INT32_LIMIT = 2**31
+# What kernels/*.cu and common.cuh show: every kernel computes tensor offsets in 64 bits
+# (nchw_offset returns long long; grid-stride indices are long long) except k1, whose offset
+# inside one H x W map, h_i * W + w_i, is an int: a map of 2**31 or more elements overflows it.
+KERNELS_WITH_INT32_MAP_OFFSET = ("k1",)
+# W % 4 == 0 (16-byte path when aligned), W % 4 == 2 (k5's 8-byte path), odd W (scalar path);
+# depthwise, 2 and 4 input channels per group (each of k2's entries), a depth multiplier.
+SHAPES = ("mobilenetv2-n1-c144-56x56-g144", "mobilenetv2-n1-c384-14x14-g384",
+          "cpg4-oddw-n32-c128-19x19-g32", "stress-depth-multiplier-n16-c32to64-56x56-g32",
+          "stress-oddw-n32-c64-33x33-g64")
+OFFSET_FLOATS = (1, 2, 3)  # 4, 8 and 12 bytes past a 16-byte boundary
+
+
+def offset_view(torch, shape: tuple[int, ...], offset: int, seed: int):
+    """A contiguous standard-normal tensor starting `offset` floats into its own allocation."""
+    numel = 1
+    for size in shape:
+        numel *= size
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    buf = torch.randn(numel + offset, generator=gen, device="cuda")
+    view = buf[offset:].view(shape)
+    assert view.is_contiguous() and view.storage_offset() == offset
+    return view
+
+
+# -------------------------------------------------------------------------------- the GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", OFFSET_FLOATS)
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("shape_id", SHAPES)
+def test_kernel_correct_on_inputs_off_16_byte_alignment(shape_id, kernel, offset):
+    shape = SHAPE_BY_ID[shape_id]
+    ok, why = g.support(kernel, shape.n, shape.c_in, shape.c_out, shape.h, shape.w, shape.groups)
+    if not ok:
+        pytest.skip(f"{kernel} declares {shape_id} unsupported: {why}")
+    seed = check_seed(shape_id, kernel, offset)
+    x = offset_view(torch, (shape.n, shape.c_in, shape.h, shape.w), offset, seed)
+    w = offset_view(torch, (shape.c_out, shape.cin_per_group, 3, 3), offset, seed + 1)
+    assert x.data_ptr() % 16 == 4 * offset  # the allocation itself is 16-byte aligned
+    poison_free_memory(torch, shape.output_elems)
+    y = g.conv2d(x, w, shape.groups, implementation=kernel)
+    assert_matches_fp64(torch, y, x, w, shape.groups, f"{kernel} at +{4 * offset} bytes {shape_id}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", OFFSET_FLOATS)
+def test_offset_input_through_a_captured_graph(offset):
+    """The dispatcher and k5 under a CUDA graph whose static input sits off 16-byte alignment."""
+    shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
+    for implementation in ("dispatch", "k5"):
+        seed = check_seed(shape.id, implementation, "graph", offset)
+        x = offset_view(torch, (shape.n, shape.c_in, shape.h, shape.w), offset, seed)
+        w = offset_view(torch, (shape.c_out, 1, 3, 3), offset, seed + 1)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            g.conv2d(x, w, shape.groups, implementation)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = g.conv2d(x, w, shape.groups, implementation)
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        graph.replay()
+        assert_matches_fp64(torch, y, x, w, shape.groups, f"{implementation} graph +{4 * offset}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_non_contiguous_views_on_the_gpu_are_refused(kernel):
+    base = torch.randn(2, 8, 6, 9, device="cuda")
+    w = torch.randn(8, 1, 3, 3, device="cuda")
+    for view in (base[..., 1:8], base[:, :, :, :6].transpose(2, 3), base[:, ::2]):
+        assert not view.is_contiguous()
+        groups = view.shape[1]
+        with pytest.raises(g.UnsupportedConv, match=r"^x: not contiguous"):
+            g.conv2d(view, w[:groups].contiguous(), groups, implementation=kernel)
+
+
+@pytest.mark.gpu
+def test_every_kernel_indexes_past_2_to_the_31_elements():
+    """A depthwise input of more than 2**31 elements (about 9 GB, output as much again): the
+    channels whose offsets straddle 2**31 equal float64 F.conv2d for every kernel that claims
+    the geometry. Maps stay under 2**31 elements, so k1's int map offset is not at stake."""
+    n, c, h, w_ = 1, 33, 8192, 8192
+    assert n * c * h * w_ > INT32_LIMIT and h * w_ < INT32_LIMIT
+    gen = torch.Generator(device="cuda").manual_seed(check_seed("past-2**31"))
+    x = torch.randn((n, c, h, w_), generator=gen, device="cuda")
+    w = torch.randn((c, 1, 3, 3), generator=gen, device="cuda")
+    first = INT32_LIMIT // (h * w_) - 1  # the last channel below 2**31 and the first above
+    checked = []
+    for kernel in KERNELS:
+        if not g.support(kernel, n, c, c, h, w_, c)[0]:
+            continue  # a refusal (for this size or another reason) is a stated limit: fine
+        poison_free_memory(torch, n * c * h * w_)
+        y = g.conv2d(x, w, c, implementation=kernel)
+        assert_matches_fp64(torch, y[:, first:].contiguous(), x[:, first:].contiguous(),
+                            w[first:], c - first, f"{kernel} past 2**31 elements")
+        del y
+        checked.append(kernel)
+    assert checked, "no kernel claims a geometry past 2**31 elements"
+
+
+# ------------------------------------------------------------------------ CPU, no GPU needed
+
+def test_offset_contiguous_views_pass_the_checks_and_non_contiguous_ones_do_not():
+    """Fake CUDA tensors: the checks see storage offsets and strides as on a GPU."""
+    with FakeTensorMode():
+        buf = torch.empty(2 * 8 * 6 * 6 + 2, device="cuda")
+        # narrow, not [2:]: fake CUDA slicing by __getitem__ reaches for a real GPU
+        x = buf.narrow(0, 2, 2 * 8 * 6 * 6).view(2, 8, 6, 6)
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        assert x.is_contiguous() and x.storage_offset() == 2
+        y = g.conv2d(x, w, 8, implementation="k5")
+        assert tuple(y.shape) == (2, 8, 6, 6)
+        strided = torch.empty_strided((2, 8, 6, 6), (8 * 6 * 7, 6 * 7, 7, 1), device="cuda")
+        with pytest.raises(g.UnsupportedConv, match=r"^x: not contiguous"):
+            g.conv2d(strided, w, 8, implementation="k5")
+
+
+GEOMETRY_PAST_2_31 = (1, 33, 33, 8192, 8192, 33)  # 64-bit offsets needed, maps of 2**26
+MAP_OF_2_31 = (1, 1, 1, 46341, 46341, 1)  # one map of 46341**2 > 2**31 elements
+
+
+def test_geometry_constants_are_past_the_limit():
+    n, c, _, h, w, _ = GEOMETRY_PAST_2_31
+    assert n * c * h * w > INT32_LIMIT and h * w < INT32_LIMIT
+    assert MAP_OF_2_31[3] * MAP_OF_2_31[4] >= INT32_LIMIT
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="k1's support states no limit for a map of 2**31 or more elements, "
+                          "though it indexes inside a map with int")
+@pytest.mark.parametrize("kernel", KERNELS_WITH_INT32_MAP_OFFSET)
+def test_support_states_the_32_bit_map_limit(kernel):
+    ok, why = g.support(kernel, *MAP_OF_2_31)
+    assert not ok
+    assert re.search(r"2\*\*31|2\^31|2147483648", why), why
+    assert g.support(kernel, *GEOMETRY_PAST_2_31)[0], "maps under the limit are fine"
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
+                   reason="k1's support states no limit for a map of 2**31 or more elements, "
+                          "so conv2d accepts the call")
+@pytest.mark.parametrize("kernel", KERNELS_WITH_INT32_MAP_OFFSET)
+def test_conv2d_refuses_a_map_past_the_32_bit_limit_before_any_gpu_work(kernel):
+    """Fake CUDA tensors of 46341 x 46341 take no memory: the refusal comes from the checks."""
+    n, c_in, c_out, h, w, groups = MAP_OF_2_31
+    with FakeTensorMode():
+        x = torch.empty(n, c_in, h, w, device="cuda")
+        weight = torch.empty(c_out, c_in // groups, 3, 3, device="cuda")
+        with pytest.raises(g.UnsupportedConv, match=r"2\*\*31|2\^31|2147483648"):
+            g.conv2d(x, weight, groups, implementation=kernel)
