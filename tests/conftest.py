@@ -1,12 +1,8 @@
-"""Test set-up: the package on sys.path, and GPU tests skipped with a reason off the GPU machine."""
+"""Test set-up: GPU tests skipped with a reason off the GPU machine. The package comes from the
+install (`pip install -e .`, which `make test` does) or PYTHONPATH=workflow on the GPU machine."""
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow"))
 
 
 def _gpu_reason() -> str | None:

@@ -1,10 +1,11 @@
 """The report: `snakemake --report` on a replay of the committed smoke record (no GPU), the
 self-contained atlas map, and the figure and table renderers on real and fixture data.
 
-The workflow runs once per session in a temporary copy of the checkout (tracked and untracked,
+The workflow runs once per test run in a temporary copy of the checkout (tracked and untracked,
 not ignored, files), so nothing here writes into the working tree; test_atlas_map_browser.py
 drives the same map in headless Chromium."""
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -31,8 +32,11 @@ _BUILT: dict[str, Path] = {}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run the workflow in `workdir` with this interpreter's Snakemake; fail with its output."""
-    res = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir,
+    """Run the workflow in `workdir` with this interpreter's Snakemake; fail with its output.
+    The jobs import the copy's package (PYTHONPATH), not the checkout the venv installed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(workdir / "workflow"), os.environ.get("PYTHONPATH")]))}
+    res = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env,
                          capture_output=True, text=True, check=False, timeout=900)
     if res.returncode != 0:
         pytest.fail(f"snakemake {' '.join(args)} failed ({res.returncode}):\n"
@@ -55,7 +59,7 @@ def copy_checkout(dest: Path) -> Path:
 
 def replayed_checkout(tmp_path_factory) -> Path:
     """A copy of the checkout where the smoke record was replayed (`snakemake`, the atlas target)
-    and the report built from that DAG (`snakemake --report`). Built once per session; the
+    and the report built from that DAG (`snakemake --report`). Built once per test run; the
     browser tests import this too."""
     if "root" not in _BUILT:
         root = copy_checkout(tmp_path_factory.mktemp("checkout"))

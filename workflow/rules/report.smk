@@ -1,8 +1,18 @@
 # Stage 7 (CPU, both modes): what `snakemake --report` shows, rendered under results/<device>/report/:
 # figures (SVG), tables (HTML) and the self-contained atlas map. The MobileNet probe, Nsight and
 # machine-code stages join the report only when their table already exists, so a run without them
-# still reports. Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, prov(),
-# code(), raw(), TIMING_JOBS, job_implementations().
+# still reports. Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, REPORT,
+# prov(), code(), raw(), REPORT_ASSETS, optional_report_assets(), forest_outputs(),
+# FOREST_FIGURES, tuned_build_records() and the optional stages' tables.
+
+# The modules of groupconv_atlas.report. Its __init__ imports every one of them, so each job that
+# imports the package lists them all: an edit to any of them reruns every report job.
+REPORT_PACKAGE_MODULES = tuple(f"report/{m}" for m in ("__init__", "style", "axes", "figures",
+                                                        "frames", "html_blocks", "pages",
+                                                        "atlas_map"))
+# stats imports kernels (and kernels imports shapes) inside one of its functions.
+REPORT_JOB_CODE = code("stats", "kernels", "shapes", "provenance", "jobs",
+                       *REPORT_PACKAGE_MODULES)
 
 
 rule report_assets:
@@ -22,7 +32,7 @@ rule report_map:
         details=report(f"{RESULTS}/map-details.json", caption="../report/download.rst",
                        category="Provenance", subcategory="Downloads"),
         template="workflow/templates/atlas_map.html",
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/atlas-map.html", caption="../report/atlas_map.rst",
                     category="Atlas map", subcategory="Map"),
@@ -42,7 +52,7 @@ rule report_figures:
         summary=f"{RESULTS}/summary.parquet",
         comparisons=f"{RESULTS}/comparisons.parquet",
         roofline=f"{RESULTS}/roofline.parquet",
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         geomeans=report(f"{REPORT}/geomeans.svg", caption="../report/geomeans.rst",
                         category="Comparisons", subcategory="Geometric means"),
@@ -78,7 +88,7 @@ rule report_tables:
         evidence=f"{RESULTS}/current-evidence.md",
         provenance=report(f"{RESULTS}/provenance.json", caption="../report/download.rst",
                           category="Provenance", subcategory="Downloads"),
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         evidence=report(f"{REPORT}/current-evidence.html",
                         caption="../report/current_evidence.rst", category="Atlas map",
@@ -112,7 +122,7 @@ rule report_mobilenet:
     input:
         probe=MOBILENET_REPORT,
         atlas=f"{RESULTS}/atlas.json",
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         figure=report(f"{REPORT}/mobilenet.svg", caption="../report/mobilenet_figure.rst",
                       category="MobileNet probe"),
@@ -130,7 +140,7 @@ rule report_mobilenet:
 rule report_nsight:
     input:
         table=NSIGHT_TABLE,
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/nsight.html", caption="../report/nsight.rst", category="Nsight"),
         prov=prov("report_nsight"),
@@ -145,7 +155,7 @@ rule report_nsight:
 rule report_machine_code:
     input:
         table=MACHINE_CODE_TABLE,
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/machine-code.html", caption="../report/machine_code.rst",
                     category="Machine code"),
@@ -161,7 +171,7 @@ rule report_machine_code:
 rule report_tuning:
     input:
         builds=tuned_build_records,
-        code=REPORT_CODE,
+        code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/tuning.html", caption="../report/tuning.rst",
                     category="Kernels", subcategory="Tuning stage"),

@@ -2,15 +2,13 @@
 and boundary, geometric means, graph_device against sync_api, the A/A calibration and the
 roofline per implementation."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from groupconv_atlas import report  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_bytes  # noqa: E402
+from groupconv_atlas import report
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_bytes
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_figures.py")

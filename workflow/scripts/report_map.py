@@ -1,12 +1,10 @@
 """Snakemake job (CPU): the self-contained atlas map page from atlas.json and map-details.json."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_text  # noqa: E402
-from groupconv_atlas.report import atlas_map_html  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_text
+from groupconv_atlas.report import atlas_map_html
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_map.py")

@@ -1,12 +1,10 @@
 """Snakemake job (CPU): the MobileNet probe's readings as a figure and a table."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas import report  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_bytes, write_text  # noqa: E402
+from groupconv_atlas import report
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_bytes, write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_mobilenet.py")

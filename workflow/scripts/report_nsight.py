@@ -1,13 +1,9 @@
 """Snakemake job (CPU): the Nsight Compute table as a readable page."""
-import sys
-from pathlib import Path
+import pandas as pd
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
-
-from groupconv_atlas import report  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_text  # noqa: E402
+from groupconv_atlas import report
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_nsight.py")

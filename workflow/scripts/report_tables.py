@@ -1,15 +1,13 @@
 """Snakemake job (CPU): the report's readable tables (HTML): current evidence, comparisons,
 verification, the shape set, latency at both boundaries, provenance and the session."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from groupconv_atlas import report  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_text  # noqa: E402
+from groupconv_atlas import report
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_tables.py")

@@ -1,12 +1,10 @@
 """Snakemake job (CPU): the tuned kernels' per-shape launch choices as a readable page."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas import report  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_text  # noqa: E402
+from groupconv_atlas import report
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_tuning.py")

@@ -1,0 +1,170 @@
+"""Every job lists the package modules it runs as `code` inputs, so that editing one reruns it.
+
+The rules are read with Snakemake's own parser (its API, in replay mode, in a separate process);
+each rule's script is then read with `ast`, and its imports of groupconv_atlas are followed
+through the package, imports inside functions included (they run when the job calls them). A
+module that runs but is not listed means an edit to it would leave the job's outputs stale."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "groupconv_atlas"
+PACKAGE_DIR = ROOT / "workflow" / PACKAGE
+
+# Run by a fresh interpreter: parsing the Snakefile changes the working directory and sys.path.
+_DUMP_RULES = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+root = Path(sys.argv[1])
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow = api.workflow(resource_settings=ResourceSettings(cores=1),
+                            config_settings=ConfigSettings(config={"mode": "replay"}),
+                            snakefile=root / "Snakefile", workdir=root)._workflow
+    rules = {}
+    for rule in workflow.rules:
+        if not rule.script:
+            continue
+        start, end = rule.input._names.get("code", (0, 0))
+        code = rule.input[start:end] if end is not None else [rule.input[start]]
+        rules[rule.name] = {
+            "script": str((Path(rule.basedir.get_path_or_uri(secret_free=True))
+                           / rule.script).resolve()),
+            "code": [item if isinstance(item, str) else repr(item) for item in code],
+        }
+json.dump(rules, sys.stdout)
+"""
+
+
+@pytest.fixture(scope="module")
+def rules() -> dict[str, dict]:
+    res = subprocess.run([sys.executable, "-c", _DUMP_RULES, str(ROOT)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
+    if res.returncode != 0:
+        pytest.fail(f"Snakemake could not parse the workflow:\n{res.stderr[-4000:]}")
+    parsed = json.loads(res.stdout)
+    assert parsed, "the workflow has no rule with a script"
+    return parsed
+
+
+def module_file(name: str) -> Path | None:
+    """The file a dotted groupconv_atlas module name runs, or None if it names no module."""
+    parts = name.split(".")[1:]
+    base = PACKAGE_DIR.joinpath(*parts)
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def modules_run_by_import(name: str) -> list[Path]:
+    """Importing `a.b.c` runs a/__init__.py, a/b/__init__.py and a/b/c(.py|/__init__.py)."""
+    parts = name.split(".")
+    found = [module_file(".".join(parts[:i])) for i in range(1, len(parts) + 1)]
+    return [f for f in found if f is not None]
+
+
+def _imports_in(nodes, module: str | None, is_package: bool) -> set[str]:
+    """Dotted names of the groupconv_atlas modules imported anywhere in `nodes` (function
+    bodies too); `from pkg import x` names pkg.x as well, which counts when x is a submodule.
+    `module` is the file's own dotted name (None for a script), for relative imports."""
+    names = set()
+    for node in (n for top in nodes for n in ast.walk(top)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if module is None:
+                    continue
+                anchor = module.split(".")
+                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            if base.split(".")[0] != PACKAGE:
+                continue
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
+    return names
+
+
+def file_imports(path: Path, module: str | None, is_package: bool) -> tuple[set[str], set[str]]:
+    """(modules imported when the file runs or calls its functions, modules imported by its
+    module-level __getattr__). The latter runs only when an importer asks the module for a name
+    it does not define (PEP 562), so it is followed only then."""
+    body = ast.parse(path.read_text(), str(path)).body
+    lazy = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
+    eager = [n for n in body if n not in lazy]
+    return _imports_in(eager, module, is_package), _imports_in(lazy, module, is_package)
+
+
+def _dotted(file: Path) -> str:
+    return ".".join(file.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(
+        ".__init__")
+
+
+def package_modules_run(script: Path) -> set[Path]:
+    """Every package file that runs when `script` runs, following imports transitively."""
+    seen: set[Path] = set()
+    todo = [script]
+    while todo:
+        path = todo.pop()
+        inside = PACKAGE_DIR in path.parents
+        eager, _lazy = file_imports(path, _dotted(path) if inside else None,
+                                    path.name == "__init__.py")
+        names = list(eager)
+        while names:
+            name = names.pop()
+            files = modules_run_by_import(name)
+            parent = module_file(name.rpartition(".")[0]) if "." in name else None
+            if module_file(name) is None and parent is not None:
+                # A name the module may serve from its __getattr__: follow what that imports.
+                names.extend(file_imports(parent, _dotted(parent),
+                                          parent.name == "__init__.py")[1])
+            for file in files:
+                if file not in seen:
+                    seen.add(file)
+                    todo.append(file)
+    return seen
+
+
+def test_the_import_walk_follows_packages_relative_and_lazy_imports(tmp_path):
+    # The report package: a script importing one name from it runs every module its
+    # __init__ imports, and those modules' own relative imports (..stats) too.
+    script = tmp_path / "job.py"
+    script.write_text("def main():\n    from groupconv_atlas.report import esc\n")
+    run = {f.relative_to(PACKAGE_DIR).as_posix() for f in package_modules_run(script)}
+    assert {"__init__.py", "report/__init__.py", "report/html_blocks.py", "report/figures.py",
+            "stats.py"} <= run, run
+    script.write_text("import json\n")
+    assert package_modules_run(script) == set()
+
+
+def test_every_code_input_is_a_file(rules):
+    missing = {name: [c for c in rule["code"] if not (ROOT / c).is_file()]
+               for name, rule in sorted(rules.items())}
+    missing = {name: files for name, files in missing.items() if files}
+    assert not missing, ("code inputs that name no file (the job cannot run; rename them in "
+                         f"the rule's code(...) list): {missing}")
+
+
+def test_every_module_a_job_runs_is_among_its_code_inputs(rules):
+    unlisted = {}
+    for name, rule in sorted(rules.items()):
+        script = Path(rule["script"])
+        if ROOT / "workflow" / "scripts" not in script.parents:
+            continue
+        listed = {(ROOT / c).resolve() for c in rule["code"]}
+        run = package_modules_run(script)
+        absent = sorted(f.relative_to(ROOT).as_posix() for f in run - listed)
+        if absent:
+            unlisted[f"{name} ({script.name})"] = absent
+    assert not unlisted, ("modules a job imports but does not list as code inputs, so editing "
+                          f"them would not rerun it: {json.dumps(unlisted, indent=1)}")

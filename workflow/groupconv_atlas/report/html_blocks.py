@@ -1,0 +1,135 @@
+"""Building blocks of the report's HTML pages: escaping, a standalone page, tables from rows or
+DataFrames, and the Markdown subset current-evidence.md uses."""
+from __future__ import annotations
+
+import html
+import math
+import re
+
+import pandas as pd
+
+from .style import PAGE_CSS
+
+
+def esc(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return "—"
+    return html.escape(str(value))
+
+
+def html_page(title: str, body: str, note: str = "", heading: bool = True) -> str:
+    """A standalone page; `heading=False` when the body brings its own title."""
+    lead = f'<p class="note">{note}</p>' if note else ""
+    top = f"<h1>{esc(title)}</h1>" if heading else ""
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head>"
+            f"<body>{top}{lead}{body}</body></html>\n")
+
+
+def table_html(columns: list[str], rows: list[list], cell_classes=None, numeric=()) -> str:
+    """A plain table: each value is escaped here unless it is Markup (HTML made by the caller);
+    `cell_classes[i][j]` is an optional CSS class per cell."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = []
+    for i, row in enumerate(rows):
+        cells = []
+        for j, value in enumerate(row):
+            classes = [cell_classes[i][j]] if cell_classes and cell_classes[i][j] else []
+            if columns[j] in numeric:
+                classes.append("num")
+            elif isinstance(value, str) and len(value) > 60:
+                classes.append("wrap")  # long prose (reasons) wraps; identifiers do not
+            attr = f' class="{" ".join(classes)}"' if classes else ""
+            content = value.html if isinstance(value, Markup) else esc(value)
+            cells.append(f"<td{attr}>{content}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+class Markup:
+    """HTML already escaped, to pass through table_html unchanged."""
+
+    def __init__(self, text: str):
+        self.html = text
+
+
+def fmt_number(value: float) -> str:
+    """Large values in full with thousands separators, small ones to 4 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+
+
+def frame_html(frame: pd.DataFrame) -> str:
+    """A DataFrame as a table, numbers formatted, missing values as a dash."""
+    rows = []
+    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
+               and not pd.api.types.is_bool_dtype(frame[c])]
+    for rec in frame.itertuples(index=False):
+        row = []
+        for col, value in zip(frame.columns, rec):
+            if col in numeric and value is not None and not pd.isna(value):
+                row.append(fmt_number(value) if isinstance(value, float) else value)
+            else:
+                row.append(value)
+        rows.append(row)
+    return table_html(list(frame.columns), rows, numeric=numeric)
+
+
+def short_kernel_name(name) -> str:
+    """'void (anonymous namespace)::conv_depthwise2d_forward_kernel<3, float>(...)' ->
+    'conv_depthwise2d_forward_kernel'; the full name stays in the cell's title."""
+    if name is None or name is pd.NA:
+        return "—"
+    text = str(name).removeprefix("void ")
+    text = re.split(r"[<(]", text, maxsplit=1)[0]
+    return text.rsplit("::", 1)[-1] or str(name)
+
+
+def markdown_html(text: str) -> str:
+    """The Markdown subset current-evidence.md uses: headings, bullets, pipe tables,
+    paragraphs, **bold** and `code`. No dependency for a page this small."""
+
+    def inline(s: str) -> str:
+        s = html.escape(s)
+        s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+        return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+
+    out, para, items, table = [], [], [], []
+
+    def flush():
+        if para:
+            out.append(f"<p>{inline(' '.join(para))}</p>")
+            para.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
+            items.clear()
+        if table:
+            cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in table
+                     if not re.fullmatch(r"\|?[\s:|-]+\|?", r.strip())]
+            head = "".join(f"<th>{inline(c)}</th>" for c in cells[0])
+            body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>"
+                           for r in cells[1:])
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            table.clear()
+
+    for line in text.splitlines():
+        heading = re.match(r"(#{1,6})\s+(.*)", line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            out.append(f"<h{level}>{inline(heading.group(2))}</h{level}>")
+        elif line.startswith("- "):
+            if para or table:
+                flush()
+            items.append(line[2:])
+        elif line.startswith("|"):
+            if para or items:
+                flush()
+            table.append(line)
+        elif not line.strip():
+            flush()
+        elif items:
+            items[-1] += " " + line.strip()
+        else:
+            para.append(line.strip())
+    flush()
+    return "\n".join(out)
