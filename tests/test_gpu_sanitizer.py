@@ -1,0 +1,205 @@
+"""compute-sanitizer over every kernel (GPU): memcheck (out-of-bounds and misaligned accesses) and
+racecheck (shared-memory hazards) report nothing when a small program runs k0..k5, each of k2's
+entries and several k5 tiles through the public conv2d on a few small geometries. Two planted
+faults from tests/mutants.py show that each tool, as run here, does report what it checks."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mutants import MUTANTS
+
+from groupconv_atlas.build import compile_kernel
+from groupconv_atlas.kernels import KERNELS, k5_variants, support
+from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.shapes import geometry_shape
+
+# (N, C_in, C_out, H, W, groups), small because racecheck is slow: depthwise with W % 4 != 0 and
+# a W spanning two of k2's 32-wide tiles; 4 and 2 input channels per group (k2's other entries);
+# a depth multiplier with W % 4 == 2 (k5's 8-byte path). H > 8 gives every tile several row blocks.
+GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 8, 11, 10, 4),
+              (1, 4, 8, 9, 14, 4))
+K5_VARIANTS_PER_GEOMETRY = 3
+TIMEOUT_S = 300
+
+PROGRAM = r'''
+"""Run kernels through groupconv_atlas.conv2d under compute-sanitizer; print what ran."""
+import json
+import sys
+
+import torch
+
+import groupconv_atlas as g
+from groupconv_atlas.conv import configure, runtime
+from groupconv_atlas.shapes import geometry_shape
+
+plan = json.loads(sys.argv[1])
+if plan["cubins"]:
+    configure(cubins=plan["cubins"])
+gen = torch.Generator(device="cuda").manual_seed(1)
+for geometry in plan["geometries"]:
+    n, c_in, c_out, h, w, groups = geometry
+    x = torch.randn((n, c_in, h, w), generator=gen, device="cuda")
+    weight = torch.randn((c_out, c_in // groups, 3, 3), generator=gen, device="cuda")
+    for kernel in plan["kernels"]:
+        if not g.support(kernel, *geometry)[0]:
+            continue
+        y = g.conv2d(x, weight, groups, implementation=kernel)
+        torch.cuda.synchronize()
+        print("ran", json.dumps([kernel, geometry]), flush=True)
+    launcher = runtime().launcher
+    shape = geometry_shape(*geometry)
+    for variant in plan["k5_variants"].get(json.dumps(geometry), []):
+        y = torch.empty((n, c_out, h, w), device="cuda")
+        torch.cuda.synchronize()
+        launcher.bind("k5", shape, x, weight, y, variant=variant).run()
+        launcher.session.synchronize()
+        print("ran", json.dumps(["k5", geometry, variant]), flush=True)
+'''
+
+
+def sanitizer() -> str:
+    found = shutil.which("compute-sanitizer")
+    if found is None:
+        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        candidate = Path(cuda_home) / "bin" / "compute-sanitizer"
+        found = str(candidate) if candidate.is_file() else None
+    if found is None:
+        pytest.skip("needs compute-sanitizer (CUDA toolkit) on PATH or in $CUDA_HOME/bin")
+    return found
+
+
+def k5_variant_plan() -> dict[str, list[dict]]:
+    """A few k5 tiles per geometry: the first, the last and a middle one of its variant list."""
+    plan = {}
+    for geometry in GEOMETRIES:
+        variants = k5_variants(geometry_shape(*geometry))
+        picks = {0, len(variants) // 2, len(variants) - 1}
+        plan[json.dumps(list(geometry))] = [variants[i] for i in sorted(picks)][
+            :K5_VARIANTS_PER_GEOMETRY]
+    return plan
+
+
+def run_sanitized(tool: str, tmp_path: Path, kernels: list[str], geometries, k5_plan: dict,
+                  cubins: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    program = tmp_path / "sanitized_program.py"
+    program.write_text(PROGRAM)
+    plan = {"geometries": [list(gm) for gm in geometries], "kernels": kernels,
+            "k5_variants": k5_plan, "cubins": cubins}
+    env = {**os.environ,
+           # Every tensor its own cudaMalloc: memcheck then knows each tensor's exact bounds
+           # (the caching allocator's large blocks would hide an overrun inside them).
+           "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "workflow"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    cmd = [sanitizer(), "--tool", tool, "--error-exitcode", "1",
+           "--target-processes", "application-only",
+           sys.executable, str(program), json.dumps(plan)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
+                          check=False)
+
+
+def reported_errors(output: str) -> list[int]:
+    """Error counts from the tool's summary lines (memcheck: ERROR SUMMARY: n errors; racecheck:
+    RACECHECK SUMMARY: h hazards displayed (n errors, m warnings))."""
+    counts = [int(m) for m in re.findall(r"ERROR SUMMARY: (\d+) error", output)]
+    counts += [int(e) + int(w) for e, w in
+               re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, "
+                          r"(\d+) warnings?\)", output)]
+    return counts
+
+
+def ran_lines(output: str) -> list[list]:
+    return [json.loads(line[4:]) for line in output.splitlines() if line.startswith("ran ")]
+
+
+@pytest.fixture(scope="module")
+def warm_cubins():
+    """Compile every kernel once in this process (the cache is shared with the program), so nvcc
+    never runs under the sanitizer's clock."""
+    import torch
+
+    import groupconv_atlas as g
+
+    x = torch.randn(1, 4, 5, 6, device="cuda")
+    w = torch.randn(4, 1, 3, 3, device="cuda")
+    for kernel in KERNELS:
+        g.conv2d(x, w, 4, implementation=kernel)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_every_kernel_runs_clean_under_the_sanitizer(tool, tmp_path, warm_cubins):
+    k5_plan = k5_variant_plan()
+    res = run_sanitized(tool, tmp_path, list(KERNELS), GEOMETRIES, k5_plan)
+    output = res.stdout + res.stderr
+    counts = reported_errors(output)
+    assert res.returncode == 0 and counts and not any(counts), output[-6000:]
+    if tool == "memcheck":
+        assert "ERROR SUMMARY: 0 errors" in output, output[-3000:]
+    ran = ran_lines(res.stdout)
+    expected = [[k, list(gm)] for gm in GEOMETRIES for k in KERNELS
+                if support(k, geometry_shape(*gm))[0]]
+    assert [r for r in ran if len(r) == 2] == expected, ran
+    assert len([r for r in ran if len(r) == 3]) == sum(map(len, k5_plan.values()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tool, mutant_name, geometry, report", [
+    # reads up to 3 floats past each row, so past the input's end on its last row; memcheck
+    # aborts the launch, so the program itself fails after the report
+    ("memcheck", "k4_missing_scalar_column_guard", (1, 8, 8, 9, 37, 8),
+     r"Invalid __global__ read[\s\S]*register_tile"),
+    # no barrier between staging the shared tile and reading it
+    ("racecheck", "k2_missing_syncthreads", (1, 8, 8, 16, 64, 8),
+     r"[Rr]ace reported[\s\S]*k2_shared_halo"),
+])
+def test_the_sanitizer_reports_a_planted_fault(tool, mutant_name, geometry, report, tmp_path):
+    (mutant,) = [m for m in MUTANTS if m.name == mutant_name]
+    cubin = tmp_path / f"{mutant.name}.cubin"
+    compile_kernel(mutant.kernel, cubin, source=mutant.write(tmp_path))
+    res = run_sanitized(tool, tmp_path, [mutant.kernel], [geometry], {},
+                        cubins={mutant.kernel: str(cubin)})
+    output = res.stdout + res.stderr
+    assert res.returncode != 0, output[-3000:]
+    assert any(reported_errors(output)), output[-3000:]
+    assert re.search(report, output), output[-3000:]
+
+
+# ------------------------------------------------------------------------ CPU, no GPU needed
+
+def test_geometries_cover_every_k2_entry_and_every_access_width():
+    shapes = [geometry_shape(*gm) for gm in GEOMETRIES]
+    assert {s.cin_per_group for s in shapes if support("k2", s)[0]} == {1, 2, 4}
+    assert {s.w % 4 for s in shapes} >= {0, 1, 2}  # 16-byte, scalar and 8-byte paths
+    assert any(s.c_out != s.c_in for s in shapes)
+    assert all(s.input_elems <= 20_000 for s in shapes), "racecheck is slow: keep them small"
+
+
+def test_k5_plan_takes_several_tiles_per_geometry():
+    plan = k5_variant_plan()
+    assert len(plan) == len(GEOMETRIES)
+    for geometry, variants in plan.items():
+        assert 2 <= len(variants) <= K5_VARIANTS_PER_GEOMETRY, (geometry, variants)
+        assert len({(v["rows"], v["cob"], v["threads"]) for v in variants}) == len(variants)
+
+
+def test_summary_parsing_reads_both_tools():
+    assert reported_errors("========= ERROR SUMMARY: 0 errors") == [0]
+    assert reported_errors("========= ERROR SUMMARY: 3 errors") == [3]
+    assert reported_errors("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, "
+                           "1 warning)") == [2]
+    assert reported_errors("no summary") == []
+
+
+@pytest.mark.parametrize("mutant_name", ["k4_missing_scalar_column_guard",
+                                         "k2_missing_syncthreads"])
+def test_planted_faults_the_sanitizer_must_report_exist(mutant_name):
+    assert [m.name for m in MUTANTS].count(mutant_name) == 1
