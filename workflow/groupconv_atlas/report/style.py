@@ -66,6 +66,7 @@ def svg_bytes(fig: Figure) -> bytes:
 
 
 def new_figure(width: float, height: float) -> Figure:
+    """A blank figure, in inches, laid out so that labels are not clipped."""
     return Figure(figsize=(width, height), layout="constrained")
 
 
