@@ -137,6 +137,25 @@ def test_unknown_implementation_names_implementation():
                        lambda: g.conv2d(x, w, 8, implementation="k99"))
 
 
+@pytest.mark.parametrize("implementation, geometry, pattern", [
+    ("k5", (1, 12, 8, 5, 5, 8), r"^groups: 8 does not divide"),
+    ("k5", (0, 8, 8, 5, 5, 8), r"^n: 0, must be at least 1"),
+    ("k2", (1, 12, 12, 5, 5, 4), r"3 input channels per group"),
+    ("k99", (1, 8, 8, 5, 5, 8), r"^implementation: unknown 'k99'"),
+])
+def test_support_refuses_with_a_reason_naming_the_field(implementation, geometry, pattern):
+    ok, why = g.support(implementation, *geometry)
+    assert not ok and re.search(pattern, why), why
+
+
+def test_support_accepts_every_atlas_shape_for_the_general_kernels():
+    for shape in SHAPES:
+        for implementation in ("k0", "k5", "dispatch", "torch_default"):
+            ok, why = g.support(implementation, shape.n, shape.c_in, shape.c_out, shape.h,
+                                shape.w, shape.groups)
+            assert ok, (implementation, shape.id, why)
+
+
 def test_implementations_lists_the_contract_names():
     names = g.implementations()
     for name in ("dispatch", "k0", "k1", "k2", "k3", "k4", "k5", "torch_default", "torch_tuned"):
