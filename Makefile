@@ -1,9 +1,16 @@
 # Two commands on a fresh machine:  make atlas  (the main job)  and  make test  (the tests).
-# Both create .venv and install the project into it first.
+# Both create .venv and install the project into it first. Snakemake lives in .venv: the targets
+# below run it from there, so no activation is needed (or: . .venv/bin/activate).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU build of torch that this workplace's machines keep on disk; any torch >= 2.4 works.
+# The CPU build of torch; any torch >= 2.4 works.
 TORCH ?= torch==2.13.0
+# One line per job (its own summary) and Snakemake's "N of M steps done"; QUIET= for every detail.
+# Last on each command line: --quiet takes every word after it.
+QUIET ?= --quiet rules host
+SNAKEMAKE := $(VENV)/bin/snakemake
+# `make replay RECORD=<name>`: a committed record, with the configuration records/INDEX.json names.
+RECORD ?=
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -12,18 +19,33 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[evidence,test]"
 	touch $@
 
-.PHONY: install atlas test report clean
+.PHONY: install atlas test report verify mobilenet_probe nsight compare_records replay clean
 install: $(VENV)/.installed
 
 atlas: $(VENV)/.installed
-	$(VENV)/bin/snakemake --cores 1 atlas
+	$(SNAKEMAKE) --cores 1 atlas $(QUIET)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
+# The report Snakemake bundles, written to reports/ (a bare `snakemake --report` would drop a
+# large report.html at the top of the checkout).
 report: $(VENV)/.installed
-	$(VENV)/bin/snakemake --cores 1 atlas report_assets
-	$(VENV)/bin/snakemake --report reports/atlas.html
+	$(SNAKEMAKE) --cores 1 atlas report_assets $(QUIET)
+	$(SNAKEMAKE) --report reports/atlas.html $(QUIET)
+
+# Re-hash every output the last `make atlas` indexed; never reruns anything first, so a changed
+# file is reported rather than re-indexed.
+verify: $(VENV)/.installed
+	$(SNAKEMAKE) verify_provenance $(QUIET)
+
+mobilenet_probe nsight compare_records: $(VENV)/.installed
+	$(SNAKEMAKE) --cores 1 $@ $(QUIET)
+
+replay: $(VENV)/.installed
+	@test -n "$(RECORD)" || { echo "make replay RECORD=<name>: one of $$(ls records | grep -v INDEX | tr '\n' ' ')"; exit 2; }
+	@args="$$(PYTHONPATH=workflow $(PY) -m groupconv_atlas.records replay-args $(RECORD))" && \
+	  echo "snakemake --cores 1 atlas $$args" && $(SNAKEMAKE) --cores 1 atlas $$args $(QUIET)
 
 clean:
 	rm -rf results/*/ .snakemake

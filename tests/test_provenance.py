@@ -7,7 +7,8 @@ import pytest
 
 from groupconv_atlas.provenance import (atomic_path, job_record, sha256_file, write_json,
                                         write_parquet)
-from groupconv_atlas.provenance_index import ProvenanceMismatch, build_index, verify_index
+from groupconv_atlas.provenance_index import (ProvenanceMismatch, build_complete_index,
+                                              build_index, producing_jobs, verify_index)
 
 
 def test_sha256_file_matches_hashlib(tmp_path):
@@ -63,7 +64,7 @@ def test_provenance_index_catches_a_flipped_byte(tmp_path):
     index = build_index([str(prov)], [str(art)], "replay", None)
     assert index["artifacts"][0]["rule"] == "assemble"
     write_json(tmp_path / "provenance.json", index)
-    assert verify_index(tmp_path / "provenance.json") == 1
+    assert verify_index(tmp_path / "provenance.json") == 2  # the artifact and its job record
     data = bytearray(art.read_bytes())
     data[2] ^= 0x01
     art.write_bytes(bytes(data))
@@ -80,3 +81,37 @@ def test_launcher_commit_wins_over_a_copied_trees_git(monkeypatch):
     assert "local_git" in state  # what the copy's own .git said stays visible
     monkeypatch.delenv("GROUPCONV_GIT_COMMIT")
     assert "local_git" not in git_state()
+
+
+def _job(folder, rule, inputs, outputs, wildcards=None):
+    """A job record as jobs.Job writes it, for the files given (written first)."""
+    for path in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{rule} wrote {path.name}")
+    rec = job_record(rule, wildcards or {}, inputs, outputs, {}, [], "t0")
+    write_json(folder / f"{rule}.json", rec)
+    return folder / f"{rule}.json"
+
+
+def test_complete_index_follows_job_records_back_from_the_targets(tmp_path):
+    """Pages, the tables behind them and the record files read are indexed; a stale job record
+    that leads to no target is not."""
+    jobs = tmp_path / "provenance"
+    record = tmp_path / "records" / "r1" / "raw" / "timing.parquet"
+    record.parent.mkdir(parents=True)
+    record.write_text("samples")
+    table, page = tmp_path / "nsight.parquet", tmp_path / "report" / "nsight.html"
+    _job(jobs, "nsight_table", [record], [table])
+    _job(jobs, "report_nsight", [table], [page])
+    _job(jobs, "stale", [], [tmp_path / "old.svg"])
+    found = producing_jobs([str(page)], [str(jobs)])
+    assert [p.rsplit("/", 1)[1] for p in found] == ["nsight_table.json", "report_nsight.json"]
+    index = build_complete_index([str(page)], [str(jobs)], [], "replay", None, own={})
+    rules = {e["path"]: e["rule"] for e in index["artifacts"]}
+    assert rules[str(page)] == "report_nsight" and rules[str(table)] == "nsight_table"
+    assert str(tmp_path / "old.svg") not in rules
+    write_json(tmp_path / "complete.json", index)
+    assert verify_index(tmp_path / "complete.json") == 4  # page, table and both job records
+    (jobs / "report_nsight.json").write_text("{}")  # a job record rewritten is caught too
+    with pytest.raises(ProvenanceMismatch, match="report_nsight.json"):
+        verify_index(tmp_path / "complete.json")

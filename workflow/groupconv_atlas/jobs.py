@@ -1,5 +1,7 @@
-"""What every Snakemake script job shares: progress to stderr and the log, provenance, and on a
-host with several GPUs the one GPU this job may see."""
+"""What every Snakemake script job shares: the check of every committed-record file it reads,
+progress to stderr and the log, provenance, and on a host with several GPUs the one GPU this job
+may see. Nothing here catches KeyboardInterrupt: a Ctrl-C stops the job, and atomic writes leave
+no partial output behind."""
 from __future__ import annotations
 
 import fcntl
@@ -7,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .provenance import now_utc, snakemake_job_provenance
+from .provenance import RecordError, check_inputs, now_utc, snakemake_job_provenance
 
 # The GPUs of this host that GPU jobs may use, as CUDA_VISIBLE_DEVICES entries (indices or
 # UUIDs), e.g. "0,1,2,3"; run with `--cores 4 --resources gpu=4`. Unset: no pinning.
@@ -45,11 +47,19 @@ class Job:
         self.smk = smk
         self.script = str(Path(smk.scriptdir) / script)
         self.started = now_utc()
+        # Hashed here, every time the job runs, not only when the record check reran: a record
+        # file edited after that check is refused by the job that would read it.
+        try:
+            self.records_checked = check_inputs(list(smk.input))
+        except RecordError as err:
+            sys.exit(f"{smk.rule}: {err}")
         self._gpu_lock = pin_gpu(smk)
         self._log = open(smk.log[0], "w") if len(smk.log) else None  # noqa: SIM115
 
     def progress(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        # The default profile hides Snakemake's per-job blocks: the job's name starts its line.
+        label = self.smk.rule + "".join(f"[{v}]" for v in dict(self.smk.wildcards.items()).values())
+        print(f"{label}: {message}", file=sys.stderr, flush=True)
         if self._log:
             self._log.write(message + "\n")
             self._log.flush()

@@ -14,15 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .provenance import now_utc, sha256_file, write_json
-
-MANIFEST = "record.json"
-INDEX = "INDEX.json"
-
-
-class RecordError(RuntimeError):
-    """A record that must not be replayed; the message names the file."""
-
+from .provenance import (INDEX, MANIFEST, RecordError, check_inputs, check_manifest_anchor,  # noqa: F401
+                         load_index, now_utc, record_of, sha256_file, write_json)
 
 def find_record(records_dir: str | Path, name: str, device: str, having: str | None = None) -> Path:
     """The record folder to replay: `name`, or with "newest" the last-created record of `device`
@@ -46,13 +39,6 @@ def find_record(records_dir: str | Path, name: str, device: str, having: str | N
 
 
 # ---- records/INDEX.json: each manifest's SHA-256, outside the record ----
-
-def load_index(records_dir: str | Path) -> dict:
-    path = Path(records_dir) / INDEX
-    if not path.is_file():
-        return {"records": {}}
-    return json.loads(path.read_text())
-
 
 def index_record(record_dir: str | Path, replay: list[str] | None = None) -> dict:
     """Enter (or update) a record's manifest hash in the index beside it; keeps the replay
@@ -84,23 +70,6 @@ def replay_arguments(records_dir: str | Path, name: str) -> list[str]:
         args.insert(args.index("--config") + 1, f"record={name}")
         return args
     return [*args, "--config", f"record={name}"]
-
-
-def _check_index(record_dir: Path) -> str:
-    index_path = record_dir.parent / INDEX
-    if not index_path.is_file():
-        raise RecordError(f"record {record_dir.name}: {index_path} is missing, so its manifest "
-                          "cannot be checked; refusing to replay")
-    entry = load_index(record_dir.parent)["records"].get(record_dir.name)
-    if entry is None:
-        raise RecordError(f"record {record_dir.name}: not listed in {index_path}; refusing to "
-                          "replay a record the index does not vouch for")
-    actual = sha256_file(record_dir / MANIFEST)
-    if actual != entry["manifest_sha256"]:
-        raise RecordError(f"record {record_dir.name}: {MANIFEST} (SHA-256 {actual[:12]}…) does not "
-                          f"match {index_path} ({entry['manifest_sha256'][:12]}…): the manifest was "
-                          "rewritten; refusing to replay")
-    return actual
 
 
 # ---- git: each record file against its blob in the commit checked out ----
@@ -182,53 +151,12 @@ def check(record_dir: str | Path, use_git: bool = True) -> dict:
         if actual != expected:
             raise RecordError(f"record {record_dir.name}: {rel} does not match its hash "
                               f"(expected {expected[:12]}…, found {actual[:12]}…); refusing to replay")
-    manifest_sha = _check_index(record_dir)
+    manifest_sha = check_manifest_anchor(record_dir)
     git = _check_git(record_dir, sorted(manifest["files"])) if use_git else {"checked": False}
     return {"record": record_dir.name, "files_checked": len(manifest["files"]),
             "manifest_sha256": manifest_sha, "device": manifest.get("device"),
             "caveats": [c["text"] for c in manifest.get("caveats", [])],
             "amendments": manifest.get("amendments", []), "git": git}
-
-
-def record_of(path: str | Path) -> Path | None:
-    """The record folder a path lies in (the nearest parent holding a manifest under a folder
-    named records), or None for a path outside every record."""
-    path = Path(path)
-    for parent in path.parents:
-        if parent.parent.name == "records" and (parent / MANIFEST).is_file():
-            return parent
-    return None
-
-
-def check_inputs(paths) -> dict[str, int]:
-    """Hash every record file among a job's inputs against its record's manifest, and the
-    manifest against records/INDEX.json: run by each job that reads a record, every time it runs
-    (not only when the manifest changes). Returns {record: files checked}."""
-    by_record: dict[Path, list[Path]] = {}
-    for p in paths:
-        record = record_of(p)
-        if record is not None:
-            by_record.setdefault(record, []).append(Path(p))
-    checked = {}
-    for record, files in sorted(by_record.items()):
-        manifest = json.loads((record / MANIFEST).read_text())
-        _check_index(record)
-        count = 0
-        for path in files:
-            rel = str(path.relative_to(record))
-            if rel == MANIFEST:
-                continue
-            expected = manifest["files"].get(rel)
-            if expected is None:
-                raise RecordError(f"record {record.name}: {rel} is read but not listed in its "
-                                  f"{MANIFEST}; refusing to use it")
-            actual = sha256_file(path)
-            if actual != expected:
-                raise RecordError(f"record {record.name}: {rel} does not match its hash (expected "
-                                  f"{expected[:12]}…, found {actual[:12]}…); refusing to replay")
-            count += 1
-        checked[record.name] = count
-    return checked
 
 
 def record_files(record_dir: str | Path) -> list[str]:

@@ -1,6 +1,9 @@
-# Stage 6 (CPU, both modes): the atlas artifacts, then provenance.json over all of them.
+# Stage 6 (CPU, both modes): the atlas artifacts and provenance.json over them; then, after every
+# report page, provenance-complete.json over every output of the run (written last).
 
-ATLAS_ARTIFACTS = [
+ATLAS_INDEX = f"{RESULTS}/provenance.json"
+PROVENANCE_COMPLETE = f"{RESULTS}/provenance-complete.json"
+ATLAS_TABLES = [
     f"{RESULTS}/atlas.json",
     f"{RESULTS}/map-details.json",
     f"{RESULTS}/summary.parquet",
@@ -8,8 +11,8 @@ ATLAS_ARTIFACTS = [
     f"{RESULTS}/verification.parquet",
     f"{RESULTS}/roofline.parquet",
     f"{RESULTS}/current-evidence.md",
-    f"{RESULTS}/provenance.json",
 ]
+ATLAS_ARTIFACTS = [*ATLAS_TABLES, ATLAS_INDEX, PROVENANCE_COMPLETE]
 
 
 rule assemble_atlas:
@@ -50,13 +53,15 @@ rule assemble_atlas:
 
 
 rule provenance:
+    """The atlas stage's index (the report's provenance page renders it)."""
     input:
-        artifacts=ATLAS_ARTIFACTS[:-1],
+        artifacts=ATLAS_TABLES,
         jobs=all_jobs_provenance(),
         record_jobs=record_provenance(),
-        code=code("provenance", "artifacts"),
+        code=code("provenance", "provenance_index", "jobs"),
     output:
-        f"{RESULTS}/provenance.json",
+        index=ATLAS_INDEX,
+        prov=prov("provenance"),
     params:
         mode=MODE,
     log:
@@ -67,11 +72,40 @@ rule provenance:
         "../scripts/provenance.py"
 
 
-rule verify_provenance:
-    """Re-hash every artifact against provenance.json; fails naming the first mismatch. The index
-    is a param, not an input, so a changed artifact is reported instead of re-indexed."""
+def complete_targets(wildcards=None) -> list[str]:
+    """Everything `atlas` makes besides this index: its tables, the report's pages and figures,
+    the optional stages' pages and the cross-record page. The jobs behind them (tables, SASS,
+    Nsight, tuning records) are found from their job records."""
+    return [*ATLAS_TABLES, *REPORT_ASSETS, *optional_report_assets(), *comparison_assets()]
+
+
+rule provenance_complete:
+    """Written last: every output of the run with its SHA-256 and rule, so a rerun of any stage
+    re-indexes it and `verify_provenance` holds after it."""
+    input:
+        targets=complete_targets,
+        atlas_index=ATLAS_INDEX,
+        record_jobs=record_provenance(),
+        code=code("provenance", "provenance_index", "jobs"),
+    output:
+        index=PROVENANCE_COMPLETE,
+        prov=prov("provenance_complete"),
     params:
-        index=f"{RESULTS}/provenance.json",
+        mode=MODE,
+        job_dirs=[f"{RESULTS}/provenance", "results/comparisons/provenance"],
+    log:
+        f"{RESULTS}/logs/provenance_complete.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/provenance.py"
+
+
+rule verify_provenance:
+    """Re-hash every file in provenance-complete.json; fails naming the first mismatch. The index
+    is a param, not an input, so a changed file is reported instead of re-indexed."""
+    params:
+        index=PROVENANCE_COMPLETE,
     log:
         f"{RESULTS}/logs/verify_provenance.log",
     conda:

@@ -1,14 +1,44 @@
 from datetime import date
 
+from groupconv_atlas.records import INDEX as _RECORD_INDEX
+from groupconv_atlas.records import drift_warning as _drift_warning
+from groupconv_atlas.records import recorded_sources as _recorded_sources
+from groupconv_atlas.records import record_files as _record_files
+from groupconv_atlas.records import replay_arguments as _replay_arguments
+from groupconv_atlas.records import shape_set_difference as _shape_set_difference
+from groupconv_atlas.records import source_drift as _source_drift
+
 # Records: a replay checks the committed record's hashes first; a live run can be snapshotted
 # into records/<device>-<date>/ to be committed.
 
 if MODE == "replay":
+    # Checked while the DAG is built, so a record that cannot replay this shape set stops the run
+    # before any job starts and before any artifact is deleted.
+    _difference = _shape_set_difference(RECORD, SHAPES)
+    if _difference:
+        try:
+            _how = ("replay it with `make replay RECORD=" + Path(RECORD).name + "` (snakemake atlas "
+                    + " ".join(_replay_arguments("records", Path(RECORD).name)) + ")")
+        except LookupError:
+            _how = "set `shapes:` to the set it measured"
+        raise WorkflowError(f"config shapes={config['shapes']}: {_difference}. A replay shows "
+                            f"only what its record measured: {_how}, or measure live on a GPU.")
+    # Editing a kernel changes nothing in a replay: say so on every run, not only in the evidence.
+    _drift = _drift_warning(Path(RECORD).name, _source_drift(RECORD, workflow.basedir))
+    if _drift:
+        print(f"warning: {_drift}", file=sys.stderr)
+
+    def record_check_inputs(record: str) -> dict:
+        """Every file of the record (so editing any of them reruns the check), the index that
+        vouches for its manifest, and the kernel sources its builds compiled (for the warning)."""
+        return {"manifest": f"{record}/record.json", "files": _record_files(record),
+                "index": f"records/{_RECORD_INDEX}",
+                "sources": _recorded_sources(record, workflow.basedir),
+                "code": code("records", "provenance", "jobs")}
 
     rule check_record:
         input:
-            manifest=f"{RECORD}/record.json",
-            code=code("records", "provenance"),
+            **record_check_inputs(RECORD),
         output:
             check=f"{RESULTS}/record-check.json",
             prov=prov("check_record"),
@@ -24,8 +54,7 @@ if MODE == "replay":
         rule check_nsight_record:
             """The record the Nsight captures replay from, when it is not the main one."""
             input:
-                manifest=f"{NSIGHT_RECORD}/record.json",
-                code=code("records", "provenance"),
+                **record_check_inputs(NSIGHT_RECORD),
             output:
                 check=f"{RESULTS}/nsight-record-check.json",
                 prov=prov("check_nsight_record"),

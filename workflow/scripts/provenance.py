@@ -1,17 +1,26 @@
-"""Snakemake job (CPU): provenance.json, every artifact with its SHA-256 and the rule that made it."""
+"""Snakemake job (CPU): an index of artifacts with their SHA-256 and the rule that made each.
+`provenance` writes provenance.json (the atlas stage, rendered by the report);
+`provenance_complete` writes provenance-complete.json last, over every output of the run."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.provenance import now_utc, write_json  # noqa: E402
-from groupconv_atlas.provenance_index import build_index  # noqa: E402
+from groupconv_atlas.jobs import Job  # noqa: E402
+from groupconv_atlas.provenance import write_json  # noqa: E402
+from groupconv_atlas.provenance_index import build_complete_index, build_index  # noqa: E402
 
 smk = snakemake  # noqa: F821
-started = now_utc()
+job = Job(smk, "provenance.py")  # also checks every record file indexed against its manifest
 # A replay's record folder is where its measuring jobs' provenance lives (<record>/provenance/).
-record = str(Path(smk.input.record_jobs[0]).parents[1]) if smk.input.record_jobs else None
-index = build_index(list(smk.input.jobs) + list(smk.input.record_jobs), list(smk.input.artifacts),
-                    mode=smk.params.mode, record=record)
-write_json(smk.output[0], index)
-with open(smk.log[0], "w") as fh:
-    fh.write(f"{len(index['artifacts'])} artifacts indexed ({started})\n")
+record_jobs = list(smk.input.record_jobs)
+record = str(Path(record_jobs[0]).parents[1]) if record_jobs else None
+if smk.rule == "provenance_complete":
+    index = build_complete_index([str(t) for t in smk.input.targets], list(smk.params.job_dirs),
+                                 record_jobs, mode=smk.params.mode, record=record,
+                                 own={str(smk.input.atlas_index): "provenance"})
+else:
+    index = build_index(list(smk.input.jobs) + record_jobs, list(smk.input.artifacts),
+                        mode=smk.params.mode, record=record)
+write_json(smk.output.index, index)
+job.progress(f"{smk.output.index}: {len(index['artifacts'])} files indexed")
+job.finish({"artifacts": len(index["artifacts"])})
