@@ -127,7 +127,7 @@ def tuning_table(path: str | Path) -> dict[Geometry, dict]:
     """{geometry: {"rows", "cob", "threads"}} from a tuning record (raw/tuning/<kernel>.json)."""
     doc = json.loads(Path(path).read_text())
     return {_geometry(c["geometry"]): {k: int(c[k]) for k in ("rows", "cob", "threads")}
-            for c in doc["choices"]}
+            for c in doc["choices"].values()}
 
 
 def dispatch_table(path: str | Path) -> dict[Geometry, str]:

@@ -77,6 +77,20 @@ def _always(_shape: Shape) -> tuple[bool, str]:
     return True, "general grouped 3x3: any C_in, C_out divisible by groups"
 
 
+INT32_LIMIT = 2**31
+
+
+def _supports_k1(s: Shape) -> tuple[bool, str]:
+    # k1 indexes inside one H x W map with int (h * W + w), and its grid has one block per tile.
+    if s.h * s.w >= INT32_LIMIT:
+        return False, (f"an H x W map of {s.h * s.w} elements: k1 indexes inside a map with "
+                       "32-bit int, so maps must hold fewer than 2**31 elements")
+    blocks = _launch_k1(s).grid[0]
+    if blocks > MAX_GRID_X:
+        return False, f"{blocks} blocks: more than the grid's 2**31 - 1"
+    return _always(s)
+
+
 def _launch_k0(s: Shape) -> Launch:
     total = s.output_elems
     return Launch(
@@ -104,6 +118,9 @@ K2_CHANNELS_PER_GROUP = (1, 2, 4)
 
 
 def _supports_k2(s: Shape) -> tuple[bool, str]:
+    blocks = s.n * s.c_out * _ceil_div(s.h, K2_TILE_H) * _ceil_div(s.w, K2_TILE_W)
+    if blocks > MAX_GRID_X:
+        return False, f"{blocks} blocks: more than the grid's 2**31 - 1"
     if s.cin_per_group in K2_CHANNELS_PER_GROUP:
         return True, f"{s.cin_per_group} input channel(s) per group staged in shared memory"
     return False, (f"{s.cin_per_group} input channels per group: k2 is built for 1, 2 or 4 "
@@ -186,7 +203,7 @@ KERNELS: dict[str, KernelSpec] = {
     "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
                      _always, _launch_k0),
     "k1": KernelSpec("k1", "kernels/k1_spatial.cu", "spatial 2-D tile mapping",
-                     _always, _launch_k1),
+                     _supports_k1, _launch_k1),
     "k2": KernelSpec("k2", "kernels/k2_shared_halo.cu", "shared-memory tile with halo",
                      _supports_k2, _launch_k2),
     "k3": KernelSpec("k3", "kernels/k3_four_wide.cu", "four horizontal outputs per thread",

@@ -48,8 +48,8 @@ class TimingConfig:
 def launches_per_replay(fastest_us: float, slowest_us: float, cfg: "TimingConfig") -> int:
     """One launch count per shape: enough that the fastest implementation's replay lasts at
     least graph_min_replay_us, but no more than keeps the slowest one's replay within
-    graph_max_replay_us (and graph_max_launches), so a pathological baseline cannot eat the
-    session. Never below 1."""
+    graph_max_replay_us (and graph_max_launches), so a pathological baseline cannot stretch the
+    job. Never below 1."""
     if not math.isfinite(fastest_us) or fastest_us <= 0:
         return 1
     wanted = math.ceil(cfg.graph_min_replay_us / fastest_us)

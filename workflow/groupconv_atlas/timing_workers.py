@@ -11,10 +11,16 @@ samples depend on the seed and the verified set alone.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import traceback
 from dataclasses import asdict
+from multiprocessing.connection import Client, Listener
 
 import numpy as np
 import pandas as pd
@@ -93,20 +99,46 @@ def _expect(conn, kind: str, process: int):
     return msg[1:]
 
 
+def _accept(listener, proc, authkey: bytes):
+    """The worker's connection; a worker that dies before connecting raises, never hangs."""
+    connected = threading.Event()
+
+    def watch():
+        while not connected.wait(0.5):
+            if proc.poll() is not None:  # wake accept() with a connection of our own
+                Client(listener.address, family="AF_UNIX", authkey=authkey).close()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    conn = listener.accept()
+    connected.set()
+    if proc.poll() is not None:
+        raise WorkerError(f"a timing worker exited with status {proc.returncode} before it "
+                          "connected (see the job's log for its error)")
+    return conn
+
+
 def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
              processes: int, launcher_args: dict, progress=print) -> tuple[pd.DataFrame, dict]:
     """Time every shape's verified implementations in `processes` worker processes; return
     (raw samples with a `process` column, metadata per shape and per process)."""
     if processes < 1:
         raise ValueError(f"timing.processes must be at least 1, not {processes}")
-    ctx = mp.get_context("spawn")  # a fresh interpreter: no CUDA state inherited
+    # Fresh interpreters (no CUDA state inherited), started as `python -m` so that they never
+    # re-run the calling script, connected back over a private socket.
+    authkey = secrets.token_bytes(16)
+    folder = tempfile.mkdtemp(prefix="groupconv-timing-")
+    listener = Listener(os.path.join(folder, "socket"), family="AF_UNIX", authkey=authkey)
     workers = []
     for process in range(processes):
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(child, asdict(cfg), launcher_args), daemon=True)
-        proc.start()
-        child.close()
-        workers.append((proc, parent))
+        proc = subprocess.Popen([sys.executable, "-m", "groupconv_atlas.timing_workers",
+                                 listener.address], stdin=subprocess.PIPE)
+        proc.stdin.write(authkey)
+        proc.stdin.close()
+        conn = _accept(listener, proc, authkey)
+        conn.send((asdict(cfg), launcher_args))
+        workers.append((proc, conn))
+    listener.close()
     try:
         started = [_expect(conn, "started", p) for p, (_, conn) in enumerate(workers)]
         rng = np.random.default_rng(cfg.seed)
@@ -147,9 +179,10 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
             conn.send(("stop",))
     finally:
         for proc, conn in workers:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
             conn.close()
     max_clock = started[0][0]
     frame = raw_frame(rows, max_clock, cfg)
@@ -158,3 +191,10 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
             "processes": processes, "batch_to_process": "batch % processes",
             "precision": started[0][2], "shapes": meta}
     return frame, info
+
+
+if __name__ == "__main__":
+    # A worker: connect back to the coordinator, receive the settings, serve until told to stop.
+    connection = Client(sys.argv[1], family="AF_UNIX", authkey=sys.stdin.buffer.read())
+    settings, launcher_arguments = connection.recv()
+    _worker(connection, settings, launcher_arguments)

@@ -6,9 +6,8 @@ if MODE == "live":
 
     rule build_kernel:
         input:
-            unpack(tuning_inputs),
             sources=kernel_sources,
-            code=code("kernels", "shapes", "build", "provenance"),
+            code=code("kernels", "shapes", "build", "provenance", "jobs"),
         output:
             cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
             record=f"{RESULTS}/raw/builds/{{kernel}}.json",

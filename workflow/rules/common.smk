@@ -104,7 +104,7 @@ def optional_raw(path: str) -> list[str]:
 
 def crosscheck_reading() -> list[str]:
     """The timer cross-check joins atlas.json when configured (live) or recorded (replay); an
-    empty crosscheck.shapes leaves it out of a live run (a repeat session short of time)."""
+    empty crosscheck.shapes leaves it out of a live run (a repeat measurement session)."""
     if MODE == "live" and not config.get("crosscheck", {}).get("shapes"):
         return []
     return optional_raw("crosscheck.json")
@@ -291,7 +291,7 @@ NSIGHT_PAIRS = _nsight.nsight_pairs(SHAPES, config["nsight"]["shapes"],
                                     config["nsight"]["implementations"])
 
 
-# A session short of device time may skip Nsight: replaying "newest", the captures then come
+# A live run may skip Nsight: replaying "newest", the captures then come
 # from the newest record of this device that has them, checked and named like the main record.
 NSIGHT_RECORD = RECORD
 if MODE == "replay" and config["record"] == "newest" and not any(
@@ -366,7 +366,6 @@ from groupconv_atlas.report import BOUNDARIES as _REPORT_BOUNDARIES
 from groupconv_atlas.report import figure_stem as _figure_stem
 
 REPORT = f"{RESULTS}/report"
-REPORT_CODE = code("stats", "report", "provenance", "jobs")
 # Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
 MOBILENET_REPORT = f"{RESULTS}/mobilenet/mobilenet.json"
 NSIGHT_TABLE = f"{RESULTS}/nsight.parquet"
@@ -446,7 +445,7 @@ wildcard_constraints:
 
 def snapshot_optional_stages(wildcards=None) -> list[str]:
     """Nsight captures join a snapshot when this run made them (`snakemake nsight` first): a
-    session short of device time can leave them out, and its replay says so."""
+    run without `snakemake nsight` leaves them out, and its replay says so."""
     made = any(Path(_nsight_capture(p)).is_file() for p in NSIGHT_PAIRS)
     return [NSIGHT_TABLE] if made else []
 

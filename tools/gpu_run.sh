@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Run the atlas live on a GPU machine, from the repository root, and pack what it made.
+#   tools/gpu_run.sh smoke    the GPU tests, then the smoke config live (a few minutes)
+#   tools/gpu_run.sh start    the full run in the background (in a copy of the tree, so the
+#                             checkout may change meanwhile), then `wait`
+#   tools/gpu_run.sh wait     wait up to WAIT_S seconds for it; when done, pack into $OUT
+#   tools/gpu_run.sh full     the full run in the foreground
+# The full run: [GPU tests], the live atlas, EXTRA_TARGETS (default: mobilenet_probe), the stage
+# times, a snapshot into records/<device>-<RECORD_NAME>/, and with RERUN_CHECK=1 a live rerun
+# after a one-line edit of kernels/k3_four_wide.cu, timed.
+# Environment: OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one
+# that installs PyCUDA and Snakemake), EXTRA_CONFIG (config files layered on config.yaml),
+# GPU_TESTS=1, RECORD_NAME (default: today's date), DEVICE (default h200).
+set -uo pipefail
+step=${1:?usage: tools/gpu_run.sh smoke|start|wait|full}
+out=${OUT:-/tmp/groupconv-out}
+work=/tmp/groupconv-run
+copy=/tmp/groupconv-repo
+device=${DEVICE:-h200}
+mkdir -p "$out" "$work"
+if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi
+export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+cfg=(--configfile config/config.yaml ${EXTRA_CONFIG:-})
+
+pack() {  # the new record and the run's logs, in parts of at most 15 MiB
+  # (join with: cat record.tgz.part-* | tar xz)
+  local new
+  new=$(ls -td records/*/ 2>/dev/null | head -1)
+  tar czf /tmp/record.tgz "$new" records/INDEX.json "results/$device/logs" 2>/dev/null
+  split -b 15M /tmp/record.tgz "$out/record.tgz.part-"
+  cp "$work"/*.log "$out"/ 2>/dev/null
+  ls -la "$out"
+}
+
+case "$step" in
+smoke)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+  if [ -n "${GPU_TESTS:-}" ]; then
+    log "gpu tests"
+    python3 -m pytest -m gpu -q -rs tests > "$out/pytest-gpu.log" 2>&1
+    log "gpu tests exit $?"; tail -25 "$out/pytest-gpu.log"
+  fi
+  log "smoke atlas"
+  start=$(date +%s)
+  snakemake --cores 1 -k atlas --configfile config/config.yaml config/smoke.yaml \
+    --config mode=live > "$out/smoke.log" 2>&1
+  log "smoke atlas exit $? after $(( $(date +%s) - start )) s"
+  python3 tools/stage_times.py "results/$device-smoke" "$(( $(date +%s) - start ))"
+  grep -E "Error|Exception|steps \(" "$out/smoke.log" | tail -20
+  tar czf "$out/smoke-results.tgz" "results/$device-smoke/raw" "results/$device-smoke/logs" \
+    "results/$device-smoke/atlas.json" "results/$device-smoke/provenance" 2>/dev/null
+  ;;
+full)
+  log "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+  if [ -n "${GPU_TESTS:-}" ]; then
+    log "gpu tests"
+    python3 -m pytest -m gpu -q -rs tests > "$work/pytest-gpu.log" 2>&1
+    log "gpu tests exit $?"; tail -5 "$work/pytest-gpu.log"
+  fi
+  log "atlas"
+  start=$(date +%s)
+  snakemake --cores 1 -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
+  status=$?
+  wall=$(( $(date +%s) - start ))
+  log "atlas exit $status after $wall s"
+  for target in ${EXTRA_TARGETS:-mobilenet_probe}; do
+    log "$target"
+    snakemake --cores 1 -k "$target" "${cfg[@]}" --config mode=live > "$work/$target.log" 2>&1
+    log "$target exit $?"
+  done
+  python3 tools/stage_times.py "results/$device" "$wall" | tee "$work/stage-times.log"
+  snakemake --cores 1 snapshot_record "${cfg[@]}" --config mode=live \
+    record_name="${RECORD_NAME:-$(date -u +%F)}" > "$work/snapshot.log" 2>&1
+  log "snapshot exit $?"
+  if [ -n "${RERUN_CHECK:-}" ]; then
+    # What a one-kernel edit costs live: the reruns it triggers, timed.
+    echo "// edited" >> kernels/k3_four_wide.cu
+    start=$(date +%s)
+    snakemake --cores 1 -k atlas "${cfg[@]}" --config mode=live > "$work/rerun-after-k3-edit.log" 2>&1
+    log "rerun after a k3 edit: exit $? after $(( $(date +%s) - start )) s"
+    git checkout -q -- kernels/k3_four_wide.cu 2>/dev/null || sed -i '$ d' kernels/k3_four_wide.cu
+    grep -A30 "Job stats" "$work/rerun-after-k3-edit.log" | head -30
+  fi
+  touch "$work/done"
+  ;;
+start)
+  rm -rf "$work" "$copy" && mkdir -p "$work" "$copy" && cp -a . "$copy"/
+  (cd "$copy" && setsid nohup bash tools/gpu_run.sh full > "$work/run.log" 2>&1 < /dev/null &)
+  exec bash tools/gpu_run.sh wait
+  ;;
+wait)
+  cd "$copy" 2>/dev/null || { echo "no run copy at $copy: 'start' first"; exit 1; }
+  deadline=$(( $(date +%s) + ${WAIT_S:-560} ))
+  while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  cat "$work/run.log"
+  grep -hE '^\[(verify|time|tune)' "results/$device"/logs/*.log 2>/dev/null | tail -3
+  if [ -f "$work/done" ]; then pack; echo RUN-DONE; else echo RUN-RUNNING; fi
+  ;;
+esac
