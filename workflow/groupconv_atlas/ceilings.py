@@ -40,6 +40,24 @@ def _median_ms(session, launch) -> float:
     return medians["ceiling"] / 1000.0
 
 
+def _launch_floor_us(session, cubin: str | Path) -> float:
+    """Per-launch time of an empty kernel replayed in a CUDA graph: no kernel launched as the
+    atlas's graph_device boundary launches it can take less."""
+    from .timing import TimingConfig, median_latencies
+
+    empty = session.function(cubin, "empty_launch")
+    empty.prepare("")
+
+    def launch():
+        empty.prepared_async_call((1, 1, 1), (1, 1, 1), session.stream)
+
+    cfg = TimingConfig(**{**CEILING_TIMING, "graph_min_replay_us": 100.0,
+                          "graph_max_launches": 200})
+    medians, _ = median_latencies(session, {"empty": launch}, cfg,
+                                  np.random.default_rng(CEILING_TIMING["seed"]), "launch-floor")
+    return medians["empty"]
+
+
 def measure(session, cubin: str | Path, progress=print) -> dict:
     torch = session.torch
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -87,7 +105,10 @@ def measure(session, cubin: str | Path, progress=print) -> dict:
         fma_rows.append({"blocks_per_sm": blocks_per_sm, "threads": 256, "median_ms": ms,
                          "flops_per_s": flops / (ms * 1e-3)})
         progress(f"[ceilings] fma {blocks_per_sm}x256: {fma_rows[-1]['flops_per_s'] / 1e12:.1f} TFLOP/s")
+    launch_floor_us = _launch_floor_us(session, cubin)
+    progress(f"[ceilings] graph-launch floor: {launch_floor_us:.2f} us per launch")
     return {
+        "graph_launch_floor_us": launch_floor_us,
         "dram_bandwidth_bytes_per_s": max(r["bytes_per_s"] for r in stream_rows),
         "fma_flops_per_s": max(r["flops_per_s"] for r in fma_rows),
         "l2_bytes": getattr(props, "L2_cache_size", None),
@@ -97,7 +118,10 @@ def measure(session, cubin: str | Path, progress=print) -> dict:
                              "best over launch configurations of the median of 4 batch medians of 5 graph "
                              "replays each; bytes = read + written",
                    "fma": f"8 FMA chains x {FMA_ITERATIONS} iterations per thread, 256 threads per "
-                          "block, best median as for the stream; FLOPs = 2 per FMA"},
+                          "block, best median as for the stream; FLOPs = 2 per FMA",
+                   "graph_launch_floor": "an empty 1-thread kernel, many launches per CUDA graph "
+                                         "replay (the atlas's graph_device sampler); per-launch "
+                                         "median of batch medians"},
         "source": str(Path(REPO_ROOT, CEILINGS_SOURCE).relative_to(REPO_ROOT)),
     }
 

@@ -12,6 +12,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from groupconv_atlas import kernels as _kernels  # noqa: E402
+from groupconv_atlas import plan as _plan  # noqa: E402
 from groupconv_atlas.records import find_record  # noqa: E402
 from groupconv_atlas.shapes import ShapeError, load_shapes  # noqa: E402
 
@@ -23,31 +24,10 @@ except (ShapeError, OSError) as _err:
     raise WorkflowError(f"{config['shapes']}: {_err}") from None
 
 
-def _check_names():
-    known = set(_kernels.IMPLEMENTATIONS) | {"dispatch"}
-    timing = config["timing"]
-    named = [("timing.candidates", n) for n in timing["candidates"]]
-    named += [(f"timing.reference_groups.{g}", n) for g, refs in timing["reference_groups"].items()
-              for n in refs]
-    for field, name in named:
-        if name not in known:
-            raise WorkflowError(f"config {field}: unknown implementation {name!r}; "
-                                f"known: {', '.join(sorted(known))}")
-    enabled = set(config["kernels"]) | set(config["baselines"])
-    for field, name in [*named, ("timing.aa_implementation", timing["aa_implementation"])]:
-        if name not in enabled:
-            raise WorkflowError(f"config {field}: {name!r} is not listed in 'kernels' or "
-                                "'baselines', so it is never built or verified")
-    for group, refs in timing["reference_groups"].items():
-        if {"torch_default", "torch_tuned"} <= set(refs):
-            raise WorkflowError(
-                f"config timing.reference_groups.{group}: torch_default and torch_tuned cannot be "
-                "timed in one process: PyTorch's cuDNN algorithm cache is process-global and not "
-                "keyed by cudnn.benchmark (pytorch/pytorch#45372), so the first call's algorithm "
-                "would serve both; put them in separate groups")
-
-
-_check_names()
+try:
+    _plan.check_names(config)
+except _plan.PlanError as _err:
+    raise WorkflowError(str(_err)) from None
 
 
 def gpu_available() -> bool:
@@ -128,44 +108,18 @@ def code(*modules: str) -> list[str]:
     return [f"{PACKAGE}/{m}.py" for m in ("__init__", *modules)]
 
 
-def configured_jobs() -> dict[str, dict[str, list[str]]]:
-    """Live: each timing job's candidates and references. One job per reference group times
-    every candidate interleaved with that group's references, each group in its own processes
-    (see _check_names for why); the dispatcher gets its own job per group (it is chosen from the
-    candidates' timings); plus the A/A calibration."""
-    timing = config["timing"]
-    jobs = {}
-    for group, refs in timing["reference_groups"].items():
-        jobs[group] = {"candidates": list(timing["candidates"]), "references": list(refs)}
-    if timing.get("dispatch"):
-        for group, refs in timing["reference_groups"].items():
-            jobs[f"dispatch-{group}"] = {"candidates": ["dispatch"], "references": list(refs)}
-    aa = timing["aa_implementation"]
-    jobs["aa"] = {"candidates": [aa], "references": [_kernels.twin_name(aa)]}
-    return jobs
-
-
 def recorded_jobs(record: str | None = None) -> dict[str, dict[str, list[str]]]:
-    """Replay: the jobs a record (default: the one replayed) measured and each one's roles, from
-    its timing metadata, so a record stays replayable whatever the configuration says now. Older
-    records name only `implementations`: the first is the candidate, the rest references."""
-    jobs = {}
-    for meta_path in sorted(Path(record or RECORD, "raw", "timing").glob("*.json")):
-        meta = json.loads(meta_path.read_text())
-        impls = meta["implementations"]
-        jobs[meta_path.stem] = {"candidates": meta.get("candidates", impls[:1]),
-                                "references": meta.get("references", impls[1:])}
-    return jobs
+    """The jobs a record (default: the one replayed) measured, with their roles."""
+    return _plan.recorded_jobs(record or RECORD)
 
 
-JOBS = configured_jobs() if MODE == "live" else recorded_jobs()
+JOBS = _plan.configured_jobs(config["timing"]) if MODE == "live" else recorded_jobs()
 TIMING_JOBS = list(JOBS)
 
 
 def job_implementations(job: str) -> list[str]:
     """What a timing job measures: its candidates, then its references (or the A/A twin)."""
-    roles = JOBS[job]
-    return list(dict.fromkeys([*roles["candidates"], *roles["references"]]))
+    return _plan.implementations(JOBS[job])
 
 
 def job_roles(job: str) -> dict[str, list[str]]:
@@ -174,8 +128,7 @@ def job_roles(job: str) -> dict[str, list[str]]:
 
 def jobs_of(candidates) -> list[str]:
     """The timing jobs (not the A/A one) that time any of `candidates` as a candidate."""
-    return [job for job, roles in JOBS.items()
-            if job != "aa" and set(roles["candidates"]) & set(candidates)]
+    return _plan.jobs_of(JOBS, candidates)
 
 
 def job_timing_torch_tuned() -> str:
@@ -203,8 +156,7 @@ def dispatch_inputs(wildcards) -> dict:
 
 
 def job_kernels(job: str) -> list[str]:
-    return sorted({_kernels.base_implementation(i) for i in job_implementations(job)}
-                  & set(_kernels.KERNELS))
+    return _plan.job_kernels(JOBS[job])
 
 
 def job_verification(wildcards) -> list[str]:
@@ -319,8 +271,7 @@ def _nsight_capture(pair):
 
 def _nsight_jobs() -> dict[str, list[str]]:
     jobs = JOBS if NSIGHT_RECORD == RECORD else recorded_jobs(NSIGHT_RECORD)
-    return {job: list(dict.fromkeys([*r["candidates"], *r["references"]]))
-            for job, r in jobs.items()}
+    return {job: _plan.implementations(roles) for job, roles in jobs.items()}
 
 
 if MODE == "replay":
@@ -362,8 +313,9 @@ def nsight_check_seed(wildcards):
 
 # ---- helpers for the report (report.smk) ----
 
-from groupconv_atlas.report import BOUNDARIES as _REPORT_BOUNDARIES
-from groupconv_atlas.report import figure_stem as _figure_stem
+# From the planner, not the report package: building the DAG imports no renderer.
+from groupconv_atlas.plan import BOUNDARIES as _REPORT_BOUNDARIES  # noqa: E402
+from groupconv_atlas.plan import figure_stem as _figure_stem  # noqa: E402
 
 REPORT = f"{RESULTS}/report"
 # Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
@@ -375,9 +327,7 @@ MACHINE_CODE_TABLE = f"{RESULTS}/machine_code.parquet"
 def report_pairs() -> list[tuple[str, str]]:
     """(candidate, baseline) of every timing job this run compares, except the A/A one (in a
     replay, TIMING_JOBS holds only the jobs the record measured)."""
-    return [(cand, base) for job in TIMING_JOBS if job != "aa"
-            for cand in job_roles(job)["candidates"] for base in job_roles(job)["references"]
-            if cand != base]
+    return _plan.comparison_pairs({job: JOBS[job] for job in TIMING_JOBS})
 
 
 FOREST_FIGURES = [(cand, base, boundary) for cand, base in report_pairs()

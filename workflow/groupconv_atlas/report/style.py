@@ -12,7 +12,8 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-BOUNDARIES = ("graph_device", "sync_api")
+from ..plan import BOUNDARIES, figure_stem  # noqa: F401  (the report's names for them)
+
 UNTIMED = ("UNSUPPORTED", "INCORRECT", "UNMEASURED")
 # Okabe-Ito colours (colour-blind safe); WIN and LOSS equally saturated so losses read as
 # plainly as wins. Untimed cells are drawn differently (hatched, black, dashed), not coloured.
@@ -44,10 +45,6 @@ def baseline_label(name: str) -> str:
     if name.endswith("_twin"):
         return f"{name.removesuffix('_twin')} twin (A/A calibration)"
     return BASELINE_LABELS.get(name, name)
-
-
-def figure_stem(candidate: str, baseline: str, boundary: str) -> str:
-    return f"{candidate}__vs__{baseline}__{boundary}"
 
 
 def fmt_ratio(value) -> str:

@@ -1,0 +1,101 @@
+"""Job planning: which timing jobs a configuration asks for, which jobs a record measured, and
+what each job compares. Pure Python on plain data, imported while Snakemake builds the DAG (so it
+imports no renderer, no torch and no PyCUDA), and tested on its own."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .kernels import IMPLEMENTATIONS, KERNELS, base_implementation, twin_name
+
+BOUNDARIES = ("graph_device", "sync_api")
+Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}
+
+
+class PlanError(ValueError):
+    """A configuration the planner refuses; the message names the config field."""
+
+
+def check_names(config: dict) -> None:
+    """Every implementation the timing section names exists and is built or verified, and no
+    reference group puts torch_default beside torch_tuned."""
+    known = set(IMPLEMENTATIONS) | {"dispatch"}
+    timing = config["timing"]
+    named = [("timing.candidates", n) for n in timing["candidates"]]
+    named += [(f"timing.reference_groups.{g}", n) for g, refs in timing["reference_groups"].items()
+              for n in refs]
+    for field, name in named:
+        if name not in known:
+            raise PlanError(f"config {field}: unknown implementation {name!r}; "
+                            f"known: {', '.join(sorted(known))}")
+    enabled = set(config["kernels"]) | set(config["baselines"])
+    for field, name in [*named, ("timing.aa_implementation", timing["aa_implementation"])]:
+        if name not in enabled:
+            raise PlanError(f"config {field}: {name!r} is not listed in 'kernels' or "
+                            "'baselines', so it is never built or verified")
+    for group, refs in timing["reference_groups"].items():
+        if {"torch_default", "torch_tuned"} <= set(refs):
+            raise PlanError(
+                f"config timing.reference_groups.{group}: torch_default and torch_tuned cannot be "
+                "timed in one process: PyTorch's cuDNN algorithm cache is process-global and not "
+                "keyed by cudnn.benchmark (pytorch/pytorch#45372), so the first call's algorithm "
+                "would serve both; put them in separate groups")
+
+
+def configured_jobs(timing: dict) -> dict[str, Roles]:
+    """A live run's timing jobs and their roles: one job per reference group timing every
+    candidate interleaved with that group's references (each group in its own processes), the
+    dispatcher's job per group (it is chosen from the candidates' timings), and the A/A job."""
+    jobs: dict[str, Roles] = {}
+    for group, refs in timing["reference_groups"].items():
+        jobs[group] = {"candidates": list(timing["candidates"]), "references": list(refs)}
+    if timing.get("dispatch"):
+        for group, refs in timing["reference_groups"].items():
+            jobs[f"dispatch-{group}"] = {"candidates": ["dispatch"], "references": list(refs)}
+    aa = timing["aa_implementation"]
+    jobs["aa"] = {"candidates": [aa], "references": [twin_name(aa)]}
+    return jobs
+
+
+def recorded_jobs(record: str | Path) -> dict[str, Roles]:
+    """The jobs a record measured and their roles, from its timing metadata, so a record stays
+    replayable whatever the configuration says now. Older records name only `implementations`:
+    the first is the candidate, the rest references."""
+    jobs: dict[str, Roles] = {}
+    for meta_path in sorted(Path(record, "raw", "timing").glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        impls = meta["implementations"]
+        jobs[meta_path.stem] = {"candidates": list(meta.get("candidates", impls[:1])),
+                                "references": list(meta.get("references", impls[1:]))}
+    return jobs
+
+
+def implementations(roles: Roles) -> list[str]:
+    """What a job measures: its candidates, then its references (or the A/A twin), once each."""
+    return list(dict.fromkeys([*roles["candidates"], *roles["references"]]))
+
+
+def pairs(roles: Roles) -> list[tuple[str, str]]:
+    """(candidate, reference) pairs a job compares."""
+    return [(c, r) for c in roles["candidates"] for r in roles["references"] if c != r]
+
+
+def comparison_pairs(jobs: dict[str, Roles]) -> list[tuple[str, str]]:
+    """Every (candidate, reference) pair the jobs compare, except the A/A job's."""
+    return [pair for job, roles in jobs.items() if job != "aa" for pair in pairs(roles)]
+
+
+def jobs_of(jobs: dict[str, Roles], candidates) -> list[str]:
+    """The jobs (not the A/A one) that time any of `candidates` as a candidate."""
+    return [job for job, roles in jobs.items()
+            if job != "aa" and set(roles["candidates"]) & set(candidates)]
+
+
+def job_kernels(roles: Roles) -> list[str]:
+    """The custom kernels a job launches (twins included, as their base kernel)."""
+    return sorted({base_implementation(i) for i in implementations(roles)} & set(KERNELS))
+
+
+def figure_stem(candidate: str, baseline: str, boundary: str) -> str:
+    """The file stem of a comparison's forest figure."""
+    return f"{candidate}__vs__{baseline}__{boundary}"
