@@ -4,7 +4,10 @@
 # Uses from common.smk: config, RESULTS, MODE, raw(), prov(), code(), record_check().
 
 
-# Timing jobs whose graph_device medians choose each layer's kernel: one per kernel.
+# The probe's package, listed module by module so an edit to any of them reruns the probe.
+MOBILENET_MODULES = tuple(f"mobilenet/{m}" for m in ("__init__", "config", "surgery", "choice",
+                                                     "checks", "probe", "summary"))
+# Timing jobs whose graph_device medians choose each layer's kernel.
 MOBILENET_TIMING_JOBS = jobs_of(KERNELS)
 # Every kernel's build: the atlas may choose any of them for a layer of the network.
 MOBILENET_CUBINS = [raw(f"builds/{kernel}.cubin") for kernel in KERNELS]
@@ -31,7 +34,7 @@ if MODE == "live":
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
             code=code("shapes", "shapes_table", "kernels", "gpu", "conv", "build", "verify",
-                      "timing", "stats", "provenance", "jobs", "mobilenet"),
+                      "timing", "stats", "provenance", "jobs", *MOBILENET_MODULES),
         output:
             samples=raw("mobilenet/samples.parquet"),
             probe=raw("mobilenet/probe.json"),
@@ -55,8 +58,8 @@ rule mobilenet_stats:
         samples=raw("mobilenet/samples.parquet"),
         probe=raw("mobilenet/probe.json"),
         check=record_check(),
-        code=code("shapes", "kernels", "verify", "timing", "stats", "provenance", "jobs",
-                  "mobilenet"),
+        code=code("shapes", "kernels", "verify", "timing", "stats", "provenance", "jobs", "gpu",
+                  "conv", "build", *MOBILENET_MODULES),
     output:
         summary=f"{RESULTS}/mobilenet/summary.parquet",
         report=f"{RESULTS}/mobilenet/mobilenet.json",

@@ -238,10 +238,11 @@ def nsight_page(table: pd.DataFrame) -> str:
 def tuning_page(builds: dict[str, dict]) -> str:
     frame = tuning_frame(builds)
     methods = {k: b["tuning"]["method"] for k, b in builds.items() if b.get("tuning")}
-    note = ("The tuning stage of each tuned kernel (part of its build): per shape, every launch "
-            "variant checked against FP64, then timed; the fastest correct one is the launch the "
-            "atlas verifies and times. gain = untuned (k4's rule of thumb) / tuned, both from "
-            "the tuning stage's own timing, not the atlas's. Method: "
+    note = ("The tuning stage of each tuned kernel: per shape, every launch variant verified as "
+            "the verification stage verifies a launch, then timed; the fastest correct one is the "
+            "launch the atlas verifies and times, looked up by geometry. gain = untuned (k4's "
+            "rule of thumb) / tuned, both from the tuning stage's own samples, not the atlas's. "
+            "Method: "
             + " ".join(f"{k}: {m}." for k, m in methods.items()))
     return html_page("Tuning stage", frame_html(frame), note)
 

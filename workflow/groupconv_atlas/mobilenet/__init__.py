@@ -1,0 +1,20 @@
+"""The MobileNetV2 probe: the atlas's kernels inside a real network.
+
+- Block: torchvision's `mobilenet_v2(weights=None).features[3]` (24 -> 144 -> 24 at 56x56, eval,
+  weights from a recorded seed) with exactly its 3x3 depthwise convolution replaced by k3 run
+  through PyCUDA; checked against the original block, then timed against it.
+- Network: every eligible convolution of the whole network replaced by the kernel the atlas
+  says is fastest for its shape (`choose_kernel`), checked for agreement and timed.
+- Overhead: an empty PyCUDA launch against a one-element PyTorch operation, each synchronized:
+  what the sync_api boundary pays per launch on either side.
+
+The GPU job (`run_probe`) writes raw samples only; the CPU job (`summarize_samples`,
+`probe_report`) turns them into ratios with intervals. torch, PyCUDA and torchvision are imported
+inside functions, so this module imports on a machine without them.
+"""
+from .checks import *  # noqa: F401,F403
+from .choice import *  # noqa: F401,F403
+from .config import *  # noqa: F401,F403
+from .probe import *  # noqa: F401,F403
+from .summary import *  # noqa: F401,F403
+from .surgery import *  # noqa: F401,F403
