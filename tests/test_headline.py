@@ -45,7 +45,8 @@ def verification():
 @pytest.fixture(scope="module")
 def headline():
     comp = comparisons()
-    aa = {"by_boundary": {"graph_device": {"exclude_one": 1, "exclude_one_pairs": 40,
+    aa = {"exclude_one_limit": 0.07,
+          "by_boundary": {"graph_device": {"exclude_one": 1, "exclude_one_pairs": 40,
                                            "exclude_one_rate": 0.025}}}
     return build_headline(comp, summarize(comp, CFG), shapes_doc(), verification(), L2, aa, CFG)
 
@@ -91,7 +92,8 @@ def test_summary_lines_state_computed_numbers(headline):
     assert any("17+ channels per group (1 of 1)" in line for line in lines)
     assert any("custom kernel on 3 of 4 shapes and PyTorch on 1" in line for line in lines)
     assert any("Agreement between sessions is absent" in line for line in lines)
-    assert any("1 of 40 pairs at graph_device" in line for line in lines)
+    assert any("1 of 40 pairs at graph_device (limit 7% per boundary: met)" in line
+               for line in lines)
 
 
 def test_session_agreement_is_read_from_the_cross_record_cells():

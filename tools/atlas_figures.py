@@ -1,6 +1,7 @@
 """Print the figures quoted in closing notes from a built atlas (live or replayed):
     python tools/atlas_figures.py [results/h200]
-Geometric means split by depthwise / grouped shapes, the per-shape best custom kernel, how far
+The headline's sentences (atlas.json), geometric means split by depthwise / grouped shapes with
+their two-stage interval over shapes, the per-shape best custom kernel, how far
 torch_tuned and torch_default differ (inside one timing job, or across jobs), what k5's tuning
 stage gained over k4's rule of thumb, where sync_api and graph_device disagree, bandwidth on
 over-2xL2 shapes, the Nsight k1-vs-k2 durations and instruction counts, the cross-record
@@ -14,12 +15,22 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from groupconv_atlas.report import tuning_frame  # noqa: E402
+from groupconv_atlas.stats import StatsConfig, two_stage_geomean  # noqa: E402
 
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
 
 
 def geomean(values) -> float:
     return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
+
+
+def over_shapes(rows: pd.DataFrame, cfg: StatsConfig) -> str:
+    """Geometric mean of the rows' ratios with its two-stage interval (shapes, then batches)."""
+    if rows.empty:
+        return "n/a"
+    gm, low, high = two_stage_geomean([np.log(np.asarray(r, dtype=float))
+                                       for r in rows["batch_ratios"]], cfg)
+    return f"{gm:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def host_overhead(comp: pd.DataFrame, cand: str, small_us: float = 10.0) -> None:
@@ -66,18 +77,27 @@ def main(results: Path) -> None:
     comp = pd.read_parquet(results / "comparisons.parquet")
     comp = comp[comp["class"].isin(CLASSES)]
     kernels = sorted(c for c in comp.candidate.unique() if c.startswith("k"))
-    print("# candidate vs torch_tuned: geometric mean over all / depthwise / grouped shapes")
-    for cand in [*kernels, "dispatch"]:
-        for boundary in ("graph_device", "sync_api"):
-            sub = comp[(comp.candidate == cand) & (comp.baseline == "torch_tuned")
-                       & (comp.boundary == boundary)]
-            if sub.empty:
-                continue
-            dw = sub[sub.shape_id.isin(depthwise)]
-            gr = sub[~sub.shape_id.isin(depthwise)]
-            print(f"{cand:9s} {boundary:12s} all {geomean(sub.ratio):.3f} (n={len(sub)})  "
-                  f"depthwise {geomean(dw.ratio):.3f} (n={len(dw)})  "
-                  f"grouped {geomean(gr.ratio) if len(gr) else float('nan'):.3f} (n={len(gr)})")
+    atlas = json.loads((results / "atlas.json").read_text())
+    cfg = StatsConfig(**atlas["config"]["statistics"])
+    print("# headline (atlas.json)")
+    for line in (atlas.get("headline") or {}).get("summary_lines", []):
+        print(f"- {line}")
+    for reference in ("torch_best", "torch_tuned"):
+        if reference not in set(comp.baseline):
+            continue
+        print(f"# candidate vs {reference}: geometric mean [two-stage interval over shapes] "
+              "over all / depthwise / grouped shapes")
+        for cand in [*kernels, "dispatch"]:
+            for boundary in ("graph_device", "sync_api"):
+                sub = comp[(comp.candidate == cand) & (comp.baseline == reference)
+                           & (comp.boundary == boundary)]
+                if sub.empty:
+                    continue
+                dw = sub[sub.shape_id.isin(depthwise)]
+                gr = sub[~sub.shape_id.isin(depthwise)]
+                print(f"{cand:9s} {boundary:12s} all {over_shapes(sub, cfg)} (n={len(sub)})  "
+                      f"depthwise {over_shapes(dw, cfg)} (n={len(dw)})  "
+                      f"grouped {over_shapes(gr, cfg)} (n={len(gr)})")
     host_overhead(comp, "k5" if "k5" in kernels else kernels[-1])
     print("# per-shape best custom kernel vs torch_tuned")
     for boundary in ("graph_device", "sync_api"):
@@ -97,7 +117,6 @@ def main(results: Path) -> None:
         ratio = med.torch_tuned / med.torch_default
         print(f"{path.parent.parent.parent.name}/{path.stem}: max |tuned/default - 1| "
               f"{(ratio - 1).abs().max():.4f} over {len(ratio)} shapes")
-    atlas = json.loads((results / "atlas.json").read_text())
     record = results.parent.parent / "records" / atlas["evidence"]["record"] if atlas[
         "evidence"].get("record") else None
     if record is not None and (record / "raw" / "timing").is_dir():

@@ -186,10 +186,10 @@ def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[
             f"(threshold {threshold:.0%}); ratio = baseline time / candidate time, above 1 the "
             "candidate is faster. Only cells present in every record are shown. Intervals "
             "overlap when all of them share a point. An interval covers the batch-to-batch "
-            "variation of one session, not the session-to-session one, and a record with few "
-            "batches has unreliable intervals (3 batches allow 10 distinct resamples), so a flip "
-            "between a class and INCONCLUSIVE or TIE can be a matter of sampling; a WIN/LOSS "
-            "reversal cannot.")
+            "variation of one session (or, where a job ran in several processes, the "
+            "process-to-process one), not the session-to-session one, and a record with few "
+            "batches has wide or unreliable intervals, so a flip between a class and "
+            "INCONCLUSIVE or TIE can be a matter of sampling; a WIN/LOSS reversal cannot.")
     return html_page(f"Records compared: {' vs '.join(names)}", body, esc(note))
 
 

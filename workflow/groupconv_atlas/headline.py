@@ -199,6 +199,7 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
         }
     doc["certainty"] = {"aa": {b: {k: v for k, v in r.items() if k.startswith("exclude_one")}
                                for b, r in aa.get("by_boundary", {}).items()},
+                        "aa_exclude_one_limit": aa.get("exclude_one_limit"),
                         "session_agreement": session_agreement(agreement_cells, candidate)}
     doc["summary_lines"] = summary_lines(doc, len(shapes_doc["shapes"]))
     return doc
@@ -270,9 +271,14 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
                      "available to this build.")
     aa = doc["certainty"]["aa"]
     if aa:
+        limit = doc["certainty"].get("aa_exclude_one_limit")
+        verdict = "" if limit is None else (
+            f" (limit {limit:.0%} per boundary: "
+            + ("met" if all(r["exclude_one_rate"] <= limit for r in aa.values())
+               else "NOT met, the per-shape intervals are too narrow") + ")")
         lines.append("A/A calibration (a kernel against itself): intervals excluding 1 in " +
                      ", ".join(f"{r['exclude_one']} of {r['exclude_one_pairs']} pairs at {b}"
-                               for b, r in aa.items()) + ".")
+                               for b, r in aa.items()) + verdict + ".")
     return lines
 
 
