@@ -112,7 +112,10 @@ def test_session_agreement_is_read_from_the_cross_record_cells():
     assert (graph["cells"], graph["classes_agree"], graph["reversals"]) == (3, 1, 1)
     assert graph["candidate"]["cells"] == 2 and graph["candidate"]["classes_agree"] == 1
     assert any("agree in 33% of 3 shared cells (50% of 2 for k5" in line
-               for line in doc["summary_lines"])
+               and line.endswith("with 1 WIN/LOSS reversal.") for line in doc["summary_lines"])
+    summary = summarize(comp, CFG).set_index(["baseline", "boundary"])
+    assert summary.loc[("torch_best", "graph_device"), "torch_best_chosen"] == {
+        "torch_default": 1, "torch_tuned": 3}
 
 
 def test_aa_result_counts_intervals_that_exclude_one_per_boundary():

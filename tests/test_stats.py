@@ -229,3 +229,16 @@ def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
     # Only one of the two references timed: no torch_best at all.
     assert "torch_best" not in set(with_torch_best(table[table.baseline != "torch_default"])
                                    ["baseline"])
+
+
+def test_geometric_mean_intervals_resample_processes_where_batches_span_them():
+    from groupconv_atlas.stats import replication_units
+
+    rows = pd.DataFrame({"class": ["WIN", "WIN"],
+                         "batch_ratios": [[2.0, 2.0, 4.0, 4.0], [3.0, 3.0, 3.0]],
+                         "batch_processes": [[0, 0, 1, 1], [0, 0, 0]]})
+    units = replication_units(rows)
+    assert np.allclose(units[0], np.log([2.0, 4.0]))  # one value per process
+    assert np.allclose(units[1], np.log([3.0, 3.0, 3.0]))  # one process: its batches
+    old_rows = rows.drop(columns="batch_processes")  # tables made before processes
+    assert len(replication_units(old_rows)[0]) == 4

@@ -205,8 +205,8 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
     return doc
 
 
-def _x(value) -> str:
-    return "n/a" if value is None or not np.isfinite(value) else f"{value:.2f}x"
+def _x(value, digits: int = 2) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}f}x"
 
 
 def _interval(entry: dict) -> str:
@@ -235,7 +235,7 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
             f"At {boundary}, {cand} against {ref_words}: geometric mean {_x(mine['geomean_ratio'])}"
             f" over {mine['shapes_compared']} of {shape_count} shapes, {_interval(mine)} when the "
             f"shapes themselves are resampled (measurement noise alone: "
-            f"[{_x(mine['noise_ci_low'])}, {_x(mine['noise_ci_high'])}]); {_counts(mine)}.")
+            f"[{_x(mine['noise_ci_low'], 3)}, {_x(mine['noise_ci_high'], 3)}]); {_counts(mine)}.")
     graph = doc["boundaries"].get("graph_device")
     if graph:
         for entry in graph["by_kind"]:
@@ -265,7 +265,8 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
                 f"classes agree in {entry['share_classes_agree']:.0%} of {entry['cells']} shared "
                 "cells" + (f" ({own['share_classes_agree']:.0%} of {own['cells']} for {cand} "
                            "against the PyTorch references)" if own else "")
-                + f", with {entry['reversals']} WIN/LOSS reversals.")
+                + f", with {entry['reversals']} WIN/LOSS reversal"
+                + ("" if entry["reversals"] == 1 else "s") + ".")
     else:
         lines.append("Agreement between sessions is absent: no cross-record comparison was "
                      "available to this build.")

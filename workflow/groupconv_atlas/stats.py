@@ -284,16 +284,35 @@ def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
         return pd.DataFrame(rows)
     for (cand, base, boundary), everything in comparisons.groupby(
             ["candidate", "baseline", "boundary"], sort=True):
-        rows.append({"candidate": cand, "baseline": base, "boundary": boundary,
-                     **geomean_block(everything, cfg)})
+        row = {"candidate": cand, "baseline": base, "boundary": boundary,
+               **geomean_block(everything, cfg)}
+        row["torch_best_chosen"] = None  # against torch_best: which reference each row is from
+        if base == TORCH_BEST:
+            chosen = everything["torch_best_choice"].value_counts()
+            row["torch_best_chosen"] = {ref: int(chosen.get(ref, 0)) for ref in TORCH_BEST_FROM}
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def replication_units(rows: pd.DataFrame) -> list[np.ndarray]:
+    """Per measured row, the log ratios the geometric-mean intervals resample: its batches, or,
+    where its batches came from two or more processes, its per-process means (process is the
+    level above batches, as in paired_interval)."""
+    processes = rows["batch_processes"] if "batch_processes" in rows else [None] * len(rows)
+    units = []
+    for ratios, procs in zip(rows["batch_ratios"], processes):
+        logs = np.log(np.asarray(ratios, dtype=float))
+        if procs is not None and len(np.unique(np.asarray(procs))) >= 2:
+            logs = process_means(logs, np.asarray(procs))
+        units.append(logs)
+    return units
 
 
 def geomean_block(rows: pd.DataFrame, cfg: StatsConfig) -> dict:
     """Geometric mean, both intervals and the class counts of some comparison rows (one
     candidate, reference and boundary; any subset of shapes)."""
     grp = rows[rows["class"].isin(CLASSES)]
-    logs = [np.log(np.asarray(r, dtype=float)) for r in grp["batch_ratios"]]
+    logs = replication_units(grp)
     gm, noise_low, noise_high = hierarchical_geomean(logs, cfg)
     _, shape_low, shape_high = two_stage_geomean(logs, cfg)
     counts = rows["class"].value_counts()
