@@ -146,9 +146,6 @@ def test_geometry_constants_are_past_the_limit():
     assert MAP_OF_2_31[3] * MAP_OF_2_31[4] >= INT32_LIMIT
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="k1's support states no limit for a map of 2**31 or more elements, "
-                          "though it indexes inside a map with int")
 @pytest.mark.parametrize("kernel", KERNELS_WITH_INT32_MAP_OFFSET)
 def test_support_states_the_32_bit_map_limit(kernel):
     ok, why = g.support(kernel, *MAP_OF_2_31)
@@ -157,9 +154,6 @@ def test_support_states_the_32_bit_map_limit(kernel):
     assert g.support(kernel, *GEOMETRY_PAST_2_31)[0], "maps under the limit are fine"
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                   reason="k1's support states no limit for a map of 2**31 or more elements, "
-                          "so conv2d accepts the call")
 @pytest.mark.parametrize("kernel", KERNELS_WITH_INT32_MAP_OFFSET)
 def test_conv2d_refuses_a_map_past_the_32_bit_limit_before_any_gpu_work(kernel):
     """Fake CUDA tensors of 46341 x 46341 take no memory: the refusal comes from the checks."""
