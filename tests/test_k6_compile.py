@@ -412,3 +412,345 @@ def test_k6_compiles_without_spills_or_local_memory(tmp_path):
     for f, o in TILES:
         assert int(smem[f"k6_depthwise_f{f}_o{o}"]) == 4 * f
     assert "lmem" not in report or re.search(r"[1-9]\d* bytes lmem", report) is None
+
+
+# ---- k7 (kernels/k7_grouped_smem.cu): grouped shapes, a few input channels per group ----------
+
+K7_SOURCE = REPO / "kernels" / "k7_grouped_smem.cu"
+K7_PAD = 4
+K7_MAX_CPG = K7_MAX_COUT_PG = 16
+# (TILE_FLOATS, OUTS, COB) of every K7_ENTRY line, in source order
+K7_TILES = tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
+    r"^K7_ENTRY\((\d+),\s*(\d+),\s*(\d+),\s*\d+\)", K7_SOURCE.read_text(), re.MULTILINE))
+
+
+def k7_region(tile_floats: int, cpg: int) -> int:
+    return (tile_floats // cpg) & ~3
+
+
+def k7_tile_rows(outs: int, region: int, h: int, w: int) -> int:
+    rows = (region - 2 * K7_PAD) // w - 2
+    if rows >= h:
+        return h
+    if rows >= outs:
+        rows -= rows % outs
+    return rows
+
+
+def k7_fits(g: Geometry, tile_floats: int, outs: int, cob: int) -> bool:
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    return (cpg <= K7_MAX_CPG and cout_pg <= K7_MAX_COUT_PG and cout_pg % cob == 0
+            and k7_tile_rows(outs, k7_region(tile_floats, cpg), g.h, g.w) >= 1)
+
+
+@dataclass
+class K7Tile:
+    """Where a k7 tile sits, as the kernel derives it from the tile index."""
+
+    n: int
+    group: int
+    h0: int
+    rows_here: int
+    first_e0: int
+    phase0: int
+
+
+def k7_tile(g: Geometry, rows: int, t: int, x_word: int) -> K7Tile:
+    row_blocks = -(-g.h // rows)
+    row_block, ng = t % row_blocks, t // row_blocks
+    group, n = ng % g.groups, ng // g.groups
+    h0 = row_block * rows
+    cpg = g.c_in // g.groups
+    first_e0 = (n * g.c_in + group * cpg) * g.h * g.w + (h0 - 1) * g.w
+    return K7Tile(n, group, h0, min(rows, g.h - h0), first_e0, (x_word + first_e0) & 3)
+
+
+def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int) -> tuple[np.ndarray, np.ndarray]:
+    """One tile's staging: (input tile contents, weight tile contents) as element indices of x
+    and of w (ZERO where zero-filled). Asserts alignment, bounds and single writes."""
+    W, H = g.w, g.h
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    region = k7_region(tile_floats, cpg)
+    plane, plane_phase = H * W, (H * W) & 3
+    tl = k7_tile(g, rows, t, x_word)
+    zero_head = W if tl.h0 == 0 else 0
+    zero_tail_from = (min(tl.h0 + tl.rows_here + 1, H) - (tl.h0 - 1)) * W
+    staged = (tl.rows_here + 2) * W
+    n_elems = zero_tail_from - zero_head
+
+    i = np.arange(cpg * 9 * cout_pg)
+    co, tap_ci = i % cout_pg, i // cout_pg
+    tap, ci = tap_ci % 9, tap_ci // 9
+    assert i.size <= K7_MAX_CPG * 9 * K7_MAX_COUT_PG
+    wsm = np.full(K7_MAX_CPG * 9 * K7_MAX_COUT_PG, UNSTAGED, dtype=np.int64)
+    wsm[i] = ((tl.group * cout_pg + co) * cpg + ci) * 9 + tap
+
+    smem = np.full(tile_floats, UNSTAGED, dtype=np.int64)
+    written = []
+    for c in range(cpg):
+        phase_c = (tl.phase0 + c * plane_phase) & 3
+        base = c * region + K7_PAD + phase_c
+        src0 = tl.first_e0 + c * plane + zero_head
+        assert (x_word + src0) & 3 == (phase_c + zero_head) & 3
+        head = min((4 - ((phase_c + zero_head) & 3)) & 3, n_elems)
+        vecs = (n_elems - head) >> 2
+        tail_from = head + 4 * vecs
+        v = np.arange(vecs)
+        assert np.all((x_word + src0 + head + 4 * v) % 4 == 0), "a 16-byte copy reads x unaligned"
+        assert np.all((base + zero_head + head + 4 * v) % 4 == 0), "a 16-byte copy writes unaligned"
+        rel = np.concatenate([(head + 4 * v[:, None] + np.arange(4)).ravel(), np.arange(head),
+                              np.arange(tail_from, n_elems)])
+        zeros = np.concatenate([np.arange(zero_head), np.arange(zero_tail_from, staged)])
+        dst = np.concatenate([base + zero_head + rel, base + zeros])
+        assert dst.min() >= c * region and dst.max() < (c + 1) * region, "outside the channel's region"
+        src = src0 + rel
+        assert src.size == 0 or (src.min() >= 0 and src.max() < g.n * g.c_in * plane)
+        smem[base + zero_head + rel] = src
+        smem[base + zeros] = ZERO
+        written.append(dst)
+    written = np.concatenate(written)
+    assert written.max() < tile_floats and np.bincount(written).max() == 1, "a word written twice"
+    return smem, wsm
+
+
+def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, rows: int,
+               t: np.ndarray, x_word: int, smem: np.ndarray, wsm: np.ndarray) -> dict:
+    """The compute loop of tiles t side by side; returns each write's offset, coordinates and
+    the (x element, w element) of each of its cpg*9 products, in the kernel's order."""
+    H, W = g.h, g.w
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    region = k7_region(tile_floats, cpg)
+    plane_phase = (H * W) & 3
+    tiles = [k7_tile(g, rows, int(ti), x_word) for ti in t]
+    R = t.size
+    n = np.array([tl.n for tl in tiles])[:, None]
+    group = np.array([tl.group for tl in tiles])[:, None]
+    h0 = np.array([tl.h0 for tl in tiles])[:, None]
+    rows_here = np.array([tl.rows_here for tl in tiles])[:, None]
+    phase0 = np.array([tl.phase0 for tl in tiles])[:, None]
+    strips = (rows_here + outs - 1) // outs
+    q_end = (cout_pg // cob) * strips
+    tid = np.arange(threads)
+    col = np.broadcast_to(tid % W, (R, threads)).copy()
+    q = np.broadcast_to(tid // W, (R, threads)).copy()
+    col_step, q_step = threads % W, threads // W
+    out = {k: [] for k in ("offset", "n", "c_out", "h", "col", "x", "w")}
+    while True:
+        active = q < q_end
+        if not active.any():
+            break
+        cb = q // strips
+        strip = q - cb * strips
+        j0 = strip * outs
+        co0 = cb * cob
+        # all input channels at once: a leading axis ci
+        ci = np.arange(cpg)[:, None, None]
+        base = ci * region + K7_PAD + ((phase0 + ci * plane_phase) & 3)
+        rows_of_tile = np.arange(R)[:, None]
+        win = {}
+        for r in range(outs + 2):
+            at = base + np.minimum(j0 + r, rows_here + 1) * W + col
+            inside = (at - 1 >= ci * region) & (at + 1 < (ci + 1) * region)
+            assert np.all(inside | ~active), "a read outside its channel's region"
+            at_safe = np.clip(at, 1, tile_floats - 2)
+            left, mid, right = (smem[rows_of_tile, at_safe + d] for d in (-1, 0, 1))
+            win[r, 0] = np.where(col > 0, left, ZERO)
+            win[r, 1] = mid
+            win[r, 2] = np.where(col + 1 < W, right, ZERO)
+        w_ci = ci * 9 * cout_pg + co0  # float offset of the float4 array
+        assert np.all((w_ci % 4 == 0) | ~active), "a weight read is not 16-byte aligned"
+        # x markers of output row i: (R, threads, cpg*9) in the order ci, kh, kw
+        xs = [np.stack([win[i + kh, kw] for kh in range(3) for kw in range(3)], axis=-1)
+              .transpose(1, 2, 0, 3).reshape(R, threads, cpg * 9) for i in range(outs)]
+        ws = []
+        for o in range(cob):
+            taps = [wsm[rows_of_tile, np.clip(w_ci + ((kh * 3 + kw) * cout_pg) // 4 * 4 + o, 0,
+                                              wsm.shape[1] - 1)]
+                    for kh in range(3) for kw in range(3)]
+            ws.append(np.stack(taps, axis=-1).transpose(1, 2, 0, 3).reshape(R, threads, cpg * 9))
+        for i in range(outs):
+            valid = active & (j0 + i < rows_here)
+            for o in range(cob):
+                c_out = group * cout_pg + co0 + o
+                h = h0 + j0 + i
+                out["offset"].append((((n * g.c_out + c_out) * H + h) * W + col)[valid])
+                out["n"].append(np.broadcast_to(n, valid.shape)[valid])
+                out["c_out"].append(c_out[valid])
+                out["h"].append(h[valid])
+                out["col"].append(col[valid])
+                out["x"].append(xs[i][valid])
+                out["w"].append(ws[o][valid])
+        col = col + col_step
+        q = q + q_step
+        carry = col >= W
+        col = np.where(carry, col - W, col)
+        q = np.where(carry, q + 1, q)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def k7_check_writes(g: Geometry, wr: dict) -> None:
+    """Each write's products pair the right x elements with the right weights."""
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    assert not np.any(wr["x"] == UNSTAGED) and not np.any(wr["w"] == UNSTAGED), \
+        "a product used a shared word no copy wrote"
+    n, c_out, h, col = (wr[k][:, None] for k in ("n", "c_out", "h", "col"))
+    group = c_out // cout_pg
+    want_x, want_w = [], []
+    for ci in range(cpg):
+        for kh in range(3):
+            for kw in range(3):
+                hh, ww = h - 1 + kh, col - 1 + kw
+                inside = (hh >= 0) & (hh < g.h) & (ww >= 0) & (ww < g.w)
+                want_x.append(np.where(inside, ((n * g.c_in + group * cpg + ci) * g.h + hh) * g.w + ww,
+                                       ZERO))
+                want_w.append((c_out * cpg + ci) * 9 + kh * 3 + kw)
+    assert np.array_equal(wr["x"], np.concatenate(want_x, axis=1)), "a product read the wrong input"
+    assert np.array_equal(wr["w"], np.concatenate(want_w, axis=1)), "a product used the wrong weight"
+    assert np.array_equal(wr["offset"][:, None], ((n * g.c_out + c_out) * g.h + h) * g.w + col)
+
+
+def k7_run(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, x_word: int,
+           t: np.ndarray) -> dict:
+    rows = k7_tile_rows(outs, k7_region(tile_floats, g.c_in // g.groups), g.h, g.w)
+    staged = [k7_stage(g, tile_floats, rows, int(ti), x_word) for ti in t]
+    smem = np.stack([s for s, _ in staged])
+    wsm = np.stack([w for _, w in staged])
+    return k7_compute(g, tile_floats, outs, cob, threads, rows, t, x_word, smem, wsm)
+
+
+def k7_reference(g: Geometry, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Grouped 3x3 convolution, padding 1, in float64."""
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    y = np.zeros((g.n, g.c_out, g.h, g.w))
+    for co in range(g.c_out):
+        grp = co // cout_pg
+        for ci in range(cpg):
+            for kh in range(3):
+                for kw in range(3):
+                    y[:, co] += w[co, ci, kh, kw] * xp[:, grp * cpg + ci, kh:kh + g.h, kw:kw + g.w]
+    return y
+
+
+K7_SMALL = {
+    "cpg4-7x7": Geometry(2, 8, 8, 7, 7, 2),
+    "cpg4-19x19-oddw": Geometry(1, 8, 8, 19, 19, 2),
+    "cpg4-56x56": Geometry(1, 4, 4, 56, 56, 1),
+    "cpg8-28x28": Geometry(1, 16, 16, 28, 28, 2),
+    "cpg8-37x37-oddw": Geometry(1, 16, 16, 37, 37, 2),
+    "cpg16-7x7": Geometry(2, 32, 32, 7, 7, 2),
+    "cpg16-14x14": Geometry(2, 32, 32, 14, 14, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(K7_SMALL))
+def test_emulated_k7_matches_fp64_reference(name):
+    """Every output written once, equal to an FP64 grouped convolution, for every k7 tile that
+    fits, both block sizes and every 16-byte phase of x (the frozen-geometry test below runs the
+    full-size maps)."""
+    g = K7_SMALL[name]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((g.n, g.c_in, g.h, g.w))
+    w = rng.standard_normal((g.c_out, g.c_in // g.groups, 3, 3))
+    want = k7_reference(g, x, w).ravel()
+    fits = [v for v in K7_TILES if k7_fits(g, *v)]
+    assert fits, f"no k7 tile fits {name}"
+    for tile_floats, outs, cob in fits:
+        rows = k7_tile_rows(outs, k7_region(tile_floats, g.c_in // g.groups), g.h, g.w)
+        tiles = g.n * g.groups * -(-g.h // rows)
+        for threads, x_word in [(256, 0), (256, 3), (128, 1), (128, 2)]:
+            label = f"{name} tile {tile_floats} outs {outs} cob {cob} threads {threads} x+{x_word}"
+            wr = k7_run(g, tile_floats, outs, cob, threads, x_word, np.arange(tiles))
+            k7_check_writes(g, wr)
+            counts = np.bincount(wr["offset"], minlength=want.size)
+            assert counts.size == want.size and counts.min() == 1 and counts.max() == 1, \
+                f"{label}: outputs not written exactly once"
+            gathered = np.where(wr["x"] >= 0, x.ravel()[np.maximum(wr["x"], 0)], 0.0)
+            y = np.full(want.size, np.nan)
+            y[wr["offset"]] = np.einsum("ij,ij->i", gathered, w.ravel()[wr["w"]])
+            np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12, err_msg=label)
+
+
+def test_k7_emulation_catches_a_wrong_weight():
+    g = K7_SMALL["cpg4-7x7"]
+    wr = k7_run(g, *K7_TILES[0], 256, 0, np.arange(2))
+    wr["w"][:, [0, 1]] = wr["w"][:, [1, 0]]
+    with pytest.raises(AssertionError, match="wrong weight"):
+        k7_check_writes(g, wr)
+
+
+def frozen_k7_geometries() -> dict[str, Geometry]:
+    doc = yaml.safe_load((REPO / "config" / "shapes.yaml").read_text())
+    out = {}
+    for s in doc["shapes"]:
+        g = Geometry(s["n"], s["c_in"], s["c_out"], s["h"], s["w"], s["groups"])
+        if any(k7_fits(g, *v) for v in K7_TILES):
+            out[s["id"]] = g
+    return out
+
+
+K7_FROZEN = frozen_k7_geometries()
+
+
+def test_k7_covers_the_grouped_shapes_it_is_for():
+    """Every frozen shape with 4 to 16 channels per group (on both sides) has a k7 tile."""
+    doc = yaml.safe_load((REPO / "config" / "shapes.yaml").read_text())
+    meant = {s["id"] for s in doc["shapes"]
+             if 4 <= s["c_in"] // s["groups"] <= 16 and 4 <= s["c_out"] // s["groups"] <= 16}
+    assert meant and meant <= set(K7_FROZEN)
+
+
+@pytest.mark.parametrize("shape_id", list(K7_FROZEN))
+def test_k7_every_output_written_once_on_frozen_geometry(shape_id):
+    """At full size, for every k7 tile that fits and both block sizes: one tile of each kind
+    (first, middle or last row block; x's 16-byte phase at its first row) in group 0 and in the
+    last group of the last image is emulated and writes exactly its own outputs, once each, from
+    the right products. Tiles of one kind differ only by a shift of every index, and the tiles
+    enumerate every (image, group, row block), so this covers every tile."""
+    g = K7_FROZEN[shape_id]
+    cpg = g.c_in // g.groups
+    for tile_floats, outs, cob in [v for v in K7_TILES if k7_fits(g, *v)]:
+        rows = k7_tile_rows(outs, k7_region(tile_floats, cpg), g.h, g.w)
+        assert K7_PAD + 3 + (rows + 2) * g.w < k7_region(tile_floats, cpg)
+        row_blocks = -(-g.h // rows)
+        tiles = g.n * g.groups * row_blocks
+        t = np.arange(tiles, dtype=np.int64)
+        tls = [k7_tile(g, rows, int(ti), 0) for ti in t[: g.groups * row_blocks]]
+        # the kinds among the first image's tiles (the phase cycles with the plane, not the image
+        # alone), plus the very last tile
+        kinds = {}
+        for ti, tl in zip(t, tls):
+            kinds.setdefault((tl.h0 == 0, tl.h0 + tl.rows_here == g.h, tl.rows_here, tl.phase0), ti)
+        reps = np.array(sorted({*kinds.values(), tiles - 1}), dtype=np.int64)
+        for threads in BLOCKS:
+            wr = k7_run(g, tile_floats, outs, cob, threads, 0, reps)
+            k7_check_writes(g, wr)
+            want = []
+            for ti in reps:
+                tl = k7_tile(g, rows, int(ti), 0)
+                cout_pg = g.c_out // g.groups
+                c_out = tl.group * cout_pg + np.arange(cout_pg)
+                h = tl.h0 + np.arange(tl.rows_here)
+                want.append((((tl.n * g.c_out + c_out[:, None, None]) * g.h + h[None, :, None]) * g.w
+                             + np.arange(g.w)).ravel())
+            got = np.sort(wr["offset"])
+            label = f"{shape_id} tile {tile_floats} outs {outs} cob {cob} threads {threads}"
+            assert np.all(np.diff(got) > 0), f"{label}: an output written twice"
+            assert np.array_equal(got, np.sort(np.concatenate(want))), f"{label}: coverage"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_k7_compiles_without_spills_or_local_memory(tmp_path):
+    res = subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", "--resource-usage",
+                          "-I", str(REPO / "kernels"), str(K7_SOURCE), "-o", str(tmp_path / "k7.cubin")],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    report = res.stdout + res.stderr
+    entries = re.findall(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, "
+                         r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert {e[0] for e in entries} == {f"k7_grouped_f{f}_o{o}_c{c}" for f, o, c in K7_TILES}
+    for name, stack, spill_st, spill_ld in entries:
+        assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
+    smem = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes smem", report, re.S))
+    for f, o, c in K7_TILES:
+        assert int(smem[f"k7_grouped_f{f}_o{o}_c{c}"]) == 4 * (f + K7_MAX_CPG * 9 * K7_MAX_COUT_PG)

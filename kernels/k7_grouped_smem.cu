@@ -1,0 +1,207 @@
+// k7 grouped shared-memory tile: for grouped shapes with a few input channels per group. A block
+// takes rows h0 .. h0+rows-1 (full width) of one image n and one group g, stages those rows plus
+// a halo row above and below of every input channel of the group -- each channel's rows are one
+// contiguous range of x, copied with aligned 16-byte asynchronous copies whatever W is, its
+// unaligned head and tail 4 bytes at a time -- and the group's weights, transposed so that COB
+// output channels of one (input channel, tap) are adjacent. Each thread then computes a vertical
+// strip of OUTS outputs for COB output channels, reading each staged input once per strip for
+// all COB channels. A tile never spans two planes, so rows outside the map are staged as zeros
+// and only the columns need masking.
+#include <cuda_pipeline.h>
+#include <stdint.h>
+
+#include "common.cuh"
+
+// Floats of padding before each channel's staged rows (the w-1 read stays in the region; a
+// multiple of 4 keeps 16-byte alignment meaningful).
+#define K7_PAD 4
+// The largest group: input channels per group and output channels per group, for the static
+// weight array.
+#define K7_MAX_CPG 16
+#define K7_MAX_COUT_PG 16
+
+// Floats of the tile each input channel of a group gets: a multiple of 4, so every region starts
+// 16-byte aligned.
+template <int TILE_FLOATS>
+__device__ __forceinline__ int k7_region(int cin_per_group) {
+    return (TILE_FLOATS / cin_per_group) & ~3;
+}
+
+// Output rows a tile holds: what fits in a channel's region with the two halo rows and both pads,
+// at most H (a tile stays in one plane), else rounded down to a multiple of OUTS when at least
+// OUTS fit. Below 1: W is too wide for the tile.
+template <int OUTS>
+__device__ __forceinline__ int k7_tile_rows(int region, int H, int W) {
+    int rows = (region - 2 * K7_PAD) / W - 2;
+    if (rows >= H) return H;
+    if (rows >= OUTS) rows -= rows % OUTS;
+    return rows;
+}
+
+// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; C_in/groups <= 16,
+// C_out/groups <= 16 and a multiple of COB (COB a multiple of 4, for 16-byte weight reads); x at
+// least 4-byte aligned (any float pointer); the row fit above at least 1. Other shapes return
+// without writing (the host's support predicate refuses them first). Index types: element
+// offsets and tiles are 64-bit (no 2**31-element limit); N*C_out < 2**31 (checked); offsets
+// inside a tile are int. Any grid size is correct: blocks stride over the tiles.
+template <int TILE_FLOATS, int OUTS, int COB>
+__device__ void k7_grouped(const float* __restrict__ x, const float* __restrict__ wt,
+                           float* __restrict__ y, int N, int C_in, int C_out, int H, int W,
+                           int groups) {
+    __shared__ __align__(16) float tile[TILE_FLOATS];
+    __shared__ __align__(16) float wsh[K7_MAX_CPG * 9 * K7_MAX_COUT_PG];  // [ci][tap][co]
+    if (groups < 1 || C_in % groups != 0 || C_out % groups != 0 || N < 1 || H < 1 || W < 1)
+        return;
+    const int cpg = C_in / groups, cout_pg = C_out / groups;
+    if (cpg > K7_MAX_CPG || cout_pg > K7_MAX_COUT_PG || cout_pg % COB != 0 ||
+        (long long)N * C_out > 0x7fffffffLL)
+        return;
+    const int region = k7_region<TILE_FLOATS>(cpg);
+    const int rows = k7_tile_rows<OUTS>(region, H, W);
+    if (rows < 1) return;
+    const int row_blocks = (H + rows - 1) / rows;
+    const long long tiles = (long long)N * groups * row_blocks;
+    const long long plane = (long long)H * W;
+    // x's position within a 16-byte line, in floats; and how far each plane moves it
+    const int x_word = (int)((reinterpret_cast<uintptr_t>(x) >> 2) & 3);
+    const int plane_phase = (int)(plane & 3);
+    const int tid = threadIdx.x, threads = blockDim.x;
+    // Items u = q * W + col (q: channel block and strip), walked as in k6: one division here.
+    const int col_first = tid % W, q_first = tid / W;
+    const int col_step = threads % W, q_step = threads / W;
+    const int channel_blocks = cout_pg / COB;
+    const int weights = cpg * 9 * cout_pg;
+
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int row_block = (int)(t % row_blocks);
+        const long long ng = t / row_blocks;
+        const int g = (int)(ng % groups);
+        const int n = (int)(ng / groups);
+        const int h0 = row_block * rows;
+        const int rows_here = min(rows, H - h0);
+        // Channel c's shared row j (0 .. rows_here+1) holds its row h0-1+j at
+        // tile[base_c + j*W ...], base_c = c*region + K7_PAD + (16-byte phase of that row).
+        const long long first_e0 = ((long long)n * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
+        const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative value is still mod 4
+        const int zero_head = h0 == 0 ? W : 0;                         // the row above row 0
+        const int zero_tail_from = (min(h0 + rows_here + 1, H) - (h0 - 1)) * W;  // rows past H
+        const int staged = (rows_here + 2) * W;
+        const int n_elems = zero_tail_from - zero_head;
+
+        __syncthreads();  // every thread is done reading the previous tile
+        for (int i = tid; i < weights; i += threads) {
+            const int co = i % cout_pg, tap_ci = i / cout_pg;  // i = (ci*9 + tap)*cout_pg + co
+            const int tap = tap_ci % 9, ci = tap_ci / 9;
+            wsh[i] = __ldg(wt + ((long long)(g * cout_pg + co) * cpg + ci) * 9 + tap);
+        }
+        for (int c = 0; c < cpg; ++c) {
+            const int base = c * region + K7_PAD + ((phase0 + c * plane_phase) & 3);
+            for (int i = tid; i < zero_head; i += threads) tile[base + i] = 0.0f;
+            for (int i = zero_tail_from + tid; i < staged; i += threads) tile[base + i] = 0.0f;
+            const float* src = x + (first_e0 + c * plane + zero_head);  // never before x
+            float* dst = tile + base + zero_head;
+            // elements before src's first 16-byte boundary
+            const int head = min((4 - ((phase0 + c * plane_phase + zero_head) & 3)) & 3, n_elems);
+            const int vecs = (n_elems - head) >> 2;
+            const int tail_from = head + 4 * vecs;
+            for (int v = tid; v < vecs; v += threads)
+                __pipeline_memcpy_async(dst + head + 4 * v, src + head + 4 * v, 16);
+            for (int i = tid; i < head; i += threads) __pipeline_memcpy_async(dst + i, src + i, 4);
+            for (int i = tail_from + tid; i < n_elems; i += threads)
+                __pipeline_memcpy_async(dst + i, src + i, 4);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+        __syncthreads();
+
+        const int strips = (rows_here + OUTS - 1) / OUTS;
+        const int q_end = channel_blocks * strips;
+        int col = col_first;
+        for (int q = q_first; q < q_end;) {
+            const int cb = q / strips;
+            const int strip = q - cb * strips;
+            const int j0 = strip * OUTS;  // shared row above the strip's first output row
+            const int co0 = cb * COB;     // first output channel of the block, within the group
+
+            float acc[OUTS][COB];
+#pragma unroll
+            for (int i = 0; i < OUTS; ++i)
+#pragma unroll
+                for (int o = 0; o < COB; ++o) acc[i][o] = 0.0f;
+
+            for (int ci = 0; ci < cpg; ++ci) {
+                const int base = ci * region + K7_PAD + ((phase0 + ci * plane_phase) & 3);
+                // Window: rows j0 .. j0+OUTS+1 (clamped to staged rows: the clamped ones feed
+                // only outputs past the tile's end, never written), columns col-1 .. col+1.
+                float win[OUTS + 2][3];
+#pragma unroll
+                for (int r = 0; r < OUTS + 2; ++r) {
+                    const int at = base + min(j0 + r, rows_here + 1) * W + col;
+                    const float left = tile[at - 1], mid = tile[at], right = tile[at + 1];
+                    win[r][0] = col > 0 ? left : 0.0f;
+                    win[r][1] = mid;
+                    win[r][2] = col + 1 < W ? right : 0.0f;
+                }
+                const float4* w_ci =
+                    reinterpret_cast<const float4*>(wsh + ci * 9 * cout_pg + co0);
+#pragma unroll
+                for (int kh = 0; kh < 3; ++kh)
+#pragma unroll
+                    for (int kw = 0; kw < 3; ++kw)
+#pragma unroll
+                        for (int o4 = 0; o4 < COB / 4; ++o4) {
+                            const float4 wv = w_ci[((kh * 3 + kw) * cout_pg) / 4 + o4];
+#pragma unroll
+                            for (int i = 0; i < OUTS; ++i) {
+                                const float v = win[i + kh][kw];
+                                acc[i][4 * o4 + 0] = fmaf(v, wv.x, acc[i][4 * o4 + 0]);
+                                acc[i][4 * o4 + 1] = fmaf(v, wv.y, acc[i][4 * o4 + 1]);
+                                acc[i][4 * o4 + 2] = fmaf(v, wv.z, acc[i][4 * o4 + 2]);
+                                acc[i][4 * o4 + 3] = fmaf(v, wv.w, acc[i][4 * o4 + 3]);
+                            }
+                        }
+            }
+
+#pragma unroll
+            for (int i = 0; i < OUTS; ++i) {
+                if (j0 + i >= rows_here) break;
+                const int h = h0 + j0 + i;
+#pragma unroll
+                for (int o = 0; o < COB; ++o)
+                    y[nchw_offset(n, g * cout_pg + co0 + o, h, col, C_out, H, W)] = acc[i][o];
+            }
+
+            col += col_step;
+            q += q_step;
+            if (col >= W) {
+                col -= W;
+                ++q;
+            }
+        }
+    }
+}
+
+// One entry per tile: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS). Shared memory per block is
+// 4 * (TILE_FLOATS + 2304) bytes; __launch_bounds__(256) lets the tuner launch 128 or 256
+// threads. MIN_BLOCKS 0 leaves ptxas its register heuristic; 1 lets a tile that would spill under
+// it (2 rows x 4 channels) take up to 255 registers instead.
+#define K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS)                                          \
+    extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)                             \
+        k7_grouped_f##TILE_FLOATS##_o##OUTS##_c##COB(const float* __restrict__ x,             \
+                                                     const float* __restrict__ wt,            \
+                                                     float* __restrict__ y, int N, int C_in,  \
+                                                     int C_out, int H, int W, int groups) {   \
+        k7_grouped<TILE_FLOATS, OUTS, COB>(x, wt, y, N, C_in, C_out, H, W, groups);           \
+    }
+K7_ENTRY(4096, 1, 4, 0)
+K7_ENTRY(4096, 2, 4, 1)
+K7_ENTRY(4096, 4, 4, 0)
+K7_ENTRY(4096, 1, 8, 0)
+K7_ENTRY(4096, 2, 8, 0)
+K7_ENTRY(4096, 4, 8, 0)
+K7_ENTRY(8192, 1, 4, 0)
+K7_ENTRY(8192, 2, 4, 1)
+K7_ENTRY(8192, 4, 4, 0)
+K7_ENTRY(8192, 1, 8, 0)
+K7_ENTRY(8192, 2, 8, 0)
+K7_ENTRY(8192, 4, 8, 0)
