@@ -82,12 +82,13 @@ def test_threshold_change_reruns_only_the_statistics(replayed):
     override.write_text("statistics:\n  threshold: 0.1\n")
     res = run(replayed, "-n", "atlas", *SMOKE, str(override))
     jobs = set(job_counts(res.stdout))
-    assert {"compare_job", "assemble_atlas", "provenance"} <= jobs, res.stdout
+    assert {"compare_job", "assemble_atlas", "provenance", "provenance_complete"} <= jobs, res.stdout
     upstream = {"freeze_shapes", "check_record", "build_kernel", "verify", "time_job", "ceilings",
                 "crosscheck", "dispatch_table", "mobilenet_measure", "nsight_profile",
                 "machine_code"}
     assert not jobs & upstream, res.stdout
-    assert all(j in ("compare_job", "assemble_atlas", "provenance", "atlas", "mobilenet_stats")
+    assert all(j in ("compare_job", "assemble_atlas", "provenance", "provenance_complete", "atlas",
+                     "mobilenet_stats")
                or j.startswith("report_") for j in jobs), res.stdout
 
 

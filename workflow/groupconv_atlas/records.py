@@ -118,7 +118,8 @@ def committed_blobs(paths: list[Path]) -> tuple[str, dict[Path, str]] | None:
 
 
 def _check_git(record_dir: Path, listed: list[str]) -> dict:
-    files = [record_dir / MANIFEST, record_dir.parent / INDEX, *(record_dir / r for r in listed)]
+    # The data files first: a rewritten file is named even when its manifest was rewritten too.
+    files = [*(record_dir / r for r in listed), record_dir / MANIFEST, record_dir.parent / INDEX]
     found = committed_blobs(files)
     if found is None:
         return {"checked": False, "reason": "not a git work tree: checked against "

@@ -27,7 +27,12 @@ rule assemble_atlas:
         mobilenet=mobilenet_readings(),
         record_shapes=record_shapes(),
         check=record_check(),
-        code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance"),
+        # What assemble_atlas.py runs: artifacts builds the evidence and headline, and reaches the
+        # report package's helpers through them.
+        code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "jobs",
+                  "timing", "compare_records", "evidence", "headline", "plan",
+                  *(f"report/{m}" for m in ("__init__", "style", "axes", "figures", "frames",
+                                            "html_blocks", "pages", "atlas_map"))),
     output:
         atlas=f"{RESULTS}/atlas.json",
         details=f"{RESULTS}/map-details.json",
@@ -104,6 +109,8 @@ rule provenance_complete:
 rule verify_provenance:
     """Re-hash every file in provenance-complete.json; fails naming the first mismatch. The index
     is a param, not an input, so a changed file is reported instead of re-indexed."""
+    input:
+        code=code("provenance", "provenance_index"),
     params:
         index=PROVENANCE_COMPLETE,
     log:

@@ -80,6 +80,13 @@ if MODE == "live":
         params:
             results=RESULTS,
             device=DEVICE,
+            # How to replay the record: the config files this run layered on config/config.yaml,
+            # entered in records/INDEX.json (`make replay RECORD=<name>` reads them).
+            replay=[a for f in workflow.overwrite_configfiles
+                    if Path(f).resolve() != Path("config/config.yaml").resolve()
+                    for a in ("--configfile", str(Path(f).resolve().relative_to(Path.cwd())
+                                                  if Path(f).resolve().is_relative_to(Path.cwd())
+                                                  else f))],
         log:
             f"{RESULTS}/logs/snapshot_record.log",
         conda:
