@@ -4,8 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from groupconv_atlas.artifacts import aa_result
-from groupconv_atlas.headline import (build_headline, channel_bin, footprint_bin,
-                                      shape_groups)
+from groupconv_atlas.headline import build_headline, channel_bin, footprint_bin, shape_groups
 from groupconv_atlas.stats import StatsConfig, summarize, with_torch_best
 
 CFG = StatsConfig(seed=3, resamples=2000)
