@@ -95,6 +95,20 @@ def test_summary_lines_state_computed_numbers(headline):
                for line in lines)
 
 
+def test_an_unmet_aa_limit_names_the_boundary_and_how_far_from_one():
+    comp = comparisons()
+    aa = {"exclude_one_limit": 0.07,
+          "by_boundary": {"graph_device": {"exclude_one": 6, "exclude_one_pairs": 80,
+                                           "exclude_one_rate": 0.075,
+                                           "exclude_one_largest_deviation": 0.0027},
+                          "sync_api": {"exclude_one": 0, "exclude_one_pairs": 80,
+                                       "exclude_one_rate": 0.0,
+                                       "exclude_one_largest_deviation": None}}}
+    doc = build_headline(comp, summarize(comp, CFG), shapes_doc(), verification(), L2, aa, CFG)
+    assert any("NOT met at graph_device, where the excluding pairs' ratios lie within 0.3% of 1"
+               in line for line in doc["summary_lines"])
+
+
 def test_session_agreement_is_read_from_the_cross_record_cells():
     comp = comparisons()
     wide = pd.DataFrame({"shape_id": ["g4", "g32", "g4"], "candidate": ["k5", "k5", "k0"],
@@ -119,12 +133,15 @@ def test_session_agreement_is_read_from_the_cross_record_cells():
 
 def test_aa_result_counts_intervals_that_exclude_one_per_boundary():
     rows = [{"job": "aa", "candidate": "k0", "baseline": "k0_twin", "boundary": b,
-             "class": "TIE", "ci_low": lo, "ci_high": hi}
-            for b, lo, hi in [("graph_device", 0.99, 1.01), ("graph_device", 1.001, 1.01),
+             "class": "TIE", "ratio": (lo + hi) / 2, "ci_low": lo, "ci_high": hi}
+            for b, lo, hi in [("graph_device", 0.99, 1.01), ("graph_device", 1.001, 1.009),
                               ("sync_api", 0.98, 1.02), ("sync_api", 0.97, 1.03)]]
     aa = aa_result(pd.DataFrame(rows))
     assert aa["by_boundary"]["graph_device"]["exclude_one"] == 1
     assert aa["by_boundary"]["graph_device"]["exclude_one_rate"] == 0.5
+    assert aa["by_boundary"]["graph_device"]["exclude_one_largest_deviation"] == \
+        pytest.approx(0.005)
+    assert aa["by_boundary"]["sync_api"]["exclude_one_largest_deviation"] is None
     assert aa["by_boundary"]["sync_api"]["exclude_one"] == 0
     assert not aa["exclude_one_passed"]  # 50% at graph_device is over the 7% limit
     assert aa["passed"]  # no WIN or LOSS

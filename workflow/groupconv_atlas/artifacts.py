@@ -54,11 +54,18 @@ def aa_result(comparisons: pd.DataFrame, confidence_level: float = 0.95) -> dict
     by_boundary = {}
     for boundary, grp in aa.groupby("boundary", sort=True):
         decided = int(grp["class"].isin(["WIN", "LOSS"]).sum())
-        excluded = int(((grp["ci_low"] > 1) | (grp["ci_high"] < 1)).sum())
+        outside = (grp["ci_low"] > 1) | (grp["ci_high"] < 1)
+        excluded = int(outside.sum())
+        # How far from 1 the excluding pairs' ratios are: a sub-threshold real difference between
+        # the two handles reads differently from intervals that are simply too narrow.
+        largest = float(np.abs(np.log(grp.loc[outside, "ratio"].astype(float))).max()) \
+            if excluded else None
         by_boundary[boundary] = {"pairs": int(len(grp)), "win_or_loss": decided,
                                  "rate": decided / len(grp) if len(grp) else None,
                                  "exclude_one": excluded, "exclude_one_pairs": int(len(grp)),
-                                 "exclude_one_rate": excluded / len(grp) if len(grp) else None}
+                                 "exclude_one_rate": excluded / len(grp) if len(grp) else None,
+                                 "exclude_one_largest_deviation":
+                                     None if largest is None else float(np.expm1(largest))}
     pairs = int(len(aa))
     decided = int(aa["class"].isin(["WIN", "LOSS"]).sum())
     rate = decided / pairs if pairs else None

@@ -87,9 +87,11 @@ def _headline(atlas: dict, blocks: dict[str, Template]) -> tuple[str, str]:
 def _aa_words(aa: dict) -> dict:
     rate = "n/a" if aa["rate"] is None else f"{aa['rate']:.1%}"
     per = aa.get("by_boundary", {})
-    exclude = "; ".join(f"{b} {r['exclude_one']} of {r['exclude_one_pairs']} "
-                        f"({share(r['exclude_one_rate'])})" for b, r in per.items()
-                        if "exclude_one" in r) or "n/a"
+    exclude = "; ".join(
+        f"{b} {r['exclude_one']} of {r['exclude_one_pairs']} ({share(r['exclude_one_rate'])}"
+        + (f", ratios within {r['exclude_one_largest_deviation']:.2%} of 1"
+           if r.get("exclude_one_largest_deviation") is not None else "") + ")"
+        for b, r in per.items() if "exclude_one" in r) or "n/a"
     return {"aa_implementation": aa["implementation"], "aa_decided": aa["win_or_loss"],
             "aa_pairs": aa["pairs"], "aa_rate": rate, "aa_limit": f"{aa['limit']:.0%}",
             "aa_verdict": "passed" if aa["passed"] else "FAILED: do not trust the verdicts",
@@ -97,7 +99,8 @@ def _aa_words(aa: dict) -> dict:
             "aa_exclude_one": exclude,
             "aa_exclude_limit": f"{aa.get('exclude_one_limit', 0):.0%}",
             "aa_exclude_verdict": "passed" if aa.get("exclude_one_passed") else
-            "FAILED: the per-shape intervals are too narrow"}
+            "NOT met: either the per-shape intervals are too narrow or the second handle differs "
+            "from the first by a real amount smaller than the threshold"}
 
 
 def _roofline(atlas: dict, blocks) -> str:
