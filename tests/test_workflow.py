@@ -55,7 +55,8 @@ def replayed(tmp_path_factory):
 
 def test_replay_produces_the_artifacts_marked_as_replayed(replayed):
     out = replayed / "results" / "h200-smoke"
-    for name in ("atlas.json", "map-details.json", "provenance.json", "current-evidence.md",
+    for name in ("atlas.json", "map-details.json", "provenance.json", "provenance-complete.json",
+                 "current-evidence.md",
                  "summary.parquet", "verification.parquet", "roofline.parquet"):
         assert (out / name).is_file(), name
     atlas = json.loads((out / "atlas.json").read_text())

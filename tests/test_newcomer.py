@@ -1,0 +1,135 @@
+"""The newcomer's path: README commands that work as typed, every committed record replayable with
+one documented command, a run stopped with Ctrl-C that resumes, and a short log."""
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from groupconv_atlas.records import load_index, replay_arguments
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
+        ".ruff_cache", "artifacts"}
+CHECK_RECORD = "h200-cudnn-check-2026-11-29"  # the smallest committed record
+README = (ROOT / "README.md").read_text()
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end > 0 else None]
+
+
+def copy_tree(dest: Path) -> Path:
+    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
+    return dest
+
+
+def make(repo: Path, *args: str, dry: bool = False) -> subprocess.CompletedProcess:
+    """make with this interpreter's environment, never reinstalling it (-o: take it as made)."""
+    venv = Path(sys.executable).parent.parent
+    installed = f"{venv}/.installed"
+    return subprocess.run(["make", *(["-n"] if dry else []), f"VENV={venv}", "-o", installed,
+                           *args], cwd=repo, capture_output=True, text=True, timeout=900)
+
+
+def test_default_profile_resumes_and_keeps_the_log_short():
+    profile = yaml.safe_load((ROOT / "profiles" / "default" / "config.yaml").read_text())
+    assert profile["rerun-incomplete"] is True
+    assert "reason" in profile["quiet"]  # the ~80-file `reason:` lists
+
+
+def test_job_scripts_never_swallow_keyboard_interrupt():
+    """In a job script or the code every job runs (jobs.py, provenance.py), a bare except, or one
+    naming BaseException or KeyboardInterrupt, that does not re-raise would turn a Ctrl-C into a
+    finished job."""
+    offenders = []
+    package = ROOT / "workflow" / "groupconv_atlas"
+    files = [*(ROOT / "workflow" / "scripts").glob("*.py"), package / "jobs.py",
+             package / "provenance.py"]
+    assert files
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ExceptHandler):
+                continue
+            names = {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)} if node.type else {"bare"}
+            reraises = any(isinstance(n, ast.Raise) for n in ast.walk(node))
+            if names & {"bare", "BaseException", "KeyboardInterrupt"} and not reraises:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_every_committed_record_is_indexed_and_its_replay_builds(tmp_path):
+    """`make replay RECORD=<name>` replays each record with the configuration it was measured
+    with (records/INDEX.json); each one's DAG builds (the shape check included)."""
+    repo = copy_tree(tmp_path / "repo")
+    committed = sorted(p.parent.name for p in (ROOT / "records").glob("*/record.json"))
+    assert sorted(load_index(ROOT / "records")["records"]) == committed
+    assert "make replay RECORD=" in section("Quick start")
+    for name in committed:
+        assert name in section("Quick start"), f"{name}: no replay command in the README"
+        args = replay_arguments(ROOT / "records", name)
+        res = subprocess.run([*SNAKEMAKE, "-n", "atlas", *args], cwd=repo, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
+    res = make(repo, "replay", f"RECORD={CHECK_RECORD}", dry=True)
+    assert res.returncode == 0 and "groupconv_atlas.records replay-args" in res.stdout
+
+
+def test_readme_commands_work_as_typed():
+    """Every `make` target the Quick start names exists; bare `snakemake` lines come after the
+    activation line; `snakemake --report`'s default output is ignored by git."""
+    quick = section("Quick start")
+    targets = set(re.findall(r"(?:`|^)make ([a-z_]+)", quick, re.MULTILINE))
+    assert {"atlas", "test", "verify", "report", "mobilenet_probe", "replay"} <= targets
+    for target in sorted(targets):
+        extra = [f"RECORD={CHECK_RECORD}"] if target == "replay" else []
+        res = make(ROOT, target, *extra, dry=True)
+        assert res.returncode == 0, f"make {target}: {res.stderr}"
+    assert ". .venv/bin/activate" in quick
+    assert "report" in make(ROOT, "report", dry=True).stdout
+    assert "reports/atlas.html" in make(ROOT, "report", dry=True).stdout
+    ignored = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()]
+    assert "/report.html" in ignored
+    if (ROOT / ".git").exists() and shutil.which("git"):
+        res = subprocess.run(["git", "check-ignore", "-q", "report.html"], cwd=ROOT)
+        assert res.returncode == 0
+
+
+def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
+    repo = copy_tree(tmp_path / "repo")
+    args = replay_arguments(ROOT / "records", CHECK_RECORD)
+    proc = subprocess.Popen([*SNAKEMAKE, "atlas", *args], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "rule compare_job" in line:
+            time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group
+            break
+    proc.stdout.read()
+    assert proc.wait(timeout=300) != 0, "".join(seen)[-3000:]
+    incomplete = list((repo / ".snakemake" / "incomplete").glob("*"))
+    assert incomplete, "the interrupt left no incomplete output: nothing was tested"
+    res = make(repo, "replay", f"RECORD={CHECK_RECORD}")
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-3000:]
+    assert "IncompleteFilesException" not in log
+    # The make targets' log: no rule blocks, one line per job from the job itself.
+    assert "reason:" not in log and "input:" not in log
+    assert re.search(r"^compare_job\[k0-\w+\]: ", log, re.MULTILINE), log
+    assert re.search(r"^provenance_complete: ", log, re.MULTILINE), log
+    assert len(log.splitlines()) < 120, log
+    index = json.loads((repo / "results" / "h200-cudnn-check" / "provenance-complete.json").read_text())
+    assert index["record"].endswith(CHECK_RECORD)
