@@ -124,9 +124,11 @@ def _geometry(value) -> Geometry:
 
 
 def tuning_table(path: str | Path) -> dict[Geometry, dict]:
-    """{geometry: {"rows", "cob", "threads"}} from a tuning record (raw/tuning/<kernel>.json)."""
+    """{geometry: the chosen variant, by the kernel's variant keys} from a tuning record
+    (raw/tuning/<kernel>.json)."""
     doc = json.loads(Path(path).read_text())
-    return {_geometry(c["geometry"]): {k: int(c[k]) for k in ("rows", "cob", "threads")}
+    keys = KERNELS[doc.get("kernel", Path(path).stem)].variant_keys
+    return {_geometry(c["geometry"]): {k: int(c[k]) for k in keys}
             for c in doc["choices"].values()}
 
 

@@ -40,6 +40,10 @@ class KernelSpec:
     headers: tuple[str, ...] = KERNEL_HEADERS
     # Launches whose tile rule depends on how many SMs the GPU has take `sm_count`.
     needs_sm_count: bool = False
+    # A tuned kernel's launch parameters (the keys of its variants) and its untuned fallback,
+    # default_variant(shape, sm_count).
+    variant_keys: tuple[str, ...] = ()
+    default_variant: Callable[[Shape, int], dict] | None = None
 
     @property
     def inputs(self) -> list[str]:
@@ -199,6 +203,142 @@ def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
+# k6: depthwise only (one input channel per group, any channel multiplier). The input is read as
+# one tall image of N*C_in*H rows of width W; a block stages whole rows plus a halo row above and
+# below (one contiguous range of x) with 16-byte copies, then computes from shared memory. Its
+# tile (floats of shared memory) and outputs per thread are tuned per shape; any grid is correct
+# (blocks stride over the tiles), so the grid here only sets how many tiles run at once.
+K6_TILES = tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")  # (tile floats, outputs/thread)
+K6_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
+K6_PAD = 4  # K6_PAD in the kernel: floats of padding before the staged rows
+K6_BLOCKS_PER_SM = 4  # 64 registers x 256 threads: four blocks fit an SM's register file
+
+
+def k6_tile_rows(tile_floats: int, outs: int, w: int) -> int:
+    """Tall output rows one tile holds, as k6_tile_rows in the kernel; below 1: W is too wide."""
+    rows = (tile_floats - 2 * K6_PAD) // w - 2
+    return rows - rows % outs if rows >= outs else rows
+
+
+def k6_max_width() -> int:
+    return max((tile_floats - 2 * K6_PAD) // 3 for tile_floats, _ in K6_TILES)
+
+
+def _supports_k6(s: Shape) -> tuple[bool, str]:
+    if s.cin_per_group != 1:
+        return False, (f"{s.cin_per_group} input channels per group: k6 is built for depthwise "
+                       "convolution (1 input channel per group)")
+    if s.w > k6_max_width():
+        return False, (f"W = {s.w}: k6's largest tile stages whole rows of at most "
+                       f"{k6_max_width()} floats")
+    return True, "depthwise (1 input channel per group): whole rows staged in shared memory"
+
+
+def k6_variants(s: Shape) -> list[dict]:
+    """Every (tile, outputs per thread, block) the tuner measures on a shape: the tiles that hold
+    at least one row of width W plus its two halo rows."""
+    return [{"tile_floats": tile_floats, "outs": outs, "threads": threads}
+            for tile_floats, outs in K6_TILES if k6_tile_rows(tile_floats, outs, s.w) >= 1
+            for threads in K6_BLOCKS]
+
+
+def _k6_tiles(s: Shape, tile_floats: int, outs: int) -> int:
+    return _ceil_div(s.n * s.c_in * s.h, k6_tile_rows(tile_floats, outs, s.w))
+
+
+def k6_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback: four outputs per thread and the largest tile that still gives every SM
+    K6_BLOCKS_PER_SM tiles; a shape too small for that takes the smallest tile that fits."""
+    fits = [(f, o) for f, o in K6_TILES if o == 4 and k6_tile_rows(f, o, s.w) >= 1]
+    if not fits:
+        raise ValueError(f"k6 has no tile for shape {s.id} (W = {s.w})")
+    full = [(f, o) for f, o in fits if _k6_tiles(s, f, o) >= sm_count * K6_BLOCKS_PER_SM]
+    tile_floats, outs = max(full) if full else min(fits)
+    return {"tile_floats": tile_floats, "outs": outs, "threads": THREADS_PER_BLOCK}
+
+
+def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k6_default_variant(s, sm_count)
+    tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
+    if ((tile_floats, outs) not in K6_TILES or threads not in K6_BLOCKS
+            or s.cin_per_group != 1 or k6_tile_rows(tile_floats, outs, s.w) < 1):
+        raise ValueError(f"k6 variant {v} does not fit shape {s.id} "
+                         f"(C_in/groups = {s.cin_per_group}, W = {s.w})")
+    return Launch(f"k6_depthwise_f{tile_floats}_o{outs}",
+                  (min(_k6_tiles(s, tile_floats, outs), MAX_GRID_X), 1, 1), (threads, 1, 1),
+                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+# k7: grouped shapes with at most 16 input and 16 output channels per group, the output channels
+# a multiple of 4. A block stages full-width rows (plus halo) of every input channel of one image
+# and group with 16-byte copies, and the group's weights; each thread then computes a strip of
+# outputs for a block of output channels. Tile, outputs per thread, channel block and block size
+# are tuned per shape; any grid is correct (blocks stride over the tiles).
+K7_TILES = tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
+    r"^K7_ENTRY\((\d+),\s*(\d+),\s*(\d+),\s*\d+\)",
+    (KERNELS_DIR / "k7_grouped_smem.cu").read_text(), re.MULTILINE))  # (tile floats, outs, cob)
+K7_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
+K7_PAD = 4  # K7_PAD in the kernel
+K7_MAX_CHANNELS = 16  # K7_MAX_CPG and K7_MAX_COUT_PG in the kernel
+# untuned fallback, in order of preference: 2 rows x 8 channels, then 2 x 4, larger tile first
+K7_DEFAULT_ORDER = ((8192, 2, 8), (4096, 2, 8), (8192, 2, 4), (4096, 2, 4))
+
+
+def k7_tile_rows(s: Shape, tile_floats: int, outs: int) -> int:
+    """Output rows one tile holds, as k7_region and k7_tile_rows in the kernel; below 1: W is too
+    wide for the tile."""
+    region = (tile_floats // s.cin_per_group) & ~3
+    rows = (region - 2 * K7_PAD) // s.w - 2
+    if rows >= s.h:
+        return s.h
+    return rows - rows % outs if rows >= outs else rows
+
+
+def _k7_fits(s: Shape, tile_floats: int, outs: int, cob: int) -> bool:
+    return (s.cin_per_group <= K7_MAX_CHANNELS and s.cout_per_group <= K7_MAX_CHANNELS
+            and s.cout_per_group % cob == 0 and k7_tile_rows(s, tile_floats, outs) >= 1)
+
+
+def _supports_k7(s: Shape) -> tuple[bool, str]:
+    if s.cin_per_group > K7_MAX_CHANNELS or s.cout_per_group > K7_MAX_CHANNELS:
+        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                       f"group: k7 stages at most {K7_MAX_CHANNELS} of each")
+    if s.cout_per_group % 4:
+        return False, (f"{s.cout_per_group} output channels per group: k7's channel blocks are 4 "
+                       "or 8 (16-byte weight reads)")
+    if not any(_k7_fits(s, *v) for v in K7_TILES):
+        return False, f"W = {s.w}: no k7 tile holds a row of every input channel of a group"
+    return True, (f"{s.cin_per_group} input channels per group staged in shared memory with the "
+                  "group's weights")
+
+
+def k7_variants(s: Shape) -> list[dict]:
+    """Every (tile, outputs per thread, channel block, block) the tuner measures on a shape."""
+    return [{"tile_floats": f, "outs": o, "cob": c, "threads": threads}
+            for f, o, c in K7_TILES if _k7_fits(s, f, o, c) for threads in K7_BLOCKS]
+
+
+def k7_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback: the first of K7_DEFAULT_ORDER that fits, else the first tile that does
+    (sm_count unused: kept for the tuned kernels' common signature)."""
+    fits = [v for v in K7_TILES if _k7_fits(s, *v)]
+    if not fits:
+        raise ValueError(f"k7 has no tile for shape {s.id}")
+    f, o, c = next((v for v in K7_DEFAULT_ORDER if v in fits), fits[0])
+    return {"tile_floats": f, "outs": o, "cob": c, "threads": THREADS_PER_BLOCK}
+
+
+def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k7_default_variant(s, sm_count)
+    f, o, c, threads = int(v["tile_floats"]), int(v["outs"]), int(v["cob"]), int(v["threads"])
+    if (f, o, c) not in K7_TILES or threads not in K7_BLOCKS or not _k7_fits(s, f, o, c):
+        raise ValueError(f"k7 variant {v} does not fit shape {s.id} (C_in/groups = "
+                         f"{s.cin_per_group}, C_out/groups = {s.cout_per_group}, W = {s.w})")
+    tiles = s.n * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
+    return Launch(f"k7_grouped_f{f}_o{o}_c{c}", (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
+                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
 KERNELS: dict[str, KernelSpec] = {
     "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
                      _always, _launch_k0),
@@ -214,7 +354,18 @@ KERNELS: dict[str, KernelSpec] = {
     "k5": KernelSpec("k5", "kernels/k5_tuned_tile.cu",
                      "register tile, tile and block size tuned per shape by measurement",
                      _always, _launch_k5, k5_variants, headers=REGISTER_TILE_HEADERS,
-                     needs_sm_count=True),
+                     needs_sm_count=True, variant_keys=("rows", "cob", "threads"),
+                     default_variant=k5_default_variant),
+    "k6": KernelSpec("k6", "kernels/k6_depthwise_smem.cu",
+                     "depthwise: whole rows staged in shared memory by 16-byte copies, "
+                     "tile tuned per shape", _supports_k6, _launch_k6, k6_variants,
+                     needs_sm_count=True, variant_keys=("tile_floats", "outs", "threads"),
+                     default_variant=k6_default_variant),
+    "k7": KernelSpec("k7", "kernels/k7_grouped_smem.cu",
+                     "grouped: a group's input rows and weights staged in shared memory, "
+                     "tile tuned per shape", _supports_k7, _launch_k7, k7_variants,
+                     needs_sm_count=True, variant_keys=("tile_floats", "outs", "cob", "threads"),
+                     default_variant=k7_default_variant),
 }
 
 # PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned); and,
@@ -262,6 +413,10 @@ def entries(kernel: str) -> list[str]:
         return [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
     if kernel == "k5":
         return [f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES]
+    if kernel == "k6":
+        return [f"k6_depthwise_f{f}_o{o}" for f, o in K6_TILES]
+    if kernel == "k7":
+        return [f"k7_grouped_f{f}_o{o}_c{c}" for f, o, c in K7_TILES]
     return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import KERNELS, k5_default_variant, support
+from .kernels import KERNELS, support
 from .shapes import Shape
 from .timing import TimingConfig, median_latencies
 from .verify import check_seed, verify_one
@@ -24,8 +24,9 @@ METHOD = ("per shape: every variant verified as the verification stage verifies 
           "shuffled batches), median of batch medians; the lowest median is chosen")
 
 
-def variant_name(variant: dict) -> str:
-    return f"r{variant['rows']}_c{variant['cob']}_t{variant['threads']}"
+def variant_name(variant: dict, keys: tuple[str, ...]) -> str:
+    """A launch variant's label from its kernel's variant keys, e.g. rows2_cob4_threads256."""
+    return "_".join(f"{k}{variant[k]}" for k in keys)
 
 
 def choose(trials: list[dict]) -> dict | None:
@@ -38,6 +39,7 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
                 factor: float, n_points: int, progress=print) -> dict:
     """Tune `kernel` on `shapes` on the GPU; return the tuning record."""
     spec = KERNELS[kernel]
+    keys = spec.variant_keys
     session = launcher.session
     rng = np.random.default_rng(seed)
     trials, choices = [], {}
@@ -57,7 +59,7 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
             with session.on_stream():
                 x, w = session.random_inputs(shape, seed + index)
                 y = session.empty_output(shape)
-                runs = {variant_name(v): launcher.bind(kernel, shape, x, w, y, variant=v).run
+                runs = {variant_name(v, keys): launcher.bind(kernel, shape, x, w, y, variant=v).run
                         for v in correct}
                 for run in runs.values():
                     for _ in range(cfg.warmup_launches):
@@ -65,16 +67,16 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
                 session.synchronize()
                 medians, _ = median_latencies(session, runs, cfg, rng, shape.id)
             for v, trial in zip(variants, shape_trials):
-                trial["median_us"] = medians.get(variant_name(v))
+                trial["median_us"] = medians.get(variant_name(v, keys))
             del x, w, y, runs
         best = choose(shape_trials)
         if best is not None:
-            untuned = k5_default_variant(shape, session.sm_count)
+            untuned = spec.default_variant(shape, session.sm_count)
             untuned_us = next((t["median_us"] for t in shape_trials
-                               if variant_name(t) == variant_name(untuned)), None)
+                               if variant_name(t, keys) == variant_name(untuned, keys)), None)
             choices[shape.id] = {
                 "geometry": list(shape.geometry),
-                **{k: best[k] for k in ("rows", "cob", "threads", "entry", "median_us")},
+                **{k: best[k] for k in (*keys, "entry", "median_us")},
                 "variants_tried": len(shape_trials),
                 "variants_correct": len(correct),
                 "untuned_median_us": untuned_us,
