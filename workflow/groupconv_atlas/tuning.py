@@ -43,19 +43,31 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
     session = launcher.session
     rng = np.random.default_rng(seed)
     trials, choices = [], {}
+    broken: str | None = None  # a failed launch poisons the CUDA context: nothing after it runs
     for index, shape in enumerate(shapes):
         if not support(kernel, shape)[0]:
             continue
         variants = spec.variants(shape)
         shape_trials = []
         for variant in variants:
-            row = verify_one(launcher, kernel, shape, check_seed(seed, index, kernel), factor,
-                             n_points, variant=variant)
+            if broken is not None:
+                shape_trials.append({"shape_id": shape.id, **variant, "entry": None,
+                                     "status": "incorrect", "median_us": None,
+                                     "reason": f"not checked: an earlier CUDA error ({broken}) "
+                                               "left the context unusable"})
+                continue
+            try:
+                row = verify_one(launcher, kernel, shape, check_seed(seed, index, kernel),
+                                 factor, n_points, variant=variant)
+            except Exception as exc:  # noqa: BLE001 - a crashing variant is a verdict
+                broken = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                row = {"launch_entry": None, "status": "incorrect",
+                       "reason": f"launch failed: {broken}"}
             shape_trials.append({"shape_id": shape.id, **variant, "entry": row["launch_entry"],
                                  "status": row["status"], "reason": row["reason"],
                                  "median_us": None})
         correct = [v for v, t in zip(variants, shape_trials) if t["status"] == "correct"]
-        if correct:
+        if correct and broken is None:
             with session.on_stream():
                 x, w = session.random_inputs(shape, seed + index)
                 y = session.empty_output(shape)
@@ -87,7 +99,7 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
                  + (f"{best['entry']} x{best['threads']} {best['median_us']:.2f} us"
                     if best else "no correct variant (untuned rule)")
                  + (f"; {bad} variant(s) incorrect" if bad else ""))
-    return {"kernel": kernel, "method": METHOD, "seed": seed, "tolerance_factor": factor,
+    return {"kernel": kernel, "method": METHOD, "cuda_error": broken, "seed": seed, "tolerance_factor": factor,
             "timing": {"batches": cfg.batches, "samples_per_batch": cfg.samples_per_batch,
                        "graph_min_replay_us": cfg.graph_min_replay_us},
             "sm_count": session.sm_count, "choices": choices, "trials": trials}
