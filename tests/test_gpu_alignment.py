@@ -16,10 +16,27 @@ g = pytest.importorskip("groupconv_atlas.conv")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 INT32_LIMIT = 2**31
-# What kernels/*.cu and common.cuh show: every kernel computes tensor offsets in 64 bits
-# (nchw_offset returns long long; grid-stride indices are long long) except k1, whose offset
-# inside one H x W map, h_i * W + w_i, is an int: a map of 2**31 or more elements overflows it.
-KERNELS_WITH_INT32_MAP_OFFSET = ("k1",)
+# (N, C_in, C_out, H, W, groups) past 2**31 elements with maps under it: depthwise (k6's W limit
+# of a few thousand floats) and 4 channels per group (k7's rows of every channel of a group).
+DEPTHWISE_PAST_2_31 = (1, 33, 33, 65536, 1024, 33)
+GROUPED_PAST_2_31 = (1, 132, 132, 32768, 512, 33)
+MAP_OF_2_31 = (1, 1, 1, 46341, 46341, 1)  # one map of 46341**2 > 2**31 elements
+# 2**31 output planes (N * C_out) of one element each: 8 GB of input, depthwise and grouped
+PLANES_OF_2_31_DEPTHWISE = (65536, 32768, 32768, 1, 1, 32768)
+PLANES_OF_2_31_GROUPED = (65536, 32768, 32768, 1, 1, 8192)
+# What kernels/*.cu and common.cuh show: tensor offsets are 64-bit everywhere (nchw_offset returns
+# long long; grid-stride and tile indices are long long). The 32-bit quantities are k1's offset
+# inside one H x W map (h_i * W + w_i, an int) and k6's and k7's output plane number
+# n * C_out + c (an int: at N * C_out >= 2**31 they return without writing anything).
+INT32_LIMITS = {
+    "k1": MAP_OF_2_31,
+    "k6": PLANES_OF_2_31_DEPTHWISE,
+    "k7": PLANES_OF_2_31_GROUPED,
+}
+# Expected to fail until kernels.py's _supports_k6 and _supports_k7 refuse N * C_out >= 2**31.
+PLANES_LIMIT_UNSTATED = pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="k6's and k7's support predicates state no limit on N * C_out, though "
+                        "the kernels number output planes with int and write nothing past it")
 # W % 4 == 0 (16-byte path when aligned), W % 4 == 2 (k5's 8-byte path), odd W (scalar path);
 # depthwise, 2 and 4 input channels per group (each of k2's entries), a depth multiplier.
 SHAPES = ("mobilenetv2-n1-c144-56x56-g144", "mobilenetv2-n1-c384-14x14-g384",
@@ -96,27 +113,32 @@ def test_non_contiguous_views_on_the_gpu_are_refused(kernel):
 
 
 @pytest.mark.gpu
-def test_every_kernel_indexes_past_2_to_the_31_elements():
-    """A depthwise input of more than 2**31 elements (about 9 GB, output as much again): the
-    channels whose offsets straddle 2**31 equal float64 F.conv2d for every kernel that claims
-    the geometry. Maps stay under 2**31 elements, so k1's int map offset is not at stake."""
-    n, c, h, w_ = 1, 33, 8192, 8192
-    assert n * c * h * w_ > INT32_LIMIT and h * w_ < INT32_LIMIT
-    gen = torch.Generator(device="cuda").manual_seed(check_seed("past-2**31"))
-    x = torch.randn((n, c, h, w_), generator=gen, device="cuda")
-    w = torch.randn((c, 1, 3, 3), generator=gen, device="cuda")
-    first = INT32_LIMIT // (h * w_) - 1  # the last channel below 2**31 and the first above
+@pytest.mark.parametrize("geometry", [DEPTHWISE_PAST_2_31, GROUPED_PAST_2_31],
+                         ids=["depthwise", "grouped"])
+def test_every_kernel_indexes_past_2_to_the_31_elements(geometry):
+    """An input of more than 2**31 elements (about 9 GB, the output as much again): the groups
+    whose offsets straddle 2**31 equal float64 F.conv2d for every kernel that claims the
+    geometry. Maps stay under 2**31 elements, so k1's int map offset is not at stake."""
+    n, c_in, c_out, h, w_, groups = geometry
+    cpg, cout_pg = c_in // groups, c_out // groups
+    gen = torch.Generator(device="cuda").manual_seed(check_seed("past-2**31", *geometry))
+    x = torch.randn((n, c_in, h, w_), generator=gen, device="cuda")
+    w = torch.randn((c_out, cpg, 3, 3), generator=gen, device="cuda")
+    # the last group whose input starts below 2**31, and every group after it
+    first_group = INT32_LIMIT // (h * w_) // cpg - 1
+    x_part = x[:, first_group * cpg:].contiguous()
+    w_part = w[first_group * cout_pg:]
     checked = []
     for kernel in KERNELS:
-        if not g.support(kernel, n, c, c, h, w_, c)[0]:
+        if not g.support(kernel, *geometry)[0]:
             continue  # a refusal (for this size or another reason) is a stated limit: fine
-        poison_free_memory(torch, n * c * h * w_)
-        y = g.conv2d(x, w, c, implementation=kernel)
-        assert_matches_fp64(torch, y[:, first:].contiguous(), x[:, first:].contiguous(),
-                            w[first:], c - first, f"{kernel} past 2**31 elements")
+        poison_free_memory(torch, n * c_out * h * w_)
+        y = g.conv2d(x, w, groups, implementation=kernel)
+        assert_matches_fp64(torch, y[:, first_group * cout_pg:].contiguous(), x_part, w_part,
+                            groups - first_group, f"{kernel} past 2**31 elements {geometry}")
         del y
         checked.append(kernel)
-    assert checked, "no kernel claims a geometry past 2**31 elements"
+    assert len(checked) >= 6, f"only {checked} claim {geometry}"
 
 
 # ------------------------------------------------------------------------ CPU, no GPU needed
@@ -136,30 +158,43 @@ def test_offset_contiguous_views_pass_the_checks_and_non_contiguous_ones_do_not(
             g.conv2d(strided, w, 8, implementation="k5")
 
 
-GEOMETRY_PAST_2_31 = (1, 33, 33, 8192, 8192, 33)  # 64-bit offsets needed, maps of 2**26
-MAP_OF_2_31 = (1, 1, 1, 46341, 46341, 1)  # one map of 46341**2 > 2**31 elements
-
-
 def test_geometry_constants_are_past_the_limit():
-    n, c, _, h, w, _ = GEOMETRY_PAST_2_31
-    assert n * c * h * w > INT32_LIMIT and h * w < INT32_LIMIT
+    for n, c_in, c_out, h, w, groups in (DEPTHWISE_PAST_2_31, GROUPED_PAST_2_31):
+        assert n * c_in * h * w > INT32_LIMIT and h * w < INT32_LIMIT
+        assert (INT32_LIMIT // (h * w)) % (c_in // groups) == 0, "2**31 falls on a group start"
     assert MAP_OF_2_31[3] * MAP_OF_2_31[4] >= INT32_LIMIT
+    for geometry in (PLANES_OF_2_31_DEPTHWISE, PLANES_OF_2_31_GROUPED):
+        assert geometry[0] * geometry[2] >= INT32_LIMIT
 
 
-@pytest.mark.parametrize("kernel", KERNELS_WITH_INT32_MAP_OFFSET)
-def test_support_states_the_32_bit_map_limit(kernel):
-    ok, why = g.support(kernel, *MAP_OF_2_31)
-    assert not ok
+def _limit_params():
+    return [pytest.param(k, marks=PLANES_LIMIT_UNSTATED) if k in ("k6", "k7") else k
+            for k in INT32_LIMITS if k in KERNELS]
+
+
+@pytest.mark.parametrize("kernel", _limit_params())
+def test_support_states_the_32_bit_limit(kernel):
+    ok, why = g.support(kernel, *INT32_LIMITS[kernel])
+    assert not ok, f"{kernel} claims {INT32_LIMITS[kernel]}: {why}"
     assert re.search(r"2\*\*31|2\^31|2147483648", why), why
-    assert g.support(kernel, *GEOMETRY_PAST_2_31)[0], "maps under the limit are fine"
 
 
-@pytest.mark.parametrize("kernel", KERNELS_WITH_INT32_MAP_OFFSET)
-def test_conv2d_refuses_a_map_past_the_32_bit_limit_before_any_gpu_work(kernel):
-    """Fake CUDA tensors of 46341 x 46341 take no memory: the refusal comes from the checks."""
-    n, c_in, c_out, h, w, groups = MAP_OF_2_31
+@pytest.mark.parametrize("kernel", [k for k in INT32_LIMITS if k in KERNELS])
+def test_geometries_under_the_32_bit_limits_are_claimed(kernel):
+    """The limits refuse only what is past them: each kernel claims one of the big geometries."""
+    assert any(g.support(kernel, *gm)[0] for gm in (DEPTHWISE_PAST_2_31, GROUPED_PAST_2_31))
+
+
+@pytest.mark.parametrize("kernel", _limit_params())
+def test_conv2d_refuses_a_call_past_the_32_bit_limit_before_any_gpu_work(kernel):
+    """Fake CUDA tensors of 2**31 elements take no memory: the refusal comes from the checks."""
+    n, c_in, c_out, h, w, groups = INT32_LIMITS[kernel]
     with FakeTensorMode():
         x = torch.empty(n, c_in, h, w, device="cuda")
         weight = torch.empty(c_out, c_in // groups, 3, 3, device="cuda")
-        with pytest.raises(g.UnsupportedConv, match=r"2\*\*31|2\^31|2147483648"):
+        try:
             g.conv2d(x, weight, groups, implementation=kernel)
+        except g.UnsupportedConv as refusal:
+            assert re.search(r"2\*\*31|2\^31|2147483648", str(refusal)), str(refusal)
+        else:
+            raise AssertionError(f"conv2d accepted {kernel} on {INT32_LIMITS[kernel]}")
