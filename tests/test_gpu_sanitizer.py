@@ -1,6 +1,7 @@
 """compute-sanitizer over every kernel (GPU): memcheck (out-of-bounds and misaligned accesses) and
-racecheck (shared-memory hazards) report nothing when a small program runs k0..k5, each of k2's
-entries and several k5 tiles through the public conv2d on a few small geometries. Two planted
+racecheck (shared-memory hazards) report nothing when a small program runs every kernel, each of
+k2's entries and several tiles of every tuned kernel (k5 and the others with launch variants)
+through the public conv2d and its launcher on a few small geometries. Two planted
 faults from tests/mutants.py show that each tool, as run here, does report what it checks."""
 from __future__ import annotations
 
@@ -16,16 +17,17 @@ import pytest
 from mutants import MUTANTS
 
 from groupconv_atlas.build import compile_kernel
-from groupconv_atlas.kernels import KERNELS, k5_variants, support
+from groupconv_atlas.kernels import KERNELS, support
 from groupconv_atlas.provenance import REPO_ROOT
 from groupconv_atlas.shapes import geometry_shape
 
 # (N, C_in, C_out, H, W, groups), small because racecheck is slow: depthwise with W % 4 != 0 and
 # a W spanning two of k2's 32-wide tiles; 4 and 2 input channels per group (k2's other entries);
 # a depth multiplier with W % 4 == 2 (k5's 8-byte path). H > 8 gives every tile several row blocks.
-GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 8, 11, 10, 4),
+GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 16, 11, 10, 4),
               (1, 4, 8, 9, 14, 4))
-K5_VARIANTS_PER_GEOMETRY = 3
+TUNED_KERNELS = [k for k, spec in KERNELS.items() if spec.variants is not None]
+VARIANTS_PER_GEOMETRY = 3
 TIMEOUT_S = 300
 
 PROGRAM = r'''
@@ -55,12 +57,13 @@ for geometry in plan["geometries"]:
         print("ran", json.dumps([kernel, geometry]), flush=True)
     launcher = runtime().launcher
     shape = geometry_shape(*geometry)
-    for variant in plan["k5_variants"].get(json.dumps(geometry), []):
-        y = torch.empty((n, c_out, h, w), device="cuda")
-        torch.cuda.synchronize()
-        launcher.bind("k5", shape, x, weight, y, variant=variant).run()
-        launcher.session.synchronize()
-        print("ran", json.dumps(["k5", geometry, variant]), flush=True)
+    for kernel, variants in plan["variants"].items():
+        for variant in variants.get(json.dumps(geometry), []):
+            y = torch.empty((n, c_out, h, w), device="cuda")
+            torch.cuda.synchronize()
+            launcher.bind(kernel, shape, x, weight, y, variant=variant).run()
+            launcher.session.synchronize()
+            print("ran", json.dumps([kernel, geometry, variant]), flush=True)
 '''
 
 
@@ -75,23 +78,28 @@ def sanitizer() -> str:
     return found
 
 
-def k5_variant_plan() -> dict[str, list[dict]]:
-    """A few k5 tiles per geometry: the first, the last and a middle one of its variant list."""
-    plan = {}
-    for geometry in GEOMETRIES:
-        variants = k5_variants(geometry_shape(*geometry))
-        picks = {0, len(variants) // 2, len(variants) - 1}
-        plan[json.dumps(list(geometry))] = [variants[i] for i in sorted(picks)][
-            :K5_VARIANTS_PER_GEOMETRY]
+def variant_plan() -> dict[str, dict[str, list[dict]]]:
+    """A few launch variants of every tuned kernel per geometry it supports: the first, a middle
+    one and the last of its variant list."""
+    plan: dict[str, dict[str, list[dict]]] = {}
+    for kernel in TUNED_KERNELS:
+        for geometry in GEOMETRIES:
+            shape = geometry_shape(*geometry)
+            if not support(kernel, shape)[0]:
+                continue
+            variants = KERNELS[kernel].variants(shape)
+            picks = sorted({0, len(variants) // 2, len(variants) - 1})
+            plan.setdefault(kernel, {})[json.dumps(list(geometry))] = [
+                variants[i] for i in picks][:VARIANTS_PER_GEOMETRY]
     return plan
 
 
-def run_sanitized(tool: str, tmp_path: Path, kernels: list[str], geometries, k5_plan: dict,
+def run_sanitized(tool: str, tmp_path: Path, kernels: list[str], geometries, variants: dict,
                   cubins: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     program = tmp_path / "sanitized_program.py"
     program.write_text(PROGRAM)
     plan = {"geometries": [list(gm) for gm in geometries], "kernels": kernels,
-            "k5_variants": k5_plan, "cubins": cubins}
+            "variants": variants, "cubins": cubins}
     env = {**os.environ,
            # Every tensor its own cudaMalloc: memcheck then knows each tensor's exact bounds
            # (the caching allocator's large blocks would hide an overrun inside them).
@@ -139,8 +147,8 @@ def warm_cubins():
 @pytest.mark.gpu
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_every_kernel_runs_clean_under_the_sanitizer(tool, tmp_path, warm_cubins):
-    k5_plan = k5_variant_plan()
-    res = run_sanitized(tool, tmp_path, list(KERNELS), GEOMETRIES, k5_plan)
+    plan = variant_plan()
+    res = run_sanitized(tool, tmp_path, list(KERNELS), GEOMETRIES, plan)
     output = res.stdout + res.stderr
     counts = reported_errors(output)
     assert res.returncode == 0 and counts and not any(counts), output[-6000:]
@@ -150,7 +158,10 @@ def test_every_kernel_runs_clean_under_the_sanitizer(tool, tmp_path, warm_cubins
     expected = [[k, list(gm)] for gm in GEOMETRIES for k in KERNELS
                 if support(k, geometry_shape(*gm))[0]]
     assert [r for r in ran if len(r) == 2] == expected, ran
-    assert len([r for r in ran if len(r) == 3]) == sum(map(len, k5_plan.values()))
+    expected_variants = [[k, json.loads(gm), v] for k, per_geometry in plan.items()
+                         for gm, variants in per_geometry.items() for v in variants]
+    ran_variants = [r for r in ran if len(r) == 3]
+    assert sorted(map(json.dumps, ran_variants)) == sorted(map(json.dumps, expected_variants))
 
 
 @pytest.mark.gpu
@@ -185,12 +196,14 @@ def test_geometries_cover_every_k2_entry_and_every_access_width():
     assert all(s.input_elems <= 20_000 for s in shapes), "racecheck is slow: keep them small"
 
 
-def test_k5_plan_takes_several_tiles_per_geometry():
-    plan = k5_variant_plan()
-    assert len(plan) == len(GEOMETRIES)
-    for geometry, variants in plan.items():
-        assert 2 <= len(variants) <= K5_VARIANTS_PER_GEOMETRY, (geometry, variants)
-        assert len({(v["rows"], v["cob"], v["threads"]) for v in variants}) == len(variants)
+def test_variant_plan_takes_several_tiles_of_every_tuned_kernel():
+    plan = variant_plan()
+    assert "k5" in plan and set(plan) == set(TUNED_KERNELS)
+    assert len(plan["k5"]) == len(GEOMETRIES)
+    for kernel, per_geometry in plan.items():
+        for geometry, variants in per_geometry.items():
+            assert 2 <= len(variants) <= VARIANTS_PER_GEOMETRY, (kernel, geometry, variants)
+            assert len({json.dumps(v, sort_keys=True) for v in variants}) == len(variants)
 
 
 def test_summary_parsing_reads_both_tools():
