@@ -294,15 +294,15 @@ def test_group_conv_module_compiles_without_a_graph_break_on_fake_cuda_tensors()
 
 
 @pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
-                   reason="conv.check_call takes a SymInt groups for a non-int and raises with an "
-                          "f-string of it: a graph break once dynamo makes groups dynamic")
+                   reason="conv2d's check_call builds the geometry's id with an f-string of "
+                          "groups: a graph break once dynamo makes groups dynamic")
 def test_public_conv2d_compiles_across_groups_without_a_graph_break():
-    """torch.compile's automatic dynamic shapes make `groups` a SymInt on the second value."""
+    """torch.compile's automatic dynamic shapes make `groups` a SymInt on its second value."""
     torch._dynamo.reset()
     compiled = torch.compile(lambda x, w, groups: g.conv2d(x, w, groups, "k5"), fullgraph=True,
                              backend="aot_eager")
-    for n, c, h in ((4, 32, 14), (2, 16, 9), (3, 8, 7)):
+    for n, c, h, groups in ((4, 32, 14, 32), (4, 32, 14, 16), (2, 16, 9, 4)):
         with _fake_cuda():
             y = compiled(torch.empty(n, c, h, h, device="cuda"),
-                         torch.empty(c, 1, 3, 3, device="cuda"), c)
+                         torch.empty(c, c // groups, 3, 3, device="cuda"), groups)
         assert tuple(y.shape) == (n, c, h, h)
