@@ -5,17 +5,28 @@
 # is wanted, so a checkout with one record runs every other target; `atlas` includes the page
 # when the configured records are all committed (comparison_assets in common.smk).
 # Uses from common.smk: config, code().
+from pathlib import Path
+
 from groupconv_atlas import compare_records as _compare
 
 COMPARISONS = "results/comparisons"
+
+
+def report_code() -> list[str]:
+    """The report code the page is rendered with: the report package's modules, or the single
+    report module of trees from before the package."""
+    package = Path(PACKAGE, "report")
+    if package.is_dir():
+        return sorted(str(p) for p in package.glob("*.py"))
+    return [f"{PACKAGE}/report.py"]
 
 
 rule compare_records:
     input:
         unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
                                                          .get("records"))),
-        code=code("kernels", "shapes", "timing", "stats", "records", "report", "provenance",
-                  "jobs", "compare_records"),
+        code=code("kernels", "shapes", "timing", "stats", "records", "provenance", "jobs",
+                  "compare_records") + report_code(),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",
