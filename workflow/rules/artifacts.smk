@@ -27,6 +27,8 @@ rule assemble_atlas:
         mobilenet=mobilenet_readings(),
         record_shapes=record_shapes(),
         check=record_check(),
+        session_agreement=lambda wildcards: session_agreement_input(),
+        template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py runs: artifacts builds the evidence and headline, and reaches the
         # report package's helpers through them.
         code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "jobs",
