@@ -17,7 +17,8 @@ def test_one_job_per_reference_group_with_every_candidate():
     for group, refs in groups.items():
         assert jobs[group] == {"candidates": CONFIG["timing"]["candidates"], "references": refs}
         assert jobs[f"dispatch-{group}"]["candidates"] == ["dispatch"]
-    assert jobs["aa"] == {"candidates": ["k0"], "references": ["k0_twin"]}
+    aa = CONFIG["timing"]["aa_implementation"]
+    assert jobs["aa"] == {"candidates": [aa], "references": [f"{aa}_twin"]}
     assert len(jobs) == 2 * len(groups) + 1
 
 
@@ -31,7 +32,8 @@ def test_pairs_skip_a_candidate_against_itself():
 def test_comparison_pairs_leave_out_the_aa_job_and_jobs_of_finds_candidates():
     jobs = plan.configured_jobs(CONFIG["timing"])
     pairs = plan.comparison_pairs(jobs)
-    assert ("k0", "k0_twin") not in pairs
+    aa = CONFIG["timing"]["aa_implementation"]
+    assert (aa, f"{aa}_twin") not in pairs
     assert ("k5", "torch_tuned") in pairs and ("dispatch", "torch_default") in pairs
     assert plan.jobs_of(jobs, ["dispatch"]) == ["dispatch-tuned", "dispatch-default"]
     assert "aa" not in plan.jobs_of(jobs, ["k0"])
