@@ -172,7 +172,7 @@ def test_every_kernel_runs_clean_under_the_sanitizer(tool, tmp_path, warm_cubins
      r"Invalid __global__ read[\s\S]*register_tile"),
     # no barrier between staging the shared tile and reading it
     ("racecheck", "k2_missing_syncthreads", (1, 8, 8, 16, 64, 8),
-     r"[Rr]ace reported[\s\S]*k2_shared_halo"),
+     r"([Rr]ace reported|[Hh]azard)[\s\S]*k2_shared_halo"),
 ])
 def test_the_sanitizer_reports_a_planted_fault(tool, mutant_name, geometry, report, tmp_path):
     (mutant,) = [m for m in MUTANTS if m.name == mutant_name]
