@@ -173,7 +173,10 @@ def record_files(record_dir: str | Path) -> list[str]:
 def shape_set_difference(record_dir: str | Path, shapes: list) -> str | None:
     """None when the configured shapes (`shapes`, Shape objects) are the set the record measured;
     else a message naming the shapes that differ."""
-    doc = json.loads((Path(record_dir) / "raw" / "shapes.json").read_text())
+    frozen = Path(record_dir) / "raw" / "shapes.json"
+    if not frozen.is_file():
+        return f"record {Path(record_dir).name} has no raw/shapes.json, so its shape set is unknown"
+    doc = json.loads(frozen.read_text())
     recorded = {s["id"]: s for s in doc["shapes"]}
     configured = {s.id: s.to_dict() for s in shapes}
     only_config = [i for i in configured if i not in recorded]
