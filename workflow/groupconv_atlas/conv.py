@@ -255,6 +255,10 @@ def _conv2d_fake(x, weight, groups, implementation):
 def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     """y = conv2d(x, weight, groups) for FP32 contiguous NCHW x on the GPU, 3x3 weight
     (C_out, C_in/groups, 3, 3), stride 1, padding 1, no bias. Forward only."""
+    if torch.compiler.is_compiling():
+        # While tracing, sizes and groups may be symbolic: the op checks the call when it runs,
+        # so the trace has no Python branch on them (no graph break).
+        return torch.ops.groupconv_atlas.conv2d(x, weight, groups, implementation)
     if torch.is_grad_enabled() and (getattr(x, "requires_grad", False)
                                     or getattr(weight, "requires_grad", False)):
         raise UnsupportedConv("x/weight: requires grad, but conv2d has no backward: run under "

@@ -224,7 +224,17 @@ def k6_max_width() -> int:
     return max((tile_floats - 2 * K6_PAD) // 3 for tile_floats, _ in K6_TILES)
 
 
+def _planes_limit(kernel: str, s: Shape) -> tuple[bool, str] | None:
+    """k6 and k7 number output planes (n, c_out) with int: N * C_out must stay below 2**31."""
+    if s.n * s.c_out >= INT32_LIMIT:
+        return False, (f"N * C_out = {s.n * s.c_out} output planes: {kernel} numbers planes with "
+                       "32-bit int, so there must be fewer than 2**31")
+    return None
+
+
 def _supports_k6(s: Shape) -> tuple[bool, str]:
+    if (refused := _planes_limit("k6", s)) is not None:
+        return refused
     if s.cin_per_group != 1:
         return False, (f"{s.cin_per_group} input channels per group: k6 is built for depthwise "
                        "convolution (1 input channel per group)")
@@ -300,6 +310,8 @@ def _k7_fits(s: Shape, tile_floats: int, outs: int, cob: int) -> bool:
 
 
 def _supports_k7(s: Shape) -> tuple[bool, str]:
+    if (refused := _planes_limit("k7", s)) is not None:
+        return refused
     if s.cin_per_group > K7_MAX_CHANNELS or s.cout_per_group > K7_MAX_CHANNELS:
         return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
                        f"group: k7 stages at most {K7_MAX_CHANNELS} of each")
