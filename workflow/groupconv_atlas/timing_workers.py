@@ -80,7 +80,9 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                 sampler, tensors = None, None
                 torch.cuda.empty_cache()
                 conn.send(("released",))
-    except BaseException:  # noqa: BLE001 - the coordinator re-raises it with the traceback
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001 - the coordinator re-raises it with the traceback
         conn.send(("error", traceback.format_exc()))
     finally:
         conn.close()
