@@ -33,10 +33,6 @@ INT32_LIMITS = {
     "k6": PLANES_OF_2_31_DEPTHWISE,
     "k7": PLANES_OF_2_31_GROUPED,
 }
-# Expected to fail until kernels.py's _supports_k6 and _supports_k7 refuse N * C_out >= 2**31.
-PLANES_LIMIT_UNSTATED = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="k6's and k7's support predicates state no limit on N * C_out, though "
-                        "the kernels number output planes with int and write nothing past it")
 # W % 4 == 0 (16-byte path when aligned), W % 4 == 2 (k5's 8-byte path), odd W (scalar path);
 # depthwise, 2 and 4 input channels per group (each of k2's entries), a depth multiplier.
 SHAPES = ("mobilenetv2-n1-c144-56x56-g144", "mobilenetv2-n1-c384-14x14-g384",
@@ -167,12 +163,7 @@ def test_geometry_constants_are_past_the_limit():
         assert geometry[0] * geometry[2] >= INT32_LIMIT
 
 
-def _limit_params():
-    return [pytest.param(k, marks=PLANES_LIMIT_UNSTATED) if k in ("k6", "k7") else k
-            for k in INT32_LIMITS if k in KERNELS]
-
-
-@pytest.mark.parametrize("kernel", _limit_params())
+@pytest.mark.parametrize("kernel", [k for k in INT32_LIMITS if k in KERNELS])
 def test_support_states_the_32_bit_limit(kernel):
     ok, why = g.support(kernel, *INT32_LIMITS[kernel])
     assert not ok, f"{kernel} claims {INT32_LIMITS[kernel]}: {why}"
@@ -185,7 +176,7 @@ def test_geometries_under_the_32_bit_limits_are_claimed(kernel):
     assert any(g.support(kernel, *gm)[0] for gm in (DEPTHWISE_PAST_2_31, GROUPED_PAST_2_31))
 
 
-@pytest.mark.parametrize("kernel", _limit_params())
+@pytest.mark.parametrize("kernel", [k for k in INT32_LIMITS if k in KERNELS])
 def test_conv2d_refuses_a_call_past_the_32_bit_limit_before_any_gpu_work(kernel):
     """Fake CUDA tensors of 2**31 elements take no memory: the refusal comes from the checks."""
     n, c_in, c_out, h, w, groups = INT32_LIMITS[kernel]

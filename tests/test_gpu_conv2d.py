@@ -293,9 +293,6 @@ def test_group_conv_module_compiles_without_a_graph_break_on_fake_cuda_tensors()
             assert tuple(y.shape) == (n, 64, h, w)
 
 
-@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
-                   reason="conv2d's check_call builds the geometry's id with an f-string of "
-                          "groups: a graph break once dynamo makes groups dynamic")
 def test_public_conv2d_compiles_across_groups_without_a_graph_break():
     """torch.compile's automatic dynamic shapes make `groups` a SymInt on its second value."""
     torch._dynamo.reset()
