@@ -303,3 +303,13 @@ def test_public_conv2d_compiles_across_groups_without_a_graph_break():
             y = compiled(torch.empty(n, c, h, h, device="cuda"),
                          torch.empty(c, c // groups, 3, 3, device="cuda"), groups)
         assert tuple(y.shape) == (n, c, h, h)
+
+
+@pytest.mark.gpu
+def test_compiled_conv2d_still_refuses_a_bad_call_when_it_runs():
+    """Under torch.compile the checks run inside the op: a wrong dtype is refused all the same."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w: g.conv2d(x, w, 8, "k5"), fullgraph=True)
+    x = torch.randn(2, 8, 5, 5, device="cuda", dtype=torch.float16)
+    w = torch.randn(8, 1, 3, 3, device="cuda", dtype=torch.float16)
+    _raises_naming(r"^x: dtype torch\.float16, must be torch\.float32", lambda: compiled(x, w))
