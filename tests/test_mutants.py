@@ -67,25 +67,49 @@ def test_mutant_names_are_unique():
     assert len(names) == len(set(names))
 
 
+# Each mutant is verified in a process of its own: a fault that reads or writes out of bounds
+# kills the CUDA context, which must not take the other mutants' verdicts (or tests) with it.
+VERIFY_PROGRAM = r"""
+import json, sys
+from groupconv_atlas.gpu import GpuSession, Launcher
+from groupconv_atlas.shapes import Shape
+from groupconv_atlas.verify import verify_one
+
+kernel, cubin, shapes, factor = json.loads(sys.argv[1])
+launcher = Launcher(GpuSession(), {kernel: cubin})
+for index, shape in enumerate(shapes):
+    try:
+        row = verify_one(launcher, kernel, Shape(**shape), 777 + index, factor=factor,
+                         n_points=256)
+        verdict = [shape["id"], row["status"], row["reason"]]
+    except Exception as exc:  # a crashing launch is caught: it cannot pass verification
+        verdict = [shape["id"], "incorrect", f"launch failed: {type(exc).__name__}: {exc}"]
+        print(json.dumps(verdict), flush=True)
+        break  # the context is gone
+    print(json.dumps(verdict), flush=True)
+"""
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
-    from groupconv_atlas.gpu import Launcher
-    from groupconv_atlas.verify import verify_one
+    import json
+    import sys
 
     source = mutant.write(tmp_path)
     cubin = tmp_path / f"{mutant.name}.cubin"
     compile_kernel(mutant.kernel, cubin, source=source)
     # No tuning table: k5 takes its untuned rule, the tile the shapes were chosen for.
-    launcher = Launcher(gpu_session, {mutant.kernel: str(cubin)})
-    verdicts = []
-    for index, sid in enumerate(mutant.shapes):
-        row = verify_one(launcher, mutant.kernel, SHAPES[sid], 777 + index,
-                         factor=TOLERANCE_FACTOR, n_points=256)
-        verdicts.append((sid, row["status"], row["reason"]))
-    print(mutant.name, verdicts)
+    shapes = [SHAPES[sid].to_dict() for sid in mutant.shapes]
+    res = subprocess.run([sys.executable, "-c", VERIFY_PROGRAM,
+                          json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR])],
+                         capture_output=True, text=True, check=False, timeout=600)
+    verdicts = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
+    print(mutant.name, verdicts, res.stderr[-2000:])
+    assert verdicts, f"{mutant.name}: the verification process gave no verdict: {res.stderr}"
     if mutant.name == "k2_missing_syncthreads":
         # A race shows where warps overtake each other: it must show on at least one shape.
         assert any(status == "incorrect" for _, status, _ in verdicts), verdicts
     else:
+        # A crash ends the process after its first verdict, which is then already incorrect.
         assert all(status == "incorrect" for _, status, _ in verdicts), verdicts
