@@ -23,8 +23,8 @@ SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__"
 COMPARED = ("atlas.json", "map-details.json")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "sinfo")
 # The rules that declare `resources: gpu=1` (live mode only).
-GPU_RULES = {"build_kernel", "verify", "ceilings", "time_job", "crosscheck", "mobilenet_measure",
-             "nsight_profile"}
+GPU_RULES = {"build_kernel", "tune_kernel", "verify", "ceilings", "time_job", "crosscheck",
+             "mobilenet_measure", "nsight_profile"}
 START_S = 60
 
 

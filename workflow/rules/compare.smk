@@ -26,7 +26,7 @@ rule compare_records:
         unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
                                                          .get("records"))),
         code=code("kernels", "shapes", "timing", "stats", "records", "provenance", "jobs",
-                  "compare_records") + report_code(),
+                  "plan", "compare_records") + report_code(),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",

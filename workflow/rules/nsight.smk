@@ -43,7 +43,8 @@ rule nsight_table:
         shapes=f"{RESULTS}/shapes.json",
         check=record_check(),
         nsight_check=nsight_record_check(),
-        code=code("nsight", "kernels", "shapes", "shapes_table", "verify", "provenance", "jobs"),
+        code=code("nsight", "kernels", "shapes", "shapes_table", "verify", "stats", "timing",
+                  "provenance", "jobs"),
     output:
         table=f"{RESULTS}/nsight.parquet",
         prov=prov("nsight_table"),

@@ -11,7 +11,7 @@ REPORT_PACKAGE_MODULES = tuple(f"report/{m}" for m in ("__init__", "style", "axe
                                                         "frames", "html_blocks", "pages",
                                                         "atlas_map"))
 # stats imports kernels (and kernels imports shapes) inside one of its functions.
-REPORT_JOB_CODE = code("stats", "kernels", "shapes", "provenance", "jobs",
+REPORT_JOB_CODE = code("stats", "kernels", "shapes", "plan", "provenance", "jobs",
                        *REPORT_PACKAGE_MODULES)
 
 
