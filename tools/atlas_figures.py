@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
-from groupconv_atlas.report import tuning_frame  # noqa: E402
-from groupconv_atlas.stats import StatsConfig, two_stage_geomean  # noqa: E402
+from groupconv_atlas.report import tuning_frame
+from groupconv_atlas.stats import StatsConfig, two_stage_geomean
 
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
 

@@ -87,9 +87,14 @@ def verification_counts(verification: pd.DataFrame) -> dict:
     return counts
 
 
-def session_block(timing_meta: dict[str, dict]) -> dict:
+def session_block(timing_meta: dict[str, dict], gpu_environment: dict | None = None) -> dict:
+    """The GPU and software the timing ran on, from the timing metadata; where that names no GPU
+    (timing jobs whose coordinating process never loaded torch), from `gpu_environment`, a GPU
+    job's provenance of the same run."""
     first = timing_meta[sorted(timing_meta)[0]]
     env = first.get("environment", {})
+    if not env.get("gpu_name") and gpu_environment:
+        env = {**env, **{k: v for k, v in gpu_environment.items() if v is not None}}
     return {
         "gpu_name": env.get("gpu_name"), "gpu_uuid": env.get("gpu_uuid"),
         "driver": env.get("driver"), "cuda_runtime": env.get("cuda_runtime"),
@@ -157,7 +162,8 @@ def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.Da
 def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, evidence,
                    stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float,
                    ceilings: dict | None = None, crosscheck: dict | None = None,
-                   mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None
+                   mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None,
+                   gpu_environment: dict | None = None
                    ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """atlas.json, the summary table and the roofline table. `comparisons` should already carry
     the torch_best rows (stats.with_torch_best), so that comparisons.parquet and map-details.json
@@ -170,7 +176,7 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
     if not summary.empty:
         summary.insert(0, "job", ["aa" if b.endswith("_twin") else c
                                   for c, b in zip(summary["candidate"], summary["baseline"])])
-    session = session_block(timing_meta)
+    session = session_block(timing_meta, gpu_environment)
     aa = aa_result(comparisons, stats_cfg.confidence_level)
     doc = {
         "schema": SCHEMA,

@@ -45,7 +45,10 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
             with session.on_stream():
                 flush = torch.empty(2 * (session.l2_bytes or 2**26) // 4, device="cuda",
                                     dtype=torch.float32)
-        conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision))
+        from .provenance import gpu_environment, software_environment
+
+        conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision,
+                   {**gpu_environment(), **software_environment()}))
         sampler, tensors = None, None
         from .timing import PairedSampler
 
@@ -191,7 +194,8 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
     info = {"max_sm_clock_mhz": max_clock, "l2_bytes": started[0][1],
             "clock_flag_fraction": cfg.clock_flag_fraction, "nvml": max_clock is not None,
             "processes": processes, "batch_to_process": "batch % processes",
-            "precision": started[0][2], "shapes": meta}
+            "precision": started[0][2], "environment": started[0][3],
+            "process_gpu_uuids": [s[3].get("gpu_uuid") for s in started], "shapes": meta}
     return frame, info
 
 

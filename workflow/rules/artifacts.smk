@@ -28,6 +28,7 @@ rule assemble_atlas:
         record_shapes=record_shapes(),
         check=record_check(),
         session_agreement=lambda wildcards: session_agreement_input(),
+        gpu_provenance=gpu_job_provenance(),
         template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py runs: artifacts builds the evidence and headline, and reaches the
         # report package's helpers through them.

@@ -10,7 +10,6 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from groupconv_atlas import kernels as _kernels  # noqa: E402
 from groupconv_atlas import plan as _plan  # noqa: E402
 from groupconv_atlas.records import find_record  # noqa: E402
@@ -226,6 +225,14 @@ def all_jobs_provenance() -> list[str]:
         jobs += [prov("check_record")]
         jobs += [prov("mobilenet_stats")] if mobilenet_readings() else []
     return jobs
+
+
+def gpu_job_provenance() -> list[str]:
+    """The provenance of one GPU job of the run (a verification job): it names the GPU."""
+    if MODE == "live":
+        return [prov("verify", IMPLEMENTATIONS[0])]
+    found = sorted(Path(RECORD, "provenance").glob("verify-*.json"))
+    return [str(found[0])] if found else []
 
 
 def record_provenance() -> list[str]:

@@ -1,16 +1,14 @@
 """Snakemake job (CPU): atlas.json, map-details.json, the summary tables and current-evidence.md."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from groupconv_atlas.artifacts import (atlas_document, clean, evidence_block,  # noqa: E402
-                                       evidence_markdown, map_details)
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_json, write_parquet, write_text  # noqa: E402
-from groupconv_atlas.stats import StatsConfig, with_torch_best  # noqa: E402
+from groupconv_atlas.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
+                                       map_details)
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json, write_parquet, write_text
+from groupconv_atlas.stats import StatsConfig, with_torch_best
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "assemble_atlas.py")
@@ -48,10 +46,13 @@ agreement_path = smk.input.get("session_agreement") or None
 if agreement_path is not None and not isinstance(agreement_path, str):
     agreement_path = agreement_path[0] if len(agreement_path) else None
 agreement_cells = pd.read_parquet(agreement_path) if agreement_path else None
+# A GPU job's provenance of the same run: the GPU's name, UUID, driver and versions.
+gpu_provenance = list(smk.input.get("gpu_provenance") or [])
+gpu_environment = load_json(gpu_provenance[0]).get("environment") if gpu_provenance else None
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
-                                          mobilenet, agreement_cells)
+                                          mobilenet, agreement_cells, gpu_environment)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)

@@ -4,10 +4,9 @@ warn when the checkout's kernel sources differ from those the record built."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import REPO_ROOT, write_json  # noqa: E402
-from groupconv_atlas.records import RecordError, check, drift_warning, source_drift  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import REPO_ROOT, write_json
+from groupconv_atlas.records import RecordError, check, drift_warning, source_drift
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "check_record.py")

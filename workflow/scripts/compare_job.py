@@ -1,15 +1,13 @@
 """Snakemake job (CPU): batch medians, paired ratios, intervals and classes for one timing job."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_parquet  # noqa: E402
-from groupconv_atlas.stats import StatsConfig, batch_medians, comparisons_for_job  # noqa: E402
-from groupconv_atlas.timing import BOUNDARIES  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_parquet
+from groupconv_atlas.stats import StatsConfig, batch_medians, comparisons_for_job
+from groupconv_atlas.timing import BOUNDARIES
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_job.py")

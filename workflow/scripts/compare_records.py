@@ -3,13 +3,12 @@ own raw layer, side by side (records.parquet) and as a page (records.html)."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.compare_records import (agreement, comparison_page, record_cells,  # noqa: E402
+from groupconv_atlas.compare_records import (agreement, comparison_page, record_cells,
                                              sampling, share_text, side_by_side)
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_parquet, write_text  # noqa: E402
-from groupconv_atlas.records import RecordError, check  # noqa: E402
-from groupconv_atlas.stats import StatsConfig  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_parquet, write_text
+from groupconv_atlas.records import RecordError, check
+from groupconv_atlas.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_records.py")

@@ -1,12 +1,8 @@
 """Snakemake job: validate and freeze the shape set with every implementation's support verdict."""
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821 (snakemake is injected)
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.shapes_table import frozen_shapes  # noqa: E402
-from groupconv_atlas.provenance import write_json, write_parquet  # noqa: E402
-from groupconv_atlas.shapes import load_shapes  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.shapes_table import frozen_shapes
+from groupconv_atlas.provenance import write_json, write_parquet
+from groupconv_atlas.shapes import load_shapes
 
 job = Job(snakemake, "freeze_shapes.py")  # noqa: F821
 shapes = load_shapes(snakemake.input.shapes)  # noqa: F821

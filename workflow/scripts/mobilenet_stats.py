@@ -1,16 +1,14 @@
 """Snakemake job (CPU): the MobileNetV2 probe's raw samples (live, or the committed record in
 replay) to summary.parquet (ratios, intervals, classes) and mobilenet.json."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from groupconv_atlas import mobilenet  # noqa: E402
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import sha256_file, write_json, write_parquet  # noqa: E402
-from groupconv_atlas.stats import StatsConfig  # noqa: E402
+from groupconv_atlas import mobilenet
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import sha256_file, write_json, write_parquet
+from groupconv_atlas.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "mobilenet_stats.py")

@@ -1,12 +1,10 @@
 """Snakemake job (GPU machine): capture one (shape, implementation) pair with ncu."""
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.nsight import profile_pair  # noqa: E402
-from groupconv_atlas.shapes import shapes_by_id  # noqa: E402
-from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.nsight import profile_pair
+from groupconv_atlas.shapes import shapes_by_id
+from groupconv_atlas.shapes_table import load_frozen
 
 job = Job(snakemake, "nsight_profile.py")  # noqa: F821
 smk = snakemake  # noqa: F821

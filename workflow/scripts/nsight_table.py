@@ -1,13 +1,9 @@
 """Snakemake job: every Nsight capture parsed into results/<device>/nsight.parquet, with the
 atlas's graph_device median beside each Nsight duration."""
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.nsight import nsight_table  # noqa: E402
-from groupconv_atlas.provenance import write_parquet  # noqa: E402
-from groupconv_atlas.shapes_table import load_frozen  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.nsight import nsight_table
+from groupconv_atlas.provenance import write_parquet
+from groupconv_atlas.shapes_table import load_frozen
 
 job = Job(snakemake, "nsight_table.py")  # noqa: F821
 smk = snakemake  # noqa: F821

@@ -1,13 +1,11 @@
 """Snakemake job (CPU): an index of artifacts with their SHA-256 and the rule that made each.
 `provenance` writes provenance.json (the atlas stage, rendered by the report);
 `provenance_complete` writes provenance-complete.json last, over every output of the run."""
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_json  # noqa: E402
-from groupconv_atlas.provenance_index import build_complete_index, build_index  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_json
+from groupconv_atlas.provenance_index import build_complete_index, build_index
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "provenance.py")  # also checks every record file indexed against its manifest

@@ -1,13 +1,11 @@
 """Snakemake job: every built kernel's SASS, its opcode counts per function and ptxas resources,
 into results/<device>/machine_code.parquet (the SASS text kept beside it)."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.jobs import Job  # noqa: E402
-from groupconv_atlas.provenance import write_parquet, write_text  # noqa: E402
-from groupconv_atlas.sass import (  # noqa: E402
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_parquet, write_text
+from groupconv_atlas.sass import (
     check_record_matches,
     cuobjdump_version,
     dump_sass,

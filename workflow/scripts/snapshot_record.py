@@ -1,10 +1,8 @@
 """Snakemake job (GPU machine, after a live run): copy the raw layer into records/<name>/ and enter
 its manifest's hash, with how to replay it, in records/INDEX.json (commit both)."""
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.records import snapshot  # noqa: E402
+from groupconv_atlas.records import snapshot
 
 smk = snakemake  # noqa: F821
 record_dir = Path(smk.output[0]).parent

@@ -7,7 +7,7 @@ import pandas as pd
 from groupconv_atlas.gpu import launcher_inputs
 from groupconv_atlas.jobs import Job
 from groupconv_atlas.kernels import base_implementation
-from groupconv_atlas.provenance import gpu_environment, software_environment, write_json, write_parquet
+from groupconv_atlas.provenance import write_json, write_parquet
 from groupconv_atlas.shapes_table import load_frozen
 from groupconv_atlas.timing import TimingConfig
 from groupconv_atlas.timing_workers import time_job
@@ -37,7 +37,7 @@ flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
 meta = {"job": smk.wildcards.job, "implementations": impls, **roles,
         "config": smk.params.timing, "wall_s": wall_s,
         "batches_total": int(len(flagged)), "batches_clock_flagged": int(flagged.sum()),
-        "environment": {**gpu_environment(), **software_environment()}, **info}
+        **info}
 write_json(smk.output.meta, meta)
 job.progress(f"{len(samples)} samples in {wall_s:.0f}s; "
              f"{int(samples.clock_flagged.sum())} samples in clock-flagged batches")

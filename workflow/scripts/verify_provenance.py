@@ -3,8 +3,7 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821
-from groupconv_atlas.provenance_index import ProvenanceMismatch, verify_index  # noqa: E402
+from groupconv_atlas.provenance_index import ProvenanceMismatch, verify_index
 
 smk = snakemake  # noqa: F821
 index = Path(smk.params.index)
