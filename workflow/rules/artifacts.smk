@@ -80,13 +80,6 @@ rule provenance:
         "../scripts/provenance.py"
 
 
-def complete_targets(wildcards=None) -> list[str]:
-    """Everything `atlas` makes besides this index: its tables, the report's pages and figures,
-    the optional stages' pages and the cross-record page. The jobs behind them (tables, SASS,
-    Nsight, tuning records) are found from their job records."""
-    return [*ATLAS_TABLES, *REPORT_ASSETS, *optional_report_assets(), *comparison_assets()]
-
-
 rule provenance_complete:
     """Written last: every output of the run with its SHA-256 and rule, so a rerun of any stage
     re-indexes it and `verify_provenance` holds after it."""

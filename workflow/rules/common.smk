@@ -424,3 +424,36 @@ def comparison_assets(wildcards=None) -> list[str]:
     except LookupError:
         return []
     return ["results/comparisons/records.html"]
+
+
+# ---- helpers for the artifacts, the record checks and the cross-record page ----
+
+def complete_targets(wildcards=None) -> list[str]:
+    """Everything `atlas` makes besides this index: its tables, the report's pages and figures,
+    the optional stages' pages and the cross-record page. The jobs behind them (tables, SASS,
+    Nsight, tuning records) are found from their job records."""
+    return [*ATLAS_TABLES, *REPORT_ASSETS, *optional_report_assets(), *comparison_assets()]
+
+
+def record_check_inputs(record: str) -> dict:
+    """Every file of the record (so editing any of them reruns the check), the index that
+    vouches for its manifest, and the kernel sources its builds compiled (for the warning)."""
+    return {"manifest": f"{record}/record.json", "files": _record_files(record),
+            "index": f"records/{_RECORD_INDEX}",
+            "sources": _recorded_sources(record, workflow.basedir),
+            "code": code("records", "provenance", "jobs")}
+
+
+def report_code() -> list[str]:
+    """The report code the page is rendered with: the report package's modules, or the single
+    report module of trees from before the package."""
+    package = Path(PACKAGE, "report")
+    if package.is_dir():
+        return sorted(str(p) for p in package.glob("*.py"))
+    return [f"{PACKAGE}/report.py"]
+
+
+def session_agreement_input(wildcards=None) -> list[str]:
+    """The side-by-side cells assemble_atlas reads for the headline's session agreement, when
+    the atlas includes the cross-record comparison (comparison_assets in common.smk)."""
+    return [f"{COMPARISONS}/records.parquet"] if comparison_assets() else []

@@ -12,15 +12,6 @@ from groupconv_atlas import compare_records as _compare
 COMPARISONS = "results/comparisons"
 
 
-def report_code() -> list[str]:
-    """The report code the page is rendered with: the report package's modules, or the single
-    report module of trees from before the package."""
-    package = Path(PACKAGE, "report")
-    if package.is_dir():
-        return sorted(str(p) for p in package.glob("*.py"))
-    return [f"{PACKAGE}/report.py"]
-
-
 rule compare_records:
     input:
         unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
@@ -40,9 +31,3 @@ rule compare_records:
         "../../envs/cpu.yaml"
     script:
         "../scripts/compare_records.py"
-
-
-def session_agreement_input(wildcards=None) -> list[str]:
-    """The side-by-side cells assemble_atlas reads for the headline's session agreement, when
-    the atlas includes the cross-record comparison (comparison_assets in common.smk)."""
-    return [f"{COMPARISONS}/records.parquet"] if comparison_assets() else []

@@ -17,8 +17,9 @@ if MODE == "replay":
     _difference = _shape_set_difference(RECORD, SHAPES)
     if _difference:
         try:
-            _how = ("replay it with `make replay RECORD=" + Path(RECORD).name + "` (snakemake atlas "
-                    + " ".join(_replay_arguments("records", Path(RECORD).name)) + ")")
+            _arguments = " ".join(_replay_arguments("records", Path(RECORD).name))
+            _how = (f"replay it with `make replay RECORD={Path(RECORD).name}` "
+                    f"(snakemake atlas {_arguments})")
         except LookupError:
             _how = "set `shapes:` to the set it measured"
         raise WorkflowError(f"config shapes={config['shapes']}: {_difference}. A replay shows "
@@ -27,14 +28,6 @@ if MODE == "replay":
     _drift = _drift_warning(Path(RECORD).name, _source_drift(RECORD, workflow.basedir))
     if _drift:
         print(f"warning: {_drift}", file=sys.stderr)
-
-    def record_check_inputs(record: str) -> dict:
-        """Every file of the record (so editing any of them reruns the check), the index that
-        vouches for its manifest, and the kernel sources its builds compiled (for the warning)."""
-        return {"manifest": f"{record}/record.json", "files": _record_files(record),
-                "index": f"records/{_RECORD_INDEX}",
-                "sources": _recorded_sources(record, workflow.basedir),
-                "code": code("records", "provenance", "jobs")}
 
     rule check_record:
         input:
@@ -72,13 +65,15 @@ if MODE == "live":
     rule snapshot_record:
         """Copy this live run's raw layer and job provenance into records/ (then commit it)."""
         input:
-            ATLAS_ARTIFACTS,
-            f"{RESULTS}/mobilenet/mobilenet.json",
-            snapshot_optional_stages,
+            atlas=f"{RESULTS}/atlas.json",
+            artifacts=ATLAS_ARTIFACTS,
+            mobilenet=f"{RESULTS}/mobilenet/mobilenet.json",
+            optional=snapshot_optional_stages,
         output:
             f"{SNAPSHOT}/record.json",
         params:
-            results=RESULTS,
+            # The results folder the run wrote: the one holding its atlas.json.
+            results=lambda wildcards, input: str(Path(input.atlas).parent),
             device=DEVICE,
             # How to replay the record: the config files this run layered on config/config.yaml,
             # entered in records/INDEX.json (`make replay RECORD=<name>` reads them).
