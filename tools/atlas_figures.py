@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from groupconv_atlas.report import tuning_frame
-from groupconv_atlas.stats import StatsConfig, two_stage_geomean
+from groupconv_atlas.stats import StatsConfig, pooled_medians, two_stage_geomean
 
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
 
@@ -112,7 +112,8 @@ def main(results: Path) -> None:
         raw = raw[raw.boundary == "graph_device"]
         if not {"torch_tuned", "torch_default"} <= set(raw.implementation):
             continue
-        med = raw.groupby(["shape_id", "implementation"]).latency_us.median().unstack()
+        med = pooled_medians(raw).pivot(index="shape_id", columns="implementation",
+                                        values="median_us")
         ratio = med.torch_tuned / med.torch_default
         print(f"{path.parent.parent.parent.name}/{path.stem}: max |tuned/default - 1| "
               f"{(ratio - 1).abs().max():.4f} over {len(ratio)} shapes")
@@ -126,21 +127,26 @@ def main(results: Path) -> None:
             raw = raw[raw.boundary == "graph_device"]
             for impl in ("torch_default", "torch_tuned"):
                 if impl in set(raw.implementation):
-                    medians.setdefault(impl, raw[raw.implementation == impl]
-                                       .groupby("shape_id").latency_us.median())
+                    pooled = pooled_medians(raw[raw.implementation == impl])
+                    medians.setdefault(impl, pooled.set_index("shape_id").median_us)
         if len(medians) == 2:
             ratio = (medians["torch_default"] / medians["torch_tuned"]).sort_values()
             print(f"tuned faster by >5% on {(ratio > 1.05).sum()} shapes, slower by >5% on "
                   f"{(ratio < 1 / 1.05).sum()}; extremes:")
             print(pd.concat([ratio.head(4), ratio.tail(4)]).round(3).to_string())
+        # The tuning stage's records (older records: k5's build record held them).
+        tunings = {p.stem: json.loads(p.read_text())
+                   for p in sorted((record / "raw" / "tuning").glob("*.json"))}
         build = record / "raw" / "builds" / "k5.json"
-        if build.is_file():
-            doc = json.loads(build.read_text())
-            gain = tuning_frame({"k5": doc})["gain"].dropna()
-            wrong = sum(t["status"] != "correct" for t in doc["tuning"]["trials"])
-            print(f"# k5 tuning: {len(doc['tuning']['trials'])} trials, {wrong} incorrect; tuned "
-                  f"over untuned (k4's rule) per shape: geomean {geomean(gain):.3f}, max "
-                  f"{gain.max():.3f} over {len(gain)} shapes")
+        if not tunings and build.is_file():
+            tunings = {"k5": json.loads(build.read_text())["tuning"]}
+        for kernel, doc in tunings.items():
+            gain = tuning_frame({kernel: {"tuning": doc}})["gain"].dropna()
+            wrong = sum(t["status"] != "correct" for t in doc["trials"])
+            print(f"# {kernel} tuning: {len(doc['trials'])} trials, {wrong} incorrect, "
+                  f"{len(doc['choices'])} shapes tuned; tuned over its untuned rule per shape: "
+                  f"geomean {geomean(gain):.3f}, max {gain.max():.3f} over {len(gain)} shapes"
+                  + (f"; wall {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""))
     roof = pd.read_parquet(results / "roofline.parquet")
     big = roof[roof.footprint_over_2x_l2.astype(bool) & (roof.boundary == "graph_device")]
     if not big.empty:
