@@ -33,14 +33,19 @@ pack() {  # the new record and the run's logs, in parts of at most 15 MiB
   ls -la "$out"
 }
 
-case "$step" in
-smoke)
+machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1
+  log "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   if [ -n "${GPU_TESTS:-}" ]; then
     log "gpu tests"
-    python3 -m pytest -m gpu -q -rs tests > "$out/pytest-gpu.log" 2>&1
-    log "gpu tests exit $?"; tail -25 "$out/pytest-gpu.log"
+    python3 -m pytest -m gpu -q -rs tests > "$1" 2>&1
+    log "gpu tests exit $?"; tail -25 "$1"
   fi
+}
+
+case "$step" in
+smoke)
+  machine "$out/pytest-gpu.log"
   log "smoke atlas"
   start=$(date +%s)
   snakemake --cores 1 -k atlas --configfile config/config.yaml config/smoke.yaml \
@@ -52,13 +57,7 @@ smoke)
     "results/$device-smoke/atlas.json" "results/$device-smoke/provenance" 2>/dev/null
   ;;
 full)
-  log "machine"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
-  if [ -n "${GPU_TESTS:-}" ]; then
-    log "gpu tests"
-    python3 -m pytest -m gpu -q -rs tests > "$work/pytest-gpu.log" 2>&1
-    log "gpu tests exit $?"; tail -5 "$work/pytest-gpu.log"
-  fi
+  machine "$work/pytest-gpu.log"
   log "atlas"
   start=$(date +%s)
   snakemake --cores 1 -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
