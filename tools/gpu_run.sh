@@ -3,7 +3,8 @@
 #   tools/gpu_run.sh smoke    the GPU tests, then the smoke config live (a few minutes)
 #   tools/gpu_run.sh start    the full run in the background (in a copy of the tree, so the
 #                             checkout may change meanwhile), then `wait`
-#   tools/gpu_run.sh wait     wait up to WAIT_S seconds for it; when done, pack into $OUT
+#   tools/gpu_run.sh wait     wait up to WAIT_S seconds (default 480) for it; when done, pack
+#                             into $OUT
 #   tools/gpu_run.sh full     the full run in the foreground
 # The full run: [GPU tests], the live atlas, EXTRA_TARGETS (default: mobilenet_probe), the stage
 # times, a snapshot into records/<device>-<RECORD_NAME>/, and with RERUN_CHECK=1 a live rerun
@@ -18,7 +19,9 @@ work=/tmp/groupconv-run
 copy=/tmp/groupconv-repo
 device=${DEVICE:-h200}
 mkdir -p "$out" "$work"
-if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi
+# Only the steps that run Python set up the environment: `start` and `wait` must return within
+# the host's limit on one command, so they spend no time installing.
+setup() { if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi; }
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 cfg=(--configfile config/config.yaml ${EXTRA_CONFIG:-})
@@ -45,6 +48,7 @@ machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1
 
 case "$step" in
 smoke)
+  setup
   machine "$out/pytest-gpu.log"
   log "smoke atlas"
   start=$(date +%s)
@@ -57,6 +61,7 @@ smoke)
     "results/$device-smoke/atlas.json" "results/$device-smoke/provenance" 2>/dev/null
   ;;
 full)
+  setup
   machine "$work/pytest-gpu.log"
   log "atlas"
   start=$(date +%s)
@@ -91,7 +96,7 @@ start)
   ;;
 wait)
   cd "$copy" 2>/dev/null || { echo "no run copy at $copy: 'start' first"; exit 1; }
-  deadline=$(( $(date +%s) + ${WAIT_S:-560} ))
+  deadline=$(( $(date +%s) + ${WAIT_S:-480} ))
   while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
   cat "$work/run.log"
   grep -hE '^\[(verify|time|tune)' "results/$device"/logs/*.log 2>/dev/null | tail -3
