@@ -16,7 +16,7 @@ from ..stats import CLASSES
 from .axes import (boundary_marker_legend, boundary_panel, class_legend, draw_forest,
                    draw_interval_rows, ratio_axis, ratio_limits)
 from .frames import mobilenet_readings
-from .style import BOUNDARIES, CLASS_COLOURS, fmt_ratio, new_figure, styled
+from .style import BOUNDARIES, CLASS_COLOURS, fmt_ratio, interval_columns, new_figure, styled
 
 
 @styled
@@ -90,9 +90,11 @@ def roofline_figure(roofline: pd.DataFrame, shapes_doc: dict, ceilings: dict,
 
 @styled
 def geomean_figure(summary: pd.DataFrame, threshold: float) -> Figure:
-    """Geometric mean ratio with its interval per comparison, both boundaries per row; the
-    per-shape class counts beside each row, since a mean can hide losses."""
+    """Geometric mean ratio with its interval over shapes per comparison (shapes resampled, then
+    batches: the uncertainty for "a shape like these"), both boundaries per row; the per-shape
+    class counts beside each row, since a mean can hide losses."""
     rows = summary.copy()
+    low, high = interval_columns(rows)
     rows["is_aa"] = rows["baseline"].str.endswith("_twin")
     rows = rows.sort_values(["is_aa", "baseline", "candidate"])
     pairs = list(dict.fromkeys(zip(rows["candidate"], rows["baseline"])))
@@ -103,7 +105,7 @@ def geomean_figure(summary: pd.DataFrame, threshold: float) -> Figure:
         at = rows[rows["boundary"] == boundary].set_index(["candidate", "baseline"])
         get = at.reindex(pairs)
         series.append({"marker": marker, "point": list(get["geomean_ratio"]),
-                       "low": list(get["ci_low"]), "high": list(get["ci_high"])})
+                       "low": list(get[low]), "high": list(get[high])})
     fig = new_figure(9.5, 1.6 + 0.42 * len(labels))
     ax = fig.subplots()
     draw_interval_rows(ax, labels, series, threshold)

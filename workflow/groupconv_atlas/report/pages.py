@@ -11,7 +11,7 @@ from ..stats import CLASSES, classify, measured_medians
 from .frames import mobilenet_readings, tuning_frame
 from .html_blocks import (Markup, esc, frame_html, html_page, markdown_html, short_kernel_name,
                           table_html)
-from .style import baseline_label, fmt_interval, fmt_ratio
+from .style import baseline_label, fmt_interval, fmt_ratio, interval_columns
 
 
 def evidence_page(markdown_text: str, evidence: dict) -> str:
@@ -21,25 +21,29 @@ def evidence_page(markdown_text: str, evidence: dict) -> str:
 
 def summary_page(summary: pd.DataFrame, threshold: float, evidence: dict) -> str:
     """Geometric mean per comparison and boundary with the per-shape class counts."""
-    columns = ["candidate", "baseline", "boundary", "geometric mean", "interval",
-               "interval class", "win", "tie", "loss", "inconclusive", "unsupported",
-               "incorrect", "unmeasured", "shapes compared"]
+    columns = ["candidate", "baseline", "boundary", "geometric mean", "interval over shapes",
+               "interval class", "measurement noise", "win", "tie", "loss", "inconclusive",
+               "unsupported", "incorrect", "unmeasured", "shapes compared"]
+    low, high = interval_columns(summary)
     rows, classes = [], []
     ordered = summary.assign(is_aa=summary["baseline"].str.endswith("_twin")).sort_values(
         ["is_aa", "baseline", "candidate", "boundary"])
     for r in ordered.to_dict("records"):
-        cls = (classify(r["ci_low"], r["ci_high"], threshold)
+        cls = (classify(r[low], r[high], threshold)
                if r["geomean_ratio"] is not None and not pd.isna(r["geomean_ratio"]) else None)
         rows.append([r["candidate"], baseline_label(r["baseline"]), r["boundary"],
-                     fmt_ratio(r["geomean_ratio"]), fmt_interval(r["ci_low"], r["ci_high"]),
-                     cls, r["n_win"], r["n_tie"], r["n_loss"], r["n_inconclusive"],
+                     fmt_ratio(r["geomean_ratio"]), fmt_interval(r[low], r[high]), cls,
+                     fmt_interval(r["ci_low"], r["ci_high"]),
+                     r["n_win"], r["n_tie"], r["n_loss"], r["n_inconclusive"],
                      r["n_unsupported"], r["n_incorrect"], r.get("n_unmeasured", 0),
                      r["shapes_compared"]])
-        classes.append([None] * 5 + [f"cls-{cls}" if cls else None] + [None] * 8)
+        classes.append([None] * 5 + [f"cls-{cls}" if cls else None] + [None] * 9)
     note = (f"{esc(evidence.get('statement'))}. Ratio = baseline time / candidate time; above 1 "
-            f"the candidate is faster. The interval class applies the per-shape rule "
-            f"(threshold {threshold:.0%}) to the geometric mean's interval; the counts are the "
-            "per-shape classes, which a mean can hide.")
+            "the candidate is faster. The interval over shapes resamples the shapes, then the "
+            "batches within them: how sure the mean is for a shape like these. Measurement noise "
+            "is the batch-only interval with the shapes held fixed. The interval class applies "
+            f"the per-shape rule (threshold {threshold:.0%}) to the interval over shapes; the "
+            "counts are the per-shape classes, which a mean can hide.")
     return html_page("Comparisons: geometric means and class counts",
                      table_html(columns, rows, classes, numeric=columns[3:5] + columns[6:]),
                      note)

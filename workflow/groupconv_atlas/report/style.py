@@ -32,13 +32,23 @@ BASELINE_LABELS = {"k0": "k0 (reference custom kernel)",
                    "torch_default": "PyTorch default (torch_default)",
                    "torch_tuned": "PyTorch tuned (torch_tuned)",
                    "torch_default_tf32": "PyTorch as shipped, TF32 allowed: not strict FP32 "
-                                         "(torch_default_tf32)"}
+                                         "(torch_default_tf32)",
+                   "torch_best": "PyTorch, the faster of default and tuned per shape "
+                                 "(torch_best)"}
 # Tick candidates in order of preference; a tick is kept when it is far enough from those kept.
 TICK_PRIORITY = (1.0, 2.0, 0.5, 4.0, 0.25, 10.0, 0.1, 1.5, 0.67, 3.0, 0.33, 1.25, 0.8, 5.0, 0.2,
                  20.0, 0.05, 50.0, 0.02, 1.1, 0.9, 1.05, 0.95)
 # Fixed so that re-rendering the same data writes the same SVG bytes.
 # Text stays text (not glyph paths): a forest plot of 80 labelled rows shrinks several-fold.
 SVG_RC = {"svg.hashsalt": "groupconv-atlas", "svg.fonttype": "none", "font.size": 8}
+
+
+def interval_columns(summary: pd.DataFrame) -> tuple[str, str]:
+    """A geometric mean's headline interval: over shapes where the summary has it (summaries made
+    before it have only the batch-only interval, measurement noise)."""
+    if {"shape_ci_low", "shape_ci_high"} <= set(summary.columns):
+        return "shape_ci_low", "shape_ci_high"
+    return "ci_low", "ci_high"
 
 
 def baseline_label(name: str) -> str:
