@@ -1,6 +1,7 @@
 """Job planning (groupconv_atlas.plan): the jobs a configuration asks for, their roles and pairs,
 and the configurations the planner refuses, naming the field."""
 import json
+import os
 
 import pytest
 import yaml
@@ -79,3 +80,11 @@ def test_planning_imports_no_renderer():
             "print(any(m.startswith(('matplotlib', 'torch', 'pycuda')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_jobs_import_the_checkouts_own_package_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", "/opt/wheels")
+    plan.jobs_import_from(tmp_path)
+    plan.jobs_import_from(tmp_path)  # idempotent: the Snakefile may be read more than once
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "workflow"),
+                                                          "/opt/wheels"]

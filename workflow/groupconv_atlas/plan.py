@@ -4,6 +4,7 @@ imports no renderer, no torch and no PyCUDA), and tested on its own."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .kernels import IMPLEMENTATIONS, KERNELS, base_implementation, twin_name
@@ -14,6 +15,15 @@ Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}
 
 class PlanError(ValueError):
     """A configuration the planner refuses; the message names the config field."""
+
+
+def jobs_import_from(basedir: str | Path) -> None:
+    """Put the checkout's own package first on PYTHONPATH, which every job of the run inherits:
+    a job in a copy of the repository then reads that copy's kernels and records, never those of
+    the installed tree. What was on PYTHONPATH before (a GPU machine's wheels) stays after it."""
+    ours = str(Path(basedir) / "workflow")
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ours]
+    os.environ["PYTHONPATH"] = os.pathsep.join([ours, *rest])
 
 
 def check_names(config: dict) -> None:

@@ -1,7 +1,6 @@
 # Configuration checks, the live/replay decision and the path helpers every rule uses.
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -11,13 +10,12 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-# Every job of this run imports the package of this checkout (a copy of the repository included),
-# not whichever one is installed: jobs inherit this environment.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(Path(workflow.basedir) / "workflow"), *filter(None, [os.environ.get("PYTHONPATH")])])
-
 from groupconv_atlas import kernels as _kernels  # noqa: E402
 from groupconv_atlas import plan as _plan  # noqa: E402
+
+# Every job of this run imports the package of this checkout (a copy of the repository included),
+# not whichever one is installed.
+_plan.jobs_import_from(workflow.basedir)
 from groupconv_atlas.records import find_record  # noqa: E402
 from groupconv_atlas.shapes import ShapeError, load_shapes  # noqa: E402
 
