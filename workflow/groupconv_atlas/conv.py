@@ -22,9 +22,11 @@ import os
 from pathlib import Path
 
 import torch
+import yaml
 
 from .gpu import GpuSession, Launcher, dispatch_table, set_conv_tf32, torch_conv, tuning_table
 from .kernels import BASELINES, KERNELS, KERNELS_DIR, support as implementation_support
+from .records import find_record
 from .shapes import geometry_shape
 
 LOG = logging.getLogger("groupconv_atlas")
@@ -116,11 +118,13 @@ def _has_geometry(table: Path) -> bool:
 
 
 def newest_record_with_tables(records: Path = REPO_ROOT / "records") -> Path | None:
-    """The newest committed record whose tuning tables carry geometries (older ones keyed
-    launches by shape name and are not used for arbitrary calls)."""
-    candidates = [p.parents[2] for p in records.glob("*/raw/tuning/*.json")]
-    dated = sorted({c for c in candidates}, key=lambda p: p.name)
-    return dated[-1] if dated else None
+    """The newest committed record of the configured device whose tuning tables carry
+    geometries (older records kept launches by shape name, unusable for arbitrary calls)."""
+    device = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["device"]
+    try:
+        return find_record(records, "newest", device, having="raw/tuning/*.json")
+    except LookupError:
+        return None
 
 
 def cache_dir(arch: str) -> Path:
@@ -273,10 +277,12 @@ class GroupConv2d(torch.nn.Module):
     def __init__(self, in_channels: int, out_channels: int, groups: int = 1,
                  implementation: str = DISPATCH, device=None):
         super().__init__()
-        ok, why = support(implementation if implementation != DISPATCH else "k0", 1,
-                          in_channels, out_channels, 1, 1, groups)
-        if not ok and "implementation" not in why:
-            raise UnsupportedConv(why)
+        if implementation not in implementations():
+            raise UnsupportedConv(f"implementation: unknown {implementation!r}; known: "
+                                  f"{', '.join(implementations())}")
+        if in_channels % groups or out_channels % groups:
+            raise UnsupportedConv(f"groups: {groups} does not divide in_channels={in_channels} "
+                                  f"and out_channels={out_channels}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.implementation = implementation
         self.weight = torch.nn.Parameter(torch.empty(

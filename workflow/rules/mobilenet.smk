@@ -33,7 +33,8 @@ if MODE == "live":
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "conv", "build", "verify",
+            code=code("shapes", "shapes_table", "kernels", "gpu", "conv", "build", "records",
+                      "verify",
                       "timing", "stats", "provenance", "jobs", *MOBILENET_MODULES),
         output:
             samples=raw("mobilenet/samples.parquet"),
@@ -59,6 +60,7 @@ rule mobilenet_stats:
         probe=raw("mobilenet/probe.json"),
         check=record_check(),
         code=code("shapes", "kernels", "verify", "timing", "stats", "provenance", "jobs", "gpu",
+                  "records",
                   "conv", "build", *MOBILENET_MODULES),
     output:
         summary=f"{RESULTS}/mobilenet/summary.parquet",
