@@ -109,10 +109,12 @@ def test_agreement_table_adds_up(wide):
     summary = agreement(wide).set_index("boundary")
     parts, total = summary.drop(index="all"), summary.loc["all"]
     for column in ("cells", "classes_agree", "timed_in_all", "intervals_overlap", "class_flips",
-                   "reversals"):
+                   "reversals", "code_changed"):
         assert parts[column].sum() == total[column], column
-    assert total["cells"] == len(wide)
-    assert total["class_flips"] == int((~wide["classes_agree"]).sum())
+    same = wide[wide["same_code"]]
+    assert total["cells"] + total["code_changed"] == len(wide)
+    assert total["cells"] == len(same)
+    assert total["class_flips"] == int((~same["classes_agree"]).sum())
     assert 0 < total["share_classes_agree"] <= 1
 
 
@@ -120,16 +122,17 @@ def test_flips_by_comparison_add_up_to_the_flips(wide):
     from groupconv_atlas.compare_records import flips_by_comparison
 
     rows = flips_by_comparison(wide)
-    assert sum(r[2] for r in rows) == len(wide)
-    assert sum(r[3] + r[4] for r in rows) == int((~wide["classes_agree"]).sum())
-    assert sum(r[5] for r in rows) == int(wide["reversal"].sum())
+    same = wide[wide["same_code"]]
+    assert sum(r[2] for r in rows) == len(same)
+    assert sum(r[3] + r[4] for r in rows) == int((~same["classes_agree"]).sum())
+    assert sum(r[5] for r in rows) == int(same["reversal"].sum())
     assert [r[3] + r[4] for r in rows] == sorted((r[3] + r[4] for r in rows), reverse=True)
 
 
 def test_side_by_side_on_hand_made_cells():
     def record(rows):
         frame = pd.DataFrame(rows, columns=[*KEY, "class", "ratio", "ci_low", "ci_high"])
-        return frame.assign(batches=3, samples_per_batch=5, job="j")
+        return frame.assign(batches=3, samples_per_batch=5, job="j", code="k1@1 vs k0@1")
 
     a = record([("s", "k1", "k0", "graph_device", "WIN", 1.2, 1.1, 1.3),
                 ("s", "k1", "k0", "sync_api", "TIE", 1.0, 0.98, 1.02),
@@ -148,6 +151,30 @@ def test_side_by_side_on_hand_made_cells():
     assert tie_inconclusive["intervals_overlap"]
     both_unsupported = wide.loc[("t", "graph_device")]
     assert both_unsupported["classes_agree"] and pd.isna(both_unsupported["intervals_overlap"])
+
+
+def test_a_cell_whose_kernel_changed_is_left_out_of_the_agreement():
+    def record(cls, code):
+        return pd.DataFrame([("s", "k6", "torch_tuned", "graph_device", cls, 1.2, 1.1, 1.3)],
+                            columns=[*KEY, "class", "ratio", "ci_low", "ci_high"]).assign(
+            batches=3, samples_per_batch=5, job="j", code=code)
+
+    wide = side_by_side({"a": record("WIN", "k6@1 vs torch"), "b": record("LOSS", "k6@2 vs torch")})
+    assert not wide.loc[0, "same_code"] and wide.loc[0, "reversal"]
+    total = agreement(wide).set_index("boundary").loc["all"]
+    assert total["cells"] == 0 and total["reversals"] == 0 and total["code_changed"] == 1
+
+
+def test_cell_code_names_kernel_sources_and_the_dispatchers_choice(tmp_path):
+    from groupconv_atlas.compare_records import cell_code, kernel_sources
+
+    sources = kernel_sources(ROOT / "records" / FULL)
+    assert set(sources) >= {"k0", "k3"} and all(len(v) > 64 for v in sources.values())
+    assert cell_code("k3", "s", sources, {}) == sources["k3"]
+    assert cell_code("k3_twin", "s", sources, {}) == sources["k3"]
+    assert cell_code("torch_tuned", "s", sources, {}) == "torch"
+    assert cell_code("dispatch", "s", sources, {"s": "k3"}) == f"dispatch->k3:{sources['k3']}"
+    assert cell_code("dispatch", "t", sources, {"s": "k3"}) == "dispatch->?"
 
 
 def test_a_pair_timed_by_two_jobs_is_refused(tmp_path):

@@ -17,10 +17,14 @@ def test_one_job_per_reference_group_with_every_candidate():
     groups = CONFIG["timing"]["reference_groups"]
     for group, refs in groups.items():
         assert jobs[group] == {"candidates": CONFIG["timing"]["candidates"], "references": refs}
-        assert jobs[f"dispatch-{group}"]["candidates"] == ["dispatch"]
+        assert jobs[f"dispatch-{group}"] == {
+            "candidates": ["dispatch"], "references": [r for r in refs if not r.startswith("k")]}
     aa = CONFIG["timing"]["aa_implementation"]
     assert jobs["aa"] == {"candidates": [aa], "references": [f"{aa}_twin"]}
     assert len(jobs) == 2 * len(groups) + 1
+    # A group of custom kernels alone has no dispatcher job: it answers no question about PyTorch.
+    only_kernels = {**CONFIG["timing"], "reference_groups": {"seed": ["k0"]}}
+    assert set(plan.configured_jobs(only_kernels)) == {"seed", "aa"}
 
 
 def test_pairs_skip_a_candidate_against_itself():

@@ -200,6 +200,17 @@ def test_figures_are_deterministic_and_show_losses_in_their_colour(artifacts):
         assert report.CLASS_COLOURS[cls].lower().encode() in first
 
 
+def test_forests_rendered_in_parallel_equal_those_rendered_in_one_process(artifacts):
+    comparisons, ids = artifacts["comparisons"], artifacts["shape_ids"]
+    items = [("k2", "torch_tuned", "graph_device"), ("k5", "torch_default", "sync_api"),
+             ("k3", "torch_tuned", "sync_api")]
+    serial = report.forest_svgs(comparisons, ids, items, 0.05, workers=1)
+    parallel = report.forest_svgs(comparisons, ids, items, 0.05, workers=2)
+    assert parallel == serial
+    assert serial[0] == report.svg_bytes(report.forest_figure(comparisons, ids, *items[0], 0.05))
+    assert len(set(serial)) == len(items)
+
+
 def test_every_cell_of_the_atlas_is_in_the_per_shape_table(artifacts):
     page = report.per_shape_page(artifacts["comparisons"], artifacts["shape_ids"],
                                  artifacts["atlas"]["evidence"])

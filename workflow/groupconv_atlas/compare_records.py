@@ -14,11 +14,12 @@ import pandas as pd
 
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
 from .stats import CLASSES, StatsConfig, batch_medians, comparisons_for_job
+from .kernels import base_implementation
 from .timing import BOUNDARIES
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]
 # What each record contributes per cell; in the side-by-side table as "<record>:<column>".
-PER_RECORD = ["class", "ratio", "ci_low", "ci_high", "batches", "samples_per_batch", "job"]
+PER_RECORD = ["class", "ratio", "ci_low", "ci_high", "batches", "samples_per_batch", "job", "code"]
 
 
 def committed_records(records_dir: str | Path = "records") -> list[str]:
@@ -44,9 +45,34 @@ def compare_inputs(names: list[str] | None, records_dir: str = "records") -> dic
     return {"manifests": [f"{records_dir}/{n}/record.json" for n in names], "raw": raw}
 
 
+def kernel_sources(record_dir: str | Path) -> dict[str, str]:
+    """{kernel: identity of the code it ran}: the SHA-256 of its .cu file and of every header it
+    included, from the record's build records (one string, equal when the code is)."""
+    sources = {}
+    for path in sorted(Path(record_dir, "raw", "builds").glob("*.json")):
+        build = json.loads(path.read_text())
+        headers = ",".join(f"{h}={d}" for h, d in sorted((build.get("header_sha256") or {}).items()))
+        sources[build["kernel"]] = f"{build['source_sha256']}[{headers}]"
+    return sources
+
+
+def cell_code(implementation: str, shape_id: str, sources: dict[str, str],
+              dispatches_to: dict[str, str]) -> str:
+    """The code behind one side of a cell: a kernel's sources (its A/A twin's are its own), the
+    dispatcher's choice on the shape and that choice's sources, or PyTorch ("torch")."""
+    if implementation == "dispatch":
+        target = dispatches_to.get(shape_id)
+        return f"dispatch->{target}:{cell_code(target, shape_id, sources, {})}" if target else \
+            "dispatch->?"
+    return sources.get(base_implementation(implementation), "torch")
+
+
 def record_cells(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
-    """Every cell of one record, classified from its raw layer as compare_job would."""
+    """Every cell of one record, classified from its raw layer as compare_job would, with the
+    code behind the cell (`code`), so that a cell whose kernel changed between records is not
+    counted as the same measurement taken again."""
     raw = Path(record_dir) / "raw"
+    sources = kernel_sources(record_dir)
     verification = pd.concat([pd.read_parquet(p)
                               for p in sorted(raw.glob("verification/*.parquet"))],
                              ignore_index=True)
@@ -60,6 +86,12 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
         table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
                                     shape_ids, BOUNDARIES, cfg, meta)
         table["job"] = meta_path.stem
+        dispatches_to = {m["shape_id"]: m.get("dispatches_to", {}).get("dispatch")
+                         for m in meta.get("shapes", [])}
+        table["code"] = [f"{cell_code(c, s, sources, dispatches_to)} vs "
+                         f"{cell_code(b, s, sources, dispatches_to)}"
+                         for s, c, b in zip(table["shape_id"], table["candidate"],
+                                            table["baseline"])]
         table["samples_per_batch"] = (meta.get("config") or {}).get("samples_per_batch")
         frames.append(table)
     cells = pd.concat(frames, ignore_index=True)
@@ -94,14 +126,18 @@ def side_by_side(cells_by_record: dict[str, pd.DataFrame]) -> pd.DataFrame:
         [bool(lo <= hi) if timed else pd.NA
          for lo, hi, timed in zip(common_low, common_high, timed_everywhere)], dtype="boolean")
     wide["reversal"] = (classes == "WIN").any(axis=1) & (classes == "LOSS").any(axis=1)
+    # The same measurement taken again only where every record ran the same code for the cell.
+    wide["same_code"] = wide[[f"{n}:code" for n in names]].nunique(axis=1) == 1
     return wide.sort_values(KEY, ignore_index=True)
 
 
 def agreement(wide: pd.DataFrame) -> pd.DataFrame:
-    """Per boundary and overall: cells shared, share whose classes agree, share (of the cells
-    every record timed) whose intervals overlap, flips and WIN/LOSS reversals."""
+    """Per boundary and overall, over the shared cells whose code is the same in every record
+    (`code_changed` counts the others, left out): cells, share whose classes agree, share (of
+    the cells every record timed) whose intervals overlap, flips and WIN/LOSS reversals."""
     rows = []
-    for boundary, part in [*wide.groupby("boundary", sort=True), ("all", wide)]:
+    for boundary, whole in [*wide.groupby("boundary", sort=True), ("all", wide)]:
+        part = whole[whole["same_code"]]
         timed = part["intervals_overlap"].notna()
         overlap = int(part.loc[timed, "intervals_overlap"].sum())
         agree = int(part["classes_agree"].sum())
@@ -110,7 +146,8 @@ def agreement(wide: pd.DataFrame) -> pd.DataFrame:
                      "timed_in_all": int(timed.sum()), "intervals_overlap": overlap,
                      "share_intervals_overlap": overlap / int(timed.sum()) if timed.any()
                      else None,
-                     "class_flips": len(part) - agree, "reversals": int(part["reversal"].sum())})
+                     "class_flips": len(part) - agree, "reversals": int(part["reversal"].sum()),
+                     "code_changed": len(whole) - len(part)})
     return pd.DataFrame(rows)
 
 
@@ -118,7 +155,8 @@ def flips_by_comparison(wide: pd.DataFrame) -> list[list]:
     """Per (candidate, baseline): shared cells, flips per boundary, reversals; most flips first,
     so a baseline that is itself unstable between sessions stands out."""
     rows = []
-    for (cand, base), part in wide.groupby(["candidate", "baseline"], sort=True):
+    for (cand, base), part in wide[wide["same_code"]].groupby(["candidate", "baseline"],
+                                                              sort=True):
         flips = part[~part["classes_agree"]]
         rows.append([cand, base, len(part),
                      int((flips["boundary"] == "graph_device").sum()),
@@ -162,17 +200,20 @@ def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[
     summary = agreement(wide)
     summary_rows = [[r["boundary"], r["cells"], share_text(r["share_classes_agree"]),
                      r["timed_in_all"], share_text(r["share_intervals_overlap"]), r["class_flips"],
-                     r["reversals"]] for r in summary.to_dict("records")]
+                     r["reversals"], r["code_changed"]] for r in summary.to_dict("records")]
+    changed = wide[~wide["same_code"]]
+    wide = wide[wide["same_code"]]
     flips = wide[~wide["classes_agree"]]
     body = (
         "<h2>Records</h2>"
         + table_html(["record", "device", "sampling", "caveats (repeated from the record)"],
                      record_rows)
         + "<h2>Agreement</h2>"
-        + table_html(["boundary", "shared cells", "classes agree", "timed in every record",
-                      "intervals overlap", "class flips", "WIN/LOSS reversals"], summary_rows,
-                     numeric=["shared cells", "timed in every record", "class flips",
-                              "WIN/LOSS reversals"])
+        + table_html(["boundary", "shared cells, same code", "classes agree",
+                      "timed in every record", "intervals overlap", "class flips",
+                      "WIN/LOSS reversals", "left out: code changed"], summary_rows,
+                     numeric=["shared cells, same code", "timed in every record", "class flips",
+                              "WIN/LOSS reversals", "left out: code changed"])
         + "<h2>Flips by comparison</h2>"
         + table_html(["candidate", "baseline", "shared cells", "graph_device flips",
                       "sync_api flips", "WIN/LOSS reversals"], flips_by_comparison(wide),
@@ -181,7 +222,12 @@ def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[
         + f"<h2>Cells whose class flips ({len(flips)})</h2>"
         + (_cells_table(flips, names) if len(flips) else "<p>None: every shared cell has the "
            "same class in every record.</p>")
-        + f"<h2>Every shared cell ({len(wide)})</h2>" + _cells_table(wide, names))
+        + f"<h2>Every shared cell with the same code ({len(wide)})</h2>"
+        + _cells_table(wide, names)
+        + f"<h2>Cells left out: the code changed between records ({len(changed)})</h2>"
+        + ("<p>A kernel's sources (or the dispatcher's choice) differ, so these are different "
+           "measurements, not the same one taken again.</p>" + _cells_table(changed, names)
+           if len(changed) else "<p>None.</p>"))
     note = (f"Each record re-classified from its own raw samples with the same statistics "
             f"(threshold {threshold:.0%}); ratio = baseline time / candidate time, above 1 the "
             "candidate is faster. Only cells present in every record are shown. Intervals "

@@ -60,8 +60,13 @@ def configured_jobs(timing: dict) -> dict[str, Roles]:
     for group, refs in timing["reference_groups"].items():
         jobs[group] = {"candidates": list(timing["candidates"]), "references": list(refs)}
     if timing.get("dispatch"):
+        # The dispatcher answers "what does a caller gain over PyTorch": its jobs time it against
+        # the group's PyTorch references only (a custom reference such as k0 would add its samples
+        # to the job and no question; the dispatcher's kernels already face k0 in the group's job).
         for group, refs in timing["reference_groups"].items():
-            jobs[f"dispatch-{group}"] = {"candidates": ["dispatch"], "references": list(refs)}
+            torch_refs = [r for r in refs if r not in KERNELS]
+            if torch_refs:
+                jobs[f"dispatch-{group}"] = {"candidates": ["dispatch"], "references": torch_refs}
     aa = timing["aa_implementation"]
     jobs["aa"] = {"candidates": [aa], "references": [twin_name(aa)]}
     return jobs

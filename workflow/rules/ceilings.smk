@@ -9,6 +9,7 @@ if MODE == "live":
         output:
             ceilings=f"{RESULTS}/raw/ceilings.json",
             prov=prov("ceilings"),
+        threads: MEASURE_THREADS
         resources:
             gpu=1,
         log:

@@ -53,6 +53,13 @@ if MODE == "replay":
     except LookupError as _err:
         raise WorkflowError(str(_err)) from None
 
+# A job that measures time (tuning, ceilings, timing, the cross-check, the MobileNet probe,
+# Nsight) takes every core of the run, so the scheduler runs it alone: no other job's GPU or CPU
+# work beside its samples. Builds and verification share the machine with each other (up to the
+# profile's `gpu` resource), which is what makes a run on many cores fast. On a cluster every job
+# has its own machine, so one thread is enough.
+MEASURE_THREADS = workflow.cores if isinstance(workflow.cores, int) and workflow.cores < 1024 else 1
+
 KERNELS = list(config["kernels"])
 IMPLEMENTATIONS = [*KERNELS, *config["baselines"]]
 PACKAGE = "workflow/groupconv_atlas"

@@ -44,6 +44,7 @@ if MODE == "live":
             mobilenet=config["mobilenet"],
             timing=timing_params(),
             kernels=KERNELS,
+        threads: MEASURE_THREADS
         resources:
             gpu=1,
         log:

@@ -26,6 +26,7 @@ if MODE == "live":
             warmup=config["nsight"]["warmup_launches"],
         wildcard_constraints:
             shape=r"[a-z0-9][a-z0-9._-]*",
+        threads: MEASURE_THREADS
         resources:
             gpu=1,
         log:

@@ -66,6 +66,8 @@ rule report_figures:
         prov=prov("report_figures"),
     params:
         forest=[list(f) for f in FOREST_FIGURES],
+    # The forest figures render in parallel, one process per core.
+    threads: workflow.cores if isinstance(workflow.cores, int) and workflow.cores < 1024 else 1
     log:
         f"{RESULTS}/logs/report_figures.log",
     conda:

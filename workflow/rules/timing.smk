@@ -24,6 +24,7 @@ if MODE == "live":
             roles=lambda wildcards: job_roles(wildcards.job),
             processes=config["timing"]["processes"],
             timing=timing_params(),
+        threads: MEASURE_THREADS
         resources:
             gpu=1,
         log:
@@ -47,6 +48,7 @@ if MODE == "live":
             shape_ids=config["crosscheck"]["shapes"],
             seed=config["timing"]["seed"],
             timing=timing_params(),
+        threads: MEASURE_THREADS
         resources:
             gpu=1,
         log:

@@ -17,6 +17,7 @@ if MODE == "live":
             prov=prov("tune_kernel", "{kernel}"),
         params:
             tuning=tuning_settings(),
+        threads: MEASURE_THREADS
         resources:
             gpu=1,
         log:

@@ -32,8 +32,9 @@ save(smk.output.roofline, report.roofline_figure(pd.read_parquet(smk.input.roofl
      report.note_figure("No roofline: this record has no measured ceilings."))
 save(smk.output.aa, report.aa_figure(comparisons, shape_ids, atlas["aa"], threshold))
 save(smk.output.boundaries, report.boundary_figure(comparisons, threshold))
-for (candidate, baseline, boundary), path in zip(smk.params.forest, smk.output.forest):
-    save(path, report.forest_figure(comparisons, shape_ids, candidate, baseline, boundary,
-                                    threshold))
+forests = report.forest_svgs(comparisons, shape_ids, [tuple(f) for f in smk.params.forest],
+                             threshold, workers=smk.threads)
+for path, svg in zip(smk.output.forest, forests):
+    write_bytes(path, svg)
 job.progress(f"figures: {len(smk.output.forest) + 4}")
 job.finish()

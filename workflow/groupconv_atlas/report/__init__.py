@@ -9,7 +9,7 @@ The names below are re-exported so `from groupconv_atlas.report import X` keeps 
 this package imports every module, so a job that imports it lists them all as code inputs."""
 from .atlas_map import MAP_DATA_MARKER, atlas_map_html, map_payload
 from .axes import ratio_ticks
-from .figures import (aa_figure, boundary_figure, forest_figure, geomean_figure,
+from .figures import (aa_figure, boundary_figure, forest_figure, forest_svgs, geomean_figure,
                       mobilenet_figure, note_figure, roofline_figure)
 from .frames import mobilenet_readings, tuning_frame
 from .html_blocks import (Markup, esc, fmt_number, frame_html, html_page, markdown_html,
@@ -25,7 +25,7 @@ __all__ = [
     "BASELINE_LABELS", "BOUNDARIES", "CLASS_COLOURS", "CLASS_GLYPHS", "MAP_DATA_MARKER",
     "Markup", "PAGE_CSS", "SVG_RC", "UNTIMED", "aa_figure", "atlas_map_html", "baseline_label",
     "boundary_figure", "esc", "evidence_page", "figure_stem", "fmt_interval", "fmt_number",
-    "fmt_ratio", "forest_figure", "frame_html", "geomean_figure", "html_page", "latency_page",
+    "fmt_ratio", "forest_figure", "forest_svgs", "frame_html", "geomean_figure", "html_page", "latency_page",
     "machine_code_page", "map_payload", "markdown_html", "mobilenet_figure", "mobilenet_page",
     "mobilenet_readings", "note_figure", "nsight_page", "per_shape_page", "provenance_page",
     "ratio_ticks", "roofline_figure", "session_page", "shapes_page", "short_kernel_name",

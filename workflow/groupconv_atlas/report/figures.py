@@ -16,7 +16,8 @@ from ..stats import CLASSES
 from .axes import (boundary_marker_legend, boundary_panel, class_legend, draw_forest,
                    draw_interval_rows, ratio_axis, ratio_limits)
 from .frames import mobilenet_readings
-from .style import BOUNDARIES, CLASS_COLOURS, fmt_ratio, interval_columns, new_figure, styled
+from .style import (BOUNDARIES, CLASS_COLOURS, fmt_ratio, interval_columns, new_figure, styled,
+                    svg_bytes)
 
 
 @styled
@@ -34,6 +35,38 @@ def forest_figure(comparisons: pd.DataFrame, shape_ids: list[str], candidate: st
                   f"< 1: {baseline} faster    |    > 1: {candidate} faster")
     class_legend(ax, counts, threshold)
     return fig
+
+
+_FOREST_INPUTS: tuple = ()
+
+
+def _forest_svg(item: tuple[str, str, str]) -> bytes:
+    candidate, baseline, boundary = item
+    comparisons, shape_ids, threshold = _FOREST_INPUTS
+    return svg_bytes(forest_figure(comparisons, shape_ids, candidate, baseline, boundary,
+                                   threshold))
+
+
+def forest_svgs(comparisons: pd.DataFrame, shape_ids: list[str],
+                items: list[tuple[str, str, str]], threshold: float, workers: int = 1
+                ) -> list[bytes]:
+    """The forest figures of (candidate, baseline, boundary) items as SVG bytes, in order,
+    rendered by `workers` forked processes (each figure is independent, and matplotlib draws on
+    one core): the same bytes as one process renders."""
+    global _FOREST_INPUTS
+    _FOREST_INPUTS = (comparisons, shape_ids, threshold)
+    try:
+        if workers <= 1 or len(items) <= 1:
+            return [_forest_svg(item) for item in items]
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: the workers inherit the frames instead of unpickling them per figure.
+        with ProcessPoolExecutor(min(workers, len(items)),
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_forest_svg, items, chunksize=4))
+    finally:
+        _FOREST_INPUTS = ()
 
 
 @styled
