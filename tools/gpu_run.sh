@@ -11,7 +11,8 @@
 # after a one-line edit of kernels/k3_four_wide.cu, timed.
 # Environment: OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one
 # that installs PyCUDA and Snakemake), EXTRA_CONFIG (config files layered on config.yaml),
-# GPU_TESTS=1, RECORD_NAME (default: today's date), DEVICE (default h200).
+# GPU_TESTS=1, RECORD_NAME (default: today's date), DEVICE (default h200), CORES (default all: jobs
+# that measure time still run alone).
 set -uo pipefail
 step=${1:?usage: tools/gpu_run.sh smoke|start|wait|full}
 out=${OUT:-/tmp/groupconv-out}
@@ -52,7 +53,7 @@ smoke)
   machine "$out/pytest-gpu.log"
   log "smoke atlas"
   start=$(date +%s)
-  snakemake --cores 1 -k atlas --configfile config/config.yaml config/smoke.yaml \
+  snakemake --cores "${CORES:-all}" -k atlas --configfile config/config.yaml config/smoke.yaml \
     --config mode=live > "$out/smoke.log" 2>&1
   log "smoke atlas exit $? after $(( $(date +%s) - start )) s"
   python3 tools/stage_times.py "results/$device-smoke" "$(( $(date +%s) - start ))"
@@ -65,24 +66,24 @@ full)
   machine "$work/pytest-gpu.log"
   log "atlas"
   start=$(date +%s)
-  snakemake --cores 1 -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
+  snakemake --cores "${CORES:-all}" -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
   status=$?
   wall=$(( $(date +%s) - start ))
   log "atlas exit $status after $wall s"
   for target in ${EXTRA_TARGETS:-mobilenet_probe}; do
     log "$target"
-    snakemake --cores 1 -k "$target" "${cfg[@]}" --config mode=live > "$work/$target.log" 2>&1
+    snakemake --cores "${CORES:-all}" -k "$target" "${cfg[@]}" --config mode=live > "$work/$target.log" 2>&1
     log "$target exit $?"
   done
   python3 tools/stage_times.py "results/$device" "$wall" | tee "$work/stage-times.log"
-  snakemake --cores 1 snapshot_record "${cfg[@]}" --config mode=live \
+  snakemake --cores "${CORES:-all}" snapshot_record "${cfg[@]}" --config mode=live \
     record_name="${RECORD_NAME:-$(date -u +%F)}" > "$work/snapshot.log" 2>&1
   log "snapshot exit $?"
   if [ -n "${RERUN_CHECK:-}" ]; then
     # What a one-kernel edit costs live: the reruns it triggers, timed.
     echo "// edited" >> kernels/k3_four_wide.cu
     start=$(date +%s)
-    snakemake --cores 1 -k atlas "${cfg[@]}" --config mode=live > "$work/rerun-after-k3-edit.log" 2>&1
+    snakemake --cores "${CORES:-all}" -k atlas "${cfg[@]}" --config mode=live > "$work/rerun-after-k3-edit.log" 2>&1
     log "rerun after a k3 edit: exit $? after $(( $(date +%s) - start )) s"
     git checkout -q -- kernels/k3_four_wide.cu 2>/dev/null || sed -i '$ d' kernels/k3_four_wide.cu
     grep -A30 "Job stats" "$work/rerun-after-k3-edit.log" | head -30
