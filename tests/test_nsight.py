@@ -55,6 +55,14 @@ def test_unknown_shape_or_implementation_is_refused():
         nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k9"])
 
 
+def test_extra_pairs_follow_the_product_once_each_and_are_checked_alike():
+    extra = [[DEPTHWISE, "k6"], [DEPTHWISE, "k1"], ["cpg2-n32-c64-56x56-g32", "k5"]]
+    pairs = nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], extra)
+    assert pairs == [(DEPTHWISE, "k1"), (DEPTHWISE, "k6"), ("cpg2-n32-c64-56x56-g32", "k5")]
+    with pytest.raises(nsight.NsightError, match=rf"pair \({CPG8}, k6\): implementation does not"):
+        nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], [[CPG8, "k6"]])
+
+
 def test_capture_uses_the_seed_verification_drew_the_inputs_from():
     index = [s.id for s in SHAPES].index("cpg2-n32-c64-56x56-g32")
     assert nsight.capture_seed(SHAPES, "cpg2-n32-c64-56x56-g32", "k2", 20261129) == \
@@ -65,6 +73,16 @@ def test_kernel_entry_follows_the_shape():
     assert nsight.kernel_entry("k2", BY_ID["cpg2-n32-c64-56x56-g32"]) == "k2_shared_halo_cpg2"
     assert nsight.kernel_entry("k1", BY_ID[DEPTHWISE]) == "k1_spatial"
     assert nsight.kernel_entry("torch_tuned", BY_ID[DEPTHWISE]) is None
+    # Tuned or SM-count-dependent kernels: which entry runs is decided on the GPU; the filter
+    # takes any entry of the kernel, and the capture must still hold exactly one launch.
+    assert nsight.kernel_entry("k5", BY_ID[DEPTHWISE]) == "k5_*"
+    assert nsight.kernel_entry("k4", BY_ID[DEPTHWISE]) == "k4_*"
+    assert nsight.entry_regex("k5_*") == "^k5_"
+    assert nsight.entry_regex("k1_spatial") == "^k1_spatial$"
+    one = {"kernel_name": "k5_tuned_tile_r2_c4", "kernel_name_demangled": "k5_tuned_tile_r2_c4"}
+    assert nsight._matches("k5_*", one) and not nsight._matches("k4_*", one)
+    cmd = nsight.ncu_command("ncu", "/tmp/cap", "k5_*", ["python3", "capture.py"])
+    assert "-k regex:^k5_ --launch-count 1" in " ".join(cmd)
 
 
 # --- the ncu command -----------------------------------------------------------------------------
@@ -348,7 +366,7 @@ def test_capture_script_refuses_before_touching_the_gpu(tmp_path, extra, message
 
 @pytest.mark.gpu
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
-@pytest.mark.parametrize("impl", ["k2", "torch_tuned"])
+@pytest.mark.parametrize("impl", ["k2", "k5", "torch_tuned"])
 def test_real_capture_of_one_pair(tmp_path, impl):
     import json
 
@@ -359,9 +377,9 @@ def test_real_capture_of_one_pair(tmp_path, impl):
     frozen = tmp_path / "shapes.json"
     frozen.write_text(json.dumps(frozen_shapes(SHAPES, [impl])[1]))
     cubin = None
-    if impl == "k2":
-        cubin = str(tmp_path / "k2.cubin")
-        compile_kernel("k2", cubin)
+    if impl != "torch_tuned":
+        cubin = str(tmp_path / f"{impl}.cubin")
+        compile_kernel(impl, cubin)
     report = tmp_path / "cap.ncu-rep"
     extra = nsight.profile_pair(
         shape, impl, seed=nsight.capture_seed(SHAPES, shape.id, impl, 1), report_path=report,
@@ -372,6 +390,8 @@ def test_real_capture_of_one_pair(tmp_path, impl):
     if impl == "k2":
         assert table.kernel_name.tolist() == ["k2_shared_halo_cpg4"]
         assert table.shared_mem_per_block_bytes.iloc[0] == 4 * 10 * 34 * 4
+    if impl == "k5":  # no tuning record given: the untuned rule's entry, whichever it is
+        assert len(table) == 1 and table.kernel_name.iloc[0].startswith("k5_tuned_tile_")
     first = table.iloc[0]
     assert first.duration_ns > 0 and first.instructions_executed > 0 and first.dram_bytes_read > 0
     assert first.stall_1_reason is not None and not pd.isna(first.stall_1_reason)

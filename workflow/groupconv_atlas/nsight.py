@@ -113,27 +113,25 @@ def capture_stem(shape_id: str, impl: str) -> str:
 
 # --- which pairs ---------------------------------------------------------------------------------
 
-def nsight_pairs(shapes: list[Shape], shape_ids, impls) -> list[tuple[str, str]]:
-    """Every (shape, implementation) to profile, checked before any job runs: an unknown shape or
-    implementation, or an implementation that does not support the shape, raises NsightError."""
+def nsight_pairs(shapes: list[Shape], shape_ids, impls, extra_pairs=()) -> list[tuple[str, str]]:
+    """Every (shape, implementation) to profile, checked before any job runs: each of `shape_ids`
+    with each of `impls`, then `extra_pairs` ([shape, implementation] each, once). An unknown
+    shape or implementation, or an implementation that does not support the shape, raises
+    NsightError."""
     by_id = {s.id: s for s in shapes}
     pairs = []
-    for shape_id in shape_ids:
-        for impl in impls:
-            pair = pair_name(shape_id, impl)
-            if shape_id not in by_id:
-                raise NsightError(f"{pair}: no shape {shape_id!r} in the shape set")
-            if base_implementation(impl) not in {**KERNELS, **BASELINES}:
-                raise NsightError(f"{pair}: unknown implementation {impl!r}")
-            ok, reason = support(impl, by_id[shape_id])
-            if not ok:
-                raise NsightError(f"{pair}: implementation does not support the shape: {reason}")
-            base = base_implementation(impl)
-            if base in KERNELS and (KERNELS[base].needs_sm_count or KERNELS[base].variants):
-                raise NsightError(f"{pair}: {base}'s entry depends on the GPU's SM count and the "
-                                  "tuning stage, which a capture's kernel filter cannot know "
-                                  "before the run; profile k0-k3 or a PyTorch baseline")
-            pairs.append((shape_id, impl))
+    wanted = [(shape_id, impl) for shape_id in shape_ids for impl in impls]
+    wanted += [tuple(p) for p in extra_pairs if tuple(p) not in wanted]
+    for shape_id, impl in wanted:
+        pair = pair_name(shape_id, impl)
+        if shape_id not in by_id:
+            raise NsightError(f"{pair}: no shape {shape_id!r} in the shape set")
+        if base_implementation(impl) not in {**KERNELS, **BASELINES}:
+            raise NsightError(f"{pair}: unknown implementation {impl!r}")
+        ok, reason = support(impl, by_id[shape_id])
+        if not ok:
+            raise NsightError(f"{pair}: implementation does not support the shape: {reason}")
+        pairs.append((shape_id, impl))
     return pairs
 
 
@@ -144,10 +142,22 @@ def capture_seed(shapes: list[Shape], shape_id: str, impl: str, base_seed: int) 
 
 
 def kernel_entry(impl: str, shape: Shape) -> str | None:
-    """The function a custom kernel launches on this shape; None for PyTorch (cuDNN picks)."""
+    """The function a custom kernel launches on this shape; None for PyTorch (cuDNN picks). A
+    kernel whose entry the GPU's SM count or the tuning stage decides gives the prefix every
+    entry of it shares, "<kernel>_*": the capture records which one ran."""
     base = base_implementation(impl)
-    # nsight_pairs admits only kernels whose launch depends on the shape alone.
-    return launch_for(base, shape, sm_count=0).entry if base in KERNELS else None
+    if base not in KERNELS:
+        return None
+    if KERNELS[base].needs_sm_count or KERNELS[base].variants:
+        return f"{base}_*"
+    return launch_for(base, shape, sm_count=0).entry
+
+
+def entry_regex(entry: str) -> str:
+    """ncu's kernel filter for an entry name, or for an entry prefix ("k6_*")."""
+    if entry.endswith("*"):
+        return f"^{re.escape(entry[:-1])}"
+    return f"^{re.escape(entry)}$"
 
 
 # --- running ncu (GPU machine) -------------------------------------------------------------------
@@ -176,7 +186,7 @@ def ncu_command(ncu: str, report_stem: str | Path, entry: str | None, app_argv) 
         cmd += ["--section", section]
     cmd += ["--metrics", ",".join(NCU_METRICS)]
     if entry is not None:
-        cmd += ["-k", f"regex:^{re.escape(entry)}$", "--launch-count", "1"]
+        cmd += ["-k", f"regex:{entry_regex(entry)}", "--launch-count", "1"]
     return cmd + [str(a) for a in app_argv]
 
 
@@ -184,7 +194,7 @@ def check_ncu_run(output: str, returncode: int, report: Path, pair: str, entry: 
     """Turn ncu's ways of failing into one error naming the pair."""
     tail = output.strip()[-1500:]
     if NO_KERNEL_PROFILED in output:
-        why = (f"the kernel filter regex:^{entry}$ matched no launch" if entry
+        why = (f"the kernel filter regex:{entry_regex(entry)} matched no launch" if entry
                else "no kernel was launched inside the profiler range")
         raise NsightError(f"{pair}: ncu profiled no kernel: {why}\n{tail}")
     if returncode != 0:
@@ -195,7 +205,8 @@ def check_ncu_run(output: str, returncode: int, report: Path, pair: str, entry: 
 
 def profile_pair(shape: Shape, impl: str, seed: int, report_path: str | Path, shapes_file: str,
                  capture_script: str | Path, cubin: str | None, warmup: int,
-                 python: str = sys.executable, ncu: str | None = None) -> dict:
+                 python: str = sys.executable, ncu: str | None = None,
+                 tuning: str | None = None) -> dict:
     """Capture one pair into `report_path` (moved into place only once it holds the expected
     kernel); return what provenance should record."""
     pair = pair_name(shape.id, impl)
@@ -207,7 +218,8 @@ def profile_pair(shape: Shape, impl: str, seed: int, report_path: str | Path, sh
     report_path = Path(report_path)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     app = [python, capture_script, "--shapes", shapes_file, "--shape", shape.id, "--impl", impl,
-           "--seed", seed, "--warmup", warmup, *(["--cubin", cubin] if cubin else [])]
+           "--seed", seed, "--warmup", warmup, *(["--cubin", cubin] if cubin else []),
+           *(["--tuning", tuning] if tuning else [])]
     with tempfile.TemporaryDirectory(dir=report_path.parent, prefix=".ncu-") as tmp:
         stem = Path(tmp) / "capture"
         cmd = ncu_command(ncu, stem, entry, app)
@@ -218,7 +230,8 @@ def profile_pair(shape: Shape, impl: str, seed: int, report_path: str | Path, sh
         launches = read_capture(produced, shape.id, impl, entry)
         os.replace(produced, report_path)
     return {"ncu": ncu, "ncu_version": ncu_version(ncu), "ncu_command": cmd, "seed": seed,
-            "warmup_launches": warmup, "kernel_filter": f"regex:^{entry}$" if entry else None,
+            "warmup_launches": warmup,
+            "kernel_filter": f"regex:{entry_regex(entry)}" if entry else None,
             "kernels_captured": [launch["kernel_name"] for launch in launches],
             "ncu_output_tail": output.strip()[-2000:]}
 
@@ -329,6 +342,8 @@ def load_launches(path: str | Path, pair: str) -> list[dict]:
 
 
 def _matches(entry: str, launch: dict) -> bool:
+    if entry.endswith("*"):
+        return launch["kernel_name"].startswith(entry[:-1])
     return launch["kernel_name"] == entry or launch["kernel_name_demangled"].startswith(entry + "(")
 
 
@@ -343,7 +358,8 @@ def read_capture(path: str | Path, shape_id: str, impl: str, entry: str | None) 
     if entry is not None:
         matched = [launch for launch in launches if _matches(entry, launch)]
         if not matched:
-            raise NsightError(f"{pair}: kernel filter regex:^{entry}$ matched no kernel in {path}; "
+            raise NsightError(f"{pair}: kernel filter regex:{entry_regex(entry)} matched no kernel "
+                              f"in {path}; "
                               f"captured: {', '.join(names)}")
         if len(launches) != 1:
             raise NsightError(f"{pair}: expected exactly one launch of {entry} in {path}, found "

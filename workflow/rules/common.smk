@@ -258,7 +258,8 @@ from groupconv_atlas.kernels import KERNELS as _NSIGHT_KERNELS
 
 # Checked here, so an unknown or unsupported pair fails before any job runs.
 NSIGHT_PAIRS = _nsight.nsight_pairs(SHAPES, config["nsight"]["shapes"],
-                                    config["nsight"]["implementations"])
+                                    config["nsight"]["implementations"],
+                                    config["nsight"].get("pairs", []))
 
 
 # A live run may skip Nsight: replaying "newest", the captures then come
@@ -306,7 +307,7 @@ NSIGHT_CAPTURES = [_nsight_capture(p) for p in NSIGHT_PAIRS]
 NSIGHT_TIMING = {
     impl: [nsight_raw(f"timing/{job}.parquet") for job in _nsight.timing_jobs_for(impl, _nsight_jobs())
            if MODE == "live" or Path(nsight_raw(f"timing/{job}.parquet")).is_file()]
-    for impl in config["nsight"]["implementations"]
+    for impl in dict.fromkeys(impl for _, impl in NSIGHT_PAIRS)
 }
 
 
@@ -320,6 +321,8 @@ def nsight_profile_inputs(wildcards):
     if wildcards.impl in _NSIGHT_KERNELS:
         inputs["cubin"] = raw(f"builds/{wildcards.impl}.cubin")
         inputs["sources"] = _NSIGHT_KERNELS[wildcards.impl].inputs
+        if _NSIGHT_KERNELS[wildcards.impl].variants is not None:  # the tuning stage's choice
+            inputs["tuning"] = raw(f"tuning/{wildcards.impl}.json")
     return inputs
 
 

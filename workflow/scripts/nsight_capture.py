@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from groupconv_atlas.gpu import GpuSession, Launcher
+from groupconv_atlas.gpu import GpuSession, Launcher, tuning_table
 from groupconv_atlas.kernels import KERNELS, base_implementation
 from groupconv_atlas.shapes import shapes_by_id
 from groupconv_atlas.shapes_table import load_frozen
@@ -19,10 +19,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", required=True, help="the frozen shape set (shapes.json)")
     parser.add_argument("--shape", required=True, help="shape id")
-    parser.add_argument("--impl", required=True, help="implementation: k0..k3 or a torch baseline")
+    parser.add_argument("--impl", required=True, help="implementation: a kernel or a torch baseline")
     parser.add_argument("--seed", type=int, required=True, help="verification's check seed")
     parser.add_argument("--warmup", type=int, default=5, help="launches before the profiled one")
     parser.add_argument("--cubin", help="the kernel's cubin (custom kernels only)")
+    parser.add_argument("--tuning", help="the kernel's tuning record (tuned kernels only): the "
+                                         "capture launches what the tuning stage chose")
     return parser.parse_args(argv)
 
 
@@ -40,7 +42,8 @@ def main(argv=None) -> None:
     with session.on_stream():
         x, w = session.random_inputs(shape, args.seed)
         y = session.empty_output(shape)
-        bound = Launcher(session, cubins).bind(args.impl, shape, x, w, y)
+        tunings = {base: tuning_table(args.tuning)} if args.tuning else None
+        bound = Launcher(session, cubins, tunings).bind(args.impl, shape, x, w, y)
         for _ in range(args.warmup):
             bound.run()
     session.synchronize()  # warm-up finished (and any launch error raised) before the range opens

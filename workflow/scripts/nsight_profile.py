@@ -12,7 +12,7 @@ shape = shapes_by_id(load_frozen(smk.input.shapes))[smk.wildcards.shape]
 extra = profile_pair(
     shape, smk.wildcards.impl, seed=smk.params.seed, report_path=smk.output.report,
     shapes_file=smk.input.shapes, capture_script=Path(smk.scriptdir) / "nsight_capture.py",
-    cubin=smk.input.get("cubin"), warmup=smk.params.warmup,
+    cubin=smk.input.get("cubin"), warmup=smk.params.warmup, tuning=smk.input.get("tuning"),
 )
 job.progress(f"{smk.wildcards.shape} {smk.wildcards.impl}: captured "
              f"{', '.join(extra['kernels_captured'])}")
