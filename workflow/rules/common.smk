@@ -58,7 +58,16 @@ if MODE == "replay":
 # work beside its samples. Builds and verification share the machine with each other (up to the
 # profile's `gpu` resource), which is what makes a run on many cores fast. On a cluster every job
 # has its own machine, so one thread is enough.
-MEASURE_THREADS = workflow.cores if isinstance(workflow.cores, int) and workflow.cores < 1024 else 1
+def _run_cores() -> int:
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # a cluster run sets no total
+        return 1
+    return cores if isinstance(cores, int) and 0 < cores < 1024 else 1
+
+
+RUN_CORES = _run_cores()
+MEASURE_THREADS = RUN_CORES
 
 KERNELS = list(config["kernels"])
 IMPLEMENTATIONS = [*KERNELS, *config["baselines"]]

@@ -67,7 +67,7 @@ rule report_figures:
     params:
         forest=[list(f) for f in FOREST_FIGURES],
     # The forest figures render in parallel, one process per core.
-    threads: workflow.cores if isinstance(workflow.cores, int) and workflow.cores < 1024 else 1
+    threads: RUN_CORES
     log:
         f"{RESULTS}/logs/report_figures.log",
     conda:
