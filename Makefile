@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 atlas: $(VENV)/.installed
-	$(SNAKEMAKE) --cores 1 atlas $(QUIET)
+	$(SNAKEMAKE) atlas $(QUIET)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
@@ -31,7 +31,7 @@ test: $(VENV)/.installed
 # The report Snakemake bundles, written to reports/ (a bare `snakemake --report` would drop a
 # large report.html at the top of the checkout).
 report: $(VENV)/.installed
-	$(SNAKEMAKE) --cores 1 atlas report_assets $(QUIET)
+	$(SNAKEMAKE) atlas report_assets $(QUIET)
 	$(SNAKEMAKE) --report reports/atlas.html $(QUIET)
 
 # Re-hash every output the last `make atlas` indexed; never reruns anything first, so a changed
@@ -40,12 +40,12 @@ verify: $(VENV)/.installed
 	$(SNAKEMAKE) verify_provenance $(QUIET)
 
 mobilenet_probe nsight compare_records: $(VENV)/.installed
-	$(SNAKEMAKE) --cores 1 $@ $(QUIET)
+	$(SNAKEMAKE) $@ $(QUIET)
 
 replay: $(VENV)/.installed
 	@test -n "$(RECORD)" || { echo "make replay RECORD=<name>: one of $$(ls records | grep -v INDEX | tr '\n' ' ')"; exit 2; }
 	@args="$$(PYTHONPATH=workflow $(PY) -m groupconv_atlas.records replay-args $(RECORD))" && \
-	  echo "snakemake --cores 1 atlas $$args" && $(SNAKEMAKE) --cores 1 atlas $$args $(QUIET)
+	  echo "snakemake atlas $$args" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
 clean:
 	rm -rf results/*/ .snakemake
