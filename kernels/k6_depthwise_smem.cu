@@ -15,28 +15,33 @@
 // array, and a multiple of 4 keeps the array's 16-byte alignment meaningful.
 #define K6_PAD 4
 
-// Output rows a tile holds: what fits in TILE_FLOATS floats with the two halo rows and both pads,
-// rounded down to a multiple of OUTS when at least OUTS fit. Below 1: W is too wide for the tile.
-template <int TILE_FLOATS, int OUTS>
+// Output rows a tile holds: what fits in TILE_FLOATS floats with the two halo rows, both pads and
+// COLS - 1 floats of slack (a thread with COLS columns reads up to COLS floats past its row's
+// last one), rounded down to a multiple of OUTS when at least OUTS fit. Below 1: W is too wide.
+template <int TILE_FLOATS, int OUTS, int COLS>
 __device__ __forceinline__ int k6_tile_rows(int W) {
-    int rows = (TILE_FLOATS - 2 * K6_PAD) / W - 2;
+    int rows = (TILE_FLOATS - 2 * K6_PAD - (COLS - 1)) / W - 2;
     if (rows >= OUTS) rows -= rows % OUTS;
     return rows;
 }
 
 // Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; depthwise only:
 // groups == C_in (one input channel per group), any channel multiplier C_out/groups; x at least
-// 4-byte aligned (any float pointer); W <= (TILE_FLOATS - 8) / 3. Other shapes return without
+// 4-byte aligned (any float pointer); W <= (TILE_FLOATS - 8 - (COLS - 1)) / 3. Other shapes return without
 // writing (the host's support predicate refuses them first). Index types: element offsets, tall
 // rows and tiles are 64-bit (no 2**31-element limit); planes are int (N*C_out < 2**31, checked:
 // beyond it the kernel writes nothing); offsets inside a tile are int. Any grid size is correct:
 // blocks stride over the tiles.
-template <int TILE_FLOATS, int OUTS>
+// COLS = 1: a thread computes a vertical strip of OUTS outputs of one column. COLS > 1: a block
+// of OUTS rows x COLS adjacent columns, so each shared-memory word a thread loads serves up to 3
+// of its outputs across and the row bookkeeping is paid once per COLS outputs (fewer instructions
+// per output: the single-column form is issue-bound on large maps).
+template <int TILE_FLOATS, int OUTS, int COLS>
 __device__ void k6_depthwise(const float* __restrict__ x, const float* __restrict__ wt,
                              float* __restrict__ y, int N, int C_in, int C_out, int H, int W,
                              int groups) {
     __shared__ __align__(16) float tile[TILE_FLOATS];
-    const int rows = k6_tile_rows<TILE_FLOATS, OUTS>(W);
+    const int rows = k6_tile_rows<TILE_FLOATS, OUTS, COLS>(W);
     if (C_in != groups || C_out % groups != 0 || N < 1 || H < 1 || W < 1 || rows < 1 ||
         (long long)N * C_out > 0x7fffffffLL)
         return;
@@ -46,10 +51,12 @@ __device__ void k6_depthwise(const float* __restrict__ x, const float* __restric
     // x's position within a 16-byte line, in floats: where its 16-byte boundaries fall
     const int x_word = (int)((reinterpret_cast<uintptr_t>(x) >> 2) & 3);
     const int tid = threadIdx.x, threads = blockDim.x;
-    // A thread walks items u = tid, tid + threads, ... with u = q * W + col (q: multiple and
-    // strip); the division is done once and each step adds the quotient and remainder.
-    const int col_first = tid % W, q_first = tid / W;
-    const int col_step = threads % W, q_step = threads / W;
+    // A thread walks items u = tid, tid + threads, ... with u = q * span + col (q: multiple and
+    // strip; col: a column, or with COLS > 1 a group of COLS columns, span groups per row); the
+    // division is done once and each step adds the quotient and remainder.
+    const int span = (W + COLS - 1) / COLS;
+    const int col_first = tid % span, q_first = tid / span;
+    const int col_step = threads % span, q_step = threads / span;
 
     int k_plane = -1;  // output plane whose 3x3 weights k holds
     float k[9];
@@ -91,77 +98,165 @@ __device__ void k6_depthwise(const float* __restrict__ x, const float* __restric
         const int h_r0 = (int)(r0 - (long long)p_r0 * H);
         const int strips = (rows_here + OUTS - 1) / OUTS;
         const int q_end = mult * strips;
-        int col = col_first;
-        for (int q = q_first; q < q_end;) {
-            const int m = mult == 1 ? 0 : q / strips;  // which output channel of this input's
-            const int strip = q - m * strips;
-            const int j0 = strip * OUTS;  // shared row of the strip's first output's upper neighbour
+        if constexpr (COLS == 1) {
+            int col = col_first;
+            for (int q = q_first; q < q_end;) {
+                const int m = mult == 1 ? 0 : q / strips;  // which output channel of this input's
+                const int strip = q - m * strips;
+                const int j0 = strip * OUTS;  // shared row of the strip's first output's upper neighbour
 
-            // Window: shared rows j0 .. j0+OUTS+1, columns col-1 .. col+1, zero outside the map.
-            // Rows past the staged ones (a strip cut by the tile's end) are clamped to a staged
-            // row; they feed only outputs the loop below does not write.
-            float win[OUTS + 2][3];
+                // Window: shared rows j0 .. j0+OUTS+1, columns col-1 .. col+1, zero outside the map.
+                // Rows past the staged ones (a strip cut by the tile's end) are clamped to a staged
+                // row; they feed only outputs the loop below does not write.
+                float win[OUTS + 2][3];
 #pragma unroll
-            for (int r = 0; r < OUTS + 2; ++r) {
-                const int at = base + min(j0 + r, rows_here + 1) * W + col;
-                const float left = tile[at - 1], mid = tile[at], right = tile[at + 1];
-                win[r][0] = col > 0 ? left : 0.0f;
-                win[r][1] = mid;
-                win[r][2] = col + 1 < W ? right : 0.0f;
-            }
+                for (int r = 0; r < OUTS + 2; ++r) {
+                    const int at = base + min(j0 + r, rows_here + 1) * W + col;
+                    const float left = tile[at - 1], mid = tile[at], right = tile[at + 1];
+                    win[r][0] = col > 0 ? left : 0.0f;
+                    win[r][1] = mid;
+                    win[r][2] = col + 1 < W ? right : 0.0f;
+                }
 
-            int h = h_r0 + j0;  // in-plane row of the strip's first output
-            int p = p_r0;
-            if (h >= H) {
-                const int planes_on = h / H;
-                p += planes_on;
-                h -= planes_on * H;
-            }
-#pragma unroll
-            for (int i = 0; i < OUTS; ++i) {
-                if (i > 0 && ++h == H) {
-                    h = 0;
-                    ++p;
+                int h = h_r0 + j0;  // in-plane row of the strip's first output
+                int p = p_r0;
+                if (h >= H) {
+                    const int planes_on = h / H;
+                    p += planes_on;
+                    h -= planes_on * H;
                 }
-                if (j0 + i >= rows_here) break;
-                const int out_plane = p * mult + m;  // = n*C_out + c_out
-                if (out_plane != k_plane) {
-                    const float* w_c = wt + (long long)(out_plane % C_out) * 9;
 #pragma unroll
-                    for (int tap = 0; tap < 9; ++tap) k[tap] = __ldg(w_c + tap);
-                    k_plane = out_plane;
-                }
-                // The rows above and below belong to this plane only inside it (padding 1).
-                const bool has_above = h > 0, has_below = h + 1 < H;
-                float acc = 0.0f;
+                for (int i = 0; i < OUTS; ++i) {
+                    if (i > 0 && ++h == H) {
+                        h = 0;
+                        ++p;
+                    }
+                    if (j0 + i >= rows_here) break;
+                    const int out_plane = p * mult + m;  // = n*C_out + c_out
+                    if (out_plane != k_plane) {
+                        const float* w_c = wt + (long long)(out_plane % C_out) * 9;
 #pragma unroll
-                for (int kw = 0; kw < 3; ++kw) {
-                    acc = fmaf(has_above ? win[i][kw] : 0.0f, k[kw], acc);
-                    acc = fmaf(win[i + 1][kw], k[3 + kw], acc);
-                    acc = fmaf(has_below ? win[i + 2][kw] : 0.0f, k[6 + kw], acc);
+                        for (int tap = 0; tap < 9; ++tap) k[tap] = __ldg(w_c + tap);
+                        k_plane = out_plane;
+                    }
+                    // The rows above and below belong to this plane only inside it (padding 1).
+                    const bool has_above = h > 0, has_below = h + 1 < H;
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int kw = 0; kw < 3; ++kw) {
+                        acc = fmaf(has_above ? win[i][kw] : 0.0f, k[kw], acc);
+                        acc = fmaf(win[i + 1][kw], k[3 + kw], acc);
+                        acc = fmaf(has_below ? win[i + 2][kw] : 0.0f, k[6 + kw], acc);
+                    }
+                    y[((long long)out_plane * H + h) * W + col] = acc;
                 }
-                y[((long long)out_plane * H + h) * W + col] = acc;
-            }
 
-            col += col_step;
-            q += q_step;
-            if (col >= W) {
-                col -= W;
-                ++q;
+                col += col_step;
+                q += q_step;
+                if (col >= W) {
+                    col -= W;
+                    ++q;
+                }
+            }
+        } else {
+            int cg = col_first;  // column group: columns cg * COLS .. cg * COLS + COLS - 1
+            for (int q = q_first; q < q_end;) {
+                const int m = mult == 1 ? 0 : q / strips;
+                const int strip = q - m * strips;
+                const int j0 = strip * OUTS;
+                const int col0 = cg * COLS;
+
+                // Window: shared rows j0 .. j0+OUTS+1, columns col0-1 .. col0+COLS, zero outside
+                // the map (the words past a row's end are the next row's, or past the staged
+                // rows; the tile's slack keeps every read inside it, and they are masked here).
+                // Rows past the staged ones are clamped to a staged row, as above.
+                float win[OUTS + 2][COLS + 2];
+#pragma unroll
+                for (int r = 0; r < OUTS + 2; ++r) {
+                    const int at = base + min(j0 + r, rows_here + 1) * W + col0;
+#pragma unroll
+                    for (int d = 0; d < COLS + 2; ++d) {
+                        const float v = tile[at + d - 1];
+                        const bool inside = d == 0 ? col0 > 0 : (d == 1 || col0 + d - 1 < W);
+                        win[r][d] = inside ? v : 0.0f;
+                    }
+                }
+
+                int h = h_r0 + j0;
+                int p = p_r0;
+                if (h >= H) {
+                    const int planes_on = h / H;
+                    p += planes_on;
+                    h -= planes_on * H;
+                }
+#pragma unroll
+                for (int i = 0; i < OUTS; ++i) {
+                    if (i > 0 && ++h == H) {
+                        h = 0;
+                        ++p;
+                    }
+                    if (j0 + i >= rows_here) break;
+                    const int out_plane = p * mult + m;
+                    if (out_plane != k_plane) {
+                        const float* w_c = wt + (long long)(out_plane % C_out) * 9;
+#pragma unroll
+                        for (int tap = 0; tap < 9; ++tap) k[tap] = __ldg(w_c + tap);
+                        k_plane = out_plane;
+                    }
+                    // The rows above and below belong to this plane only inside it (padding 1):
+                    // masked once per row of COLS outputs.
+                    const bool has_above = h > 0, has_below = h + 1 < H;
+                    float above[COLS + 2], below[COLS + 2];
+#pragma unroll
+                    for (int d = 0; d < COLS + 2; ++d) {
+                        above[d] = has_above ? win[i][d] : 0.0f;
+                        below[d] = has_below ? win[i + 2][d] : 0.0f;
+                    }
+                    float acc[COLS];
+#pragma unroll
+                    for (int c = 0; c < COLS; ++c) {
+                        acc[c] = 0.0f;
+#pragma unroll
+                        for (int kw = 0; kw < 3; ++kw) {
+                            acc[c] = fmaf(above[c + kw], k[kw], acc[c]);
+                            acc[c] = fmaf(win[i + 1][c + kw], k[3 + kw], acc[c]);
+                            acc[c] = fmaf(below[c + kw], k[6 + kw], acc[c]);
+                        }
+                    }
+                    float* y_row = y + ((long long)out_plane * H + h) * W + col0;
+#pragma unroll
+                    for (int c = 0; c < COLS; ++c)
+                        if (col0 + c < W) y_row[c] = acc[c];
+                }
+
+                cg += col_step;
+                q += q_step;
+                if (cg >= span) {
+                    cg -= span;
+                    ++q;
+                }
             }
         }
     }
 }
 
-// One entry per tile: K6_ENTRY(TILE_FLOATS, OUTS). Shared memory per block is 4 * TILE_FLOATS
-// bytes; __launch_bounds__(256) lets the tuner launch 128 or 256 threads per block.
+// One entry per tile: K6_ENTRY(TILE_FLOATS, OUTS) for single-column strips,
+// K6_ENTRY_COLS(TILE_FLOATS, OUTS, COLS) for OUTS x COLS blocks. Shared memory per block is
+// 4 * TILE_FLOATS bytes; __launch_bounds__(256) lets the tuner launch 128 or 256 threads per block.
 #define K6_ENTRY(TILE_FLOATS, OUTS)                                                            \
     extern "C" __global__ void __launch_bounds__(256)                                          \
         k6_depthwise_f##TILE_FLOATS##_o##OUTS(const float* __restrict__ x,                     \
                                               const float* __restrict__ wt,                    \
                                               float* __restrict__ y, int N, int C_in,          \
                                               int C_out, int H, int W, int groups) {           \
-        k6_depthwise<TILE_FLOATS, OUTS>(x, wt, y, N, C_in, C_out, H, W, groups);               \
+        k6_depthwise<TILE_FLOATS, OUTS, 1>(x, wt, y, N, C_in, C_out, H, W, groups);            \
+    }
+#define K6_ENTRY_COLS(TILE_FLOATS, OUTS, COLS)                                                 \
+    extern "C" __global__ void __launch_bounds__(256)                                          \
+        k6_depthwise_f##TILE_FLOATS##_o##OUTS##_c##COLS(                                       \
+            const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,  \
+            int N, int C_in, int C_out, int H, int W, int groups) {                            \
+        k6_depthwise<TILE_FLOATS, OUTS, COLS>(x, wt, y, N, C_in, C_out, H, W, groups);         \
     }
 K6_ENTRY(512, 1)
 K6_ENTRY(512, 2)
@@ -172,3 +267,7 @@ K6_ENTRY(2048, 4)
 K6_ENTRY(8192, 1)
 K6_ENTRY(8192, 2)
 K6_ENTRY(8192, 4)
+K6_ENTRY_COLS(2048, 4, 4)
+K6_ENTRY_COLS(8192, 2, 4)
+K6_ENTRY_COLS(8192, 4, 2)
+K6_ENTRY_COLS(8192, 4, 4)

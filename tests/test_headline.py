@@ -116,7 +116,7 @@ def test_session_agreement_is_read_from_the_cross_record_cells():
                          "b:class": ["WIN", "LOSS", "WIN"], "c:class": ["WIN", "WIN", "TIE"],
                          "classes_agree": [True, False, False],
                          "intervals_overlap": pd.array([True, False, False], dtype="boolean"),
-                         "reversal": [False, True, False]})
+                         "reversal": [False, True, False], "same_code": [True] * 3})
     doc = build_headline(comp, summarize(comp, CFG), shapes_doc(), verification(), L2, {}, CFG,
                          wide)
     agreement = doc["certainty"]["session_agreement"]

@@ -26,9 +26,15 @@ PAD = 4  # K6_PAD in the source
 ZERO = -1
 UNSTAGED = -2
 BLOCKS = (128, 256)  # block sizes the entries' __launch_bounds__(256) allows and the tuner uses
-# (TILE_FLOATS, OUTS) of every K6_ENTRY line, in source order
-TILES = tuple((int(f), int(o)) for f, o in
-              re.findall(r"^K6_ENTRY\((\d+),\s*(\d+)\)", SOURCE.read_text(), re.MULTILINE))
+# (TILE_FLOATS, OUTS, COLS) of every K6_ENTRY line (one column), then every K6_ENTRY_COLS line
+TILES = tuple((int(f), int(o), 1) for f, o in
+              re.findall(r"^K6_ENTRY\((\d+),\s*(\d+)\)", SOURCE.read_text(), re.MULTILINE)) + \
+    tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
+        r"^K6_ENTRY_COLS\((\d+),\s*(\d+),\s*(\d+)\)", SOURCE.read_text(), re.MULTILINE))
+
+
+def entry_name(tile_floats: int, outs: int, cols: int) -> str:
+    return f"k6_depthwise_f{tile_floats}_o{outs}" + (f"_c{cols}" if cols > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,9 @@ class Geometry:
         return self.n * self.c_in * self.h
 
 
-def tile_rows(tile_floats: int, outs: int, w: int) -> int:
+def tile_rows(tile_floats: int, outs: int, w: int, cols: int = 1) -> int:
     """k6_tile_rows."""
-    rows = (tile_floats - 2 * PAD) // w - 2
+    rows = (tile_floats - 2 * PAD - (cols - 1)) // w - 2
     if rows >= outs:
         rows -= rows % outs
     return rows
@@ -107,10 +113,14 @@ class Writes:
 
 
 def compute(g: Geometry, tile_floats: int, outs: int, threads: int, rows: int, r0: np.ndarray,
-            bases: np.ndarray, smem: np.ndarray, k_plane: np.ndarray, k_channel: np.ndarray) -> Writes:
+            bases: np.ndarray, smem: np.ndarray, k_plane: np.ndarray, k_channel: np.ndarray,
+            cols: int = 1) -> Writes:
     """The compute loop of the tiles starting at tall rows r0 (one block each, run side by side),
     with each block's thread state k_plane/k_channel (updated in place). Asserts every shared
     read is inside the tile."""
+    if cols > 1:
+        return compute_cols(g, tile_floats, outs, threads, rows, r0, bases, smem, k_plane,
+                            k_channel, cols)
     H, W, mult = g.h, g.w, g.mult
     R = r0.size
     rows_here = np.minimum(rows, g.tall_rows - r0)[:, None]
@@ -186,6 +196,89 @@ def compute(g: Geometry, tile_floats: int, outs: int, threads: int, rows: int, r
     return Writes(**{k: np.concatenate(v) for k, v in found.items()})
 
 
+def compute_cols(g: Geometry, tile_floats: int, outs: int, threads: int, rows: int,
+                 r0: np.ndarray, bases: np.ndarray, smem: np.ndarray, k_plane: np.ndarray,
+                 k_channel: np.ndarray, cols: int) -> Writes:
+    """The COLS > 1 branch of the compute loop: a thread's item is a block of `outs` rows by
+    `cols` adjacent columns (column group cg: columns cg * cols ...)."""
+    H, W, mult = g.h, g.w, g.mult
+    R = r0.size
+    span = -(-W // cols)
+    rows_here = np.minimum(rows, g.tall_rows - r0)[:, None]
+    p_r0 = (r0 // H)[:, None]
+    h_r0 = r0[:, None] - p_r0 * H
+    strips = (rows_here + outs - 1) // outs
+    q_end = mult * strips
+    tid = np.arange(threads)
+    cg = np.broadcast_to(tid % span, (R, threads)).copy()
+    q = np.broadcast_to(tid // span, (R, threads)).copy()
+    col_step, q_step = threads % span, threads // span
+    base = bases[:, None]
+    found = {k: [] for k in ("offset", "taps", "weight_channel", "tall_row", "channel_multiple", "col")}
+
+    while True:
+        active = q < q_end
+        if not active.any():
+            break
+        m = np.zeros_like(q) if mult == 1 else q // strips
+        strip = q - m * strips
+        j0 = strip * outs
+        col0 = cg * cols
+        win = {}
+        for r in range(outs + 2):
+            at = base + np.minimum(j0 + r, rows_here + 1) * W + col0
+            for d in range(cols + 2):
+                idx = at + d - 1
+                assert np.all((idx[active] >= 0) & (idx[active] < tile_floats)), "read outside tile"
+                v = np.take_along_axis(smem, np.clip(idx, 0, tile_floats - 1), axis=1)
+                inside = (col0 > 0) if d == 0 else (np.ones_like(col0, dtype=bool) if d == 1
+                                                    else col0 + d - 1 < W)
+                win[r, d] = np.where(inside, v, ZERO)
+
+        h = h_r0 + j0
+        p = np.broadcast_to(p_r0, h.shape).copy()
+        planes_on = h // H
+        p += planes_on
+        h = h - planes_on * H
+        for i in range(outs):
+            if i > 0:
+                h = h + 1
+                wrap = h == H
+                h = np.where(wrap, 0, h)
+                p = np.where(wrap, p + 1, p)
+            row_valid = active & (j0 + i < rows_here)
+            out_plane = p * mult + m
+            reload = row_valid & (out_plane != k_plane)
+            k_plane[reload] = out_plane[reload]
+            k_channel[reload] = out_plane[reload] % g.c_out
+            has_above, has_below = h > 0, h + 1 < H
+            for c in range(cols):
+                valid = row_valid & (col0 + c < W)
+                taps = []
+                for kh in range(3):
+                    for kw in range(3):
+                        t = win[i + kh, c + kw]
+                        if kh == 0:
+                            t = np.where(has_above, t, ZERO)
+                        if kh == 2:
+                            t = np.where(has_below, t, ZERO)
+                        taps.append(t[valid])
+                found["offset"].append(((out_plane * H + h) * W + col0 + c)[valid])
+                found["taps"].append(np.stack(taps, axis=1))
+                found["weight_channel"].append(k_channel[valid])
+                found["tall_row"].append((p * H + h)[valid])
+                found["channel_multiple"].append(m[valid])
+                found["col"].append((col0 + c)[valid])
+
+        cg = cg + col_step
+        q = q + q_step
+        carry = cg >= span
+        cg = np.where(carry, cg - span, cg)
+        q = np.where(carry, q + 1, q)
+
+    return Writes(**{k: np.concatenate(v) for k, v in found.items()})
+
+
 def expected_taps(g: Geometry, tall_row: np.ndarray, col: np.ndarray) -> np.ndarray:
     """The x element under each 3x3 tap of an output (ZERO where padding), from the definition."""
     p, h = tall_row // g.h, tall_row % g.h
@@ -212,10 +305,10 @@ def check_writes(g: Geometry, writes: Writes) -> None:
 
 
 def run_kernel(g: Geometry, tile_floats: int, outs: int, threads: int, grid: int,
-               x_word: int) -> Writes:
+               x_word: int, cols: int = 1) -> Writes:
     """The whole launch: blocks stride over the tiles; a thread's cached weights carry over
     from one of its block's tiles to the next, as in the kernel."""
-    rows = tile_rows(tile_floats, outs, g.w)
+    rows = tile_rows(tile_floats, outs, g.w, cols)
     assert rows >= 1
     tiles = -(-g.tall_rows // rows)
     k_plane = np.full((grid, threads), -1, dtype=np.int64)
@@ -227,7 +320,8 @@ def run_kernel(g: Geometry, tile_floats: int, outs: int, threads: int, grid: int
         bases = np.array([b for b, _ in staged])
         smem = np.stack([s for _, s in staged])
         kp, kc = k_plane[: t.size], k_channel[: t.size]
-        parts.append(compute(g, tile_floats, outs, threads, rows, t * rows, bases, smem, kp, kc))
+        parts.append(compute(g, tile_floats, outs, threads, rows, t * rows, bases, smem, kp, kc,
+                             cols))
         k_plane[: t.size], k_channel[: t.size] = kp, kc
     return Writes(*(np.concatenate([getattr(w, f) for w in parts]) for f in Writes.__dataclass_fields__))
 
@@ -243,8 +337,8 @@ def reference(g: Geometry, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return y
 
 
-def fitting_tiles(w: int) -> list[tuple[int, int]]:
-    return [(f, o) for f, o in TILES if tile_rows(f, o, w) >= 1]
+def fitting_tiles(w: int) -> list[tuple[int, int, int]]:
+    return [(f, o, c) for f, o, c in TILES if tile_rows(f, o, w, c) >= 1]
 
 
 # Small planes and odd widths of the frozen shapes, with few planes so the emulation is quick; the
@@ -276,13 +370,14 @@ def test_emulated_k6_matches_fp64_reference(name):
     w = rng.standard_normal((g.c_out, 1, 3, 3))
     want = reference(g, x, w)
     assert fitting_tiles(g.w), f"no k6 tile fits W={g.w}"
-    for tile_floats, outs in fitting_tiles(g.w):
-        rows = tile_rows(tile_floats, outs, g.w)
+    for tile_floats, outs, cols in fitting_tiles(g.w):
+        rows = tile_rows(tile_floats, outs, g.w, cols)
         tiles = -(-g.tall_rows // rows)
         for threads, grid, x_word in [(256, tiles, 0), (256, tiles, 1), (256, tiles, 2),
                                       (256, tiles, 3), (128, min(3, tiles), 1)]:
-            label = f"{name} tile {tile_floats} outs {outs} threads {threads} grid {grid} x+{x_word}"
-            writes = run_kernel(g, tile_floats, outs, threads, grid, x_word)
+            label = (f"{name} tile {tile_floats} outs {outs} cols {cols} threads {threads} "
+                     f"grid {grid} x+{x_word}")
+            writes = run_kernel(g, tile_floats, outs, threads, grid, x_word, cols)
             check_writes(g, writes)
             counts = np.bincount(writes.offset, minlength=want.size)
             assert counts.size == want.size, f"{label}: a write past the end of y"
@@ -299,7 +394,7 @@ def test_emulation_catches_a_wrong_halo():
     """The checks can fail: masking the row below as if every output sat on a plane's last row
     reads the wrong inputs, and check_writes says so."""
     g = SMALL["14x14"]
-    tile_floats, outs = TILES[0]
+    tile_floats, outs, _ = TILES[0]
     writes = run_kernel(g, tile_floats, outs, 256, 4, 0)
     writes.taps[:, 6:] = ZERO
     with pytest.raises(AssertionError, match="wrong input elements"):
@@ -349,10 +444,11 @@ def test_every_output_written_once_on_frozen_geometry(shape_id):
     g = FROZEN[shape_id]
     fits = fitting_tiles(g.w)
     assert fits, f"{shape_id}: no k6 tile fits W={g.w}"
-    for tile_floats, outs in fits:
-        rows = tile_rows(tile_floats, outs, g.w)
-        # the farthest shared word a read or copy touches, for any 16-byte phase (base <= PAD+3)
-        assert PAD + 3 + (rows + 2) * g.w < tile_floats
+    for tile_floats, outs, cols in fits:
+        rows = tile_rows(tile_floats, outs, g.w, cols)
+        # the farthest shared word a read or copy touches, for any 16-byte phase (base <= PAD+3);
+        # a block of `cols` columns reads up to cols - 1 words past its row's last
+        assert PAD + 3 + (rows + 2) * g.w + cols - 1 < tile_floats
         tiles = -(-g.tall_rows // rows)
         t = np.arange(tiles, dtype=np.int64)
         r0 = t * rows
@@ -381,9 +477,9 @@ def test_every_output_written_once_on_frozen_geometry(shape_id):
             k_plane = np.full((reps.size, threads), -1, dtype=np.int64)
             k_channel = np.full((reps.size, threads), -1, dtype=np.int64)
             writes = compute(g, tile_floats, outs, threads, rows, reps, bases, smem, k_plane,
-                             k_channel)
+                             k_channel, cols)
             check_writes(g, writes)
-            label = f"{shape_id} tile {tile_floats} outs {outs} threads {threads}"
+            label = f"{shape_id} tile {tile_floats} outs {outs} cols {cols} threads {threads}"
             got = np.sort(writes.offset)
             assert np.all(np.diff(got) > 0), f"{label}: an output written twice"
             assert np.array_equal(got, want), f"{label}: outputs missing or stray"
@@ -392,7 +488,7 @@ def test_every_output_written_once_on_frozen_geometry(shape_id):
 def test_tiles_cover_every_frozen_width():
     """The largest tile fits every frozen width, so k6's support is every depthwise shape."""
     widths = {g.w for g in FROZEN.values()}
-    assert max(widths) <= (max(f for f, _ in TILES) - 2 * PAD) // 3
+    assert max(widths) <= max((f - 2 * PAD - (c - 1)) // 3 for f, _, c in TILES)
     assert all(fitting_tiles(w) for w in widths)
 
 
@@ -405,12 +501,12 @@ def test_k6_compiles_without_spills_or_local_memory(tmp_path):
     report = res.stdout + res.stderr
     entries = re.findall(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, "
                          r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert {e[0] for e in entries} == {f"k6_depthwise_f{f}_o{o}" for f, o in TILES}
+    assert {e[0] for e in entries} == {entry_name(f, o, c) for f, o, c in TILES}
     for name, stack, spill_st, spill_ld in entries:
         assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
     smem = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes smem", report, re.S))
-    for f, o in TILES:
-        assert int(smem[f"k6_depthwise_f{f}_o{o}"]) == 4 * f
+    for f, o, c in TILES:
+        assert int(smem[entry_name(f, o, c)]) == 4 * f
     assert "lmem" not in report or re.search(r"[1-9]\d* bytes lmem", report) is None
 
 

@@ -404,11 +404,12 @@ mode: live
 nsight:
   shapes: [{shapes}]
   implementations: [k1, k2, k3, torch_tuned]
+  pairs: [{pairs}]
   warmup_launches: 5
 """
 
 
-def _dry_run(tmp_path: Path, shape_ids) -> tuple[int, str]:
+def _dry_run(tmp_path: Path, shape_ids, pairs=()) -> tuple[int, str]:
     """`snakemake -n nsight` of the real rules (live mode) in a scratch folder."""
     import subprocess
 
@@ -418,7 +419,8 @@ def _dry_run(tmp_path: Path, shape_ids) -> tuple[int, str]:
     (tmp_path / "Snakefile").write_text(snakefile)
     for folder in ("workflow", "config", "kernels", "reports"):
         (tmp_path / folder).symlink_to(REPO_ROOT / folder)
-    (tmp_path / "nsight.yaml").write_text(NSIGHT_CONFIG.format(shapes=", ".join(shape_ids)))
+    (tmp_path / "nsight.yaml").write_text(NSIGHT_CONFIG.format(
+        shapes=", ".join(shape_ids), pairs=", ".join(f"[{s}, {i}]" for s, i in pairs)))
     res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "nsight", "--cores", "1",
                           "--configfile", "config/config.yaml", "nsight.yaml"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
@@ -432,6 +434,16 @@ def test_workflow_schedules_one_capture_per_pair(tmp_path):
     stats = dict(re.findall(r"^(nsight_profile|nsight_table|machine_code)\s+(\d+)\s*$", out, re.MULTILINE))
     assert stats == {"nsight_profile": "24", "nsight_table": "1", "machine_code": "1"}
     assert "results/h200/raw/nsight/cpg2-n32-c64-56x56-g32__k2.ncu-rep" in out
+
+
+def test_workflow_adds_the_configured_pairs_with_a_tuned_kernels_tuning_record(tmp_path):
+    """`nsight.pairs` adds captures; a tuned kernel's capture waits for its tuning record."""
+    returncode, out = _dry_run(tmp_path, [DEPTHWISE], [(DEPTHWISE, "k6"), (DEPTHWISE, "k1")])
+    assert returncode == 0, out[-3000:]
+    stats = dict(re.findall(r"^(nsight_profile)\s+(\d+)\s*$", out, re.MULTILINE))
+    assert stats == {"nsight_profile": "5"}  # 4 of the product, then k6 (k1 is already there)
+    assert f"results/h200/raw/nsight/{DEPTHWISE}__k6.ncu-rep" in out
+    assert "rule tune_kernel" in out and "results/h200/raw/tuning/k6.json" in out
 
 
 def test_workflow_refuses_an_unsupported_pair_before_any_job(tmp_path):

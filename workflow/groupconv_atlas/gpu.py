@@ -125,10 +125,11 @@ def _geometry(value) -> Geometry:
 
 def tuning_table(path: str | Path) -> dict[Geometry, dict]:
     """{geometry: the chosen variant, by the kernel's variant keys} from a tuning record
-    (raw/tuning/<kernel>.json)."""
+    (raw/tuning/<kernel>.json). A key a record predates (k6's "cols") is left out: the launch
+    takes its default."""
     doc = json.loads(Path(path).read_text())
     keys = KERNELS[doc.get("kernel", Path(path).stem)].variant_keys
-    return {_geometry(c["geometry"]): {k: int(c[k]) for k in keys}
+    return {_geometry(c["geometry"]): {k: int(c[k]) for k in keys if k in c}
             for c in doc["choices"].values()}
 
 

@@ -208,20 +208,30 @@ def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 # below (one contiguous range of x) with 16-byte copies, then computes from shared memory. Its
 # tile (floats of shared memory) and outputs per thread are tuned per shape; any grid is correct
 # (blocks stride over the tiles), so the grid here only sets how many tiles run at once.
-K6_TILES = tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")  # (tile floats, outputs/thread)
+# (tile floats, output rows per thread, columns per thread): K6_ENTRY lines have one column,
+# K6_ENTRY_COLS lines name theirs.
+K6_TILES = tuple((f, o, 1) for f, o in tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")) + \
+    tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
+        r"^K6_ENTRY_COLS\((\d+),\s*(\d+),\s*(\d+)\)",
+        (KERNELS_DIR / "k6_depthwise_smem.cu").read_text(), re.MULTILINE))
 K6_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
 K6_PAD = 4  # K6_PAD in the kernel: floats of padding before the staged rows
 K6_BLOCKS_PER_SM = 4  # 64 registers x 256 threads: four blocks fit an SM's register file
 
 
-def k6_tile_rows(tile_floats: int, outs: int, w: int) -> int:
+def k6_tile_rows(tile_floats: int, outs: int, w: int, cols: int = 1) -> int:
     """Tall output rows one tile holds, as k6_tile_rows in the kernel; below 1: W is too wide."""
-    rows = (tile_floats - 2 * K6_PAD) // w - 2
+    rows = (tile_floats - 2 * K6_PAD - (cols - 1)) // w - 2
     return rows - rows % outs if rows >= outs else rows
 
 
+def k6_entry(tile_floats: int, outs: int, cols: int = 1) -> str:
+    suffix = f"_c{cols}" if cols > 1 else ""
+    return f"k6_depthwise_f{tile_floats}_o{outs}{suffix}"
+
+
 def k6_max_width() -> int:
-    return max((tile_floats - 2 * K6_PAD) // 3 for tile_floats, _ in K6_TILES)
+    return max((tile_floats - 2 * K6_PAD - (cols - 1)) // 3 for tile_floats, _, cols in K6_TILES)
 
 
 def _planes_limit(kernel: str, s: Shape) -> tuple[bool, str] | None:
@@ -245,37 +255,40 @@ def _supports_k6(s: Shape) -> tuple[bool, str]:
 
 
 def k6_variants(s: Shape) -> list[dict]:
-    """Every (tile, outputs per thread, block) the tuner measures on a shape: the tiles that hold
-    at least one row of width W plus its two halo rows."""
-    return [{"tile_floats": tile_floats, "outs": outs, "threads": threads}
-            for tile_floats, outs in K6_TILES if k6_tile_rows(tile_floats, outs, s.w) >= 1
+    """Every (tile, output rows and columns per thread, block) the tuner measures on a shape: the
+    tiles that hold at least one row of width W plus its two halo rows."""
+    return [{"tile_floats": tile_floats, "outs": outs, "cols": cols, "threads": threads}
+            for tile_floats, outs, cols in K6_TILES
+            if k6_tile_rows(tile_floats, outs, s.w, cols) >= 1
             for threads in K6_BLOCKS]
 
 
-def _k6_tiles(s: Shape, tile_floats: int, outs: int) -> int:
-    return _ceil_div(s.n * s.c_in * s.h, k6_tile_rows(tile_floats, outs, s.w))
+def _k6_tiles(s: Shape, tile_floats: int, outs: int, cols: int = 1) -> int:
+    return _ceil_div(s.n * s.c_in * s.h, k6_tile_rows(tile_floats, outs, s.w, cols))
 
 
 def k6_default_variant(s: Shape, sm_count: int) -> dict:
     """Untuned fallback: four outputs per thread and the largest tile that still gives every SM
     K6_BLOCKS_PER_SM tiles; a shape too small for that takes the smallest tile that fits."""
-    fits = [(f, o) for f, o in K6_TILES if o == 4 and k6_tile_rows(f, o, s.w) >= 1]
+    fits = [(f, o) for f, o, c in K6_TILES if o == 4 and c == 1 and k6_tile_rows(f, o, s.w) >= 1]
     if not fits:
         raise ValueError(f"k6 has no tile for shape {s.id} (W = {s.w})")
     full = [(f, o) for f, o in fits if _k6_tiles(s, f, o) >= sm_count * K6_BLOCKS_PER_SM]
     tile_floats, outs = max(full) if full else min(fits)
-    return {"tile_floats": tile_floats, "outs": outs, "threads": THREADS_PER_BLOCK}
+    return {"tile_floats": tile_floats, "outs": outs, "cols": 1, "threads": THREADS_PER_BLOCK}
 
 
 def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k6_default_variant(s, sm_count)
+    # Tuning records written before K6_ENTRY_COLS name no "cols": theirs was one column.
     tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
-    if ((tile_floats, outs) not in K6_TILES or threads not in K6_BLOCKS
-            or s.cin_per_group != 1 or k6_tile_rows(tile_floats, outs, s.w) < 1):
+    cols = int(v.get("cols", 1))
+    if ((tile_floats, outs, cols) not in K6_TILES or threads not in K6_BLOCKS
+            or s.cin_per_group != 1 or k6_tile_rows(tile_floats, outs, s.w, cols) < 1):
         raise ValueError(f"k6 variant {v} does not fit shape {s.id} "
                          f"(C_in/groups = {s.cin_per_group}, W = {s.w})")
-    return Launch(f"k6_depthwise_f{tile_floats}_o{outs}",
-                  (min(_k6_tiles(s, tile_floats, outs), MAX_GRID_X), 1, 1), (threads, 1, 1),
+    return Launch(k6_entry(tile_floats, outs, cols),
+                  (min(_k6_tiles(s, tile_floats, outs, cols), MAX_GRID_X), 1, 1), (threads, 1, 1),
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
@@ -371,7 +384,8 @@ KERNELS: dict[str, KernelSpec] = {
     "k6": KernelSpec("k6", "kernels/k6_depthwise_smem.cu",
                      "depthwise: whole rows staged in shared memory by 16-byte copies, "
                      "tile tuned per shape", _supports_k6, _launch_k6, k6_variants,
-                     needs_sm_count=True, variant_keys=("tile_floats", "outs", "threads"),
+                     needs_sm_count=True,
+                     variant_keys=("tile_floats", "outs", "cols", "threads"),
                      default_variant=k6_default_variant),
     "k7": KernelSpec("k7", "kernels/k7_grouped_smem.cu",
                      "grouped: a group's input rows and weights staged in shared memory, "
@@ -426,7 +440,7 @@ def entries(kernel: str) -> list[str]:
     if kernel == "k5":
         return [f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES]
     if kernel == "k6":
-        return [f"k6_depthwise_f{f}_o{o}" for f, o in K6_TILES]
+        return [k6_entry(f, o, c) for f, o, c in K6_TILES]
     if kernel == "k7":
         return [f"k7_grouped_f{f}_o{o}_c{c}" for f, o, c in K7_TILES]
     return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
