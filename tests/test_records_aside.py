@@ -1,0 +1,49 @@
+"""tools/records_aside.sh: records set aside from git's index for a copy of the tree, and put back
+exactly as committed."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from groupconv_atlas.provenance import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
+                                reason="needs git and a git checkout")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def aside(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "tools/records_aside.sh", *args], cwd=repo,
+                          capture_output=True, text=True, check=False)
+
+
+def test_hide_keeps_one_record_without_captures_and_restore_puts_all_back(tmp_path):
+    repo = tmp_path / "repo"
+    git(tmp_path, "clone", "-q", "--local", str(REPO_ROOT), str(repo))
+    before = git(repo, "ls-files", "records").splitlines()
+    records = sorted({p.split("/")[1] for p in before if p.count("/") >= 2})
+    assert len(records) >= 2
+    exclude_before = (repo / ".git" / "info" / "exclude").read_text()
+
+    res = aside(repo, "hide", records[0])
+    assert res.returncode == 0, res.stderr
+    kept = git(repo, "ls-files", "records").splitlines()
+    assert kept and all(p == "records/INDEX.json" or p.startswith(f"records/{records[0]}/")
+                        for p in kept)
+    assert not any("/raw/nsight/" in p or "/device-logs/" in p for p in kept)
+    # set aside, not deleted: the files stay, and git neither tracks nor lists them
+    assert all((repo / p).exists() for p in before)
+    assert git(repo, "status", "--porcelain", "--untracked-files=all", "--", "records").strip() \
+        .splitlines() == [f"D  {p}" for p in sorted(set(before) - set(kept))]
+    assert aside(repo, "hide").returncode == 1  # twice is refused
+
+    res = aside(repo, "restore")
+    assert res.returncode == 0, res.stderr
+    assert git(repo, "ls-files", "records").splitlines() == before
+    assert git(repo, "status", "--porcelain").strip() == ""
+    assert (repo / ".git" / "info" / "exclude").read_text() == exclude_before
