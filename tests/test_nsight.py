@@ -247,10 +247,37 @@ def test_table_carries_the_graph_device_median_beside_the_nsight_duration(tmp_pa
     assert first.graph_device_median_us == 21.0 and first.graph_device_samples == 3
     assert first.duration_ns == 20032.0 and first.capture_duration_ns == 20032.0
     assert pd.isna(table.iloc[1].graph_device_median_us)  # no timing for that shape: null
+    # this capture holds no instruction or DRAM counters: the rates from them are null too
+    assert pd.isna(first.thread_instructions_per_output) and pd.isna(first.dram_bytes_per_s)
     write_parquet(tmp_path / "nsight.parquet", table)
     back = pd.read_parquet(tmp_path / "nsight.parquet")
     assert back.kernel_name.tolist() == ["conv_depthwise2d_forward_kernel"] * 2
     assert back.registers_per_thread.tolist() == [32, 32]
+
+
+RATE_RECORD = REPO_ROOT / "records" / "h200-2026-12-01-b"
+RATE_PAIR = ("efficientnet-b3-n16-c192-75x75-g192", "k6")
+
+
+@pytest.mark.skipif(not (RATE_RECORD / "raw" / "nsight").is_dir(),
+                    reason="the record with tuned-kernel captures is not in this checkout")
+def test_rates_follow_from_a_real_captures_counters_and_the_shape():
+    """thread instructions per output = warp instructions x 32 / output elements; DRAM bytes per
+    second = (read + written) / duration; from a committed capture of a tuned kernel."""
+    from groupconv_atlas.shapes_table import load_frozen
+
+    shape_id, impl = RATE_PAIR
+    shapes = load_frozen(RATE_RECORD / "raw" / "shapes.json")
+    path = RATE_RECORD / "raw" / "nsight" / f"{shape_id}__{impl}.ncu-rep"
+    (row,) = nsight.nsight_table([(shape_id, impl, str(path))], shapes).itertuples(index=False)
+    shape = {s.id: s for s in shapes}[shape_id]
+    outputs = shape.n * shape.c_out * shape.h * shape.w
+    assert row.kernel_name.startswith("k6_depthwise_")
+    assert row.instructions_executed > 0 and row.dram_bytes_read > 0 and row.duration_ns > 0
+    assert row.thread_instructions_per_output == pytest.approx(
+        row.instructions_executed * 32 / outputs)
+    assert row.dram_bytes_per_s == pytest.approx(
+        (row.dram_bytes_read + row.dram_bytes_write) / (row.duration_ns * 1e-9))
 
 
 def test_a_pytorch_call_with_several_kernels_keeps_one_row_each_and_their_total():

@@ -90,7 +90,7 @@ TABLE_COLUMNS = [
     "shape_id", "implementation", "kernel_name", "kernel_name_demangled", "launch_index",
     "launches_in_capture", "duration_ns", "capture_duration_ns", "graph_device_median_us",
     "graph_device_samples", *(c for c in SCALAR_METRICS if c != "duration_ns"), *SUMMED_METRICS,
-    *STALL_COLUMNS, "capture_file",
+    *STALL_COLUMNS, "thread_instructions_per_output", "dram_bytes_per_s", "capture_file",
 ]
 LAUNCH_INTEGER_COLUMNS = ("registers_per_thread", "grid_size_blocks", "block_size_threads",
                           "shared_mem_per_block_bytes")  # launch attributes: whole numbers
@@ -436,6 +436,17 @@ def graph_device_medians(timing_sources: dict[str, list[str]]) -> dict[tuple, tu
 
 # --- the table -----------------------------------------------------------------------------------
 
+def launch_rates(row: dict, outputs: int) -> dict:
+    """What a launch's counters say about its ceiling: thread instructions executed per output
+    element (warp instructions x 32; a kernel far above the few a 3x3 output needs is issue-bound
+    before it is memory-bound) and DRAM bytes moved per second of the launch."""
+    inst, dur = row.get("instructions_executed"), row.get("duration_ns")
+    read, write = row.get("dram_bytes_read"), row.get("dram_bytes_write")
+    return {"thread_instructions_per_output": None if inst is None else inst * 32.0 / outputs,
+            "dram_bytes_per_s": None if None in (read, write, dur) or not dur
+            else (read + write) / (dur * 1e-9)}
+
+
 def nsight_table(captures, shapes: list[Shape], timing_sources=None) -> pd.DataFrame:
     """One row per profiled launch of every (shape_id, impl, capture path) in `captures`, with
     the graph_device median from `timing_sources` ({impl: [timing parquet]}) or null. Any bad
@@ -461,8 +472,10 @@ def nsight_table(captures, shapes: list[Shape], timing_sources=None) -> pd.DataF
                      for index, launch in enumerate(launches)]
         durations = [r["duration_ns"] for r in pair_rows]
         total = None if any(d is None for d in durations) else sum(durations)
+        outputs = by_id[shape_id].n * by_id[shape_id].c_out * by_id[shape_id].h * by_id[shape_id].w
         for r in pair_rows:
             r["capture_duration_ns"] = total  # all kernels of the measured call, as timing sees it
+            r.update(launch_rates(r, outputs))
         rows.extend(pair_rows)
     frame = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     numeric = [c for c in TABLE_COLUMNS if c not in STRING_COLUMNS]

@@ -219,8 +219,8 @@ def nsight_page(table: pd.DataFrame) -> str:
               "capture_duration_ns", "graph_device_median_us", "achieved_occupancy_pct",
               "registers_per_thread", "shared_mem_per_block_bytes", "grid_size_blocks",
               "block_size_threads", "dram_bytes_read", "dram_bytes_write", "sm_throughput_pct",
-              "memory_throughput_pct", "shared_bank_conflicts", "instructions_executed",
-              "stall_1_reason", "stall_1_pct_of_stalls", "stall_2_reason",
+              "memory_throughput_pct", "dram_bytes_per_s", "shared_bank_conflicts",
+              "instructions_executed", "thread_instructions_per_output", "stall_1_reason", "stall_1_pct_of_stalls", "stall_2_reason",
               "stall_2_pct_of_stalls", "stall_3_reason", "stall_3_pct_of_stalls"]
     frame = table[[c for c in wanted if c in table.columns]].copy()
     if "kernel_name" in frame.columns:
@@ -231,7 +231,11 @@ def nsight_page(table: pd.DataFrame) -> str:
     note = ("Nsight Compute metrics of the profiled launch of each (shape, implementation) pair, "
             "beside the atlas's graph_device median for the same pair. capture_duration_ns sums "
             "every kernel of the measured call. Stall shares are percentages of all stall "
-            "samples of the first stall-metric family the capture holds.")
+            "samples of the first stall-metric family the capture holds. "
+            "thread_instructions_per_output = warp instructions executed x 32 / output elements "
+            "(a 3x3 output needs 9 FMAs; a kernel far above that is issue-bound before it is "
+            "memory-bound); dram_bytes_per_s = DRAM bytes read and written / the launch's "
+            "duration.")
     if "record" in table.columns:
         records = ", ".join(sorted(set(table["record"].astype(str))))
         note += (f" Captures and the latencies beside them come from: {records} (a replay of a "
