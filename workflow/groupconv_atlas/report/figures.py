@@ -5,6 +5,7 @@ bytes as the run it replays."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -56,12 +57,12 @@ def forest_svgs(comparisons: pd.DataFrame, shape_ids: list[str],
     global _FOREST_INPUTS
     _FOREST_INPUTS = (comparisons, shape_ids, threshold)
     try:
-        if workers <= 1 or len(items) <= 1:
+        # fork (the workers inherit the frames) is safe on Linux; elsewhere, one process.
+        if workers <= 1 or len(items) <= 1 or sys.platform != "linux":
             return [_forest_svg(item) for item in items]
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # fork: the workers inherit the frames instead of unpickling them per figure.
         with ProcessPoolExecutor(min(workers, len(items)),
                                  mp_context=multiprocessing.get_context("fork")) as pool:
             return list(pool.map(_forest_svg, items, chunksize=4))
