@@ -32,10 +32,31 @@ __device__ __forceinline__ int k6_tile_rows(int W) {
 // rows and tiles are 64-bit (no 2**31-element limit); planes are int (N*C_out < 2**31, checked:
 // beyond it the kernel writes nothing); offsets inside a tile are int. Any grid size is correct:
 // blocks stride over the tiles.
-// COLS = 1: a thread computes a vertical strip of OUTS outputs of one column. COLS > 1: a block
-// of OUTS rows x COLS adjacent columns, so each shared-memory word a thread loads serves up to 3
-// of its outputs across and the row bookkeeping is paid once per COLS outputs (fewer instructions
-// per output: the single-column form is issue-bound on large maps).
+// The in-plane row h and plane p of tall row r0 + j0, from those of r0 (h_r0 < H, p_r0).
+__device__ __forceinline__ void k6_row_plane(int h_r0, int p_r0, int j0, int H, int& h, int& p) {
+    h = h_r0 + j0;
+    p = p_r0;
+    if (h >= H) {
+        const int planes_on = h / H;
+        p += planes_on;
+        h -= planes_on * H;
+    }
+}
+
+// The 3x3 weights of output plane out_plane (= n*C_out + c_out) into k, unless k holds them.
+__device__ __forceinline__ void k6_weights(const float* __restrict__ wt, int out_plane, int C_out,
+                                           int& k_plane, float (&k)[9]) {
+    if (out_plane == k_plane) return;
+    const float* w_c = wt + (long long)(out_plane % C_out) * 9;
+#pragma unroll
+    for (int tap = 0; tap < 9; ++tap) k[tap] = __ldg(w_c + tap);
+    k_plane = out_plane;
+}
+
+// Each thread computes blocks of OUTS rows x COLS adjacent columns (COLS = 1: a vertical strip).
+// With COLS > 1 each shared-memory word a thread loads serves up to 3 of its outputs across and
+// the row bookkeeping is paid once per COLS outputs (fewer instructions per output: the
+// single-column form is issue-bound on large maps).
 template <int TILE_FLOATS, int OUTS, int COLS>
 __device__ void k6_depthwise(const float* __restrict__ x, const float* __restrict__ wt,
                              float* __restrict__ y, int N, int C_in, int C_out, int H, int W,
@@ -98,143 +119,72 @@ __device__ void k6_depthwise(const float* __restrict__ x, const float* __restric
         const int h_r0 = (int)(r0 - (long long)p_r0 * H);
         const int strips = (rows_here + OUTS - 1) / OUTS;
         const int q_end = mult * strips;
-        if constexpr (COLS == 1) {
-            int col = col_first;
-            for (int q = q_first; q < q_end;) {
-                const int m = mult == 1 ? 0 : q / strips;  // which output channel of this input's
-                const int strip = q - m * strips;
-                const int j0 = strip * OUTS;  // shared row of the strip's first output's upper neighbour
+        int cg = col_first;  // column group: columns cg * COLS .. cg * COLS + COLS - 1
+        for (int q = q_first; q < q_end;) {
+            const int m = mult == 1 ? 0 : q / strips;
+            const int strip = q - m * strips;
+            const int j0 = strip * OUTS;
+            const int col0 = cg * COLS;
 
-                // Window: shared rows j0 .. j0+OUTS+1, columns col-1 .. col+1, zero outside the map.
-                // Rows past the staged ones (a strip cut by the tile's end) are clamped to a staged
-                // row; they feed only outputs the loop below does not write.
-                float win[OUTS + 2][3];
+            // Window: shared rows j0 .. j0+OUTS+1, columns col0-1 .. col0+COLS, zero outside
+            // the map (the words past a row's end are the next row's, or past the staged
+            // rows; the tile's slack keeps every read inside it, and they are masked here).
+            // Rows past the staged ones (a block cut by the tile's end) are clamped to a staged
+            // row; they feed only outputs the loop below does not write.
+            float win[OUTS + 2][COLS + 2];
 #pragma unroll
-                for (int r = 0; r < OUTS + 2; ++r) {
-                    const int at = base + min(j0 + r, rows_here + 1) * W + col;
-                    const float left = tile[at - 1], mid = tile[at], right = tile[at + 1];
-                    win[r][0] = col > 0 ? left : 0.0f;
-                    win[r][1] = mid;
-                    win[r][2] = col + 1 < W ? right : 0.0f;
-                }
-
-                int h = h_r0 + j0;  // in-plane row of the strip's first output
-                int p = p_r0;
-                if (h >= H) {
-                    const int planes_on = h / H;
-                    p += planes_on;
-                    h -= planes_on * H;
-                }
+            for (int r = 0; r < OUTS + 2; ++r) {
+                const int at = base + min(j0 + r, rows_here + 1) * W + col0;
 #pragma unroll
-                for (int i = 0; i < OUTS; ++i) {
-                    if (i > 0 && ++h == H) {
-                        h = 0;
-                        ++p;
-                    }
-                    if (j0 + i >= rows_here) break;
-                    const int out_plane = p * mult + m;  // = n*C_out + c_out
-                    if (out_plane != k_plane) {
-                        const float* w_c = wt + (long long)(out_plane % C_out) * 9;
-#pragma unroll
-                        for (int tap = 0; tap < 9; ++tap) k[tap] = __ldg(w_c + tap);
-                        k_plane = out_plane;
-                    }
-                    // The rows above and below belong to this plane only inside it (padding 1).
-                    const bool has_above = h > 0, has_below = h + 1 < H;
-                    float acc = 0.0f;
-#pragma unroll
-                    for (int kw = 0; kw < 3; ++kw) {
-                        acc = fmaf(has_above ? win[i][kw] : 0.0f, k[kw], acc);
-                        acc = fmaf(win[i + 1][kw], k[3 + kw], acc);
-                        acc = fmaf(has_below ? win[i + 2][kw] : 0.0f, k[6 + kw], acc);
-                    }
-                    y[((long long)out_plane * H + h) * W + col] = acc;
-                }
-
-                col += col_step;
-                q += q_step;
-                if (col >= W) {
-                    col -= W;
-                    ++q;
+                for (int d = 0; d < COLS + 2; ++d) {
+                    const float v = tile[at + d - 1];
+                    const bool inside = d == 0 ? col0 > 0 : (d == 1 || col0 + d - 1 < W);
+                    win[r][d] = inside ? v : 0.0f;
                 }
             }
-        } else {
-            int cg = col_first;  // column group: columns cg * COLS .. cg * COLS + COLS - 1
-            for (int q = q_first; q < q_end;) {
-                const int m = mult == 1 ? 0 : q / strips;
-                const int strip = q - m * strips;
-                const int j0 = strip * OUTS;
-                const int col0 = cg * COLS;
 
-                // Window: shared rows j0 .. j0+OUTS+1, columns col0-1 .. col0+COLS, zero outside
-                // the map (the words past a row's end are the next row's, or past the staged
-                // rows; the tile's slack keeps every read inside it, and they are masked here).
-                // Rows past the staged ones are clamped to a staged row, as above.
-                float win[OUTS + 2][COLS + 2];
+            int h, p;
+            k6_row_plane(h_r0, p_r0, j0, H, h, p);
 #pragma unroll
-                for (int r = 0; r < OUTS + 2; ++r) {
-                    const int at = base + min(j0 + r, rows_here + 1) * W + col0;
+            for (int i = 0; i < OUTS; ++i) {
+                if (i > 0 && ++h == H) {
+                    h = 0;
+                    ++p;
+                }
+                if (j0 + i >= rows_here) break;
+                const int out_plane = p * mult + m;
+                k6_weights(wt, out_plane, C_out, k_plane, k);
+                // The rows above and below belong to this plane only inside it (padding 1):
+                // masked once per row of COLS outputs.
+                const bool has_above = h > 0, has_below = h + 1 < H;
+                float above[COLS + 2], below[COLS + 2];
 #pragma unroll
-                    for (int d = 0; d < COLS + 2; ++d) {
-                        const float v = tile[at + d - 1];
-                        const bool inside = d == 0 ? col0 > 0 : (d == 1 || col0 + d - 1 < W);
-                        win[r][d] = inside ? v : 0.0f;
+                for (int d = 0; d < COLS + 2; ++d) {
+                    above[d] = has_above ? win[i][d] : 0.0f;
+                    below[d] = has_below ? win[i + 2][d] : 0.0f;
+                }
+                float acc[COLS];
+#pragma unroll
+                for (int c = 0; c < COLS; ++c) {
+                    acc[c] = 0.0f;
+#pragma unroll
+                    for (int kw = 0; kw < 3; ++kw) {
+                        acc[c] = fmaf(above[c + kw], k[kw], acc[c]);
+                        acc[c] = fmaf(win[i + 1][c + kw], k[3 + kw], acc[c]);
+                        acc[c] = fmaf(below[c + kw], k[6 + kw], acc[c]);
                     }
                 }
+                float* y_row = y + ((long long)out_plane * H + h) * W + col0;
+#pragma unroll
+                for (int c = 0; c < COLS; ++c)
+                    if (col0 + c < W) y_row[c] = acc[c];
+            }
 
-                int h = h_r0 + j0;
-                int p = p_r0;
-                if (h >= H) {
-                    const int planes_on = h / H;
-                    p += planes_on;
-                    h -= planes_on * H;
-                }
-#pragma unroll
-                for (int i = 0; i < OUTS; ++i) {
-                    if (i > 0 && ++h == H) {
-                        h = 0;
-                        ++p;
-                    }
-                    if (j0 + i >= rows_here) break;
-                    const int out_plane = p * mult + m;
-                    if (out_plane != k_plane) {
-                        const float* w_c = wt + (long long)(out_plane % C_out) * 9;
-#pragma unroll
-                        for (int tap = 0; tap < 9; ++tap) k[tap] = __ldg(w_c + tap);
-                        k_plane = out_plane;
-                    }
-                    // The rows above and below belong to this plane only inside it (padding 1):
-                    // masked once per row of COLS outputs.
-                    const bool has_above = h > 0, has_below = h + 1 < H;
-                    float above[COLS + 2], below[COLS + 2];
-#pragma unroll
-                    for (int d = 0; d < COLS + 2; ++d) {
-                        above[d] = has_above ? win[i][d] : 0.0f;
-                        below[d] = has_below ? win[i + 2][d] : 0.0f;
-                    }
-                    float acc[COLS];
-#pragma unroll
-                    for (int c = 0; c < COLS; ++c) {
-                        acc[c] = 0.0f;
-#pragma unroll
-                        for (int kw = 0; kw < 3; ++kw) {
-                            acc[c] = fmaf(above[c + kw], k[kw], acc[c]);
-                            acc[c] = fmaf(win[i + 1][c + kw], k[3 + kw], acc[c]);
-                            acc[c] = fmaf(below[c + kw], k[6 + kw], acc[c]);
-                        }
-                    }
-                    float* y_row = y + ((long long)out_plane * H + h) * W + col0;
-#pragma unroll
-                    for (int c = 0; c < COLS; ++c)
-                        if (col0 + c < W) y_row[c] = acc[c];
-                }
-
-                cg += col_step;
-                q += q_step;
-                if (cg >= span) {
-                    cg -= span;
-                    ++q;
-                }
+            cg += col_step;
+            q += q_step;
+            if (cg >= span) {
+                cg -= span;
+                ++q;
             }
         }
     }

@@ -1,7 +1,7 @@
 """k6 (kernels/k6_depthwise_smem.cu) without a GPU: every entry compiles for sm_90 with no spills
 and no local memory, and a numpy emulation of the kernel's index and tiling logic -- the same
-integer arithmetic, line for line, over every (block, thread) -- shows on the frozen shapes'
-geometry that each output is written exactly once, from the right inputs and weights, with every
+integer arithmetic over every (block, thread), for strips of one column and blocks of several --
+shows on the frozen shapes' geometry that each output is written exactly once, from the right inputs and weights, with every
 16-byte copy aligned on both sides and every shared-memory access inside the tile.
 
 The emulation tracks *which element of x* each shared-memory word holds (ZERO for a zero-filled
@@ -116,91 +116,9 @@ def compute(g: Geometry, tile_floats: int, outs: int, threads: int, rows: int, r
             bases: np.ndarray, smem: np.ndarray, k_plane: np.ndarray, k_channel: np.ndarray,
             cols: int = 1) -> Writes:
     """The compute loop of the tiles starting at tall rows r0 (one block each, run side by side),
-    with each block's thread state k_plane/k_channel (updated in place). Asserts every shared
-    read is inside the tile."""
-    if cols > 1:
-        return compute_cols(g, tile_floats, outs, threads, rows, r0, bases, smem, k_plane,
-                            k_channel, cols)
-    H, W, mult = g.h, g.w, g.mult
-    R = r0.size
-    rows_here = np.minimum(rows, g.tall_rows - r0)[:, None]
-    p_r0 = (r0 // H)[:, None]
-    h_r0 = r0[:, None] - p_r0 * H
-    strips = (rows_here + outs - 1) // outs
-    q_end = mult * strips
-    tid = np.arange(threads)
-    col = np.broadcast_to(tid % W, (R, threads)).copy()
-    q = np.broadcast_to(tid // W, (R, threads)).copy()
-    col_step, q_step = threads % W, threads // W
-    base = bases[:, None]
-    found = {k: [] for k in ("offset", "taps", "weight_channel", "tall_row", "channel_multiple", "col")}
-
-    while True:
-        active = q < q_end
-        if not active.any():
-            break
-        m = np.zeros_like(q) if mult == 1 else q // strips
-        strip = q - m * strips
-        j0 = strip * outs
-        win = {}
-        for r in range(outs + 2):
-            at = base + np.minimum(j0 + r, rows_here + 1) * W + col
-            assert np.all((at[active] - 1 >= 0) & (at[active] + 1 < tile_floats)), "read outside tile"
-            at_safe = np.clip(at, 1, tile_floats - 2)
-            left = np.take_along_axis(smem, at_safe - 1, axis=1)
-            mid = np.take_along_axis(smem, at_safe, axis=1)
-            right = np.take_along_axis(smem, at_safe + 1, axis=1)
-            win[r, 0] = np.where(col > 0, left, ZERO)
-            win[r, 1] = mid
-            win[r, 2] = np.where(col + 1 < W, right, ZERO)
-
-        h = h_r0 + j0
-        p = np.broadcast_to(p_r0, h.shape).copy()
-        planes_on = h // H  # the kernel divides only when h >= H, where this is 0 otherwise
-        p += planes_on
-        h = h - planes_on * H
-        for i in range(outs):
-            if i > 0:
-                h = h + 1
-                wrap = h == H
-                h = np.where(wrap, 0, h)
-                p = np.where(wrap, p + 1, p)
-            valid = active & (j0 + i < rows_here)
-            out_plane = p * mult + m
-            reload = valid & (out_plane != k_plane)
-            k_plane[reload] = out_plane[reload]
-            k_channel[reload] = out_plane[reload] % g.c_out
-            has_above, has_below = h > 0, h + 1 < H
-            taps = []
-            for kh in range(3):
-                for kw in range(3):
-                    t = win[i + kh, kw]
-                    if kh == 0:
-                        t = np.where(has_above, t, ZERO)
-                    if kh == 2:
-                        t = np.where(has_below, t, ZERO)
-                    taps.append(t[valid])
-            found["offset"].append(((out_plane * H + h) * W + col)[valid])
-            found["taps"].append(np.stack(taps, axis=1))
-            found["weight_channel"].append(k_channel[valid])
-            found["tall_row"].append((p * H + h)[valid])
-            found["channel_multiple"].append(m[valid])
-            found["col"].append(col[valid])
-
-        col = col + col_step
-        q = q + q_step
-        carry = col >= W
-        col = np.where(carry, col - W, col)
-        q = np.where(carry, q + 1, q)
-
-    return Writes(**{k: np.concatenate(v) for k, v in found.items()})
-
-
-def compute_cols(g: Geometry, tile_floats: int, outs: int, threads: int, rows: int,
-                 r0: np.ndarray, bases: np.ndarray, smem: np.ndarray, k_plane: np.ndarray,
-                 k_channel: np.ndarray, cols: int) -> Writes:
-    """The COLS > 1 branch of the compute loop: a thread's item is a block of `outs` rows by
-    `cols` adjacent columns (column group cg: columns cg * cols ...)."""
+    with each block's thread state k_plane/k_channel (updated in place): a thread's item is a
+    block of `outs` rows by `cols` adjacent columns (column group cg: columns cg * cols ...;
+    cols = 1: a vertical strip of one column). Asserts every shared read is inside the tile."""
     H, W, mult = g.h, g.w, g.mult
     R = r0.size
     span = -(-W // cols)
