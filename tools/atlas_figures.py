@@ -4,8 +4,10 @@ The headline's sentences (atlas.json), geometric means split by depthwise / grou
 their two-stage interval over shapes, the per-shape best custom kernel, how far
 torch_tuned and torch_default differ (inside one timing job, or across jobs), what k5's tuning
 stage gained over k4's rule of thumb, where sync_api and graph_device disagree, bandwidth on
-over-2xL2 shapes, the Nsight k1-vs-k2 durations and instruction counts, the cross-record
-comparison (after `snakemake compare_records`) and the MobileNet readings."""
+over-2xL2 shapes, the dispatcher's classes and the shapes it does not win, the fastest custom
+kernel's roofline fraction, the Nsight k1-vs-k2 durations and instruction counts and the tuned
+kernels' captures (after `make nsight`), the cross-record comparison (after `snakemake
+compare_records`) and the MobileNet readings."""
 import json
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from groupconv_atlas.compare_records import agreement
 from groupconv_atlas.report import tuning_frame
 from groupconv_atlas.stats import StatsConfig, pooled_medians, two_stage_geomean
 
@@ -51,19 +54,20 @@ def host_overhead(comp: pd.DataFrame, cand: str, small_us: float = 10.0) -> None
 
 
 def session_comparison(path: Path) -> None:
-    """What compare_records wrote: agreement with and without the dispatcher, the kinds of flip."""
+    """What compare_records wrote, summed as its page sums it (compare_records.agreement: cells
+    whose code is the same in every record), with and without the dispatcher; the kinds of flip."""
     wide = pd.read_parquet(path)
     names = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
     print(f"# records compared: {' vs '.join(names)} ({path})")
     for label, part in (("all cells", wide), ("without the dispatcher",
                                               wide[wide.candidate != "dispatch"])):
-        for boundary, cells in [("both", part), *part.groupby("boundary")]:
-            timed = cells.intervals_overlap.notna()
-            print(f"{label:24s} {boundary:13s} {len(cells):5d} cells, classes agree "
-                  f"{cells.classes_agree.mean():.1%}, intervals overlap "
-                  f"{cells.loc[timed, 'intervals_overlap'].astype(bool).mean():.1%}, "
-                  f"{(~cells.classes_agree).sum()} flips, {cells.reversal.sum()} reversals")
-    flips = wide[~wide.classes_agree]
+        for r in agreement(part).to_dict("records"):
+            print(f"{label:24s} {r['boundary']:13s} {r['cells']:5d} cells of the same code, "
+                  f"classes agree {r['share_classes_agree']:.1%}, intervals overlap "
+                  f"{r['share_intervals_overlap']:.1%}, {r['class_flips']} flips, "
+                  f"{r['reversals']} reversals ({r['code_changed']} left out: code changed)")
+    same = wide[wide.same_code]
+    flips = same[~same.classes_agree]
     kinds = flips.groupby([f"{n}:class" for n in names]).size().sort_values(ascending=False)
     print("flip kinds:", kinds.to_dict())
     print(flips[flips.reversal][["shape_id", "candidate", "baseline", "boundary",
@@ -147,7 +151,22 @@ def main(results: Path) -> None:
                   f"{len(doc['choices'])} shapes tuned; tuned over its untuned rule per shape: "
                   f"geomean {geomean(gain):.3f}, max {gain.max():.3f} over {len(gain)} shapes"
                   + (f"; wall {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""))
+    print("# dispatcher at graph_device: classes per reference; shapes it does not win")
+    disp = comp[(comp.candidate == "dispatch") & (comp.boundary == "graph_device")]
+    for reference, rows in disp.groupby("baseline", sort=True):
+        print(f"{reference}: {rows['class'].value_counts().to_dict()}")
+        for r in rows[rows["class"] != "WIN"].to_dict("records"):
+            print(f"  {r['shape_id']}: {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+                  f"{r['class']}")
     roof = pd.read_parquet(results / "roofline.parquet")
+    graph_roof = roof[(roof.boundary == "graph_device") & roof.implementation.isin(kernels)]
+    if graph_roof.fraction_of_roofline.notna().any():
+        best = graph_roof.loc[graph_roof.groupby("shape_id").median_us.idxmin()]
+        # The graph-launch floor (measured with the ceilings, given under 10 us) as a third ceiling.
+        with_floor = np.maximum(best.floor_us, best.launch_floor_us.fillna(0)) / best.median_us
+        print(f"# fastest custom kernel per shape, graph_device: roofline fraction geomean "
+              f"{geomean(best.fraction_of_roofline):.3f} ({best.bound.value_counts().to_dict()}); "
+              f"with the graph-launch floor as a third ceiling {geomean(with_floor):.3f}")
     big = roof[roof.footprint_over_2x_l2.astype(bool) & (roof.boundary == "graph_device")]
     if not big.empty:
         print("# fraction of measured DRAM bandwidth on shapes over twice the L2 (graph_device)")
@@ -158,11 +177,20 @@ def main(results: Path) -> None:
     nsight_path = results / "nsight.parquet"
     if nsight_path.is_file():
         ns = pd.read_parquet(nsight_path)
-        ns = ns[ns.implementation.isin(["k1", "k2"])]
+        study = ns[ns.implementation.isin(["k1", "k2"])]
         print("# Nsight: k1 vs k2")
-        print(ns.pivot(index="shape_id", columns="implementation",
-                       values=["duration_ns", "instructions_executed", "shared_bank_conflicts",
-                               "achieved_occupancy_pct"]).to_string())
+        print(study.pivot(index="shape_id", columns="implementation",
+                          values=["duration_ns", "instructions_executed", "shared_bank_conflicts",
+                                  "achieved_occupancy_pct"]).to_string())
+        ours = ns[ns.implementation.isin(["k4", "k5", "k6", "k7"])]
+        if not ours.empty and "thread_instructions_per_output" in ours:
+            print("# Nsight: the tuned kernels' captures (rates from their counters)")
+            print(ours.assign(dram_tb_per_s=ours.dram_bytes_per_s / 1e12, us=ours.duration_ns / 1e3)
+                  [["shape_id", "kernel_name", "us", "dram_tb_per_s",
+                    "thread_instructions_per_output", "sm_throughput_pct",
+                    "achieved_occupancy_pct", "registers_per_thread", "grid_size_blocks",
+                    "stall_1_reason", "stall_1_pct_of_stalls", "stall_2_reason"]]
+                  .round(2).to_string(index=False))
     compared = results.parent / "comparisons" / "records.parquet"
     if compared.is_file():
         session_comparison(compared)

@@ -25,6 +25,7 @@ mkdir -p "$out" "$work"
 setup() { if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi; }
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
+smk() { snakemake --cores "${CORES:-all}" "$@"; }  # every core; measuring jobs still run alone
 cfg=(--configfile config/config.yaml ${EXTRA_CONFIG:-})
 
 pack() {  # the new record and the run's logs, in parts of at most 15 MiB
@@ -53,7 +54,7 @@ smoke)
   machine "$out/pytest-gpu.log"
   log "smoke atlas"
   start=$(date +%s)
-  snakemake --cores "${CORES:-all}" -k atlas --configfile config/config.yaml config/smoke.yaml \
+  smk -k atlas --configfile config/config.yaml config/smoke.yaml \
     --config mode=live > "$out/smoke.log" 2>&1
   log "smoke atlas exit $? after $(( $(date +%s) - start )) s"
   python3 tools/stage_times.py "results/$device-smoke" "$(( $(date +%s) - start ))"
@@ -66,24 +67,24 @@ full)
   machine "$work/pytest-gpu.log"
   log "atlas"
   start=$(date +%s)
-  snakemake --cores "${CORES:-all}" -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
+  smk -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
   status=$?
   wall=$(( $(date +%s) - start ))
   log "atlas exit $status after $wall s"
   for target in ${EXTRA_TARGETS:-mobilenet_probe}; do
     log "$target"
-    snakemake --cores "${CORES:-all}" -k "$target" "${cfg[@]}" --config mode=live > "$work/$target.log" 2>&1
+    smk -k "$target" "${cfg[@]}" --config mode=live > "$work/$target.log" 2>&1
     log "$target exit $?"
   done
   python3 tools/stage_times.py "results/$device" "$wall" | tee "$work/stage-times.log"
-  snakemake --cores "${CORES:-all}" snapshot_record "${cfg[@]}" --config mode=live \
+  smk snapshot_record "${cfg[@]}" --config mode=live \
     record_name="${RECORD_NAME:-$(date -u +%F)}" > "$work/snapshot.log" 2>&1
   log "snapshot exit $?"
   if [ -n "${RERUN_CHECK:-}" ]; then
     # What a one-kernel edit costs live: the reruns it triggers, timed.
     echo "// edited" >> kernels/k3_four_wide.cu
     start=$(date +%s)
-    snakemake --cores "${CORES:-all}" -k atlas "${cfg[@]}" --config mode=live > "$work/rerun-after-k3-edit.log" 2>&1
+    smk -k atlas "${cfg[@]}" --config mode=live > "$work/rerun-after-k3-edit.log" 2>&1
     log "rerun after a k3 edit: exit $? after $(( $(date +%s) - start )) s"
     git checkout -q -- kernels/k3_four_wide.cu 2>/dev/null || sed -i '$ d' kernels/k3_four_wide.cu
     grep -A30 "Job stats" "$work/rerun-after-k3-edit.log" | head -30

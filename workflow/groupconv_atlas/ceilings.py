@@ -166,8 +166,7 @@ def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict |
     # CUDA graph, measured with the ceilings; absent from older records): shown beside it.
     launch_floor = ceilings.get("graph_launch_floor_us")
     short = (table["median_us"] < SHORT_LATENCY_US) & (table["boundary"] == "graph_device")
-    table["launch_floor_us"] = np.where(short & (launch_floor is not None),
-                                        launch_floor if launch_floor is not None else np.nan,
+    table["launch_floor_us"] = np.where(short, np.nan if launch_floor is None else launch_floor,
                                         np.nan)
     return table
 

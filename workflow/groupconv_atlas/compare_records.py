@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
 from .stats import CLASSES, StatsConfig, batch_medians, comparisons_for_job
-from .kernels import base_implementation
 from .timing import BOUNDARIES
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]

@@ -51,14 +51,17 @@ class KernelSpec:
         return [self.source, *self.headers]
 
 
-def tile_table(source: str, macro: str) -> tuple[tuple[int, int], ...]:
-    """The (rows, channel block) tiles a kernel source instantiates with `macro(ROWS, COB, ...)`,
-    in source order: the .cu file is the one tile table, read here rather than copied."""
+def tile_table(source: str, macro: str, fields: int = 2) -> tuple[tuple[int, ...], ...]:
+    """The tiles a kernel source instantiates with `macro(A, B, ...)`: the first `fields`
+    integer arguments of each line, in source order (further arguments are not part of the tile).
+    The .cu file is the one tile table, read here rather than copied."""
     text = (KERNELS_DIR / Path(source).name).read_text()
-    tiles = tuple((int(r), int(c)) for r, c in
-                  re.findall(rf"^{macro}\((\d+),\s*(\d+)(?:,\s*\d+)?\)", text, re.MULTILINE))
+    leading = r",\s*".join([r"(\d+)"] * fields)
+    tiles = tuple(tuple(int(v) for v in m) for m in
+                  re.findall(rf"^{macro}\({leading}(?:,\s*\d+)*\)", text, re.MULTILINE))
     if not tiles:
-        raise ValueError(f"{source}: no {macro}(ROWS, COB, ...) lines: the tile table is empty")
+        raise ValueError(f"{source}: no {macro}(...) lines with {fields} integer arguments: the "
+                         "tile table is empty")
     return tiles
 
 
@@ -210,10 +213,8 @@ def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 # (blocks stride over the tiles), so the grid here only sets how many tiles run at once.
 # (tile floats, output rows per thread, columns per thread): K6_ENTRY lines have one column,
 # K6_ENTRY_COLS lines name theirs.
-K6_TILES = tuple((f, o, 1) for f, o in tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")) + \
-    tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
-        r"^K6_ENTRY_COLS\((\d+),\s*(\d+),\s*(\d+)\)",
-        (KERNELS_DIR / "k6_depthwise_smem.cu").read_text(), re.MULTILINE))
+K6_TILES = tuple((f, o, 1) for f, o in tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")) \
+    + tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY_COLS", fields=3)
 K6_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
 K6_PAD = 4  # K6_PAD in the kernel: floats of padding before the staged rows
 K6_BLOCKS_PER_SM = 4  # 64 registers x 256 threads: four blocks fit an SM's register file
@@ -297,9 +298,7 @@ def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 # and group with 16-byte copies, and the group's weights; each thread then computes a strip of
 # outputs for a block of output channels. Tile, outputs per thread, channel block and block size
 # are tuned per shape; any grid is correct (blocks stride over the tiles).
-K7_TILES = tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
-    r"^K7_ENTRY\((\d+),\s*(\d+),\s*(\d+),\s*\d+\)",
-    (KERNELS_DIR / "k7_grouped_smem.cu").read_text(), re.MULTILINE))  # (tile floats, outs, cob)
+K7_TILES = tile_table("kernels/k7_grouped_smem.cu", "K7_ENTRY", fields=3)  # (tile floats, outs, cob)
 K7_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
 K7_PAD = 4  # K7_PAD in the kernel
 K7_MAX_CHANNELS = 16  # K7_MAX_CPG and K7_MAX_COUT_PG in the kernel

@@ -472,7 +472,8 @@ def nsight_table(captures, shapes: list[Shape], timing_sources=None) -> pd.DataF
                      for index, launch in enumerate(launches)]
         durations = [r["duration_ns"] for r in pair_rows]
         total = None if any(d is None for d in durations) else sum(durations)
-        outputs = by_id[shape_id].n * by_id[shape_id].c_out * by_id[shape_id].h * by_id[shape_id].w
+        shape = by_id[shape_id]
+        outputs = shape.n * shape.c_out * shape.h * shape.w
         for r in pair_rows:
             r["capture_duration_ns"] = total  # all kernels of the measured call, as timing sees it
             r.update(launch_rates(r, outputs))

@@ -220,8 +220,9 @@ def nsight_page(table: pd.DataFrame) -> str:
               "registers_per_thread", "shared_mem_per_block_bytes", "grid_size_blocks",
               "block_size_threads", "dram_bytes_read", "dram_bytes_write", "sm_throughput_pct",
               "memory_throughput_pct", "dram_bytes_per_s", "shared_bank_conflicts",
-              "instructions_executed", "thread_instructions_per_output", "stall_1_reason", "stall_1_pct_of_stalls", "stall_2_reason",
-              "stall_2_pct_of_stalls", "stall_3_reason", "stall_3_pct_of_stalls"]
+              "instructions_executed", "thread_instructions_per_output", "stall_1_reason",
+              "stall_1_pct_of_stalls", "stall_2_reason", "stall_2_pct_of_stalls",
+              "stall_3_reason", "stall_3_pct_of_stalls"]
     frame = table[[c for c in wanted if c in table.columns]].copy()
     if "kernel_name" in frame.columns:
         names = table.get("kernel_name_demangled", table["kernel_name"])
