@@ -6,7 +6,8 @@
 // output channels of one (input channel, tap) are adjacent. Each thread then computes a vertical
 // strip of OUTS outputs for COB output channels, reading each staged input once per strip for
 // all COB channels. A tile never spans two planes, so rows outside the map are staged as zeros
-// and only the columns need masking.
+// and only the columns need masking. Groups whose weights do not fit at once (24 or 32 channels)
+// are staged a chunk of input channels at a time, the outputs accumulating in registers.
 #include <cuda_pipeline.h>
 #include <stdint.h>
 
@@ -15,16 +16,24 @@
 // Floats of padding before each channel's staged rows (the w-1 read stays in the region; a
 // multiple of 4 keeps 16-byte alignment meaningful).
 #define K7_PAD 4
-// The largest group: input channels per group and output channels per group, for the static
-// weight array.
-#define K7_MAX_CPG 16
-#define K7_MAX_COUT_PG 16
+// The largest group the kernel takes: input channels per group and output channels per group.
+#define K7_MAX_CPG 32
+#define K7_MAX_COUT_PG 32
+// Floats of the weight array: one chunk of input channels x 9 taps x every output channel of
+// the group (16 x 9 x 16, so groups of up to 16 x 16 fit in one chunk).
+#define K7_WEIGHT_FLOATS 2304
 
-// Floats of the tile each input channel of a group gets: a multiple of 4, so every region starts
+// Input channels staged at once: all of the group's when its weights fit the weight array,
+// else as many as do (groups of 24 or 32 channels go in chunks of 10 or 8).
+__device__ __forceinline__ int k7_chunk(int cin_per_group, int cout_per_group) {
+    return min(cin_per_group, K7_WEIGHT_FLOATS / (9 * cout_per_group));
+}
+
+// Floats of the tile each staged input channel gets: a multiple of 4, so every region starts
 // 16-byte aligned.
 template <int TILE_FLOATS>
-__device__ __forceinline__ int k7_region(int cin_per_group) {
-    return (TILE_FLOATS / cin_per_group) & ~3;
+__device__ __forceinline__ int k7_region(int chunk) {
+    return (TILE_FLOATS / chunk) & ~3;
 }
 
 // Output rows a tile holds: what fits in a channel's region with the two halo rows and both pads,
@@ -38,25 +47,31 @@ __device__ __forceinline__ int k7_tile_rows(int region, int H, int W) {
     return rows;
 }
 
-// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; C_in/groups <= 16,
-// C_out/groups <= 16 and a multiple of COB (COB a multiple of 4, for 16-byte weight reads); x at
+// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; C_in/groups <= 32,
+// C_out/groups <= 32 and a multiple of COB (COB a multiple of 4, for 16-byte weight reads); x at
 // least 4-byte aligned (any float pointer); the row fit above at least 1. Other shapes return
 // without writing (the host's support predicate refuses them first). Index types: element
 // offsets and tiles are 64-bit (no 2**31-element limit); N*C_out < 2**31 (checked); offsets
 // inside a tile are int. Any grid size is correct: blocks stride over the tiles.
-template <int TILE_FLOATS, int OUTS, int COB>
+// CHUNKED false: the group's weights fit at once (one chunk), the tile is staged once and each
+// thread walks its items; other groups return without writing. CHUNKED true: any group, staged
+// chunk by chunk once per round of one item per thread, the accumulators kept in registers
+// across the chunks. Two entries, so each gets its own register allocation.
+template <int TILE_FLOATS, int OUTS, int COB, bool CHUNKED>
 __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict__ wt,
                            float* __restrict__ y, int N, int C_in, int C_out, int H, int W,
                            int groups) {
     __shared__ __align__(16) float tile[TILE_FLOATS];
-    __shared__ __align__(16) float wsh[K7_MAX_CPG * 9 * K7_MAX_COUT_PG];  // [ci][tap][co]
+    __shared__ __align__(16) float wsh[K7_WEIGHT_FLOATS];  // [ci - c0][tap][co]
     if (groups < 1 || C_in % groups != 0 || C_out % groups != 0 || N < 1 || H < 1 || W < 1)
         return;
     const int cpg = C_in / groups, cout_pg = C_out / groups;
     if (cpg > K7_MAX_CPG || cout_pg > K7_MAX_COUT_PG || cout_pg % COB != 0 ||
         (long long)N * C_out > 0x7fffffffLL)
         return;
-    const int region = k7_region<TILE_FLOATS>(cpg);
+    const int chunk = k7_chunk(cpg, cout_pg);
+    if (!CHUNKED && chunk < cpg) return;
+    const int region = k7_region<TILE_FLOATS>(chunk);
     const int rows = k7_tile_rows<OUTS>(region, H, W);
     if (rows < 1) return;
     const int row_blocks = (H + rows - 1) / rows;
@@ -70,7 +85,6 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
     const int col_first = tid % W, q_first = tid / W;
     const int col_step = threads % W, q_step = threads / W;
     const int channel_blocks = cout_pg / COB;
-    const int weights = cpg * 9 * cout_pg;
 
     for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
         const int row_block = (int)(t % row_blocks);
@@ -79,58 +93,56 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
         const int n = (int)(ng / groups);
         const int h0 = row_block * rows;
         const int rows_here = min(rows, H - h0);
-        // Channel c's shared row j (0 .. rows_here+1) holds its row h0-1+j at
-        // tile[base_c + j*W ...], base_c = c*region + K7_PAD + (16-byte phase of that row).
+        // Input channel c (of the group) sits at tile[base + j*W ...] for its row h0-1+j
+        // (j = 0 .. rows_here+1), base = (c - c0)*region + K7_PAD + (16-byte phase of that row).
         const long long first_e0 = ((long long)n * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
         const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative value is still mod 4
         const int zero_head = h0 == 0 ? W : 0;                         // the row above row 0
         const int zero_tail_from = (min(h0 + rows_here + 1, H) - (h0 - 1)) * W;  // rows past H
         const int staged = (rows_here + 2) * W;
         const int n_elems = zero_tail_from - zero_head;
-
-        __syncthreads();  // every thread is done reading the previous tile
-        for (int i = tid; i < weights; i += threads) {
-            const int co = i % cout_pg, tap_ci = i / cout_pg;  // i = (ci*9 + tap)*cout_pg + co
-            const int tap = tap_ci % 9, ci = tap_ci / 9;
-            wsh[i] = __ldg(wt + ((long long)(g * cout_pg + co) * cpg + ci) * 9 + tap);
-        }
-        for (int c = 0; c < cpg; ++c) {
-            const int base = c * region + K7_PAD + ((phase0 + c * plane_phase) & 3);
-            for (int i = tid; i < zero_head; i += threads) tile[base + i] = 0.0f;
-            for (int i = zero_tail_from + tid; i < staged; i += threads) tile[base + i] = 0.0f;
-            const float* src = x + (first_e0 + c * plane + zero_head);  // never before x
-            float* dst = tile + base + zero_head;
-            // elements before src's first 16-byte boundary
-            const int head = min((4 - ((phase0 + c * plane_phase + zero_head) & 3)) & 3, n_elems);
-            const int vecs = (n_elems - head) >> 2;
-            const int tail_from = head + 4 * vecs;
-            for (int v = tid; v < vecs; v += threads)
-                __pipeline_memcpy_async(dst + head + 4 * v, src + head + 4 * v, 16);
-            for (int i = tid; i < head; i += threads) __pipeline_memcpy_async(dst + i, src + i, 4);
-            for (int i = tail_from + tid; i < n_elems; i += threads)
-                __pipeline_memcpy_async(dst + i, src + i, 4);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(0);
-        __syncthreads();
-
         const int strips = (rows_here + OUTS - 1) / OUTS;
         const int q_end = channel_blocks * strips;
-        int col = col_first;
-        for (int q = q_first; q < q_end;) {
+
+        // Stage input channels c0 .. c0+count-1 of the group and their weights; on return every
+        // copy has landed and every thread sees them.
+        auto stage = [&](int c0, int count) {
+            __syncthreads();  // every thread is done reading what the tile held
+            for (int i = tid; i < count * 9 * cout_pg; i += threads) {
+                const int co = i % cout_pg, tap_ci = i / cout_pg;  // i = (ci*9 + tap)*cout_pg + co
+                const int tap = tap_ci % 9, ci = tap_ci / 9;
+                wsh[i] = __ldg(wt + ((long long)(g * cout_pg + co) * cpg + c0 + ci) * 9 + tap);
+            }
+            for (int c = 0; c < count; ++c) {
+                const int phase = (phase0 + (c0 + c) * plane_phase) & 3;
+                const int base = c * region + K7_PAD + phase;
+                for (int i = tid; i < zero_head; i += threads) tile[base + i] = 0.0f;
+                for (int i = zero_tail_from + tid; i < staged; i += threads) tile[base + i] = 0.0f;
+                const float* src = x + (first_e0 + (c0 + c) * plane + zero_head);  // never before x
+                float* dst = tile + base + zero_head;
+                // elements before src's first 16-byte boundary
+                const int head = min((4 - ((phase + zero_head) & 3)) & 3, n_elems);
+                const int vecs = (n_elems - head) >> 2;
+                const int tail_from = head + 4 * vecs;
+                for (int v = tid; v < vecs; v += threads)
+                    __pipeline_memcpy_async(dst + head + 4 * v, src + head + 4 * v, 16);
+                for (int i = tid; i < head; i += threads) __pipeline_memcpy_async(dst + i, src + i, 4);
+                for (int i = tail_from + tid; i < n_elems; i += threads)
+                    __pipeline_memcpy_async(dst + i, src + i, 4);
+            }
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+            __syncthreads();
+        };
+
+        // Add the products of staged input channels c0 .. c0+count-1 to item (q, col): a strip of
+        // OUTS rows at column col for COB output channels.
+        auto accumulate = [&](float (&acc)[OUTS][COB], int q, int col, int c0, int count) {
             const int cb = q / strips;
-            const int strip = q - cb * strips;
-            const int j0 = strip * OUTS;  // shared row above the strip's first output row
-            const int co0 = cb * COB;     // first output channel of the block, within the group
-
-            float acc[OUTS][COB];
-#pragma unroll
-            for (int i = 0; i < OUTS; ++i)
-#pragma unroll
-                for (int o = 0; o < COB; ++o) acc[i][o] = 0.0f;
-
-            for (int ci = 0; ci < cpg; ++ci) {
-                const int base = ci * region + K7_PAD + ((phase0 + ci * plane_phase) & 3);
+            const int j0 = (q - cb * strips) * OUTS;  // shared row above the strip's first output row
+            const int co0 = cb * COB;                 // first output channel of the block, in the group
+            for (int c = 0; c < count; ++c) {
+                const int base = c * region + K7_PAD + ((phase0 + (c0 + c) * plane_phase) & 3);
                 // Window: rows j0 .. j0+OUTS+1 (clamped to staged rows: the clamped ones feed
                 // only outputs past the tile's end, never written), columns col-1 .. col+1.
                 float win[OUTS + 2][3];
@@ -142,15 +154,14 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                     win[r][1] = mid;
                     win[r][2] = col + 1 < W ? right : 0.0f;
                 }
-                const float4* w_ci =
-                    reinterpret_cast<const float4*>(wsh + ci * 9 * cout_pg + co0);
+                const float4* w_c = reinterpret_cast<const float4*>(wsh + c * 9 * cout_pg + co0);
 #pragma unroll
                 for (int kh = 0; kh < 3; ++kh)
 #pragma unroll
                     for (int kw = 0; kw < 3; ++kw)
 #pragma unroll
                         for (int o4 = 0; o4 < COB / 4; ++o4) {
-                            const float4 wv = w_ci[((kh * 3 + kw) * cout_pg) / 4 + o4];
+                            const float4 wv = w_c[((kh * 3 + kw) * cout_pg) / 4 + o4];
 #pragma unroll
                             for (int i = 0; i < OUTS; ++i) {
                                 const float v = win[i + kh][kw];
@@ -161,38 +172,80 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                             }
                         }
             }
+        };
 
+        auto store = [&](const float (&acc)[OUTS][COB], int q, int col) {
+            const int cb = q / strips;
+            const int j0 = (q - cb * strips) * OUTS;
 #pragma unroll
             for (int i = 0; i < OUTS; ++i) {
                 if (j0 + i >= rows_here) break;
                 const int h = h0 + j0 + i;
 #pragma unroll
                 for (int o = 0; o < COB; ++o)
-                    y[nchw_offset(n, g * cout_pg + co0 + o, h, col, C_out, H, W)] = acc[i][o];
+                    y[nchw_offset(n, g * cout_pg + cb * COB + o, h, col, C_out, H, W)] = acc[i][o];
             }
+        };
 
-            col += col_step;
-            q += q_step;
-            if (col >= W) {
-                col -= W;
-                ++q;
+        if (!CHUNKED) {
+            stage(0, cpg);
+            int col = col_first;
+            for (int q = q_first; q < q_end;) {
+                float acc[OUTS][COB];
+#pragma unroll
+                for (int i = 0; i < OUTS; ++i)
+#pragma unroll
+                    for (int o = 0; o < COB; ++o) acc[i][o] = 0.0f;
+                accumulate(acc, q, col, 0, cpg);
+                store(acc, q, col);
+                col += col_step;
+                q += q_step;
+                if (col >= W) {
+                    col -= W;
+                    ++q;
+                }
+            }
+        } else {
+            // Round r gives thread tid item u = r*threads + tid, the item the walk above would
+            // give it r-th; every thread stages every chunk of every round (block-wide syncs).
+            const int items = q_end * W;
+            for (int u0 = 0; u0 < items; u0 += threads) {
+                const int u = u0 + tid;
+                const bool mine = u < items;
+                const int q = u / W, col = u % W;
+                float acc[OUTS][COB];
+#pragma unroll
+                for (int i = 0; i < OUTS; ++i)
+#pragma unroll
+                    for (int o = 0; o < COB; ++o) acc[i][o] = 0.0f;
+                for (int c0 = 0; c0 < cpg; c0 += chunk) {
+                    const int count = min(chunk, cpg - c0);
+                    stage(c0, count);
+                    if (mine) accumulate(acc, q, col, c0, count);
+                }
+                if (mine) store(acc, q, col);
             }
         }
     }
 }
 
-// One entry per tile: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS). Shared memory per block is
-// 4 * (TILE_FLOATS + 2304) bytes; __launch_bounds__(256) lets the tuner launch 128 or 256
-// threads. MIN_BLOCKS 0 leaves ptxas its register heuristic; 1 lets a tile that would spill under
-// it (2 rows x 4 channels) take up to 255 registers instead.
-#define K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS)                                          \
+// Two entries per tile: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS) defines
+// k7_grouped_f<TILE>_o<OUTS>_c<COB> (groups staged at once) and the same name with _chunked.
+// Shared memory per block is 4 * (TILE_FLOATS + K7_WEIGHT_FLOATS) bytes; __launch_bounds__(256)
+// lets the tuner launch 128 or 256 threads. MIN_BLOCKS 0 leaves ptxas its register heuristic; 1
+// lets a tile that would spill under it take up to 255 registers instead (every chunked entry:
+// its accumulators live across the chunk loop, and the heuristic's 64 registers spill).
+#define K7_ENTRY_ONE(NAME, TILE_FLOATS, OUTS, COB, MIN_BLOCKS, CHUNKED)                        \
     extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)                             \
-        k7_grouped_f##TILE_FLOATS##_o##OUTS##_c##COB(const float* __restrict__ x,             \
-                                                     const float* __restrict__ wt,            \
-                                                     float* __restrict__ y, int N, int C_in,  \
-                                                     int C_out, int H, int W, int groups) {   \
-        k7_grouped<TILE_FLOATS, OUTS, COB>(x, wt, y, N, C_in, C_out, H, W, groups);           \
+        NAME(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, \
+             int N, int C_in, int C_out, int H, int W, int groups) {                          \
+        k7_grouped<TILE_FLOATS, OUTS, COB, CHUNKED>(x, wt, y, N, C_in, C_out, H, W, groups);  \
     }
+#define K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS)                                          \
+    K7_ENTRY_ONE(k7_grouped_f##TILE_FLOATS##_o##OUTS##_c##COB, TILE_FLOATS, OUTS, COB,        \
+                 MIN_BLOCKS, false)                                                           \
+    K7_ENTRY_ONE(k7_grouped_f##TILE_FLOATS##_o##OUTS##_c##COB##_chunked, TILE_FLOATS, OUTS,   \
+                 COB, 1, true)
 K7_ENTRY(4096, 1, 4, 0)
 K7_ENTRY(4096, 2, 4, 1)
 K7_ENTRY(4096, 4, 4, 0)

@@ -432,14 +432,24 @@ def test_k6_compiles_without_spills_or_local_memory(tmp_path):
 
 K7_SOURCE = REPO / "kernels" / "k7_grouped_smem.cu"
 K7_PAD = 4
-K7_MAX_CPG = K7_MAX_COUT_PG = 16
+K7_MAX_CPG = K7_MAX_COUT_PG = 32
+K7_WEIGHT_FLOATS = 2304
 # (TILE_FLOATS, OUTS, COB) of every K7_ENTRY line, in source order
 K7_TILES = tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
     r"^K7_ENTRY\((\d+),\s*(\d+),\s*(\d+),\s*\d+\)", K7_SOURCE.read_text(), re.MULTILINE))
 
 
-def k7_region(tile_floats: int, cpg: int) -> int:
-    return (tile_floats // cpg) & ~3
+def k7_chunk(cpg: int, cout_pg: int) -> int:
+    return min(cpg, K7_WEIGHT_FLOATS // (9 * cout_pg))
+
+
+def k7_region(tile_floats: int, chunk: int) -> int:
+    return (tile_floats // chunk) & ~3
+
+
+def k7_geometry_region(g: "Geometry", tile_floats: int) -> int:
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    return k7_region(tile_floats, k7_chunk(cpg, cout_pg))
 
 
 def k7_tile_rows(outs: int, region: int, h: int, w: int) -> int:
@@ -454,7 +464,7 @@ def k7_tile_rows(outs: int, region: int, h: int, w: int) -> int:
 def k7_fits(g: Geometry, tile_floats: int, outs: int, cob: int) -> bool:
     cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
     return (cpg <= K7_MAX_CPG and cout_pg <= K7_MAX_COUT_PG and cout_pg % cob == 0
-            and k7_tile_rows(outs, k7_region(tile_floats, cpg), g.h, g.w) >= 1)
+            and k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w) >= 1)
 
 
 @dataclass
@@ -479,12 +489,14 @@ def k7_tile(g: Geometry, rows: int, t: int, x_word: int) -> K7Tile:
     return K7Tile(n, group, h0, min(rows, g.h - h0), first_e0, (x_word + first_e0) & 3)
 
 
-def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int) -> tuple[np.ndarray, np.ndarray]:
-    """One tile's staging: (input tile contents, weight tile contents) as element indices of x
-    and of w (ZERO where zero-filled). Asserts alignment, bounds and single writes."""
+def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int, c0: int,
+             count: int) -> tuple[np.ndarray, np.ndarray]:
+    """One tile's staging of input channels c0 .. c0+count-1 of its group: (input tile contents,
+    weight array contents) as element indices of x and of w (ZERO where zero-filled). Asserts
+    alignment, bounds and single writes."""
     W, H = g.w, g.h
     cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    region = k7_region(tile_floats, cpg)
+    region = k7_geometry_region(g, tile_floats)
     plane, plane_phase = H * W, (H * W) & 3
     tl = k7_tile(g, rows, t, x_word)
     zero_head = W if tl.h0 == 0 else 0
@@ -492,18 +504,18 @@ def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int) -> t
     staged = (tl.rows_here + 2) * W
     n_elems = zero_tail_from - zero_head
 
-    i = np.arange(cpg * 9 * cout_pg)
+    i = np.arange(count * 9 * cout_pg)
     co, tap_ci = i % cout_pg, i // cout_pg
     tap, ci = tap_ci % 9, tap_ci // 9
-    assert i.size <= K7_MAX_CPG * 9 * K7_MAX_COUT_PG
-    wsm = np.full(K7_MAX_CPG * 9 * K7_MAX_COUT_PG, UNSTAGED, dtype=np.int64)
-    wsm[i] = ((tl.group * cout_pg + co) * cpg + ci) * 9 + tap
+    assert i.size <= K7_WEIGHT_FLOATS, "the weights outgrow the weight array"
+    wsm = np.full(K7_WEIGHT_FLOATS, UNSTAGED, dtype=np.int64)
+    wsm[i] = ((tl.group * cout_pg + co) * cpg + c0 + ci) * 9 + tap
 
     smem = np.full(tile_floats, UNSTAGED, dtype=np.int64)
     written = []
-    for c in range(cpg):
+    for c in range(c0, c0 + count):
         phase_c = (tl.phase0 + c * plane_phase) & 3
-        base = c * region + K7_PAD + phase_c
+        base = (c - c0) * region + K7_PAD + phase_c
         src0 = tl.first_e0 + c * plane + zero_head
         assert (x_word + src0) & 3 == (phase_c + zero_head) & 3
         head = min((4 - ((phase_c + zero_head) & 3)) & 3, n_elems)
@@ -516,7 +528,8 @@ def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int) -> t
                               np.arange(tail_from, n_elems)])
         zeros = np.concatenate([np.arange(zero_head), np.arange(zero_tail_from, staged)])
         dst = np.concatenate([base + zero_head + rel, base + zeros])
-        assert dst.min() >= c * region and dst.max() < (c + 1) * region, "outside the channel's region"
+        assert dst.min() >= (c - c0) * region and dst.max() < (c - c0 + 1) * region, \
+            "outside the channel's region"
         src = src0 + rel
         assert src.size == 0 or (src.min() >= 0 and src.max() < g.n * g.c_in * plane)
         smem[base + zero_head + rel] = src
@@ -528,12 +541,15 @@ def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int) -> t
 
 
 def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, rows: int,
-               t: np.ndarray, x_word: int, smem: np.ndarray, wsm: np.ndarray) -> dict:
-    """The compute loop of tiles t side by side; returns each write's offset, coordinates and
-    the (x element, w element) of each of its cpg*9 products, in the kernel's order."""
+               t: np.ndarray, x_word: int, smem: np.ndarray, wsm: np.ndarray, c0: int,
+               count: int, chunked: bool) -> dict:
+    """The compute loop of tiles t side by side over staged input channels c0 .. c0+count-1;
+    returns each write's offset, coordinates and the (x element, w element) of each of its
+    count*9 products, in the kernel's order. chunked: the kernel's rounds (item u = round *
+    threads + tid, q = u / W, col = u % W) instead of its incremental walk."""
     H, W = g.h, g.w
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    region = k7_region(tile_floats, cpg)
+    cout_pg = g.c_out // g.groups
+    region = k7_geometry_region(g, tile_floats)
     plane_phase = (H * W) & 3
     tiles = [k7_tile(g, rows, int(ti), x_word) for ti in t]
     R = t.size
@@ -549,8 +565,15 @@ def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int,
     q = np.broadcast_to(tid // W, (R, threads)).copy()
     col_step, q_step = threads % W, threads // W
     out = {k: [] for k in ("offset", "n", "c_out", "h", "col", "x", "w")}
+    u0 = 0
     while True:
-        active = q < q_end
+        if chunked:
+            u = u0 + np.broadcast_to(tid, (R, threads))
+            q, col = u // W, u % W
+            active = u < q_end * W
+            u0 += threads
+        else:
+            active = q < q_end
         if not active.any():
             break
         cb = q // strips
@@ -558,8 +581,8 @@ def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int,
         j0 = strip * outs
         co0 = cb * cob
         # all input channels at once: a leading axis ci
-        ci = np.arange(cpg)[:, None, None]
-        base = ci * region + K7_PAD + ((phase0 + ci * plane_phase) & 3)
+        ci = np.arange(count)[:, None, None]
+        base = ci * region + K7_PAD + ((phase0 + (c0 + ci) * plane_phase) & 3)
         rows_of_tile = np.arange(R)[:, None]
         win = {}
         for r in range(outs + 2):
@@ -575,13 +598,13 @@ def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int,
         assert np.all((w_ci % 4 == 0) | ~active), "a weight read is not 16-byte aligned"
         # x markers of output row i: (R, threads, cpg*9) in the order ci, kh, kw
         xs = [np.stack([win[i + kh, kw] for kh in range(3) for kw in range(3)], axis=-1)
-              .transpose(1, 2, 0, 3).reshape(R, threads, cpg * 9) for i in range(outs)]
+              .transpose(1, 2, 0, 3).reshape(R, threads, count * 9) for i in range(outs)]
         ws = []
         for o in range(cob):
             taps = [wsm[rows_of_tile, np.clip(w_ci + ((kh * 3 + kw) * cout_pg) // 4 * 4 + o, 0,
                                               wsm.shape[1] - 1)]
                     for kh in range(3) for kw in range(3)]
-            ws.append(np.stack(taps, axis=-1).transpose(1, 2, 0, 3).reshape(R, threads, cpg * 9))
+            ws.append(np.stack(taps, axis=-1).transpose(1, 2, 0, 3).reshape(R, threads, count * 9))
         for i in range(outs):
             valid = active & (j0 + i < rows_here)
             for o in range(cob):
@@ -625,11 +648,26 @@ def k7_check_writes(g: Geometry, wr: dict) -> None:
 
 def k7_run(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, x_word: int,
            t: np.ndarray) -> dict:
-    rows = k7_tile_rows(outs, k7_region(tile_floats, g.c_in // g.groups), g.h, g.w)
-    staged = [k7_stage(g, tile_floats, rows, int(ti), x_word) for ti in t]
-    smem = np.stack([s for s, _ in staged])
-    wsm = np.stack([w for _, w in staged])
-    return k7_compute(g, tile_floats, outs, cob, threads, rows, t, x_word, smem, wsm)
+    """Tiles t, staged and computed chunk by chunk as the kernel's entry for g does (one chunk
+    when the group's weights fit at once): each chunk's products appended to the same writes."""
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    chunk = k7_chunk(cpg, cout_pg)
+    rows = k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w)
+    whole = None
+    for c0 in range(0, cpg, chunk):
+        count = min(chunk, cpg - c0)
+        staged = [k7_stage(g, tile_floats, rows, int(ti), x_word, c0, count) for ti in t]
+        smem = np.stack([s for s, _ in staged])
+        wsm = np.stack([w for _, w in staged])
+        part = k7_compute(g, tile_floats, outs, cob, threads, rows, t, x_word, smem, wsm, c0,
+                          count, chunked=chunk < cpg)
+        if whole is None:
+            whole = part
+            continue
+        assert np.array_equal(part["offset"], whole["offset"]), "a chunk's items moved"
+        whole["x"] = np.concatenate([whole["x"], part["x"]], axis=1)
+        whole["w"] = np.concatenate([whole["w"], part["w"]], axis=1)
+    return whole
 
 
 def k7_reference(g: Geometry, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -654,6 +692,10 @@ K7_SMALL = {
     "cpg8-37x37-oddw": Geometry(1, 16, 16, 37, 37, 2),
     "cpg16-7x7": Geometry(2, 32, 32, 7, 7, 2),
     "cpg16-14x14": Geometry(2, 32, 32, 14, 14, 2),
+    # chunked: 24 channels in chunks of 10, 10, 4; 32 in chunks of 8
+    "cpg24-14x14": Geometry(1, 48, 48, 14, 14, 2),
+    "cpg32-7x7": Geometry(2, 64, 64, 7, 7, 2),
+    "cpg32-13x13-oddw": Geometry(1, 32, 32, 13, 13, 1),
 }
 
 
@@ -670,7 +712,7 @@ def test_emulated_k7_matches_fp64_reference(name):
     fits = [v for v in K7_TILES if k7_fits(g, *v)]
     assert fits, f"no k7 tile fits {name}"
     for tile_floats, outs, cob in fits:
-        rows = k7_tile_rows(outs, k7_region(tile_floats, g.c_in // g.groups), g.h, g.w)
+        rows = k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w)
         tiles = g.n * g.groups * -(-g.h // rows)
         for threads, x_word in [(256, 0), (256, 3), (128, 1), (128, 2)]:
             label = f"{name} tile {tile_floats} outs {outs} cob {cob} threads {threads} x+{x_word}"
@@ -707,10 +749,10 @@ K7_FROZEN = frozen_k7_geometries()
 
 
 def test_k7_covers_the_grouped_shapes_it_is_for():
-    """Every frozen shape with 4 to 16 channels per group (on both sides) has a k7 tile."""
+    """Every frozen shape with 4 to 32 channels per group (on both sides) has a k7 tile."""
     doc = yaml.safe_load((REPO / "config" / "shapes.yaml").read_text())
     meant = {s["id"] for s in doc["shapes"]
-             if 4 <= s["c_in"] // s["groups"] <= 16 and 4 <= s["c_out"] // s["groups"] <= 16}
+             if 4 <= s["c_in"] // s["groups"] <= 32 and 4 <= s["c_out"] // s["groups"] <= 32}
     assert meant and meant <= set(K7_FROZEN)
 
 
@@ -724,8 +766,8 @@ def test_k7_every_output_written_once_on_frozen_geometry(shape_id):
     g = K7_FROZEN[shape_id]
     cpg = g.c_in // g.groups
     for tile_floats, outs, cob in [v for v in K7_TILES if k7_fits(g, *v)]:
-        rows = k7_tile_rows(outs, k7_region(tile_floats, cpg), g.h, g.w)
-        assert K7_PAD + 3 + (rows + 2) * g.w < k7_region(tile_floats, cpg)
+        rows = k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w)
+        assert K7_PAD + 3 + (rows + 2) * g.w < k7_geometry_region(g, tile_floats)
         row_blocks = -(-g.h // rows)
         tiles = g.n * g.groups * row_blocks
         t = np.arange(tiles, dtype=np.int64)
@@ -762,9 +804,11 @@ def test_k7_compiles_without_spills_or_local_memory(tmp_path):
     report = res.stdout + res.stderr
     entries = re.findall(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, "
                          r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert {e[0] for e in entries} == {f"k7_grouped_f{f}_o{o}_c{c}" for f, o, c in K7_TILES}
+    assert {e[0] for e in entries} == {f"k7_grouped_f{f}_o{o}_c{c}{chunked}" for f, o, c in K7_TILES
+                                       for chunked in ("", "_chunked")}
     for name, stack, spill_st, spill_ld in entries:
         assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
     smem = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes smem", report, re.S))
     for f, o, c in K7_TILES:
-        assert int(smem[f"k7_grouped_f{f}_o{o}_c{c}"]) == 4 * (f + K7_MAX_CPG * 9 * K7_MAX_COUT_PG)
+        for chunked in ("", "_chunked"):
+            assert int(smem[f"k7_grouped_f{f}_o{o}_c{c}{chunked}"]) == 4 * (f + K7_WEIGHT_FLOATS)

@@ -293,23 +293,37 @@ def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
-# k7: grouped shapes with at most 16 input and 16 output channels per group, the output channels
-# a multiple of 4. A block stages full-width rows (plus halo) of every input channel of one image
-# and group with 16-byte copies, and the group's weights; each thread then computes a strip of
-# outputs for a block of output channels. Tile, outputs per thread, channel block and block size
-# are tuned per shape; any grid is correct (blocks stride over the tiles).
+# k7: grouped shapes with at most 32 input and 32 output channels per group, the output channels
+# a multiple of 4. A block stages full-width rows (plus halo) of the input channels of one image
+# and group with 16-byte copies, and their weights; each thread then computes a strip of outputs
+# for a block of output channels. A group whose weights do not fit the kernel's weight array at
+# once (24 or 32 channels) is staged a chunk of input channels at a time by the `_chunked` entry.
+# Tile, outputs per thread, channel block and block size are tuned per shape; any grid is
+# correct (blocks stride over the tiles).
 K7_TILES = tile_table("kernels/k7_grouped_smem.cu", "K7_ENTRY", fields=3)  # (tile floats, outs, cob)
 K7_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
 K7_PAD = 4  # K7_PAD in the kernel
-K7_MAX_CHANNELS = 16  # K7_MAX_CPG and K7_MAX_COUT_PG in the kernel
+K7_MAX_CHANNELS = 32  # K7_MAX_CPG and K7_MAX_COUT_PG in the kernel
+K7_WEIGHT_FLOATS = 2304  # K7_WEIGHT_FLOATS in the kernel
 # untuned fallback, in order of preference: 2 rows x 8 channels, then 2 x 4, larger tile first
 K7_DEFAULT_ORDER = ((8192, 2, 8), (4096, 2, 8), (8192, 2, 4), (4096, 2, 4))
+
+
+def k7_chunk(s: Shape) -> int:
+    """Input channels staged at once, as k7_chunk in the kernel: the whole group when its weights
+    fit the weight array, else as many as do."""
+    return min(s.cin_per_group, K7_WEIGHT_FLOATS // (9 * s.cout_per_group))
+
+
+def k7_entry(s: Shape, tile_floats: int, outs: int, cob: int) -> str:
+    chunked = "_chunked" if k7_chunk(s) < s.cin_per_group else ""
+    return f"k7_grouped_f{tile_floats}_o{outs}_c{cob}{chunked}"
 
 
 def k7_tile_rows(s: Shape, tile_floats: int, outs: int) -> int:
     """Output rows one tile holds, as k7_region and k7_tile_rows in the kernel; below 1: W is too
     wide for the tile."""
-    region = (tile_floats // s.cin_per_group) & ~3
+    region = (tile_floats // k7_chunk(s)) & ~3
     rows = (region - 2 * K7_PAD) // s.w - 2
     if rows >= s.h:
         return s.h
@@ -326,12 +340,15 @@ def _supports_k7(s: Shape) -> tuple[bool, str]:
         return refused
     if s.cin_per_group > K7_MAX_CHANNELS or s.cout_per_group > K7_MAX_CHANNELS:
         return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       f"group: k7 stages at most {K7_MAX_CHANNELS} of each")
+                       f"group: k7 takes at most {K7_MAX_CHANNELS} of each")
     if s.cout_per_group % 4:
         return False, (f"{s.cout_per_group} output channels per group: k7's channel blocks are 4 "
                        "or 8 (16-byte weight reads)")
     if not any(_k7_fits(s, *v) for v in K7_TILES):
-        return False, f"W = {s.w}: no k7 tile holds a row of every input channel of a group"
+        return False, f"W = {s.w}: no k7 tile holds a row of every staged input channel"
+    if k7_chunk(s) < s.cin_per_group:
+        return True, (f"{s.cin_per_group} input channels per group staged in shared memory "
+                      f"{k7_chunk(s)} at a time with their weights")
     return True, (f"{s.cin_per_group} input channels per group staged in shared memory with the "
                   "group's weights")
 
@@ -359,7 +376,7 @@ def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
         raise ValueError(f"k7 variant {v} does not fit shape {s.id} (C_in/groups = "
                          f"{s.cin_per_group}, C_out/groups = {s.cout_per_group}, W = {s.w})")
     tiles = s.n * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
-    return Launch(f"k7_grouped_f{f}_o{o}_c{c}", (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
+    return Launch(k7_entry(s, f, o, c), (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
@@ -441,7 +458,8 @@ def entries(kernel: str) -> list[str]:
     if kernel == "k6":
         return [k6_entry(f, o, c) for f, o, c in K6_TILES]
     if kernel == "k7":
-        return [f"k7_grouped_f{f}_o{o}_c{c}" for f, o, c in K7_TILES]
+        return [f"k7_grouped_f{f}_o{o}_c{c}{chunked}" for f, o, c in K7_TILES
+                for chunked in ("", "_chunked")]
     return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
 
 
