@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from groupconv_atlas import report
+from groupconv_atlas.evidence import evidence_markdown
 from groupconv_atlas.provenance import REPO_ROOT
 
 SMOKE = ["--configfile", "config/smoke.yaml"]
@@ -243,6 +244,15 @@ def test_evidence_markdown_renders_headings_tables_and_emphasis(results):
                                 {"mode": "replay"})
     assert "<h1>Current evidence</h1>" in page and "<table>" in page
     assert "<strong>Source:</strong>" in page and "|---" not in page and "**" not in page
+
+
+def test_evidence_says_when_timing_jobs_shared_the_machine(artifacts):
+    atlas = artifacts["atlas"]
+    assert atlas["session"]["timing_measured_alone"] is True
+    assert "measure_alone" not in evidence_markdown(atlas)
+    shared = {**atlas, "session": {**atlas["session"], "timing_measured_alone": False}}
+    text = evidence_markdown(shared)
+    assert "Timing jobs shared the GPU machine" in text and "not claims" in text
 
 
 # --- pure helpers and the optional stages (fixtures, no workflow) ---------------------------------

@@ -1,6 +1,7 @@
 """The workflow end to end on a machine without a GPU: replaying the committed H200 smoke record,
 byte-identical replays, a tampered record refused, what an edit reruns, and the live DAG."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,26 @@ def test_live_dag_lists_every_stage_without_a_gpu(repo):
     for rule in ("freeze_shapes", "build_kernel", "verify", "time_job", "compare_job",
                  "ceilings", "crosscheck", "dispatch_table", "assemble_atlas", "provenance"):
         assert f"rule {rule}:" in res.stdout or f"localrule {rule}:" in res.stdout, rule
+
+
+def rule_threads(stdout: str, rule: str) -> set[int]:
+    """The threads of every job of `rule` in a dry run's listing (1 where none is printed)."""
+    found = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
+        if block.startswith(f"rule {rule}:"):
+            m = re.search(r"^\s*threads: (\d+)", block, re.MULTILINE)
+            found.add(int(m.group(1)) if m else 1)
+    return found
+
+
+def test_measuring_jobs_run_alone_unless_measure_alone_is_false(repo):
+    """Every timing job asks for every core (so nothing runs beside its samples); the smoke
+    config's measure_alone: false lets it share the machine."""
+    alone = run(repo, "-n", "--cores", "4", "atlas", "--config", "mode=live").stdout
+    assert rule_threads(alone, "time_job") == {4}
+    shared = run(repo, "-n", "--cores", "4", "atlas", "--configfile", "config/config.yaml",
+                 "config/smoke.yaml", "--config", "mode=live").stdout
+    assert rule_threads(shared, "time_job") == {1}
 
 
 def test_a_bad_shape_fails_before_any_job_naming_id_and_field(repo):

@@ -158,10 +158,15 @@ def evidence_markdown(atlas: dict, template: Path = TEMPLATE) -> str:
     ev, sess, cfg = atlas["evidence"], atlas["session"], atlas["config"]
     st = cfg["statistics"]
     headline, headline_tables = _headline(atlas, blocks)
+    caveat_items = list(ev.get("caveats") or [])
+    if not sess.get("timing_measured_alone", True):
+        caveat_items.append("Timing jobs shared the GPU machine with other jobs (`measure_alone: "
+                            "false`, the smoke config's setting): these latencies check that the "
+                            "pipeline runs; they are not claims about the kernels.")
     caveats = ""
-    if ev.get("caveats") or ev.get("amendments"):
+    if caveat_items or ev.get("amendments"):
         caveats = fill(blocks["caveats"],
-                       caveat_items="\n".join(f"- {c}" for c in ev.get("caveats") or []),
+                       caveat_items="\n".join(f"- {c}" for c in caveat_items),
                        amendments=("\n\nAmendments to the record: " + " ".join(ev["amendments"]))
                        if ev.get("amendments") else "")
     return fill(

@@ -67,7 +67,10 @@ def _run_cores() -> int:
 
 
 RUN_CORES = _run_cores()
-MEASURE_THREADS = RUN_CORES
+# measure_alone: false (the smoke config) lets measuring jobs share the machine: a quick run
+# whose latencies check the pipeline; the timing records say so.
+MEASURE_ALONE = bool(config.get("measure_alone", True))
+MEASURE_THREADS = RUN_CORES if MEASURE_ALONE else 1
 
 KERNELS = list(config["kernels"])
 IMPLEMENTATIONS = [*KERNELS, *config["baselines"]]

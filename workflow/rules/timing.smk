@@ -24,6 +24,7 @@ if MODE == "live":
             roles=lambda wildcards: job_roles(wildcards.job),
             processes=config["timing"]["processes"],
             timing=timing_params(),
+            measured_alone=MEASURE_ALONE,
         threads: MEASURE_THREADS
         resources:
             gpu=1,

@@ -36,6 +36,7 @@ write_parquet(smk.output.samples, samples)
 flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
 meta = {"job": smk.wildcards.job, "implementations": impls, **roles,
         "config": smk.params.timing, "wall_s": wall_s,
+        "measured_alone": bool(smk.params.measured_alone),
         "batches_total": int(len(flagged)), "batches_clock_flagged": int(flagged.sum()),
         **info}
 write_json(smk.output.meta, meta)
