@@ -5,8 +5,9 @@
 // unaligned head and tail 4 bytes at a time -- and the group's weights, transposed so that COB
 // output channels of one (input channel, tap) are adjacent. Each thread then computes a vertical
 // strip of OUTS outputs for COB output channels, reading each staged input once per strip for
-// all COB channels. A tile never spans two planes, so rows outside the map are staged as zeros
-// and only the columns need masking. Groups whose weights do not fit at once (24 or 32 channels)
+// all COB channels. A tile of a whole small map holds several images, so the block has work for
+// every thread. Each plane (image, channel) is staged apart with its halo rows, so rows outside
+// the map are staged as zeros and only the columns need masking. Groups whose weights do not fit at once (24 or 32 channels)
 // are staged a chunk of input channels at a time, the outputs accumulating in registers.
 #include <cuda_pipeline.h>
 #include <stdint.h>
@@ -29,14 +30,14 @@ __device__ __forceinline__ int k7_chunk(int cin_per_group, int cout_per_group) {
     return min(cin_per_group, K7_WEIGHT_FLOATS / (9 * cout_per_group));
 }
 
-// Floats of the tile each staged input channel gets: a multiple of 4, so every region starts
-// 16-byte aligned.
+// Floats of the tile each staged plane (one input channel of one image) gets: a multiple of 4,
+// so every region starts 16-byte aligned.
 template <int TILE_FLOATS>
-__device__ __forceinline__ int k7_region(int chunk) {
-    return (TILE_FLOATS / chunk) & ~3;
+__device__ __forceinline__ int k7_region(int planes) {
+    return (TILE_FLOATS / planes) & ~3;
 }
 
-// Output rows a tile holds: what fits in a channel's region with the two halo rows and both pads,
+// Output rows a tile holds: what fits in a plane's region with the two halo rows and both pads,
 // at most H (a tile stays in one plane), else rounded down to a multiple of OUTS when at least
 // OUTS fit. Below 1: W is too wide for the tile.
 template <int OUTS>
@@ -45,6 +46,19 @@ __device__ __forceinline__ int k7_tile_rows(int region, int H, int W) {
     if (rows >= H) return H;
     if (rows >= OUTS) rows -= rows % OUTS;
     return rows;
+}
+
+// Images a tile holds. A tile of a whole map (rows == H) with fewer items (strips x columns x
+// channel blocks) than the block has threads takes several images, as many as fill the block and
+// as the tile holds, each plane in a region of at least (H + 2) * W + 2 * K7_PAD floats.
+template <int TILE_FLOATS, int OUTS>
+__device__ __forceinline__ int k7_images(int N, int H, int W, int rows, int chunk,
+                                         int channel_blocks, int threads) {
+    if (rows < H) return 1;
+    const int per_image = channel_blocks * ((H + OUTS - 1) / OUTS) * W;
+    const int need = ((H + 2) * W + 2 * K7_PAD + 3) & ~3;
+    const int fit = TILE_FLOATS / (chunk * need);
+    return max(1, min(N, min(threads / per_image, fit)));
 }
 
 // Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; C_in/groups <= 32,
@@ -71,41 +85,51 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
         return;
     const int chunk = k7_chunk(cpg, cout_pg);
     if (!CHUNKED && chunk < cpg) return;
-    const int region = k7_region<TILE_FLOATS>(chunk);
-    const int rows = k7_tile_rows<OUTS>(region, H, W);
+    const int rows = k7_tile_rows<OUTS>(k7_region<TILE_FLOATS>(chunk), H, W);
     if (rows < 1) return;
+    const int tid = threadIdx.x, threads = blockDim.x;
+    const int channel_blocks = cout_pg / COB;
+    const int images = k7_images<TILE_FLOATS, OUTS>(N, H, W, rows, chunk, channel_blocks, threads);
+    const int region = k7_region<TILE_FLOATS>(images * chunk);
     const int row_blocks = (H + rows - 1) / rows;
-    const long long tiles = (long long)N * groups * row_blocks;
+    const long long tiles = (long long)((N + images - 1) / images) * groups * row_blocks;
     const long long plane = (long long)H * W;
     // x's position within a 16-byte line, in floats; and how far each plane moves it
     const int x_word = (int)((reinterpret_cast<uintptr_t>(x) >> 2) & 3);
     const int plane_phase = (int)(plane & 3);
-    const int tid = threadIdx.x, threads = blockDim.x;
-    // Items u = q * W + col (q: channel block and strip), walked as in k6: one division here.
+    // Items u = q * W + col (q: image, channel block and strip), walked as in k6: one division.
     const int col_first = tid % W, q_first = tid / W;
     const int col_step = threads % W, q_step = threads / W;
-    const int channel_blocks = cout_pg / COB;
 
     for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
         const int row_block = (int)(t % row_blocks);
         const long long ng = t / row_blocks;
         const int g = (int)(ng % groups);
-        const int n = (int)(ng / groups);
+        const int n0 = (int)(ng / groups) * images;
+        const int images_here = min(images, N - n0);
         const int h0 = row_block * rows;
         const int rows_here = min(rows, H - h0);
-        // Input channel c (of the group) sits at tile[base + j*W ...] for its row h0-1+j
-        // (j = 0 .. rows_here+1), base = (c - c0)*region + K7_PAD + (16-byte phase of that row).
-        const long long first_e0 = ((long long)n * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
+        // Plane (i, c) -- image n0+i, input channel c of the group -- sits in region
+        // p = i*count + (c - c0) of the tile: its row h0-1+j (j = 0 .. rows_here+1) at
+        // tile[p*region + K7_PAD + phase + j*W ...], phase = the 16-byte phase of that row in x.
+        // Its row h0-1 is element first_e0 + (i*C_in + c)*plane of x.
+        const long long first_e0 = ((long long)n0 * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
         const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative value is still mod 4
         const int zero_head = h0 == 0 ? W : 0;                         // the row above row 0
         const int zero_tail_from = (min(h0 + rows_here + 1, H) - (h0 - 1)) * W;  // rows past H
         const int staged = (rows_here + 2) * W;
-        const int n_elems = zero_tail_from - zero_head;
+        const int n_elems = zero_tail_from - zero_head;  // copied from x, per plane
+        const int zeros = zero_head + staged - zero_tail_from;
         const int strips = (rows_here + OUTS - 1) / OUTS;
-        const int q_end = channel_blocks * strips;
+        const int per_image = channel_blocks * strips;
+        const int q_end = images_here * per_image;
+        // the plane's offset in x from the tile's first plane, and its 16-byte phase
+        auto plane_of = [&](int i, int c) { return (long long)i * C_in + c; };
+        auto phase_of = [&](int i, int c) { return (int)((phase0 + plane_of(i, c) * plane_phase) & 3); };
 
-        // Stage input channels c0 .. c0+count-1 of the group and their weights; on return every
-        // copy has landed and every thread sees them.
+        // Stage input channels c0 .. c0+count-1 of the group (of every image of the tile) and
+        // their weights; on return every copy has landed and every thread sees them. The loops
+        // run over all planes at once, so small maps keep every thread copying.
         auto stage = [&](int c0, int count) {
             __syncthreads();  // every thread is done reading what the tile held
             for (int i = tid; i < count * 9 * cout_pg; i += threads) {
@@ -113,22 +137,37 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                 const int tap = tap_ci % 9, ci = tap_ci / 9;
                 wsh[i] = __ldg(wt + ((long long)(g * cout_pg + co) * cpg + c0 + ci) * 9 + tap);
             }
-            for (int c = 0; c < count; ++c) {
-                const int phase = (phase0 + (c0 + c) * plane_phase) & 3;
-                const int base = c * region + K7_PAD + phase;
-                for (int i = tid; i < zero_head; i += threads) tile[base + i] = 0.0f;
-                for (int i = zero_tail_from + tid; i < staged; i += threads) tile[base + i] = 0.0f;
-                const float* src = x + (first_e0 + (c0 + c) * plane + zero_head);  // never before x
-                float* dst = tile + base + zero_head;
-                // elements before src's first 16-byte boundary
+            const int planes = images_here * count;
+            for (int k = tid; k < planes * zeros; k += threads) {
+                const int p = k / zeros, z = k - p * zeros;
+                const int at = z < zero_head ? z : zero_tail_from + (z - zero_head);
+                tile[p * region + K7_PAD + phase_of(p / count, c0 + p % count) + at] = 0.0f;
+            }
+            // 16-byte copies: plane p's vector v, where v < its count (which depends on its phase)
+            const int vmax = n_elems >> 2;
+            for (int k = tid; k < planes * vmax; k += threads) {
+                const int p = k / vmax, v = k - p * vmax;
+                const int i = p / count, c = c0 + p % count;
+                const int phase = phase_of(i, c);
                 const int head = min((4 - ((phase + zero_head) & 3)) & 3, n_elems);
-                const int vecs = (n_elems - head) >> 2;
-                const int tail_from = head + 4 * vecs;
-                for (int v = tid; v < vecs; v += threads)
-                    __pipeline_memcpy_async(dst + head + 4 * v, src + head + 4 * v, 16);
-                for (int i = tid; i < head; i += threads) __pipeline_memcpy_async(dst + i, src + i, 4);
-                for (int i = tail_from + tid; i < n_elems; i += threads)
-                    __pipeline_memcpy_async(dst + i, src + i, 4);
+                if (v >= (n_elems - head) >> 2) continue;
+                const int e = zero_head + head + 4 * v;
+                __pipeline_memcpy_async(tile + p * region + K7_PAD + phase + e,
+                                        x + (first_e0 + plane_of(i, c) * plane + e), 16);
+            }
+            // 4-byte copies: up to 3 elements before a plane's first 16-byte boundary and up to 3
+            // after its last
+            for (int k = tid; k < planes * 6; k += threads) {
+                const int p = k / 6, s = k - p * 6;
+                const int i = p / count, c = c0 + p % count;
+                const int phase = phase_of(i, c);
+                const int head = min((4 - ((phase + zero_head) & 3)) & 3, n_elems);
+                const int tail_from = head + 4 * ((n_elems - head) >> 2);
+                const int r = s < 3 ? s : tail_from + (s - 3);
+                if (s < 3 ? r >= head : r >= n_elems) continue;
+                const int e = zero_head + r;
+                __pipeline_memcpy_async(tile + p * region + K7_PAD + phase + e,
+                                        x + (first_e0 + plane_of(i, c) * plane + e), 4);
             }
             __pipeline_commit();
             __pipeline_wait_prior(0);
@@ -136,13 +175,14 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
         };
 
         // Add the products of staged input channels c0 .. c0+count-1 to item (q, col): a strip of
-        // OUTS rows at column col for COB output channels.
+        // OUTS rows at column col for COB output channels of one image.
         auto accumulate = [&](float (&acc)[OUTS][COB], int q, int col, int c0, int count) {
-            const int cb = q / strips;
-            const int j0 = (q - cb * strips) * OUTS;  // shared row above the strip's first output row
-            const int co0 = cb * COB;                 // first output channel of the block, in the group
+            const int i = q / per_image, rest = q - i * per_image;
+            const int cb = rest / strips;
+            const int j0 = (rest - cb * strips) * OUTS;  // shared row above the strip's first output row
+            const int co0 = cb * COB;                    // first output channel of the block, in the group
             for (int c = 0; c < count; ++c) {
-                const int base = c * region + K7_PAD + ((phase0 + (c0 + c) * plane_phase) & 3);
+                const int base = (i * count + c) * region + K7_PAD + phase_of(i, c0 + c);
                 // Window: rows j0 .. j0+OUTS+1 (clamped to staged rows: the clamped ones feed
                 // only outputs past the tile's end, never written), columns col-1 .. col+1.
                 float win[OUTS + 2][3];
@@ -163,27 +203,28 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                         for (int o4 = 0; o4 < COB / 4; ++o4) {
                             const float4 wv = w_c[((kh * 3 + kw) * cout_pg) / 4 + o4];
 #pragma unroll
-                            for (int i = 0; i < OUTS; ++i) {
-                                const float v = win[i + kh][kw];
-                                acc[i][4 * o4 + 0] = fmaf(v, wv.x, acc[i][4 * o4 + 0]);
-                                acc[i][4 * o4 + 1] = fmaf(v, wv.y, acc[i][4 * o4 + 1]);
-                                acc[i][4 * o4 + 2] = fmaf(v, wv.z, acc[i][4 * o4 + 2]);
-                                acc[i][4 * o4 + 3] = fmaf(v, wv.w, acc[i][4 * o4 + 3]);
+                            for (int r = 0; r < OUTS; ++r) {
+                                const float v = win[r + kh][kw];
+                                acc[r][4 * o4 + 0] = fmaf(v, wv.x, acc[r][4 * o4 + 0]);
+                                acc[r][4 * o4 + 1] = fmaf(v, wv.y, acc[r][4 * o4 + 1]);
+                                acc[r][4 * o4 + 2] = fmaf(v, wv.z, acc[r][4 * o4 + 2]);
+                                acc[r][4 * o4 + 3] = fmaf(v, wv.w, acc[r][4 * o4 + 3]);
                             }
                         }
             }
         };
 
         auto store = [&](const float (&acc)[OUTS][COB], int q, int col) {
-            const int cb = q / strips;
-            const int j0 = (q - cb * strips) * OUTS;
+            const int i = q / per_image, rest = q - i * per_image;
+            const int cb = rest / strips;
+            const int j0 = (rest - cb * strips) * OUTS;
 #pragma unroll
-            for (int i = 0; i < OUTS; ++i) {
-                if (j0 + i >= rows_here) break;
-                const int h = h0 + j0 + i;
+            for (int r = 0; r < OUTS; ++r) {
+                if (j0 + r >= rows_here) break;
+                const int h = h0 + j0 + r;
 #pragma unroll
                 for (int o = 0; o < COB; ++o)
-                    y[nchw_offset(n, g * cout_pg + cb * COB + o, h, col, C_out, H, W)] = acc[i][o];
+                    y[nchw_offset(n0 + i, g * cout_pg + cb * COB + o, h, col, C_out, H, W)] = acc[r][o];
             }
         };
 
@@ -193,9 +234,9 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
             for (int q = q_first; q < q_end;) {
                 float acc[OUTS][COB];
 #pragma unroll
-                for (int i = 0; i < OUTS; ++i)
+                for (int r = 0; r < OUTS; ++r)
 #pragma unroll
-                    for (int o = 0; o < COB; ++o) acc[i][o] = 0.0f;
+                    for (int o = 0; o < COB; ++o) acc[r][o] = 0.0f;
                 accumulate(acc, q, col, 0, cpg);
                 store(acc, q, col);
                 col += col_step;
@@ -215,9 +256,9 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                 const int q = u / W, col = u % W;
                 float acc[OUTS][COB];
 #pragma unroll
-                for (int i = 0; i < OUTS; ++i)
+                for (int r = 0; r < OUTS; ++r)
 #pragma unroll
-                    for (int o = 0; o < COB; ++o) acc[i][o] = 0.0f;
+                    for (int o = 0; o < COB; ++o) acc[r][o] = 0.0f;
                 for (int c0 = 0; c0 < cpg; c0 += chunk) {
                     const int count = min(chunk, cpg - c0);
                     stage(c0, count);

@@ -443,11 +443,12 @@ def k7_chunk(cpg: int, cout_pg: int) -> int:
     return min(cpg, K7_WEIGHT_FLOATS // (9 * cout_pg))
 
 
-def k7_region(tile_floats: int, chunk: int) -> int:
-    return (tile_floats // chunk) & ~3
+def k7_region(tile_floats: int, planes: int) -> int:
+    return (tile_floats // planes) & ~3
 
 
 def k7_geometry_region(g: "Geometry", tile_floats: int) -> int:
+    """A plane's region with one image per tile (what decides the rows)."""
     cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
     return k7_region(tile_floats, k7_chunk(cpg, cout_pg))
 
@@ -468,10 +469,37 @@ def k7_fits(g: Geometry, tile_floats: int, outs: int, cob: int) -> bool:
 
 
 @dataclass
+class K7Layout:
+    """What the kernel derives from the shape, the entry and the block size."""
+
+    tile_floats: int
+    chunk: int
+    rows: int
+    images: int
+    region: int
+    tiles: int
+
+
+def k7_layout(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int) -> K7Layout:
+    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
+    chunk = k7_chunk(cpg, cout_pg)
+    rows = k7_tile_rows(outs, k7_region(tile_floats, chunk), g.h, g.w)
+    images = 1
+    if rows >= g.h:  # k7_images
+        per_image = (cout_pg // cob) * -(-g.h // outs) * g.w
+        need = ((g.h + 2) * g.w + 2 * K7_PAD + 3) & ~3
+        images = max(1, min(g.n, threads // per_image, tile_floats // (chunk * need)))
+    tiles = -(-g.n // images) * g.groups * -(-g.h // rows)
+    return K7Layout(tile_floats, chunk, rows, images, k7_region(tile_floats, images * chunk),
+                    tiles)
+
+
+@dataclass
 class K7Tile:
     """Where a k7 tile sits, as the kernel derives it from the tile index."""
 
-    n: int
+    n0: int
+    images_here: int
     group: int
     h0: int
     rows_here: int
@@ -479,30 +507,38 @@ class K7Tile:
     phase0: int
 
 
-def k7_tile(g: Geometry, rows: int, t: int, x_word: int) -> K7Tile:
-    row_blocks = -(-g.h // rows)
+def k7_tile(g: Geometry, lay: K7Layout, t: int, x_word: int) -> K7Tile:
+    row_blocks = -(-g.h // lay.rows)
     row_block, ng = t % row_blocks, t // row_blocks
-    group, n = ng % g.groups, ng // g.groups
-    h0 = row_block * rows
+    group, n0 = ng % g.groups, (ng // g.groups) * lay.images
+    h0 = row_block * lay.rows
     cpg = g.c_in // g.groups
-    first_e0 = (n * g.c_in + group * cpg) * g.h * g.w + (h0 - 1) * g.w
-    return K7Tile(n, group, h0, min(rows, g.h - h0), first_e0, (x_word + first_e0) & 3)
+    first_e0 = (n0 * g.c_in + group * cpg) * g.h * g.w + (h0 - 1) * g.w
+    return K7Tile(n0, min(lay.images, g.n - n0), group, h0, min(lay.rows, g.h - h0), first_e0,
+                  (x_word + first_e0) & 3)
 
 
-def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int, c0: int,
+def k7_phase(g: Geometry, tl: K7Tile, i, c):
+    """16-byte phase of plane (image n0+i, channel c of the group)'s first staged row."""
+    return (tl.phase0 + (i * g.c_in + c) * ((g.h * g.w) & 3)) & 3
+
+
+def k7_stage(g: Geometry, lay: K7Layout, t: int, x_word: int, c0: int,
              count: int) -> tuple[np.ndarray, np.ndarray]:
-    """One tile's staging of input channels c0 .. c0+count-1 of its group: (input tile contents,
-    weight array contents) as element indices of x and of w (ZERO where zero-filled). Asserts
-    alignment, bounds and single writes."""
+    """One tile's staging of input channels c0 .. c0+count-1 of its group, for every image of
+    the tile, by the kernel's flattened loops: (input tile contents, weight array contents) as
+    element indices of x and of w (ZERO where zero-filled). Asserts alignment, bounds and single
+    writes."""
     W, H = g.w, g.h
     cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    region = k7_geometry_region(g, tile_floats)
-    plane, plane_phase = H * W, (H * W) & 3
-    tl = k7_tile(g, rows, t, x_word)
+    region, plane = lay.region, H * W
+    tl = k7_tile(g, lay, t, x_word)
     zero_head = W if tl.h0 == 0 else 0
     zero_tail_from = (min(tl.h0 + tl.rows_here + 1, H) - (tl.h0 - 1)) * W
     staged = (tl.rows_here + 2) * W
     n_elems = zero_tail_from - zero_head
+    zeros = zero_head + staged - zero_tail_from
+    planes = tl.images_here * count
 
     i = np.arange(count * 9 * cout_pg)
     co, tap_ci = i % cout_pg, i // cout_pg
@@ -511,55 +547,79 @@ def k7_stage(g: Geometry, tile_floats: int, rows: int, t: int, x_word: int, c0: 
     wsm = np.full(K7_WEIGHT_FLOATS, UNSTAGED, dtype=np.int64)
     wsm[i] = ((tl.group * cout_pg + co) * cpg + c0 + ci) * 9 + tap
 
-    smem = np.full(tile_floats, UNSTAGED, dtype=np.int64)
-    written = []
-    for c in range(c0, c0 + count):
-        phase_c = (tl.phase0 + c * plane_phase) & 3
-        base = (c - c0) * region + K7_PAD + phase_c
-        src0 = tl.first_e0 + c * plane + zero_head
-        assert (x_word + src0) & 3 == (phase_c + zero_head) & 3
-        head = min((4 - ((phase_c + zero_head) & 3)) & 3, n_elems)
-        vecs = (n_elems - head) >> 2
-        tail_from = head + 4 * vecs
-        v = np.arange(vecs)
-        assert np.all((x_word + src0 + head + 4 * v) % 4 == 0), "a 16-byte copy reads x unaligned"
-        assert np.all((base + zero_head + head + 4 * v) % 4 == 0), "a 16-byte copy writes unaligned"
-        rel = np.concatenate([(head + 4 * v[:, None] + np.arange(4)).ravel(), np.arange(head),
-                              np.arange(tail_from, n_elems)])
-        zeros = np.concatenate([np.arange(zero_head), np.arange(zero_tail_from, staged)])
-        dst = np.concatenate([base + zero_head + rel, base + zeros])
-        assert dst.min() >= (c - c0) * region and dst.max() < (c - c0 + 1) * region, \
-            "outside the channel's region"
-        src = src0 + rel
-        assert src.size == 0 or (src.min() >= 0 and src.max() < g.n * g.c_in * plane)
-        smem[base + zero_head + rel] = src
-        smem[base + zeros] = ZERO
-        written.append(dst)
-    written = np.concatenate(written)
-    assert written.max() < tile_floats and np.bincount(written).max() == 1, "a word written twice"
+    smem = np.full(lay.tile_floats, UNSTAGED, dtype=np.int64)
+    written, sources = [], []
+    # zero fill
+    k = np.arange(planes * zeros)
+    p, z = k // max(zeros, 1), k % max(zeros, 1)
+    at = np.where(z < zero_head, z, zero_tail_from + (z - zero_head))
+    dst_zero = p * region + K7_PAD + k7_phase(g, tl, p // count, c0 + p % count) + at
+    # 16-byte copies
+    vmax = n_elems >> 2
+    k = np.arange(planes * vmax)
+    p, v = k // max(vmax, 1), k % max(vmax, 1)
+    pi, pc = p // count, c0 + p % count
+    phase = k7_phase(g, tl, pi, pc)
+    head = np.minimum((4 - ((phase + zero_head) & 3)) & 3, n_elems)
+    keep = v < (n_elems - head) >> 2
+    p, v, pi, pc, phase, head = (a[keep] for a in (p, v, pi, pc, phase, head))
+    e = zero_head + head + 4 * v
+    dst_vec = p * region + K7_PAD + phase + e
+    src_vec = tl.first_e0 + (pi * g.c_in + pc) * plane + e
+    assert np.all((x_word + src_vec) % 4 == 0), "a 16-byte copy reads x unaligned"
+    assert np.all(dst_vec % 4 == 0), "a 16-byte copy writes unaligned"
+    written.append((dst_vec[:, None] + np.arange(4)).ravel())
+    sources.append((src_vec[:, None] + np.arange(4)).ravel())
+    # 4-byte copies: head and tail
+    k = np.arange(planes * 6)
+    p, s6 = k // 6, k % 6
+    pi, pc = p // count, c0 + p % count
+    phase = k7_phase(g, tl, pi, pc)
+    head = np.minimum((4 - ((phase + zero_head) & 3)) & 3, n_elems)
+    tail_from = head + 4 * ((n_elems - head) >> 2)
+    r = np.where(s6 < 3, s6, tail_from + (s6 - 3))
+    keep = np.where(s6 < 3, r < head, r < n_elems)
+    p, pi, pc, phase, r = (a[keep] for a in (p, pi, pc, phase, r))
+    e = zero_head + r
+    written.append(p * region + K7_PAD + phase + e)
+    sources.append(tl.first_e0 + (pi * g.c_in + pc) * plane + e)
+
+    dst = np.concatenate(written)
+    src = np.concatenate(sources)
+    # each plane's copies stay inside its region and inside the tile
+    allw = np.concatenate([dst, dst_zero])
+    assert allw.size == 0 or allw.min() >= 0, "a write before the tile"
+    assert allw.size == 0 or allw.max() < lay.tile_floats, "a write past the tile"
+    owner = allw // region
+    local = allw - owner * region
+    assert np.all(owner < planes) and np.all(local >= K7_PAD) and np.all(local < region), \
+        "outside the plane's region"
+    assert src.size == 0 or (src.min() >= 0 and src.max() < g.n * g.c_in * plane)
+    assert np.bincount(allw).max(initial=0) <= 1, "a word written twice"
+    assert dst.size + dst_zero.size == planes * staged, "a staged word missing"
+    smem[dst] = src
+    smem[dst_zero] = ZERO
     return smem, wsm
 
 
-def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, rows: int,
-               t: np.ndarray, x_word: int, smem: np.ndarray, wsm: np.ndarray, c0: int,
-               count: int, chunked: bool) -> dict:
+def k7_compute(g: Geometry, lay: K7Layout, outs: int, cob: int, threads: int, t: np.ndarray,
+               x_word: int, smem: np.ndarray, wsm: np.ndarray, c0: int, count: int,
+               chunked: bool) -> dict:
     """The compute loop of tiles t side by side over staged input channels c0 .. c0+count-1;
     returns each write's offset, coordinates and the (x element, w element) of each of its
     count*9 products, in the kernel's order. chunked: the kernel's rounds (item u = round *
     threads + tid, q = u / W, col = u % W) instead of its incremental walk."""
     H, W = g.h, g.w
     cout_pg = g.c_out // g.groups
-    region = k7_geometry_region(g, tile_floats)
-    plane_phase = (H * W) & 3
-    tiles = [k7_tile(g, rows, int(ti), x_word) for ti in t]
+    region = lay.region
+    tiles = [k7_tile(g, lay, int(ti), x_word) for ti in t]
     R = t.size
-    n = np.array([tl.n for tl in tiles])[:, None]
-    group = np.array([tl.group for tl in tiles])[:, None]
-    h0 = np.array([tl.h0 for tl in tiles])[:, None]
-    rows_here = np.array([tl.rows_here for tl in tiles])[:, None]
-    phase0 = np.array([tl.phase0 for tl in tiles])[:, None]
+    col_of = lambda name: np.array([getattr(tl, name) for tl in tiles])[:, None]  # noqa: E731
+    n0, group, h0, rows_here = (col_of(k) for k in ("n0", "group", "h0", "rows_here"))
+    images_here, phase0 = col_of("images_here"), col_of("phase0")
     strips = (rows_here + outs - 1) // outs
-    q_end = (cout_pg // cob) * strips
+    per_image = (cout_pg // cob) * strips
+    q_end = images_here * per_image
     tid = np.arange(threads)
     col = np.broadcast_to(tid % W, (R, threads)).copy()
     q = np.broadcast_to(tid // W, (R, threads)).copy()
@@ -576,35 +636,38 @@ def k7_compute(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int,
             active = q < q_end
         if not active.any():
             break
-        cb = q // strips
-        strip = q - cb * strips
-        j0 = strip * outs
+        img = q // per_image
+        rest = q - img * per_image
+        cb = rest // strips
+        j0 = (rest - cb * strips) * outs
         co0 = cb * cob
-        # all input channels at once: a leading axis ci
-        ci = np.arange(count)[:, None, None]
-        base = ci * region + K7_PAD + ((phase0 + (c0 + ci) * plane_phase) & 3)
+        # all staged input channels at once: a leading axis c
+        c = np.arange(count)[:, None, None]
+        plane_at = img * count + c
+        base = plane_at * region + K7_PAD + ((phase0 + (img * g.c_in + c0 + c) * ((H * W) & 3)) & 3)
         rows_of_tile = np.arange(R)[:, None]
         win = {}
         for r in range(outs + 2):
             at = base + np.minimum(j0 + r, rows_here + 1) * W + col
-            inside = (at - 1 >= ci * region) & (at + 1 < (ci + 1) * region)
-            assert np.all(inside | ~active), "a read outside its channel's region"
-            at_safe = np.clip(at, 1, tile_floats - 2)
+            inside = (at - 1 >= plane_at * region) & (at + 1 < (plane_at + 1) * region)
+            assert np.all(inside | ~active), "a read outside its plane's region"
+            at_safe = np.clip(at, 1, lay.tile_floats - 2)
             left, mid, right = (smem[rows_of_tile, at_safe + d] for d in (-1, 0, 1))
             win[r, 0] = np.where(col > 0, left, ZERO)
             win[r, 1] = mid
             win[r, 2] = np.where(col + 1 < W, right, ZERO)
-        w_ci = ci * 9 * cout_pg + co0  # float offset of the float4 array
-        assert np.all((w_ci % 4 == 0) | ~active), "a weight read is not 16-byte aligned"
-        # x markers of output row i: (R, threads, cpg*9) in the order ci, kh, kw
+        w_c = c * 9 * cout_pg + co0  # float offset of the float4 array
+        assert np.all((w_c % 4 == 0) | ~active), "a weight read is not 16-byte aligned"
+        # x markers of output row i: (R, threads, count*9) in the order c, kh, kw
         xs = [np.stack([win[i + kh, kw] for kh in range(3) for kw in range(3)], axis=-1)
               .transpose(1, 2, 0, 3).reshape(R, threads, count * 9) for i in range(outs)]
         ws = []
         for o in range(cob):
-            taps = [wsm[rows_of_tile, np.clip(w_ci + ((kh * 3 + kw) * cout_pg) // 4 * 4 + o, 0,
+            taps = [wsm[rows_of_tile, np.clip(w_c + ((kh * 3 + kw) * cout_pg) // 4 * 4 + o, 0,
                                               wsm.shape[1] - 1)]
                     for kh in range(3) for kw in range(3)]
             ws.append(np.stack(taps, axis=-1).transpose(1, 2, 0, 3).reshape(R, threads, count * 9))
+        n = n0 + img
         for i in range(outs):
             valid = active & (j0 + i < rows_here)
             for o in range(cob):
@@ -650,17 +713,16 @@ def k7_run(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, x_w
            t: np.ndarray) -> dict:
     """Tiles t, staged and computed chunk by chunk as the kernel's entry for g does (one chunk
     when the group's weights fit at once): each chunk's products appended to the same writes."""
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    chunk = k7_chunk(cpg, cout_pg)
-    rows = k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w)
+    cpg = g.c_in // g.groups
+    lay = k7_layout(g, tile_floats, outs, cob, threads)
     whole = None
-    for c0 in range(0, cpg, chunk):
-        count = min(chunk, cpg - c0)
-        staged = [k7_stage(g, tile_floats, rows, int(ti), x_word, c0, count) for ti in t]
+    for c0 in range(0, cpg, lay.chunk):
+        count = min(lay.chunk, cpg - c0)
+        staged = [k7_stage(g, lay, int(ti), x_word, c0, count) for ti in t]
         smem = np.stack([s for s, _ in staged])
         wsm = np.stack([w for _, w in staged])
-        part = k7_compute(g, tile_floats, outs, cob, threads, rows, t, x_word, smem, wsm, c0,
-                          count, chunked=chunk < cpg)
+        part = k7_compute(g, lay, outs, cob, threads, t, x_word, smem, wsm, c0, count,
+                          chunked=lay.chunk < cpg)
         if whole is None:
             whole = part
             continue
@@ -696,6 +758,10 @@ K7_SMALL = {
     "cpg24-14x14": Geometry(1, 48, 48, 14, 14, 2),
     "cpg32-7x7": Geometry(2, 64, 64, 7, 7, 2),
     "cpg32-13x13-oddw": Geometry(1, 32, 32, 13, 13, 1),
+    # several images per tile, the last tile holding fewer
+    "cpg4-7x7-n5": Geometry(5, 8, 8, 7, 7, 2),
+    "cpg8-5x5-n7-oddw": Geometry(7, 16, 16, 5, 5, 2),
+    "cpg32-7x7-n3": Geometry(3, 64, 64, 7, 7, 2),
 }
 
 
@@ -712,9 +778,8 @@ def test_emulated_k7_matches_fp64_reference(name):
     fits = [v for v in K7_TILES if k7_fits(g, *v)]
     assert fits, f"no k7 tile fits {name}"
     for tile_floats, outs, cob in fits:
-        rows = k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w)
-        tiles = g.n * g.groups * -(-g.h // rows)
         for threads, x_word in [(256, 0), (256, 3), (128, 1), (128, 2)]:
+            tiles = k7_layout(g, tile_floats, outs, cob, threads).tiles
             label = f"{name} tile {tile_floats} outs {outs} cob {cob} threads {threads} x+{x_word}"
             wr = k7_run(g, tile_floats, outs, cob, threads, x_word, np.arange(tiles))
             k7_check_writes(g, wr)
@@ -759,38 +824,37 @@ def test_k7_covers_the_grouped_shapes_it_is_for():
 @pytest.mark.parametrize("shape_id", list(K7_FROZEN))
 def test_k7_every_output_written_once_on_frozen_geometry(shape_id):
     """At full size, for every k7 tile that fits and both block sizes: one tile of each kind
-    (first, middle or last row block; x's 16-byte phase at its first row) in group 0 and in the
-    last group of the last image is emulated and writes exactly its own outputs, once each, from
-    the right products. Tiles of one kind differ only by a shift of every index, and the tiles
-    enumerate every (image, group, row block), so this covers every tile."""
+    (first, middle or last row block; x's 16-byte phase at its first row; images it holds) in
+    the first image block and the very last tile is emulated and writes exactly its own outputs,
+    once each, from the right products. Tiles of one kind differ only by a shift of every index,
+    and the tiles enumerate every (image block, group, row block), so this covers every tile."""
     g = K7_FROZEN[shape_id]
-    cpg = g.c_in // g.groups
+    cout_pg = g.c_out // g.groups
     for tile_floats, outs, cob in [v for v in K7_TILES if k7_fits(g, *v)]:
-        rows = k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w)
-        assert K7_PAD + 3 + (rows + 2) * g.w < k7_geometry_region(g, tile_floats)
-        row_blocks = -(-g.h // rows)
-        tiles = g.n * g.groups * row_blocks
-        t = np.arange(tiles, dtype=np.int64)
-        tls = [k7_tile(g, rows, int(ti), 0) for ti in t[: g.groups * row_blocks]]
-        # the kinds among the first image's tiles (the phase cycles with the plane, not the image
-        # alone), plus the very last tile
-        kinds = {}
-        for ti, tl in zip(t, tls):
-            kinds.setdefault((tl.h0 == 0, tl.h0 + tl.rows_here == g.h, tl.rows_here, tl.phase0), ti)
-        reps = np.array(sorted({*kinds.values(), tiles - 1}), dtype=np.int64)
         for threads in BLOCKS:
+            lay = k7_layout(g, tile_floats, outs, cob, threads)
+            assert K7_PAD + 3 + (lay.rows + 2) * g.w < lay.region
+            row_blocks = -(-g.h // lay.rows)
+            t = np.arange(min(lay.tiles, g.groups * row_blocks), dtype=np.int64)
+            kinds = {}
+            for ti in t:
+                tl = k7_tile(g, lay, int(ti), 0)
+                kinds.setdefault((tl.h0 == 0, tl.h0 + tl.rows_here == g.h, tl.rows_here,
+                                  tl.phase0, tl.images_here), ti)
+            reps = np.array(sorted({*kinds.values(), lay.tiles - 1}), dtype=np.int64)
             wr = k7_run(g, tile_floats, outs, cob, threads, 0, reps)
             k7_check_writes(g, wr)
             want = []
             for ti in reps:
-                tl = k7_tile(g, rows, int(ti), 0)
-                cout_pg = g.c_out // g.groups
+                tl = k7_tile(g, lay, int(ti), 0)
+                n = tl.n0 + np.arange(tl.images_here)
                 c_out = tl.group * cout_pg + np.arange(cout_pg)
                 h = tl.h0 + np.arange(tl.rows_here)
-                want.append((((tl.n * g.c_out + c_out[:, None, None]) * g.h + h[None, :, None]) * g.w
-                             + np.arange(g.w)).ravel())
+                want.append((((n[:, None, None, None] * g.c_out + c_out[None, :, None, None]) * g.h
+                              + h[None, None, :, None]) * g.w + np.arange(g.w)).ravel())
             got = np.sort(wr["offset"])
-            label = f"{shape_id} tile {tile_floats} outs {outs} cob {cob} threads {threads}"
+            label = (f"{shape_id} tile {tile_floats} outs {outs} cob {cob} threads {threads} "
+                     f"images {lay.images}")
             assert np.all(np.diff(got) > 0), f"{label}: an output written twice"
             assert np.array_equal(got, np.sort(np.concatenate(want))), f"{label}: coverage"
 
@@ -812,3 +876,20 @@ def test_k7_compiles_without_spills_or_local_memory(tmp_path):
     for f, o, c in K7_TILES:
         for chunked in ("", "_chunked"):
             assert int(smem[f"k7_grouped_f{f}_o{o}_c{c}{chunked}"]) == 4 * (f + K7_WEIGHT_FLOATS)
+
+
+def test_k7_host_launch_matches_the_kernels_layout():
+    """The host's grid and entry for every frozen k7 shape and variant are the kernel's tile
+    count (as the emulation derives it) and the entry that takes the shape's group."""
+    from groupconv_atlas import kernels
+    from groupconv_atlas.shapes import load_shapes
+
+    for s in load_shapes(REPO / "config" / "shapes.yaml"):
+        if not kernels.KERNELS["k7"].supports(s)[0]:
+            continue
+        g = Geometry(s.n, s.c_in, s.c_out, s.h, s.w, s.groups)
+        for v in kernels.k7_variants(s):
+            launch = kernels.launch_for("k7", s, v, sm_count=132)
+            lay = k7_layout(g, v["tile_floats"], v["outs"], v["cob"], v["threads"])
+            assert launch.grid[0] == min(lay.tiles, kernels.MAX_GRID_X), (s.id, v)
+            assert launch.entry.endswith("_chunked") == (lay.chunk < s.cin_per_group), (s.id, v)

@@ -298,6 +298,7 @@ def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 # and group with 16-byte copies, and their weights; each thread then computes a strip of outputs
 # for a block of output channels. A group whose weights do not fit the kernel's weight array at
 # once (24 or 32 channels) is staged a chunk of input channels at a time by the `_chunked` entry.
+# A tile of a whole small map holds several images, so every thread of the block has work.
 # Tile, outputs per thread, channel block and block size are tuned per shape; any grid is
 # correct (blocks stride over the tiles).
 K7_TILES = tile_table("kernels/k7_grouped_smem.cu", "K7_ENTRY", fields=3)  # (tile floats, outs, cob)
@@ -318,6 +319,17 @@ def k7_chunk(s: Shape) -> int:
 def k7_entry(s: Shape, tile_floats: int, outs: int, cob: int) -> str:
     chunked = "_chunked" if k7_chunk(s) < s.cin_per_group else ""
     return f"k7_grouped_f{tile_floats}_o{outs}_c{cob}{chunked}"
+
+
+def k7_images(s: Shape, tile_floats: int, outs: int, cob: int, threads: int) -> int:
+    """Images one tile holds, as k7_images in the kernel: a tile of a whole map (rows == H) with
+    fewer items than threads takes as many images as fill the block and as the tile holds."""
+    if k7_tile_rows(s, tile_floats, outs) < s.h:
+        return 1
+    per_image = (s.cout_per_group // cob) * _ceil_div(s.h, outs) * s.w
+    need = ((s.h + 2) * s.w + 2 * K7_PAD + 3) & ~3
+    fit = tile_floats // (k7_chunk(s) * need)
+    return max(1, min(s.n, threads // per_image, fit))
 
 
 def k7_tile_rows(s: Shape, tile_floats: int, outs: int) -> int:
@@ -375,7 +387,8 @@ def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
     if (f, o, c) not in K7_TILES or threads not in K7_BLOCKS or not _k7_fits(s, f, o, c):
         raise ValueError(f"k7 variant {v} does not fit shape {s.id} (C_in/groups = "
                          f"{s.cin_per_group}, C_out/groups = {s.cout_per_group}, W = {s.w})")
-    tiles = s.n * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
+    images = k7_images(s, f, o, c, threads)
+    tiles = _ceil_div(s.n, images) * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
     return Launch(k7_entry(s, f, o, c), (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
