@@ -8,7 +8,8 @@ from mutants import MUTANTS
 from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv_atlas.build import compile_kernel
-from groupconv_atlas.kernels import k4_tile, support
+from groupconv_atlas.kernels import (THREADS_PER_BLOCK, k4_tile, k7_chunk, k7_default_variant,
+                                     k7_images, support)
 from groupconv_atlas.shapes import load_shapes, shapes_by_id
 from groupconv_atlas.provenance import REPO_ROOT
 
@@ -23,6 +24,12 @@ NEEDS = {
     # one group in a thread's channel block, whatever the GPU's SM count
     "channel_block_over_1": lambda s: s.cout_per_group > 1 and all(
         k4_tile(s, sm)[1] > 1 for sm in SM_COUNTS),
+    # k7's untuned tile holds several images of the shape
+    "k7_images_over_1": lambda s: k7_images(
+        s, *(k7_default_variant(s, 132)[k] for k in ("tile_floats", "outs", "cob")),
+        THREADS_PER_BLOCK) > 1,
+    # k7 stages the shape's groups a chunk of input channels at a time
+    "k7_chunked": lambda s: k7_chunk(s) < s.cin_per_group,
 }
 
 
