@@ -6,9 +6,11 @@
 #   tools/gpu_run.sh wait     wait up to WAIT_S seconds (default 480) for it; when done, pack
 #                             into $OUT
 #   tools/gpu_run.sh full     the full run in the foreground
-# The full run: [GPU tests], the live atlas, EXTRA_TARGETS (default: mobilenet_probe), the stage
-# times, a snapshot into records/<device>-<RECORD_NAME>/, and with RERUN_CHECK=1 a live rerun
-# after a one-line edit of kernels/k3_four_wide.cu, timed.
+# The full run: [GPU tests], [SMOKE=1: the smoke config live, timed], the live atlas,
+# EXTRA_TARGETS (default: mobilenet_probe), the stage times, a snapshot into
+# records/<device>-<RECORD_NAME>/, and with RERUN_CHECK=1 a live rerun after a one-line edit of
+# kernels/k3_four_wide.cu, timed. `PACK_NOW=1 tools/gpu_run.sh wait` packs as soon as the
+# snapshot exists, while the rerun check may still run.
 # Environment: OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one
 # that installs PyCUDA and Snakemake), EXTRA_CONFIG (config files layered on config.yaml),
 # GPU_TESTS=1, RECORD_NAME (default: today's date), DEVICE (default h200), CORES (default all: jobs
@@ -34,7 +36,8 @@ pack() {  # the new record and the run's logs, in parts of at most 15 MiB
   new=$(ls -td records/*/ 2>/dev/null | head -1)
   tar czf /tmp/record.tgz "$new" records/INDEX.json "results/$device/logs" 2>/dev/null
   split -b 15M /tmp/record.tgz "$out/record.tgz.part-"
-  cp "$work"/*.log "$out"/ 2>/dev/null
+  # the run's own logs (and the smoke run's stage times) in one file: $OUT takes few files
+  (cd "$work" && tar czf "$out/run-logs.tgz" ./*.log ./*.json 2>/dev/null)
   ls -la "$out"
 }
 
@@ -48,23 +51,31 @@ machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1
   fi
 }
 
+smoke_atlas() {  # the smoke config live, timed, its log into $1
+  log "smoke atlas"
+  local start
+  start=$(date +%s)
+  smk -k atlas --configfile config/config.yaml config/smoke.yaml \
+    --config mode=live > "$1" 2>&1
+  log "smoke atlas exit $? after $(( $(date +%s) - start )) s"
+  python3 tools/stage_times.py "results/$device-smoke" "$(( $(date +%s) - start ))"
+  cp "results/$device-smoke/raw/stage_times.json" "$(dirname "$1")/smoke-run-stage-times.json" \
+    2>/dev/null
+  grep -E "Error|Exception|steps \(" "$1" | tail -20
+}
+
 case "$step" in
 smoke)
   setup
   machine "$out/pytest-gpu.log"
-  log "smoke atlas"
-  start=$(date +%s)
-  smk -k atlas --configfile config/config.yaml config/smoke.yaml \
-    --config mode=live > "$out/smoke.log" 2>&1
-  log "smoke atlas exit $? after $(( $(date +%s) - start )) s"
-  python3 tools/stage_times.py "results/$device-smoke" "$(( $(date +%s) - start ))"
-  grep -E "Error|Exception|steps \(" "$out/smoke.log" | tail -20
+  smoke_atlas "$out/smoke.log"
   tar czf "$out/smoke-results.tgz" "results/$device-smoke/raw" "results/$device-smoke/logs" \
     "results/$device-smoke/atlas.json" "results/$device-smoke/provenance" 2>/dev/null
   ;;
 full)
   setup
   machine "$work/pytest-gpu.log"
+  if [ -n "${SMOKE:-}" ]; then smoke_atlas "$work/smoke-run.log"; fi
   log "atlas"
   start=$(date +%s)
   smk -k atlas "${cfg[@]}" --config mode=live > "$work/atlas.log" 2>&1
@@ -80,6 +91,7 @@ full)
   smk snapshot_record "${cfg[@]}" --config mode=live \
     record_name="${RECORD_NAME:-$(date -u +%F)}" > "$work/snapshot.log" 2>&1
   log "snapshot exit $?"
+  touch "$work/snapshotted"
   if [ -n "${RERUN_CHECK:-}" ]; then
     # What a one-kernel edit costs live: the reruns it triggers, timed.
     echo "// edited" >> kernels/k3_four_wide.cu
@@ -99,9 +111,14 @@ start)
 wait)
   cd "$copy" 2>/dev/null || { echo "no run copy at $copy: 'start' first"; exit 1; }
   deadline=$(( $(date +%s) + ${WAIT_S:-480} ))
-  while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+    if [ -n "${PACK_NOW:-}" ] && [ -f "$work/snapshotted" ]; then break; fi
+    sleep 5
+  done
   cat "$work/run.log"
   grep -hE '^\[(verify|time|tune)' "results/$device"/logs/*.log 2>/dev/null | tail -3
-  if [ -f "$work/done" ]; then pack; echo RUN-DONE; else echo RUN-RUNNING; fi
+  if [ -f "$work/done" ]; then pack; echo RUN-DONE
+  elif [ -n "${PACK_NOW:-}" ] && [ -f "$work/snapshotted" ]; then pack; echo RUN-PACKED-EARLY
+  else echo RUN-RUNNING; fi
   ;;
 esac
