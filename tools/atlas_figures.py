@@ -7,7 +7,8 @@ stage gained over k4's rule of thumb, where sync_api and graph_device disagree, 
 over-2xL2 shapes, the dispatcher's classes and the shapes it does not win, the fastest custom
 kernel's roofline fraction, the Nsight k1-vs-k2 durations and instruction counts and the tuned
 kernels' captures (after `make nsight`), the cross-record comparison (after `snakemake
-compare_records`) and the MobileNet readings."""
+compare_records`), the replayed record's stage times (with its smoke run and timed rerun, where
+its device logs hold them) and the MobileNet readings."""
 import json
 import sys
 from pathlib import Path
@@ -72,6 +73,30 @@ def session_comparison(path: Path) -> None:
     print("flip kinds:", kinds.to_dict())
     print(flips[flips.reversal][["shape_id", "candidate", "baseline", "boundary",
                                  *[f"{n}:ratio" for n in names]]].round(3).to_string())
+
+
+def pipeline_times(record: Path) -> None:
+    """The live run's wall time and its timing jobs' seconds inside samples (raw/stage_times.json),
+    the smoke run's wall time and the timed rerun after a k3 edit, where the record's device logs
+    hold them."""
+    stages = record / "raw" / "stage_times.json"
+    if not stages.is_file():
+        return
+    doc = json.loads(stages.read_text())
+    print(f"# pipeline ({record.name}): live atlas {doc['workflow_wall_s']} s")
+    for row in doc["stages"]:
+        print(f"  {row['stage']:<20} {row['jobs']:>3} jobs {row['job_wall_s_sum']:>7.1f} s "
+              f"(span {row['span_s']:.1f} s)")
+    inside = sum(j["seconds_inside_samples"] for j in doc.get("timing_jobs", []))
+    print(f"  timing jobs: {inside:.1f} s inside their samples")
+    smoke = record / "device-logs" / "smoke-run-stage-times.json"
+    if smoke.is_file():
+        print(f"smoke run: {json.loads(smoke.read_text())['workflow_wall_s']} s")
+    run_log = record / "device-logs" / "run.log"
+    if run_log.is_file():
+        for line in run_log.read_text().splitlines():
+            if "rerun after a k3 edit" in line:
+                print(line.lstrip("= "))
 
 
 def main(results: Path) -> None:
@@ -179,9 +204,12 @@ def main(results: Path) -> None:
         ns = pd.read_parquet(nsight_path)
         study = ns[ns.implementation.isin(["k1", "k2"])]
         print("# Nsight: k1 vs k2")
-        print(study.pivot(index="shape_id", columns="implementation",
-                          values=["duration_ns", "instructions_executed", "shared_bank_conflicts",
-                                  "achieved_occupancy_pct"]).to_string())
+        if study.empty:
+            print("no k1 or k2 capture in this Nsight table")
+        else:
+            print(study.pivot(index="shape_id", columns="implementation",
+                              values=["duration_ns", "instructions_executed",
+                                      "shared_bank_conflicts", "achieved_occupancy_pct"]).to_string())
         ours = ns[ns.implementation.isin(["k4", "k5", "k6", "k7"])]
         if not ours.empty and "thread_instructions_per_output" in ours:
             print("# Nsight: the tuned kernels' captures (rates from their counters)")
@@ -194,6 +222,9 @@ def main(results: Path) -> None:
     compared = results.parent / "comparisons" / "records.parquet"
     if compared.is_file():
         session_comparison(compared)
+    record = atlas["evidence"].get("record")
+    if record:
+        pipeline_times(Path("records") / record)
     mobile = results / "mobilenet" / "mobilenet.json"
     if mobile.is_file():
         readings = json.loads(mobile.read_text())["readings"]
