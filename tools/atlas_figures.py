@@ -73,6 +73,19 @@ def session_comparison(path: Path) -> None:
     print("flip kinds:", kinds.to_dict())
     print(flips[flips.reversal][["shape_id", "candidate", "baseline", "boundary",
                                  *[f"{n}:ratio" for n in names]]].round(3).to_string())
+    # A kernel whose code changed between the records: how its speed-up over tuned PyTorch moved
+    # (the later record's ratio over the earlier one's, per shape timed in both).
+    changed = wide[~wide.same_code & (wide.candidate != "dispatch")
+                   & (wide.baseline == "torch_tuned") & (wide.boundary == "graph_device")]
+    for cand, part in changed.groupby("candidate"):
+        moved = (part[f"{names[-1]}:ratio"] / part[f"{names[0]}:ratio"]).dropna()
+        moved.index = part.loc[moved.index, "shape_id"]
+        if moved.empty:
+            continue
+        print(f"{cand} (code changed): ratio over torch_tuned, {names[-1]} / {names[0]}, "
+              f"graph_device: geomean {geomean(moved):.3f} over {len(moved)} shapes; "
+              f"lowest {moved.idxmin()} {moved.min():.2f}, highest {moved.idxmax()} "
+              f"{moved.max():.2f}")
 
 
 def pipeline_times(record: Path) -> None:
