@@ -105,3 +105,14 @@ def test_k4_rule_follows_the_sm_count():
     for s in SHAPES:
         big, small = k4_tile(s, 132), k4_tile(s, 16)
         assert K4_TILES.index(small) <= K4_TILES.index(big), s.id
+
+
+def test_the_host_reads_kernel_constants_from_the_source():
+    """Padding, limits and array sizes come from the kernel's #defines, not from copies; a
+    missing define is an error that names it."""
+    from groupconv_atlas.kernels import K7_WEIGHT_FLOATS, kernel_define
+
+    text = (REPO_ROOT / "kernels" / "k7_grouped_smem.cu").read_text()
+    assert f"#define K7_WEIGHT_FLOATS {K7_WEIGHT_FLOATS}\n" in text
+    with pytest.raises(ValueError, match="K7_NO_SUCH_DEFINE"):
+        kernel_define("kernels/k7_grouped_smem.cu", "K7_NO_SUCH_DEFINE")

@@ -225,9 +225,13 @@ def main(results: Path) -> None:
                                       "shared_bank_conflicts", "achieved_occupancy_pct"]).to_string())
         ours = ns[ns.implementation.isin(["k4", "k5", "k6", "k7"])]
         if not ours.empty and "thread_instructions_per_output" in ours:
-            print("# Nsight: the tuned kernels' captures (rates from their counters)")
-            print(ours.assign(dram_tb_per_s=ours.dram_bytes_per_s / 1e12, us=ours.duration_ns / 1e3)
-                  [["shape_id", "kernel_name", "us", "dram_tb_per_s",
+            # share of the DRAM bandwidth the replayed record's ceilings measured
+            dram = atlas["roofline"]["ceilings"]["dram_bandwidth_bytes_per_s"]
+            print("# Nsight: the tuned kernels' captures (rates from their counters; "
+                  "dram_share: of the measured DRAM bandwidth)")
+            print(ours.assign(dram_tb_per_s=ours.dram_bytes_per_s / 1e12,
+                              dram_share=ours.dram_bytes_per_s / dram, us=ours.duration_ns / 1e3)
+                  [["shape_id", "kernel_name", "us", "dram_tb_per_s", "dram_share",
                     "thread_instructions_per_output", "sm_throughput_pct",
                     "achieved_occupancy_pct", "registers_per_thread", "grid_size_blocks",
                     "stall_1_reason", "stall_1_pct_of_stalls", "stall_2_reason"]]

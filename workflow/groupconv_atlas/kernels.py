@@ -51,6 +51,16 @@ class KernelSpec:
         return [self.source, *self.headers]
 
 
+def kernel_define(source: str, name: str) -> int:
+    """The integer a kernel source #defines as `name`: the host reads the kernel's constants
+    (padding, limits, array sizes) rather than copying them."""
+    text = (KERNELS_DIR / Path(source).name).read_text()
+    found = re.findall(rf"^#define {name} (\d+)\b", text, re.MULTILINE)
+    if len(found) != 1:
+        raise ValueError(f"{source}: expected one '#define {name} <integer>', found {len(found)}")
+    return int(found[0])
+
+
 def tile_table(source: str, macro: str, fields: int = 2) -> tuple[tuple[int, ...], ...]:
     """The tiles a kernel source instantiates with `macro(A, B, ...)`: the first `fields`
     integer arguments of each line, in source order (further arguments are not part of the tile).
@@ -216,7 +226,7 @@ def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 K6_TILES = tuple((f, o, 1) for f, o in tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")) \
     + tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY_COLS", fields=3)
 K6_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
-K6_PAD = 4  # K6_PAD in the kernel: floats of padding before the staged rows
+K6_PAD = kernel_define("kernels/k6_depthwise_smem.cu", "K6_PAD")  # floats before the staged rows
 K6_BLOCKS_PER_SM = 4  # 64 registers x 256 threads: four blocks fit an SM's register file
 
 
@@ -303,9 +313,10 @@ def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 # correct (blocks stride over the tiles).
 K7_TILES = tile_table("kernels/k7_grouped_smem.cu", "K7_ENTRY", fields=3)  # (tile floats, outs, cob)
 K7_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
-K7_PAD = 4  # K7_PAD in the kernel
-K7_MAX_CHANNELS = 32  # K7_MAX_CPG and K7_MAX_COUT_PG in the kernel
-K7_WEIGHT_FLOATS = 2304  # K7_WEIGHT_FLOATS in the kernel
+K7_PAD = kernel_define("kernels/k7_grouped_smem.cu", "K7_PAD")
+K7_MAX_CPG = kernel_define("kernels/k7_grouped_smem.cu", "K7_MAX_CPG")
+K7_MAX_COUT_PG = kernel_define("kernels/k7_grouped_smem.cu", "K7_MAX_COUT_PG")
+K7_WEIGHT_FLOATS = kernel_define("kernels/k7_grouped_smem.cu", "K7_WEIGHT_FLOATS")
 # untuned fallback, in order of preference: 2 rows x 8 channels, then 2 x 4, larger tile first
 K7_DEFAULT_ORDER = ((8192, 2, 8), (4096, 2, 8), (8192, 2, 4), (4096, 2, 4))
 
@@ -316,9 +327,8 @@ def k7_chunk(s: Shape) -> int:
     return min(s.cin_per_group, K7_WEIGHT_FLOATS // (9 * s.cout_per_group))
 
 
-def k7_entry(s: Shape, tile_floats: int, outs: int, cob: int) -> str:
-    chunked = "_chunked" if k7_chunk(s) < s.cin_per_group else ""
-    return f"k7_grouped_f{tile_floats}_o{outs}_c{cob}{chunked}"
+def k7_entry(tile_floats: int, outs: int, cob: int, chunked: bool) -> str:
+    return f"k7_grouped_f{tile_floats}_o{outs}_c{cob}{'_chunked' if chunked else ''}"
 
 
 def k7_images(s: Shape, tile_floats: int, outs: int, cob: int, threads: int) -> int:
@@ -343,16 +353,16 @@ def k7_tile_rows(s: Shape, tile_floats: int, outs: int) -> int:
 
 
 def _k7_fits(s: Shape, tile_floats: int, outs: int, cob: int) -> bool:
-    return (s.cin_per_group <= K7_MAX_CHANNELS and s.cout_per_group <= K7_MAX_CHANNELS
+    return (s.cin_per_group <= K7_MAX_CPG and s.cout_per_group <= K7_MAX_COUT_PG
             and s.cout_per_group % cob == 0 and k7_tile_rows(s, tile_floats, outs) >= 1)
 
 
 def _supports_k7(s: Shape) -> tuple[bool, str]:
     if (refused := _planes_limit("k7", s)) is not None:
         return refused
-    if s.cin_per_group > K7_MAX_CHANNELS or s.cout_per_group > K7_MAX_CHANNELS:
+    if s.cin_per_group > K7_MAX_CPG or s.cout_per_group > K7_MAX_COUT_PG:
         return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       f"group: k7 takes at most {K7_MAX_CHANNELS} of each")
+                       f"group: k7 takes at most {K7_MAX_CPG} and {K7_MAX_COUT_PG}")
     if s.cout_per_group % 4:
         return False, (f"{s.cout_per_group} output channels per group: k7's channel blocks are 4 "
                        "or 8 (16-byte weight reads)")
@@ -389,7 +399,8 @@ def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
                          f"{s.cin_per_group}, C_out/groups = {s.cout_per_group}, W = {s.w})")
     images = k7_images(s, f, o, c, threads)
     tiles = _ceil_div(s.n, images) * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
-    return Launch(k7_entry(s, f, o, c), (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
+    return Launch(k7_entry(f, o, c, k7_chunk(s) < s.cin_per_group),
+                  (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
@@ -471,8 +482,7 @@ def entries(kernel: str) -> list[str]:
     if kernel == "k6":
         return [k6_entry(f, o, c) for f, o, c in K6_TILES]
     if kernel == "k7":
-        return [f"k7_grouped_f{f}_o{o}_c{c}{chunked}" for f, o, c in K7_TILES
-                for chunked in ("", "_chunked")]
+        return [k7_entry(f, o, c, chunked) for f, o, c in K7_TILES for chunked in (False, True)]
     return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
 
 
