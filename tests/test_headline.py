@@ -153,8 +153,44 @@ def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
     from groupconv_atlas.evidence import fill, template_blocks
 
     blocks = template_blocks()
-    assert set(blocks) == {"document", "headline_tables", "caveats", "roofline", "spread",
-                           "crosscheck"}
+    assert set(blocks) == {"document", "headline_tables", "nchw_only", "caveats", "roofline",
+                           "spread", "crosscheck"}
     assert "## The answer first" in blocks["document"].template
     with pytest.raises(KeyError, match="no_such_value"):
         fill(Template("$device $no_such_value"), device="h200")
+
+
+def test_headline_over_both_layouts_keeps_the_nchw_reading_beside_it():
+    from groupconv_atlas.evidence import _group_rows
+
+    rng = np.random.default_rng(1)
+    rows = []
+    # On the depthwise shapes cuDNN on channels_last beats k5 (ratio 0.6); NCHW PyTorch does not.
+    for shape, nchw, nhwc in (("dw-small", 2.0, 0.6), ("dw-big", 3.0, 0.6), ("g4", 1.5, 3.0),
+                              ("g32", 0.8, 2.0)):
+        for ref, ratio in (("torch_tuned", nchw), ("torch_default", nchw * 1.1),
+                           ("torch_tuned_nhwc", nhwc), ("torch_default_nhwc", nhwc * 1.1)):
+            batch = list(ratio * rng.lognormal(0, 0.01, 10))
+            rows.append({"job": ref, "shape_id": shape, "candidate": "k5", "baseline": ref,
+                         "boundary": "graph_device", "class": "WIN" if ratio > 1.1 else "LOSS",
+                         "ratio": float(np.exp(np.mean(np.log(batch)))), "ci_low": ratio * 0.98,
+                         "ci_high": ratio * 1.02, "candidate_median_us": 10.0,
+                         "baseline_median_us": 10.0 * ratio, "batch_ratios": batch})
+    comp = with_torch_best(pd.DataFrame(rows))
+    ver = pd.DataFrame([{"shape_id": s, "implementation": i, "status": "correct"}
+                        for s, _, _ in SHAPES for i in ("k5", "torch_tuned", "torch_default",
+                                                        "torch_tuned_nhwc", "torch_default_nhwc")])
+    doc = build_headline(comp, summarize(comp, CFG), shapes_doc(), ver, L2, {}, CFG)
+    assert doc["reference"] == "torch_best"
+    assert "channels_last" in doc["reference_statement"]
+    kinds = {e["group"]: e for e in doc["boundaries"]["graph_device"]["by_kind"]}
+    assert kinds["depthwise"]["n_loss"] == 2
+    old = doc["nchw_only"]
+    assert old["reference"] == "torch_best_nchw"
+    old_kinds = {e["group"]: e for e in old["boundaries"]["graph_device"]["by_kind"]}
+    assert old_kinds["depthwise"]["n_loss"] == 0 and old_kinds["depthwise"]["n_win"] == 2
+    fastest = {f["shape_id"]: f for f in doc["boundaries"]["graph_device"]["fastest_per_shape"]}
+    assert fastest["dw-big"]["fastest"] == "torch_tuned_nhwc"
+    assert fastest["dw-big"]["fastest_layout"] == "nhwc"
+    assert any("NHWC on 2 shapes" in line for line in doc["summary_lines"])
+    assert any("depthwise" in r for r in _group_rows(old["boundaries"]["graph_device"], "k5"))

@@ -68,12 +68,25 @@ def test_every_committed_record_plans():
     (lambda c: c["timing"]["reference_groups"]["tuned"].append("torch_default"),
      "timing.reference_groups.tuned"),
     (lambda c: c.update(kernels=["k0", "k1"]), "timing.candidates"),
+    (lambda c: c["timing"]["reference_groups"]["default"].append("torch_tuned_nhwc"),
+     "timing.reference_groups.default"),
 ])
 def test_refused_configurations_name_the_field(edit, field):
     config = json.loads(json.dumps(CONFIG))
     edit(config)
     with pytest.raises(plan.PlanError, match=field.replace(".", r"\.")):
         plan.check_names(config)
+
+
+def test_cudnn_cache_clashes_are_per_layout():
+    # The cache is keyed by memory format: an NCHW reference may share a process with a
+    # channels_last one of the other cudnn.benchmark setting, never with one of its own layout.
+    assert plan.cache_clash(["torch_tuned", "torch_default_nhwc"]) is None
+    assert plan.cache_clash(["torch_default", "torch_default_tf32", "torch_default_nhwc"]) is None
+    assert plan.cache_clash(["torch_default_nhwc", "torch_tuned_nhwc"]) == (
+        "torch_default_nhwc", "torch_tuned_nhwc")
+    assert plan.cache_clash(["torch_tuned", "k0", "torch_default"]) == (
+        "torch_tuned", "torch_default")
 
 
 def test_planning_imports_no_renderer():

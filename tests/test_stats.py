@@ -231,6 +231,57 @@ def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
                                    ["baseline"])
 
 
+def test_torch_best_spans_both_layouts_and_keeps_the_nchw_reading_beside_it():
+    from groupconv_atlas.stats import summarize, with_torch_best
+
+    def row(job, shape, base, ratio, base_us):
+        return {"job": job, "shape_id": shape, "candidate": "k5", "baseline": base,
+                "boundary": "graph_device", "class": "WIN", "ratio": ratio,
+                "candidate_median_us": 10.0, "baseline_median_us": base_us,
+                "batch_ratios": [ratio * f for f in (0.99, 1.0, 1.01)]}
+
+    # Shape a: cuDNN on channels_last is the fastest PyTorch path; shape b: NCHW tuned is.
+    table = pd.DataFrame([row("tuned", "a", "torch_tuned", 3.0, 30.0),
+                          row("tuned", "a", "torch_tuned_nhwc", 1.2, 12.0),
+                          row("default", "a", "torch_default", 3.1, 31.0),
+                          row("default", "a", "torch_default_nhwc", 1.3, 13.0),
+                          row("tuned", "b", "torch_tuned", 1.5, 15.0),
+                          row("tuned", "b", "torch_tuned_nhwc", 3.0, 30.0),
+                          row("default", "b", "torch_default", 2.0, 20.0),
+                          row("default", "b", "torch_default_nhwc", 3.0, 30.0)])
+    both = with_torch_best(table)
+    best = both[both.baseline == "torch_best"].set_index("shape_id")
+    nchw = both[both.baseline == "torch_best_nchw"].set_index("shape_id")
+    assert best.loc["a", "torch_best_choice"] == "torch_tuned_nhwc"
+    assert best.loc["a", "ratio"] == 1.2
+    assert best.loc["b", "torch_best_choice"] == "torch_tuned"
+    # The NCHW-only reading never picks a channels_last reference.
+    assert list(nchw["torch_best_choice"]) == ["torch_tuned", "torch_tuned"]
+    assert nchw.loc["a", "ratio"] == 3.0
+    summary = summarize(both, CFG).set_index("baseline")
+    assert summary.loc["torch_best", "torch_best_chosen"] == {
+        "torch_default": 0, "torch_tuned": 1, "torch_tuned_nhwc": 1}
+    assert summary.loc["torch_best_nchw", "torch_best_chosen"] == {
+        "torch_default": 0, "torch_tuned": 2}
+    # A record without channels_last references gets no torch_best_nchw (it would equal
+    # torch_best), and its torch_best is the older one.
+    old = with_torch_best(table[~table.baseline.str.endswith("_nhwc")])
+    assert "torch_best_nchw" not in set(old.baseline)
+    assert list(old[old.baseline == "torch_best"]["torch_best_choice"]) == ["torch_tuned"] * 2
+
+
+def test_the_dispatcher_never_chooses_a_channels_last_reference():
+    from groupconv_atlas.dispatch import choose
+
+    medians = pd.DataFrame([
+        {"shape_id": "a", "implementation": impl, "boundary": "graph_device", "median_us": us}
+        for impl, us in (("k5", 10.0), ("torch_tuned", 12.0), ("torch_tuned_nhwc", 4.0),
+                         ("torch_default_tf32", 3.0))])
+    verification = pd.DataFrame([{"shape_id": "a", "implementation": i, "status": "correct"}
+                                 for i in medians["implementation"]])
+    assert choose(medians, verification)["a"]["implementation"] == "k5"
+
+
 def test_geometric_mean_intervals_resample_processes_where_batches_span_them():
     from groupconv_atlas.stats import replication_units
 

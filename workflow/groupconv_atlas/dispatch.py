@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .kernels import BASELINES
+from .kernels import BASELINES, layout_of
 
 DISPATCH = "dispatch"
 NOT_STRICT_FP32 = sorted(name for name, spec in BASELINES.items() if spec["tf32"])
+# The dispatcher serves a caller's contiguous NCHW tensors: a reference that computes on
+# channels_last tensors would need the layout changed on every call, so it is measured beside
+# the dispatcher (torch_best), never chosen by it.
+DISPATCH_LAYOUT = "nchw"
 
 
 def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "graph_device"
@@ -16,7 +20,8 @@ def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "g
     """{shape_id: {"implementation", "median_us", "reason"}} from per-(shape, implementation,
     boundary) medians; only implementations verified correct on the shape are eligible."""
     # Strict FP32 only: a TF32 baseline computes less precisely, so it is never a dispatch target.
-    medians = medians[~medians["implementation"].isin(NOT_STRICT_FP32)]
+    medians = medians[~medians["implementation"].isin(NOT_STRICT_FP32)
+                      & (medians["implementation"].map(layout_of) == DISPATCH_LAYOUT)]
     correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
                       verification.loc[verification["status"] == "correct", "implementation"]))
     sub = medians[medians["boundary"] == boundary]

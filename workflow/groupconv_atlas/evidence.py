@@ -62,15 +62,14 @@ def _headline(atlas: dict, blocks: dict[str, Template]) -> tuple[str, str]:
     graph = (head.get("boundaries") or {}).get("graph_device")
     if not graph:
         return lines, ""
-    group_rows = []
-    for title, entries in (("kind", graph["by_kind"]),
-                           ("channels per group", graph["by_channels_per_group"]),
-                           ("footprint", graph["by_footprint"])):
-        for e in entries:
-            group_rows.append(
-                f"| {title}: {e['group']} | {e['shapes']} | {x(e['geomean_ratio'])} | "
-                f"{interval(e['shape_ci_low'], e['shape_ci_high'])} | {e['n_win']} | "
-                f"{e['n_loss']} | {e['n_tie']} | {e['n_inconclusive']} |")
+    group_rows = _group_rows(graph, head["candidate"])
+    nchw_only = ""
+    if head.get("nchw_only"):
+        old = head["nchw_only"]
+        nchw_only = fill(blocks["nchw_only"], candidate=head["candidate"],
+                         reference=old["reference"], statement=old["reference_statement"],
+                         group_rows="\n".join(_group_rows(old["boundaries"]["graph_device"],
+                                                          head["candidate"])))
     fastest_rows = []
     for boundary, part in head["boundaries"].items():
         custom = sum(f["fastest_is_custom"] for f in part["fastest_per_shape"])
@@ -80,8 +79,48 @@ def _headline(atlas: dict, blocks: dict[str, Template]) -> tuple[str, str]:
     l2 = head.get("l2_bytes")
     tables = fill(blocks["headline_tables"], candidate=head["candidate"],
                   reference=head["reference"], l2_mb="n/a" if not l2 else f"{l2 / 1e6:.1f}",
-                  group_rows="\n".join(group_rows), fastest_rows="\n".join(fastest_rows))
+                  group_rows="\n".join(group_rows), fastest_rows="\n".join(fastest_rows),
+                  nchw_only_rows=nchw_only)
     return lines, tables
+
+
+def _group_rows(graph: dict, candidate: str) -> list[str]:
+    """The headline's rows by region: every candidate overall (the dispatcher among them), then
+    the headline candidate by kind, channels per group and footprint."""
+    rows = [f"| overall: {e['candidate']} | {e['shapes_compared']} | {x(e['geomean_ratio'])} | "
+            f"{interval(e['shape_ci_low'], e['shape_ci_high'])} | {e['n_win']} | {e['n_loss']} | "
+            f"{e['n_tie']} | {e['n_inconclusive']} |"
+            for e in graph.get("overall", []) if e["candidate"] == "dispatch"]
+    for title, entries in (("kind", graph["by_kind"]),
+                           ("channels per group", graph["by_channels_per_group"]),
+                           ("footprint", graph["by_footprint"])):
+        for e in entries:
+            rows.append(
+                f"| {title}: {e['group']} | {e['shapes']} | {x(e['geomean_ratio'])} | "
+                f"{interval(e['shape_ci_low'], e['shape_ci_high'])} | {e['n_win']} | "
+                f"{e['n_loss']} | {e['n_tie']} | {e['n_inconclusive']} |")
+    return rows
+
+
+def _nhwc_timed(atlas: dict) -> bool:
+    return bool((atlas.get("headline") or {}).get("nchw_only"))
+
+
+def _torch_best_words(atlas: dict) -> str:
+    if not _nhwc_timed(atlas):
+        return "per shape and boundary the faster of torch_default and torch_tuned"
+    return ("per shape and boundary the fastest strict-FP32 PyTorch reference in either layout "
+            "(torch_default, torch_tuned, and the same on channels_last input and weight: "
+            "torch_default_nhwc, torch_tuned_nhwc; their layout conversion happens once when "
+            "they are bound, outside every timed region); `torch_best_nchw` is the same among "
+            "the NCHW two, the reading before channels_last was measured")
+
+
+def _layout_words(atlas: dict) -> str:
+    if not _nhwc_timed(atlas):
+        return "layouts (NHWC)"
+    return ("layouts other than NCHW for the custom kernels (channels_last is measured for "
+            "PyTorch's references only, with the conversion outside the timed region)")
 
 
 def _aa_words(aa: dict) -> dict:
@@ -187,5 +226,6 @@ def evidence_markdown(atlas: dict, template: Path = TEMPLATE) -> str:
         threshold=f"{st['threshold']:.0%}", comparison_rows="\n".join(_comparison_rows(atlas)),
         **_aa_words(atlas["aa"]), clock_flagged=atlas["clock"]["batches_clock_flagged"],
         clock_total=atlas["clock"]["batches_total"], flag_rule=atlas["clock"]["flag_rule"],
+        torch_best_words=_torch_best_words(atlas), layout_words=_layout_words(atlas),
         roofline=_roofline(atlas, blocks), spread=_spread(atlas, blocks),
         crosscheck=_crosscheck(atlas, blocks))

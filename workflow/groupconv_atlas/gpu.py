@@ -217,7 +217,7 @@ class Launcher:
         if base in BASELINES:
             return Bound(impl, torch_conv(self.session.torch, base, x, w, shape.groups), None,
                          {"cudnn_benchmark": BASELINES[base]["benchmark"],
-                          "tf32": BASELINES[base]["tf32"]})
+                          "tf32": BASELINES[base]["tf32"], "layout": BASELINES[base]["layout"]})
         raise KeyError(f"unknown implementation {impl!r}")
 
 
@@ -226,6 +226,12 @@ def torch_conv(torch, baseline: str, x, w, groups: int) -> Callable[[], object]:
     functional = torch.nn.functional
     benchmark = BASELINES[baseline]["benchmark"]
     tf32 = BASELINES[baseline]["tf32"]
+    if BASELINES[baseline]["layout"] == "nhwc":
+        # Converted once here, when the baseline is bound: the layout change is outside every
+        # timed region (a model converted with .to(memory_format=channels_last) pays it once,
+        # not per layer). The output comes back channels_last; its values are the same tensor.
+        x = x.contiguous(memory_format=torch.channels_last)
+        w = w.contiguous(memory_format=torch.channels_last)
 
     def run_torch():
         # cudnn.benchmark is process-global and read at call time: set it on every call.

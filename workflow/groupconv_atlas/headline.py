@@ -3,16 +3,19 @@ strict-FP32 PyTorch reference, which implementation is fastest per shape, and ho
 
 Everything is computed from the comparison rows (with torch_best added, stats.with_torch_best),
 the shape table, the verification table and, when a cross-record comparison exists, its cells.
-The reference is torch_best (per shape and boundary the faster of torch_default and
-torch_tuned) when the record timed both, else torch_tuned."""
+The reference is torch_best (per shape and boundary the fastest strict-FP32 PyTorch path
+measured: torch_default and torch_tuned, and where the record timed them, the same on
+channels_last tensors) when the record timed torch_default and torch_tuned both, else
+torch_tuned. Where channels_last references were timed, the NCHW-only reading (torch_best_nchw)
+stands beside it, labelled as such."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from .kernels import DISPATCH, KERNELS
-from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, StatsConfig, geomean_block, \
-    measured_medians
+from .kernels import BASELINES, DISPATCH, KERNELS, layout_of
+from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW, StatsConfig, \
+    geomean_block, measured_medians
 
 HEADLINE_BOUNDARIES = ("graph_device", "sync_api")
 # Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
@@ -21,7 +24,7 @@ CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
 FOOTPRINT_BINS = ((None, 0.5), (0.5, 2.0), (2.0, None))
 # Implementations that compute in strict FP32 and may be "the fastest"; the TF32 reference and
 # the dispatcher (a choice among the others) are not.
-STRICT_REFERENCES = ("torch_default", "torch_tuned")
+STRICT_REFERENCES = TORCH_BEST_FROM
 GROUP_KEYS = ("geomean_ratio", "shape_ci_low", "shape_ci_high", "noise_ci_low", "noise_ci_high",
               "shapes_compared", "n_win", "n_loss", "n_tie", "n_inconclusive", "n_unsupported",
               "n_incorrect")
@@ -99,6 +102,8 @@ def fastest_per_shape(comparisons: pd.DataFrame, verification: pd.DataFrame, ref
     med = med[(med["boundary"] == boundary)
               & med["implementation"].isin([*KERNELS, *STRICT_REFERENCES])]
     med = med[[(s, i) in correct for s, i in zip(med["shape_id"], med["implementation"])]]
+    if med.empty:  # nothing verified was timed at this boundary
+        return []
     rows = comparisons[(comparisons["baseline"] == reference)
                        & (comparisons["boundary"] == boundary)
                        & comparisons["class"].isin(CLASSES)].set_index(["shape_id", "candidate"])
@@ -108,6 +113,7 @@ def fastest_per_shape(comparisons: pd.DataFrame, verification: pd.DataFrame, ref
         fastest = grp.iloc[0]
         custom = grp[grp["implementation"].isin(KERNELS)]
         entry = {"shape_id": shape_id, "fastest": fastest["implementation"],
+                 "fastest_layout": layout_of(fastest["implementation"]),
                  "fastest_median_us": float(fastest["median_us"]),
                  "fastest_is_custom": fastest["implementation"] in KERNELS,
                  "best_custom": None}
@@ -118,8 +124,8 @@ def fastest_per_shape(comparisons: pd.DataFrame, verification: pd.DataFrame, ref
                 "implementation": best, "median_us": float(custom.iloc[0]["median_us"]),
                 "ratio": float(cell["ratio"]), "ci_low": float(cell["ci_low"]),
                 "ci_high": float(cell["ci_high"]), "class": cell["class"],
-                "reference_chosen": (cell.get("torch_best_choice") if reference == TORCH_BEST
-                                     else reference)}
+                "reference_chosen": (cell.get("torch_best_choice")
+                                     if reference in (TORCH_BEST, TORCH_BEST_NCHW) else reference)}
         out.append(entry)
     return out
 
@@ -157,6 +163,54 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
     return block
 
 
+def reference_statement(reference: str, comparisons: pd.DataFrame) -> str:
+    if reference == "torch_tuned":
+        return "torch_tuned (this record did not time torch_default and torch_tuned both)"
+    timed = sorted(set(comparisons["baseline"]) & set(TORCH_BEST_FROM))
+    among = TORCH_BEST_FROM if reference == TORCH_BEST else ("torch_tuned", "torch_default")
+    named = [r for r in among if r in timed]
+    nhwc = [r for r in named if BASELINES[r]["layout"] == "nhwc"]
+    if not nhwc and reference == TORCH_BEST:
+        return ("torch_best: per shape and boundary the faster (lower median over timing jobs) "
+                "of torch_default and torch_tuned")
+    words = (f"{reference}: per shape and boundary the fastest (lower median over timing jobs) "
+             f"of {', '.join(named)}")
+    if nhwc:
+        words += (" (the _nhwc ones on channels_last input and weight, converted once outside "
+                  "the timed region)")
+    else:
+        words += " (contiguous NCHW tensors only)"
+    return words
+
+
+def _boundary_block(comparisons, summary, verification, reference, candidate, groups, l2_bytes,
+                    boundary, cfg) -> dict:
+    """Against one reference at one boundary: every candidate's geometric mean, the headline
+    candidate by region, and the fastest implementation per shape."""
+    against = summary[(summary["baseline"] == reference) & (summary["boundary"] == boundary)
+                      & summary["candidate"].isin([*KERNELS, DISPATCH])]
+    overall = [{"candidate": r["candidate"], **{k: r[k] for k in GROUP_KEYS}}
+               for r in against.to_dict("records")]
+    rows = comparisons[(comparisons["candidate"] == candidate)
+                       & (comparisons["baseline"] == reference)
+                       & (comparisons["boundary"] == boundary)]
+    fastest = fastest_per_shape(comparisons, verification, reference, boundary)
+    counts = pd.Series([f["fastest"] for f in fastest]).value_counts()
+    return {
+        "overall": overall,
+        "by_kind": _group_entries(rows, groups["kind"], ["depthwise", "grouped"], cfg),
+        "by_channels_per_group": _group_entries(
+            rows, groups["channels_per_group"],
+            [channel_bin(lo) for lo, _ in CHANNEL_BINS], cfg),
+        "by_footprint": _group_entries(
+            rows, groups["footprint"],
+            [footprint_bin(lo if lo is not None else 0.0) for lo, _ in FOOTPRINT_BINS], cfg)
+        if l2_bytes else [],
+        "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
+        "fastest_per_shape": fastest,
+    }
+
+
 def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc: dict,
                    verification: pd.DataFrame, l2_bytes: int | None, aa: dict,
                    cfg: StatsConfig, agreement_cells: pd.DataFrame | None = None) -> dict:
@@ -167,36 +221,23 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
     candidate = headline_candidate(summary, reference)
     groups = shape_groups(shapes_doc, l2_bytes).set_index("shape_id")
     doc = {"reference": reference,
-           "reference_statement": (
-               "torch_best: per shape and boundary the faster (lower median over timing jobs) of "
-               "torch_default and torch_tuned" if reference == TORCH_BEST else
-               "torch_tuned (this record did not time torch_default and torch_tuned both)"),
+           "reference_statement": reference_statement(reference, comparisons),
            "candidate": candidate, "l2_bytes": l2_bytes, "boundaries": {},
            "interval": "two-stage bootstrap over shapes, then batches within each shape "
                        f"({cfg.confidence_level:.0%}, percentile, {cfg.resamples} resamples)"}
     for boundary in HEADLINE_BOUNDARIES:
-        against = summary[(summary["baseline"] == reference) & (summary["boundary"] == boundary)
-                          & summary["candidate"].isin([*KERNELS, DISPATCH])]
-        overall = [{"candidate": r["candidate"], **{k: r[k] for k in GROUP_KEYS}}
-                   for r in against.to_dict("records")]
-        rows = comparisons[(comparisons["candidate"] == candidate)
-                           & (comparisons["baseline"] == reference)
-                           & (comparisons["boundary"] == boundary)]
-        fastest = fastest_per_shape(comparisons, verification, reference, boundary)
-        counts = pd.Series([f["fastest"] for f in fastest]).value_counts()
-        doc["boundaries"][boundary] = {
-            "overall": overall,
-            "by_kind": _group_entries(rows, groups["kind"], ["depthwise", "grouped"], cfg),
-            "by_channels_per_group": _group_entries(
-                rows, groups["channels_per_group"],
-                [channel_bin(lo) for lo, _ in CHANNEL_BINS], cfg),
-            "by_footprint": _group_entries(
-                rows, groups["footprint"],
-                [footprint_bin(lo if lo is not None else 0.0) for lo, _ in FOOTPRINT_BINS], cfg)
-            if l2_bytes else [],
-            "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
-            "fastest_per_shape": fastest,
-        }
+        doc["boundaries"][boundary] = _boundary_block(
+            comparisons, summary, verification, reference, candidate, groups, l2_bytes,
+            boundary, cfg)
+    if reference == TORCH_BEST and TORCH_BEST_NCHW in set(comparisons["baseline"]):
+        # The reading against NCHW PyTorch alone, beside the headline and labelled as such.
+        doc["nchw_only"] = {
+            "reference": TORCH_BEST_NCHW,
+            "reference_statement": reference_statement(TORCH_BEST_NCHW, comparisons),
+            "boundaries": {b: _boundary_block(comparisons, summary, verification,
+                                              TORCH_BEST_NCHW, candidate, groups, l2_bytes, b,
+                                              cfg)
+                           for b in HEADLINE_BOUNDARIES}}
     doc["certainty"] = {"aa": {b: {k: v for k, v in r.items() if k.startswith("exclude_one")}
                                for b, r in aa.get("by_boundary", {}).items()},
                         "aa_exclude_one_limit": aa.get("exclude_one_limit"),
@@ -221,11 +262,31 @@ def _counts(entry: dict) -> str:
 def summary_lines(doc: dict, shape_count: int) -> list[str]:
     """Plain sentences for a reader who sees nothing else; every number from `doc`."""
     ref, cand = doc["reference"], doc["candidate"]
-    ref_words = ("the faster of PyTorch default and tuned per shape (torch_best)"
+    nchw_only = doc.get("nchw_only")
+    ref_words = ("the fastest strict-FP32 PyTorch path per shape in either layout, NCHW or "
+                 "channels_last (torch_best)" if ref == TORCH_BEST and nchw_only else
+                 "the faster of PyTorch default and tuned per shape (torch_best)"
                  if ref == TORCH_BEST else "tuned PyTorch (torch_tuned)")
     if cand is None:
         return [f"No custom kernel was timed against {ref_words}."]
     lines = []
+    if nchw_only:
+        graph = doc["boundaries"].get("graph_device", {})
+        layouts = pd.Series([f["fastest_layout"] for f in graph.get("fastest_per_shape", [])
+                             if not f["fastest_is_custom"]]).value_counts()
+        mine = next((o for o in graph.get("overall", []) if o["candidate"] == DISPATCH), None)
+        old = next((o for o in nchw_only["boundaries"].get("graph_device", {}).get("overall", [])
+                    if o["candidate"] == DISPATCH), None)
+        if mine and old:
+            lines.append(
+                f"At graph_device the dispatcher (NCHW) against torch_best over both layouts: "
+                f"{_x(mine['geomean_ratio'])} {_interval(mine)}, {_counts(mine)}; against NCHW "
+                f"PyTorch alone (torch_best_nchw, the older reading): {_x(old['geomean_ratio'])} "
+                f"{_interval(old)}, {_counts(old)}.")
+        if not layouts.empty:
+            lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
+                         "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"
+                                                   for k, v in layouts.items()) + ".")
     for boundary in HEADLINE_BOUNDARIES:
         part = doc["boundaries"].get(boundary)
         mine = next((o for o in (part or {}).get("overall", []) if o["candidate"] == cand), None)

@@ -434,18 +434,39 @@ KERNELS: dict[str, KernelSpec] = {
                      default_variant=k7_default_variant),
 }
 
-# PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned); and,
-# labelled apart, PyTorch as a default user gets it: cuDNN convolutions may use TF32 (PyTorch's
-# default), so it computes less precisely than every other implementation here.
+# PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned), on
+# contiguous NCHW tensors and on channels_last (NHWC) ones; and, labelled apart, PyTorch as a
+# default user gets it: cuDNN convolutions may use TF32 (PyTorch's default), so it computes less
+# precisely than every other implementation here. Why channels_last: for FP32 NCHW depthwise
+# convolutions PyTorch never calls cuDNN (its own conv_depthwise2d kernel runs), while on
+# channels_last tensors the same F.conv2d runs cuDNN's NHWC kernels. A channels_last baseline's
+# input and weight are converted once when it is bound, outside every timed region.
 BASELINES: dict[str, dict] = {
     "torch_default": {"title": "PyTorch F.conv2d, cudnn.benchmark=False", "benchmark": False,
-                      "tf32": False},
+                      "tf32": False, "layout": "nchw"},
     "torch_tuned": {"title": "PyTorch F.conv2d, cudnn.benchmark=True", "benchmark": True,
-                    "tf32": False},
+                    "tf32": False, "layout": "nchw"},
     "torch_default_tf32": {"title": "PyTorch F.conv2d as shipped: cudnn.benchmark=False, TF32 "
                                     "allowed in cuDNN convolutions (not strict FP32)",
-                           "benchmark": False, "tf32": True},
+                           "benchmark": False, "tf32": True, "layout": "nchw"},
+    "torch_default_nhwc": {"title": "PyTorch F.conv2d on channels_last input and weight, "
+                                    "cudnn.benchmark=False", "benchmark": False, "tf32": False,
+                           "layout": "nhwc"},
+    "torch_tuned_nhwc": {"title": "PyTorch F.conv2d on channels_last input and weight, "
+                                  "cudnn.benchmark=True", "benchmark": True, "tf32": False,
+                         "layout": "nhwc"},
 }
+# NCHW is the study's layout (every custom kernel reads and writes contiguous NCHW); NHWC is
+# measured beside it.
+LAYOUTS = ("nchw", "nhwc")
+STRICT_BASELINES = tuple(name for name, spec in BASELINES.items() if not spec["tf32"])
+
+
+def layout_of(impl: str) -> str:
+    """The memory layout an implementation computes in: a baseline's own, NCHW for the rest."""
+    return BASELINES.get(base_implementation(impl), {}).get("layout", "nchw")
+
+
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
 DISPATCH = "dispatch"  # groupconv_atlas.dispatch: per-shape choice among the above
 TWIN_SUFFIX = "_twin"

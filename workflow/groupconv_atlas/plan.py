@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from .kernels import IMPLEMENTATIONS, KERNELS, base_implementation, twin_name
+from .kernels import BASELINES, IMPLEMENTATIONS, KERNELS, base_implementation, twin_name
 
 BOUNDARIES = ("graph_device", "sync_api")
 Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}
@@ -44,12 +44,26 @@ def check_names(config: dict) -> None:
             raise PlanError(f"config {field}: {name!r} is not listed in 'kernels' or "
                             "'baselines', so it is never built or verified")
     for group, refs in timing["reference_groups"].items():
-        if {"torch_default", "torch_tuned"} <= set(refs):
+        clash = cache_clash(refs)
+        if clash:
             raise PlanError(
-                f"config timing.reference_groups.{group}: torch_default and torch_tuned cannot be "
+                f"config timing.reference_groups.{group}: {clash[0]} and {clash[1]} cannot be "
                 "timed in one process: PyTorch's cuDNN algorithm cache is process-global and not "
                 "keyed by cudnn.benchmark (pytorch/pytorch#45372), so the first call's algorithm "
                 "would serve both; put them in separate groups")
+
+
+def cache_clash(refs) -> tuple[str, str] | None:
+    """Two strict-FP32 PyTorch references that would share cuDNN's algorithm cache entries in
+    one process: the same layout (the cache is keyed by memory format and TF32 setting) but
+    different cudnn.benchmark settings."""
+    strict = [r for r in refs if r in BASELINES and not BASELINES[r]["tf32"]]
+    for i, a in enumerate(strict):
+        for b in strict[i + 1:]:
+            if (BASELINES[a]["layout"] == BASELINES[b]["layout"]
+                    and BASELINES[a]["benchmark"] != BASELINES[b]["benchmark"]):
+                return a, b
+    return None
 
 
 def configured_jobs(timing: dict) -> dict[str, Roles]:

@@ -29,9 +29,15 @@ from scipy import stats as sstats
 CLASSES = ("WIN", "LOSS", "TIE", "INCONCLUSIVE")
 METHODS = ("t", "BCa", "percentile", "basic")
 BOOTSTRAP_METHODS = ("BCa", "percentile", "basic")
-# The derived reference: per shape and boundary, the faster of these two strict-FP32 references.
+# The derived references: per shape and boundary, the fastest strict-FP32 PyTorch path measured.
+# torch_best takes every layout (NCHW and channels_last); torch_best_nchw, the NCHW reading kept
+# beside it, the two NCHW references alone (it is derived only where a channels_last reference
+# was timed: without one the two are the same). Ties go to the first in each tuple.
 TORCH_BEST = "torch_best"
-TORCH_BEST_FROM = ("torch_default", "torch_tuned")
+TORCH_BEST_NCHW = "torch_best_nchw"
+TORCH_BEST_NCHW_FROM = ("torch_tuned", "torch_default")
+TORCH_BEST_FROM = (*TORCH_BEST_NCHW_FROM, "torch_tuned_nhwc", "torch_default_nhwc")
+DERIVED_REFERENCES = {TORCH_BEST: TORCH_BEST_FROM, TORCH_BEST_NCHW: TORCH_BEST_NCHW_FROM}
 
 
 @dataclass(frozen=True)
@@ -286,10 +292,12 @@ def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
             ["candidate", "baseline", "boundary"], sort=True):
         row = {"candidate": cand, "baseline": base, "boundary": boundary,
                **geomean_block(everything, cfg)}
-        row["torch_best_chosen"] = None  # against torch_best: which reference each row is from
-        if base == TORCH_BEST:
+        row["torch_best_chosen"] = None  # against a derived reference: which one each row is from
+        if base in DERIVED_REFERENCES:
             chosen = everything["torch_best_choice"].value_counts()
-            row["torch_best_chosen"] = {ref: int(chosen.get(ref, 0)) for ref in TORCH_BEST_FROM}
+            row["torch_best_chosen"] = {ref: int(chosen.get(ref, 0)) for ref in
+                                        sorted(DERIVED_REFERENCES[base])
+                                        if ref in TORCH_BEST_NCHW_FROM or chosen.get(ref, 0)}
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -326,36 +334,45 @@ def geomean_block(rows: pd.DataFrame, cfg: StatsConfig) -> dict:
 
 def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None
                     ) -> pd.DataFrame:
-    """Add the derived reference torch_best: per shape and boundary, whichever of torch_default /
-    torch_tuned has the lower median (over every job that timed it). A candidate's rows against
-    torch_best are copies of its rows against the chosen reference, from whichever job measured
-    them, with `torch_best_choice` naming it. Needs both references timed somewhere; else the
-    table is returned unchanged."""
+    """Add the derived references: torch_best, per shape and boundary whichever strict-FP32
+    PyTorch reference (either layout) has the lowest median over every job that timed it; and,
+    where a channels_last reference was timed, torch_best_nchw, the same among the NCHW two. A
+    candidate's rows against a derived reference are copies of its rows against the chosen one,
+    from whichever job measured them, with `torch_best_choice` naming it. Needs torch_default and
+    torch_tuned both timed somewhere; else the table is returned unchanged.
+    `reference_choice` (torch_best_choice's table) fixes torch_best's choice."""
     if "torch_best_choice" not in comparisons:
         comparisons = comparisons.assign(torch_best_choice=None)
-    choice = torch_best_choice(comparisons) if reference_choice is None else reference_choice
-    if choice.empty:
-        return comparisons
-    pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
-    against = comparisons[comparisons["baseline"].isin(TORCH_BEST_FROM)
-                          & ~comparisons["candidate"].isin(TORCH_BEST_FROM)]
-    chosen = [pick.get((s, b)) == r for s, b, r in
-              zip(against["shape_id"], against["boundary"], against["baseline"])]
-    derived = against[chosen].assign(torch_best_choice=lambda f: f["baseline"],
-                                      baseline=TORCH_BEST)
-    return pd.concat([comparisons, derived], ignore_index=True)
+    derived = []
+    for name, among in DERIVED_REFERENCES.items():
+        if name == TORCH_BEST_NCHW and not (set(comparisons["baseline"])
+                                            & (set(TORCH_BEST_FROM) - set(among))):
+            continue
+        choice = (torch_best_choice(comparisons, among)
+                  if reference_choice is None or name != TORCH_BEST else reference_choice)
+        if choice.empty:
+            continue
+        pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
+        against = comparisons[comparisons["baseline"].isin(among)
+                              & ~comparisons["candidate"].isin(TORCH_BEST_FROM)]
+        chosen = [pick.get((s, b)) == r for s, b, r in
+                  zip(against["shape_id"], against["boundary"], against["baseline"])]
+        derived.append(against[chosen].assign(torch_best_choice=lambda f: f["baseline"],
+                                              baseline=name))
+    return pd.concat([comparisons, *derived], ignore_index=True) if derived else comparisons
 
 
-def torch_best_choice(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """(shape_id, boundary, reference, median_us): the faster of torch_default and torch_tuned
-    where both were measured, else the one that was (ties go to torch_tuned). Empty when the
-    record has not timed both anywhere."""
+def torch_best_choice(comparisons: pd.DataFrame, among: tuple[str, ...] = TORCH_BEST_FROM
+                      ) -> pd.DataFrame:
+    """(shape_id, boundary, reference, median_us): the fastest of the references `among` that
+    were measured on the shape (ties to the earlier in `among`). Empty when the record has not
+    timed torch_default and torch_tuned both anywhere."""
     med = measured_medians(comparisons)
-    med = med[med["implementation"].isin(TORCH_BEST_FROM)]
-    if set(med["implementation"]) != set(TORCH_BEST_FROM):
+    med = med[med["implementation"].isin(among)]
+    if not set(TORCH_BEST_NCHW_FROM) <= set(med["implementation"]):
         return pd.DataFrame(columns=["shape_id", "boundary", "reference", "median_us"])
-    # Sorting torch_tuned before torch_default on equal medians makes the choice deterministic.
-    med = med.assign(_order=med["implementation"].map({"torch_tuned": 0, "torch_default": 1}))
+    # Ordering equal medians by `among` makes the choice deterministic.
+    med = med.assign(_order=med["implementation"].map({r: i for i, r in enumerate(among)}))
     best = (med.sort_values(["shape_id", "boundary", "median_us", "_order"], kind="stable")
             .drop_duplicates(["shape_id", "boundary"]))
     return best.rename(columns={"implementation": "reference"})[
@@ -374,7 +391,7 @@ def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
     # A twin is the A/A handle and torch_best a copy of another reference's row: neither is an
     # implementation timed in its own right.
     both = both[~both["implementation"].str.endswith("_twin")
-                & (both["implementation"] != TORCH_BEST)]
+                & ~both["implementation"].isin(list(DERIVED_REFERENCES))]
     return both.drop_duplicates(["job", "shape_id", "implementation", "boundary"])
 
 

@@ -33,8 +33,13 @@ BASELINE_LABELS = {"k0": "k0 (reference custom kernel)",
                    "torch_tuned": "PyTorch tuned (torch_tuned)",
                    "torch_default_tf32": "PyTorch as shipped, TF32 allowed: not strict FP32 "
                                          "(torch_default_tf32)",
-                   "torch_best": "PyTorch, the faster of default and tuned per shape "
-                                 "(torch_best)"}
+                   "torch_default_nhwc": "PyTorch default on channels_last "
+                                         "(torch_default_nhwc)",
+                   "torch_tuned_nhwc": "PyTorch tuned on channels_last (torch_tuned_nhwc)",
+                   "torch_best": "PyTorch, the fastest strict-FP32 path per shape, either "
+                                 "layout where both were timed (torch_best)",
+                   "torch_best_nchw": "PyTorch on NCHW only, the faster of default and tuned "
+                                      "per shape (torch_best_nchw)"}
 # Tick candidates in order of preference; a tick is kept when it is far enough from those kept.
 TICK_PRIORITY = (1.0, 2.0, 0.5, 4.0, 0.25, 10.0, 0.1, 1.5, 0.67, 3.0, 0.33, 1.25, 0.8, 5.0, 0.2,
                  20.0, 0.05, 50.0, 0.02, 1.1, 0.9, 1.05, 0.95)
