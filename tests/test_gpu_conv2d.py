@@ -313,3 +313,77 @@ def test_compiled_conv2d_still_refuses_a_bad_call_when_it_runs():
     x = torch.randn(2, 8, 5, 5, device="cuda", dtype=torch.float16)
     w = torch.randn(8, 1, 3, 3, device="cuda", dtype=torch.float16)
     _raises_naming(r"^x: dtype torch\.float16, must be torch\.float32", lambda: compiled(x, w))
+
+
+# ------------------------------------------- the launch path: the caller's stream, no fork/join
+
+def _graph_nodes(torch, record) -> int:
+    """Nodes of a CUDA graph captured from `record()`, counted in its DOT dump (CUDA's
+    cudaGraphDebugDotPrint)."""
+    import tempfile
+
+    graph = torch.cuda.CUDAGraph()
+    graph.enable_debug_mode()
+    with torch.cuda.graph(graph):
+        record()
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/graph.dot"
+        graph.debug_dump(path)
+        text = open(path).read()
+    return len(re.findall(r'^\s*"?graph_\d+_node_\d+"?\s*\[', text, flags=re.MULTILINE))
+
+
+@pytest.mark.gpu
+def test_op_adds_no_node_to_a_captured_graph_over_its_bare_kernel():
+    """The op launches on the capturing stream itself: a captured call is one kernel node, as a
+    bare launch of the same kernel is (no event record or wait nodes from a stream fork/join)."""
+    from groupconv_atlas.launch import plan_for
+
+    shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
+    x, w = fresh_inputs(torch, shape, check_seed(shape.id, "nodes"))
+    g.conv2d(x, w, shape.groups, "k5")  # resolves and loads the plan outside the capture
+    runtime = g.runtime()
+    launch, _ = runtime.launcher.kernel_launch("k5", shape)
+    bare = plan_for(runtime.launcher.cubins["k5"], launch)
+    y = torch.empty_like(x)
+    torch.cuda.synchronize()
+
+    def bare_call():
+        bare.launch(torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(),
+                    y.data_ptr(), *launch.scalars)
+
+    op_nodes = _graph_nodes(torch, lambda: g.conv2d(x, w, shape.groups, "k5"))
+    bare_nodes = _graph_nodes(torch, bare_call)
+    assert bare_nodes >= 1
+    assert op_nodes == bare_nodes, (op_nodes, bare_nodes)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_op_runs_on_the_callers_stream_in_order(implementation):
+    """On a side stream, the op reads inputs that stream just wrote and its output is complete
+    when that stream is: no other stream is involved."""
+    shape = SHAPE_BY_ID["cpg4-oddw-n32-c128-19x19-g32"]
+    x, w = fresh_inputs(torch, shape, check_seed(shape.id, implementation, "stream"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # the plan is resolved on the first call, reused on the others
+            x2 = x * 1.0  # written on `side` right before the op reads it
+            y = g.conv2d(x2, w, shape.groups, implementation)
+        side.synchronize()
+    assert_matches_fp64(torch, y, x, w, shape.groups, f"{implementation} on a side stream")
+
+
+@pytest.mark.gpu
+def test_a_refused_launch_raises_naming_the_entry():
+    from groupconv_atlas.launch import CudaError, LaunchPlan, MODULES
+
+    runtime = g.runtime()
+    shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
+    launch, _ = runtime.launcher.kernel_launch("k5", shape)
+    function = MODULES.function(runtime.launcher.cubins["k5"], launch.entry)
+    # 4096 threads per block: more than any GPU allows, so the driver refuses the launch.
+    plan = LaunchPlan(function, (1, 1, 1), (4096, 1, 1), launch.arg_format, launch.entry)
+    with pytest.raises(CudaError, match=launch.entry):
+        plan.launch(torch.cuda.current_stream().cuda_stream, 0, 0, 0, *launch.scalars)

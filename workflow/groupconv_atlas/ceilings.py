@@ -43,13 +43,14 @@ def _median_ms(session, launch) -> float:
 def _launch_floor_us(session, cubin: str | Path) -> float:
     """Per-launch time of an empty kernel replayed in a CUDA graph: no kernel launched as the
     atlas's graph_device boundary launches it can take less."""
+    from .launch import kernel_plan
     from .timing import TimingConfig, median_latencies
 
-    empty = session.function(cubin, "empty_launch")
-    empty.prepare("")
+    empty = kernel_plan(cubin, "empty_launch", (1, 1, 1), (1, 1, 1), "").launch
+    stream = session.stream.handle
 
     def launch():
-        empty.prepared_async_call((1, 1, 1), (1, 1, 1), session.stream)
+        empty(stream)
 
     cfg = TimingConfig(**{**CEILING_TIMING, "graph_min_replay_us": 100.0,
                           "graph_max_launches": 200})
@@ -59,24 +60,23 @@ def _launch_floor_us(session, cubin: str | Path) -> float:
 
 
 def measure(session, cubin: str | Path, progress=print) -> dict:
+    from .launch import kernel_plan
+
     torch = session.torch
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     sms = session.sm_count
-    copy_fn = session.function(cubin, "stream_copy_float4")
-    copy_fn.prepare("PPq")
-    fma_fn = session.function(cubin, "fma_throughput")
-    fma_fn.prepare("Piff")
+    stream = session.stream.handle
     with session.on_stream():
         src = torch.randn(STREAM_BYTES // 4, device="cuda")
         dst = torch.empty_like(src)
     n4 = STREAM_BYTES // 16
     stream_rows = []
     for blocks_per_sm, threads in STREAM_CONFIGS:
-        grid = (sms * blocks_per_sm, 1, 1)
+        copy = kernel_plan(cubin, "stream_copy_float4", (sms * blocks_per_sm, 1, 1),
+                           (threads, 1, 1), "PPq").launch
 
-        def launch(grid=grid, threads=threads):
-            copy_fn.prepared_async_call(grid, (threads, 1, 1), session.stream, src.data_ptr(),
-                                        dst.data_ptr(), n4)
+        def launch(copy=copy):
+            copy(stream, src.data_ptr(), dst.data_ptr(), n4)
 
         launch()
         session.synchronize()
@@ -93,10 +93,11 @@ def measure(session, cubin: str | Path, progress=print) -> dict:
         out = torch.empty(sms * 8 * 256, device="cuda")
     for blocks_per_sm in (4, 8):
         grid = (sms * blocks_per_sm, 1, 1)
+        fma = kernel_plan(cubin, "fma_throughput", grid, (256, 1, 1), "Piff").launch
 
-        def launch_fma(grid=grid):
-            fma_fn.prepared_async_call(grid, (256, 1, 1), session.stream, out.data_ptr(),
-                                       FMA_ITERATIONS, np.float32(1.0000001), np.float32(1e-7))
+        def launch_fma(fma=fma):
+            fma(stream, out.data_ptr(), FMA_ITERATIONS, float(np.float32(1.0000001)),
+                float(np.float32(1e-7)))
 
         launch_fma()
         session.synchronize()

@@ -1,11 +1,14 @@
 """The public entry point: `conv2d(x, weight, groups, implementation)` and `GroupConv2d`.
 
-Registered as the custom op `torch.ops.groupconv_atlas.conv2d` (torch.library, with a fake
-implementation), so CUDA graphs capture it and torch.compile traces it without a graph break.
-Every call is checked against the fixed experiment (FP32, contiguous NCHW on the GPU, 3x3 weights,
-stride 1, padding 1, dilation 1, no bias) and the implementation's support; what does not fit
-raises `UnsupportedConv` naming the field, never a silent wrong launch. Kernels and baselines go
-through the one launcher (`gpu.Launcher`) that the pipeline's stages use.
+Registered as the custom op `torch.ops.groupconv_atlas.conv2d` (torch.library's define and impl,
+with a fake implementation), so CUDA graphs capture it and torch.compile traces it without a
+graph break. A call is checked against the fixed experiment (FP32, contiguous NCHW on the GPU, 3x3
+weights, stride 1, padding 1, dilation 1, no bias) and the implementation's support the first
+time its key (implementation, sizes, groups, dtypes, devices, layouts) is seen; what does not fit
+raises `UnsupportedConv` naming the field, never a silent wrong launch. The launch resolved then
+(the launch tables' choice, entry, grid, block, scalars) is kept, so a later call allocates the
+output and enqueues the kernel on the caller's current stream with one driver call
+(`launch.LaunchPlan`, the same launch the pipeline's stages use), with no stream fork or join.
 
 Where the launch tables come from: `configure(...)` sets them; by default the newest committed
 record under records/ that has them (tuned launches, dispatch choices), looked up by geometry.
@@ -24,8 +27,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from .gpu import GpuSession, Launcher, dispatch_table, set_conv_tf32, torch_conv, tuning_table
+from .gpu import CallerSession, Launcher, dispatch_table, set_conv_tf32, torch_conv, tuning_table
 from .kernels import BASELINES, KERNELS, KERNELS_DIR, support as implementation_support
+from .launch import plan_for
 from .records import find_record
 from .shapes import geometry_shape
 
@@ -35,6 +39,9 @@ REPO_ROOT = KERNELS_DIR.parent
 STRICT_BASELINES = [b for b, spec in BASELINES.items()
                     if not spec["tf32"] and spec["layout"] == "nchw"]
 DISPATCH = "dispatch"
+# What `dispatch` runs on a geometry no dispatch table holds: the tuned register tile's untuned
+# rule, which supports every geometry.
+UNSEEN_GEOMETRY_KERNEL = "k5"
 
 
 class UnsupportedConv(ValueError):
@@ -64,7 +71,9 @@ def support(implementation: str, n: int, c_in: int, c_out: int, h: int, w: int,
 
 
 def check_call(x, weight, groups: int, implementation: str):
-    """The call's Shape, or UnsupportedConv naming the first field that does not fit."""
+    """The call's Shape, or UnsupportedConv naming the first field that does not fit. The call's
+    own fields (implementation, groups, sizes, kernel, channels, dtype, layout) come before the
+    device, so a wrong call is named as such on any machine."""
     if implementation not in implementations():
         raise UnsupportedConv(f"implementation: unknown {implementation!r}; known: "
                               f"{', '.join(implementations())}")
@@ -73,18 +82,9 @@ def check_call(x, weight, groups: int, implementation: str):
     for name, t in (("x", x), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
             raise UnsupportedConv(f"{name}: {type(t).__name__}, must be a torch.Tensor")
-        if t.dtype != torch.float32:
-            raise UnsupportedConv(f"{name}: dtype {t.dtype}, must be torch.float32")
         if t.dim() != 4:
             raise UnsupportedConv(f"{name}: {t.dim()} dimensions {tuple(t.shape)}, must be 4 "
                                   "(NCHW input, OIHW weight)")
-        if t.device.type != "cuda":
-            raise UnsupportedConv(f"{name}: on {t.device}, must be on a CUDA GPU")
-        if not t.is_contiguous():
-            raise UnsupportedConv(f"{name}: not contiguous (strides {t.stride()}), must be "
-                                  "contiguous NCHW: call .contiguous() first")
-    if weight.device != x.device:
-        raise UnsupportedConv(f"weight: on {weight.device}, x on {x.device}: must be one GPU")
     n, c_in, h, w = (int(v) for v in x.shape)
     c_out = int(weight.shape[0])
     if tuple(weight.shape[2:]) != (3, 3):
@@ -96,6 +96,17 @@ def check_call(x, weight, groups: int, implementation: str):
     if int(weight.shape[1]) != c_in // groups:
         raise UnsupportedConv(f"weight: {int(weight.shape[1])} input channels per group, must be "
                               f"C_in/groups = {c_in // groups}")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.dtype != torch.float32:
+            raise UnsupportedConv(f"{name}: dtype {t.dtype}, must be torch.float32")
+        if not t.is_contiguous():
+            raise UnsupportedConv(f"{name}: not contiguous (strides {t.stride()}), must be "
+                                  "contiguous NCHW: call .contiguous() first")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.device.type != "cuda":
+            raise UnsupportedConv(f"{name}: on {t.device}, must be on a CUDA GPU")
+    if weight.device != x.device:
+        raise UnsupportedConv(f"weight: on {weight.device}, x on {x.device}: must be one GPU")
     shape = geometry_shape(n, c_in, c_out, h, w, groups)
     ok, why = implementation_support(implementation, shape)
     if not ok:
@@ -152,14 +163,29 @@ def built_cubins(arch: str) -> dict[str, str]:
     return cubins
 
 
+# The caller's current stream as a raw CUstream handle: PyTorch's own fast accessor (the one its
+# generated code uses), else the public one.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or (
+    lambda: torch.cuda.current_device())
+
+
 class _Runtime:
+    """Launch tables, cubins and the plan cache of one process. A call's plan is resolved once
+    per (implementation, sizes, groups, dtypes, devices, layouts): the call checked, the
+    implementation chosen, the launch (entry, grid, block, scalars) resolved and its function
+    loaded. Every later call with that key allocates the output and makes one driver call on
+    the caller's current stream."""
+
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None):
+        self._warned: set = set()
+        self._plans: dict = {}
         if launcher is not None:  # a pipeline stage's own session and launcher
-            self.session, self.launcher, self.source = launcher.session, launcher, "a stage"
-            self._warned: set = set()
+            self.launcher, self.source = launcher, "a stage"
             return
-        self.session = GpuSession(strict=False)
-        major, minor = self.session.capability
+        device = CallerSession()
+        major, minor = device.capability
         if record is None and tunings is None and dispatch is None:
             record = newest_record_with_tables()
         if record is not None:
@@ -167,9 +193,8 @@ class _Runtime:
             tunings = rec_tunings if tunings is None else tunings
             dispatch = rec_dispatch if dispatch is None else dispatch
         self.source = str(record) if record is not None else "configure()"
-        self.launcher = Launcher(self.session, cubins or built_cubins(f"sm_{major}{minor}"),
+        self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
                                  tunings or {}, dispatch)
-        self._warned: set = set()
 
     def implementation_for(self, implementation: str, shape) -> str:
         if implementation != DISPATCH:
@@ -179,30 +204,43 @@ class _Runtime:
             return table[shape.geometry]
         if shape.geometry not in self._warned:
             self._warned.add(shape.geometry)
-            LOG.warning("dispatch: geometry %s is not in the dispatch table (%s); using k5",
-                        shape.geometry, self.source)
-        return "k5"
+            LOG.warning("dispatch: geometry %s is not in the dispatch table (%s); using %s",
+                        shape.geometry, self.source, UNSEEN_GEOMETRY_KERNEL)
+        return UNSEEN_GEOMETRY_KERNEL
 
     def forward(self, x, weight, groups: int, implementation: str):
+        key = (implementation, groups, x.shape, weight.shape, x.dtype, weight.dtype, x.device,
+               weight.device, x.is_contiguous(), weight.is_contiguous())
+        run = self._plans.get(key)
+        if run is None:
+            run = self._plans[key] = self._plan(x, weight, groups, implementation)
+        return run(x, weight)
+
+    def _plan(self, x, weight, groups: int, implementation: str):
+        """The call checked once and its launch resolved: a function (x, weight) -> y."""
         shape = check_call(x, weight, groups, implementation)
         impl = self.implementation_for(implementation, shape)
         if impl in BASELINES:
-            with _strict_fp32_call():
-                return torch_conv(torch, impl, x, weight, groups)()
-        y = torch.empty((shape.n, shape.c_out, shape.h_out, shape.w_out), device=x.device,
-                        dtype=torch.float32)
-        run = self.launcher.bind(impl, shape, x, weight, y).run
-        current = torch.cuda.current_stream(x.device)
-        ours = self.session.torch_stream
-        if current.cuda_stream == ours.cuda_stream:
-            run()
-        else:
-            # Fork onto the launcher's stream and join back: ordered after x's producers and
-            # before y's consumers, and captured into a CUDA graph being recorded on `current`.
-            ours.wait_stream(current)
-            run()
-            current.wait_stream(ours)
-        return y
+            def run_baseline(x, weight):
+                with _strict_fp32_call():
+                    return torch_conv(torch, impl, x, weight, groups)()
+            return run_baseline
+        device, index = x.device, x.device.index
+        with torch.cuda.device(device):  # the device's context current while its cubin loads
+            launch, _ = self.launcher.kernel_launch(impl, shape)
+            plan = plan_for(self.launcher.cubins[impl], launch)
+        enqueue, scalars = plan.launch, launch.scalars
+        out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
+        empty, f32 = torch.empty, torch.float32
+
+        def run_kernel(x, weight):
+            if _current_device() != index:  # another device is current: switch for the call
+                with torch.cuda.device(device):
+                    return run_kernel(x, weight)
+            y = empty(out_shape, dtype=f32, device=device)
+            enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr(), *scalars)
+            return y
+        return run_kernel
 
 
 @contextlib.contextmanager
@@ -240,37 +278,65 @@ def runtime() -> _Runtime:
     global _RUNTIME
     if _RUNTIME is None:
         if not torch.cuda.is_available():
-            raise RuntimeError("groupconv_atlas.conv2d needs a CUDA GPU and PyCUDA "
-                               "(pip install -e '.[gpu]'); none is visible here")
+            raise RuntimeError("groupconv_atlas.conv2d needs a CUDA GPU; none is visible here")
         _RUNTIME = _Runtime()
     return _RUNTIME
 
 
-@torch.library.custom_op("groupconv_atlas::conv2d", mutates_args=())
-def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, groups: int,
-               implementation: str) -> torch.Tensor:
+# The op, registered with torch.library's lower-level API (define + a CUDA kernel + a fake):
+# the dispatcher calls the CUDA kernel directly, without custom_op's Python wrapper around each
+# call. A call on CPU tensors reaches the CPU kernel, which only explains what is wrong.
+_LIB = torch.library.Library("groupconv_atlas", "DEF")
+_LIB.define("conv2d(Tensor x, Tensor weight, int groups, str implementation) -> Tensor")
+
+
+def _conv2d_cuda(x, weight, groups, implementation):
     return runtime().forward(x, weight, groups, implementation)
 
 
-@_conv2d_op.register_fake
+def _conv2d_elsewhere(x, weight, groups, implementation):
+    check_call(x, weight, groups, implementation)  # raises, naming the field
+    raise UnsupportedConv("x: must be on a CUDA GPU")
+
+
 def _conv2d_fake(x, weight, groups, implementation):
+    if not any(isinstance(v, torch.SymInt) for v in (*x.shape, *weight.shape, groups)):
+        check_call(x, weight, groups, implementation)  # the same errors as a real call
     # Stride 1, padding 1, 3x3: the output map is the input map.
     return x.new_empty((x.shape[0], weight.shape[0], x.shape[2], x.shape[3]))
 
 
+_LIB.impl("conv2d", _conv2d_cuda, "CUDA")
+_LIB.impl("conv2d", _conv2d_elsewhere, "CPU")
+torch.library.register_fake("groupconv_atlas::conv2d", _conv2d_fake, lib=_LIB)
+_OP = torch.ops.groupconv_atlas.conv2d.default
+
+
 def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
-    """y = conv2d(x, weight, groups) for FP32 contiguous NCHW x on the GPU, 3x3 weight
-    (C_out, C_in/groups, 3, 3), stride 1, padding 1, no bias. Forward only."""
+    """y = conv2d(x, weight, groups, implementation="dispatch"): a 3x3 grouped convolution,
+    stride 1, padding 1, dilation 1, no bias, forward only.
+
+    x: FP32 contiguous NCHW (N, C_in, H, W) on a CUDA GPU; weight: FP32 contiguous
+    (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W), contiguous NCHW.
+    implementation: one of `implementations()`: "dispatch" (the atlas's fastest verified choice
+    for this geometry; a geometry no table holds takes the untuned rule of k5, logged once),
+    a custom kernel "k0".."k7", or the strict-FP32 PyTorch references "torch_default" and
+    "torch_tuned" (F.conv2d with TF32 off, cudnn.benchmark off or on).
+    Raises UnsupportedConv (a ValueError) naming the first field that does not fit, e.g.
+    "x: dtype torch.float16, must be torch.float32"; `support(...)` answers the same without a
+    GPU. It is the custom op torch.ops.groupconv_atlas.conv2d: CUDA graphs capture it (the
+    kernel runs on the caller's current stream) and torch.compile(fullgraph=True) traces it."""
     if torch.compiler.is_compiling():
-        # While tracing, sizes and groups may be symbolic: the op checks the call when it runs,
-        # so the trace has no Python branch on them (no graph break).
-        return torch.ops.groupconv_atlas.conv2d(x, weight, groups, implementation)
-    if torch.is_grad_enabled() and (getattr(x, "requires_grad", False)
-                                    or getattr(weight, "requires_grad", False)):
+        # While tracing, sizes and groups may be symbolic: the fake implementation checks the
+        # call, so the trace has no Python branch on them (no graph break).
+        return _OP(x, weight, groups, implementation)
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) \
+            or type(groups) is not int:
+        check_call(x, weight, groups, implementation)  # raises, naming the field
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         raise UnsupportedConv("x/weight: requires grad, but conv2d has no backward: run under "
                               "torch.no_grad() or torch.inference_mode()")
-    check_call(x, weight, groups, implementation)
-    return torch.ops.groupconv_atlas.conv2d(x, weight, groups, implementation)
+    return _OP(x, weight, groups, implementation)
 
 
 class GroupConv2d(torch.nn.Module):

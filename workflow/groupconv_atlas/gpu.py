@@ -1,10 +1,12 @@
 """The GPU runtime and the one launcher, shared by the public `conv2d`, verification, tuning,
 timing, the MobileNet probe, the timer cross-check and Nsight captures.
 
-PyTorch and PyCUDA share the device's primary context and one stream: PyCUDA owns the stream and
-PyTorch adopts it as an ExternalStream (PyCUDA cannot adopt PyTorch's), so kernels and baselines
-are ordered on one queue and both can be captured into one CUDA graph. torch and pycuda are
-imported here only when a session is created, so this module imports on a machine with no GPU.
+A stage's session holds the device's primary context and one stream: PyCUDA creates the stream
+and PyTorch adopts it as an ExternalStream, so kernels and baselines are ordered on one queue and
+both can be captured into one CUDA graph. Custom kernels are launched on that stream by the one
+launch path (`launch.LaunchPlan`, the driver's cuLaunchKernel), the same the public conv2d uses on
+the caller's stream. torch and pycuda are imported here only when a session is created, so this
+module imports on a machine with no GPU.
 
 A launch is resolved from the call's geometry (N, C_in, C_out, H, W, groups), never from a shape's
 name: a tuned kernel takes the tuning stage's choice for that geometry, and where the stage did
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .kernels import BASELINES, KERNELS, base_implementation, launch_for
+from .launch import plan_for
 from .shapes import Shape
 
 LOG = logging.getLogger("groupconv_atlas")
@@ -54,6 +57,36 @@ def strict_fp32(torch) -> dict:
             "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32, "tf32": False}
 
 
+def device_figures(torch) -> tuple[int, int | None, tuple[int, int]]:
+    """(SM count, L2 bytes, compute capability) of the current CUDA device, read off it."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return (int(props.multi_processor_count), int(getattr(props, "L2_cache_size", 0)) or None,
+            (int(props.major), int(props.minor)))
+
+
+class CallerSession:
+    """The public conv2d's view of the GPU: the device's figures, and as its stream the caller's
+    current PyTorch stream (no stream of its own and no PyCUDA), so a launch bound through it
+    runs where the caller's work runs."""
+
+    class _Stream:
+        def __init__(self, handle: int):
+            self.handle = handle
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
+
+    @property
+    def stream(self) -> "CallerSession._Stream":
+        return self._Stream(self.torch.cuda.current_stream().cuda_stream)
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+
 class GpuSession:
     """One process's view of the GPU: primary context, the shared stream, loaded cubins, and the
     device's own figures (SM count, L2 size, compute capability), read off the device."""
@@ -75,25 +108,13 @@ class GpuSession:
         self.precision = strict_fp32(torch) if strict else {"api": "per call", "tf32": False}
         self.stream = drv.Stream()
         self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        self.sm_count = int(props.multi_processor_count)
-        self.l2_bytes = int(getattr(props, "L2_cache_size", 0)) or None
-        self.capability = (int(props.major), int(props.minor))
-        self._modules: dict[tuple[str, str], object] = {}
+        self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
 
     @contextlib.contextmanager
     def on_stream(self):
         """PyTorch work inside this block goes to the shared stream."""
         with self.torch.cuda.stream(self.torch_stream):
             yield
-
-    def function(self, cubin: str | Path, entry: str, handle: str = "main"):
-        """A kernel function; a different `handle` loads the cubin again (a distinct CUfunction),
-        which the A/A calibration uses as its second handle to the same code."""
-        key = (str(cubin), handle)
-        if key not in self._modules:
-            self._modules[key] = self.drv.module_from_buffer(Path(cubin).read_bytes())
-        return self._modules[key].get_function(entry)
 
     def synchronize(self) -> None:
         """Wait for all work; a failed launch surfaces here as an exception, never silently."""
@@ -200,13 +221,12 @@ class Launcher:
                 raise KeyError(f"no cubin for {base}: this launcher holds {sorted(self.cubins)}")
             launch, origin = self.kernel_launch(base, shape, variant)
             handle = "twin" if impl != base else "main"
-            fn = self.session.function(self.cubins[base], launch.entry, handle)
-            fn.prepare(launch.arg_format)
+            enqueue = plan_for(self.cubins[base], launch, handle).launch
             args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), *launch.scalars)
-            stream = self.session.stream
+            stream = self.session.stream.handle
 
             def run_kernel():
-                fn.prepared_async_call(launch.grid, launch.block, stream, *args)
+                enqueue(stream, *args)
                 return y
 
             details = {"entry": launch.entry, "grid": list(launch.grid),

@@ -35,9 +35,14 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
     try:
         from .gpu import GpuSession, Launcher
 
+        from . import conv
+
         cfg = TimingConfig(**cfg_dict)
         session = GpuSession()
         launcher = Launcher(session, **launcher_args)
+        # sync_api times the public op for custom kernels (the call a user makes), with this
+        # job's cubins and launch tables.
+        conv.configure(launcher=launcher)
         torch = session.torch
         clocks = ClockReader(torch)
         flush = None
@@ -62,14 +67,16 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                     x, w = session.random_inputs(shape, cfg.seed + index)
                     y = session.empty_output(shape)
                     bound = {i: launcher.bind(i, shape, x, w, y) for i in impls}
+                    api = {i: call for i in impls
+                           if (call := public_call(conv, i, x, w, shape.groups)) is not None}
                     # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
-                    # search in this process.
-                    for b in bound.values():
+                    # search in this process; for the public op it resolves the call's plan.
+                    for run in [b.run for b in bound.values()] + list(api.values()):
                         for _ in range(cfg.warmup_launches):
-                            b.run()
+                            run()
                     session.synchronize()
                     sampler = PairedSampler(session, {n: b.run for n, b in bound.items()}, cfg,
-                                            clocks, flush).prepare()
+                                            clocks, flush, api_runs=api).prepare()
                 tensors = (x, w, y, bound)
                 conn.send(("ready", sampler.launches, sampler.estimates,
                            {n: b.details for n, b in bound.items()}))
@@ -89,6 +96,15 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
         conn.send(("error", traceback.format_exc()))
     finally:
         conn.close()
+
+
+def public_call(conv, impl: str, x, w, groups: int):
+    """The call a user makes for a custom kernel or the dispatcher: groupconv_atlas.conv2d; None
+    for PyTorch's references (their call is F.conv2d, the bound run itself) and for the A/A twin
+    (no public name; both sides of the A/A stay the bound launch)."""
+    if impl == "dispatch" or impl in conv.KERNELS:
+        return lambda: conv.conv2d(x, w, groups, impl)
+    return None
 
 
 class WorkerError(RuntimeError):
@@ -194,6 +210,10 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
     info = {"max_sm_clock_mhz": max_clock, "l2_bytes": started[0][1],
             "clock_flag_fraction": cfg.clock_flag_fraction, "nvml": max_clock is not None,
             "processes": processes, "batch_to_process": "batch % processes",
+            "sync_api_call": {"custom kernels and dispatch": "groupconv_atlas.conv2d (the public "
+                                                             "op, on the current stream)",
+                              "PyTorch references": "torch.nn.functional.conv2d",
+                              "A/A twin and its kernel": "the bound launch"},
             "precision": started[0][2], "environment": started[0][3],
             "process_gpu_uuids": [s[3].get("gpu_uuid") for s in started], "shapes": meta}
     return frame, info

@@ -33,7 +33,7 @@ rule assemble_atlas:
         # What assemble_atlas.py runs: artifacts builds the evidence and headline, and reaches the
         # report package's helpers through them.
         code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "jobs",
-                  "timing", "compare_records", "evidence", "headline", "plan",
+                  "timing", "launch", "compare_records", "evidence", "headline", "plan",
                   *(f"report/{m}" for m in ("__init__", "style", "axes", "figures", "frames",
                                             "html_blocks", "pages", "atlas_map"))),
     output:

@@ -5,7 +5,8 @@ if MODE == "live":
     rule ceilings:
         input:
             source="kernels/ceilings.cu",
-            code=code("build", "gpu", "ceilings", "timing", "stats", "provenance", "jobs"),
+            code=code("build", "gpu", "launch",
+                      "ceilings", "timing", "stats", "provenance", "jobs"),
         output:
             ceilings=f"{RESULTS}/raw/ceilings.json",
             prov=prov("ceilings"),

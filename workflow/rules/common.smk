@@ -327,7 +327,7 @@ def nsight_profile_inputs(wildcards):
     """A custom kernel's capture depends on its cubin and sources; a PyTorch one on neither."""
     inputs = {
         "shapes": f"{RESULTS}/shapes.json",
-        "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "verify",
+        "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "launch", "verify",
                        "provenance", "jobs"), "workflow/scripts/nsight_capture.py"],
     }
     if wildcards.impl in _NSIGHT_KERNELS:

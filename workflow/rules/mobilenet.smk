@@ -33,7 +33,8 @@ if MODE == "live":
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "conv", "build", "records",
+            code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
+                      "conv", "build", "records",
                       "verify",
                       "timing", "stats", "provenance", "jobs", *MOBILENET_MODULES),
         output:
@@ -61,8 +62,7 @@ rule mobilenet_stats:
         probe=raw("mobilenet/probe.json"),
         check=record_check(),
         code=code("shapes", "kernels", "verify", "timing", "stats", "provenance", "jobs", "gpu",
-                  "records",
-                  "conv", "build", *MOBILENET_MODULES),
+                  "launch", "records", "conv", "build", *MOBILENET_MODULES),
     output:
         summary=f"{RESULTS}/mobilenet/summary.parquet",
         report=f"{RESULTS}/mobilenet/mobilenet.json",

@@ -13,8 +13,9 @@ if MODE == "live":
             verification=job_verification,
             builds=timing_builds,
             tunings=timing_tunings,
-            code=code("shapes", "shapes_table", "kernels", "gpu", "timing", "timing_workers",
-                      "stats", "provenance", "jobs"),
+            # conv: sync_api times custom kernels through the public op.
+            code=code("shapes", "shapes_table", "kernels", "gpu", "launch", "timing",
+                      "timing_workers", "conv", "records", "stats", "provenance", "jobs"),
         output:
             samples=f"{RESULTS}/raw/timing/{{job}}.parquet",
             meta=f"{RESULTS}/raw/timing/{{job}}.json",
@@ -40,8 +41,8 @@ if MODE == "live":
         input:
             shapes=f"{RESULTS}/shapes.json",
             samples=f"{RESULTS}/raw/timing/{job_timing_torch_tuned()}.parquet",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "timing", "stats", "crosscheck",
-                      "provenance", "jobs"),
+            code=code("shapes", "shapes_table", "kernels", "gpu", "launch", "timing", "stats",
+                      "crosscheck", "provenance", "jobs"),
         output:
             crosscheck=f"{RESULTS}/raw/crosscheck.json",
             prov=prov("crosscheck"),

@@ -10,7 +10,8 @@ if MODE == "live":
             shapes=f"{RESULTS}/shapes.json",
             build=f"{RESULTS}/raw/builds/{{kernel}}.json",
             cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "verify", "timing", "stats",
+            code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
+                      "verify", "timing", "stats",
                       "tuning", "provenance", "jobs"),
         output:
             record=f"{RESULTS}/raw/tuning/{{kernel}}.json",

@@ -6,7 +6,8 @@ if MODE == "live":
         input:
             shapes=f"{RESULTS}/shapes.json",
             builds=verification_builds,
-            code=code("shapes", "shapes_table", "kernels", "gpu", "verify", "provenance", "jobs"),
+            code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
+                      "verify", "provenance", "jobs"),
         output:
             table=f"{RESULTS}/raw/verification/{{impl}}.parquet",
             prov=prov("verify", "{impl}"),

@@ -1,0 +1,164 @@
+"""The one way a custom kernel is launched: cubins loaded into the device's primary context with
+the CUDA driver API, each launch resolved once into a `LaunchPlan` (function, grid, block and the
+packed scalar arguments), then enqueued with `cuLaunchKernel` on whichever stream the caller
+names: the caller's current PyTorch stream for `conv2d`, the stage's own stream in the pipeline.
+Nothing is forked or joined, so a CUDA graph being captured on that stream records exactly the
+kernel node, and eager calls pay one driver call.
+
+Why ctypes on libcuda rather than PyCUDA's prepared call or a compiled extension: PyCUDA cannot
+launch on a stream it did not create (PyTorch's current stream), and a C++ extension would have
+to be compiled on every user's machine before the first call; the driver's launch entry point
+is a plain C function, which ctypes calls for about a microsecond. The driver library is opened
+on first use, so this module imports on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+# Kernel argument formats, as the kernel registry writes them (kernels.Launch.arg_format).
+_ARG_TYPES = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "q": ctypes.c_int64,
+              "f": ctypes.c_float}
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+class _Driver:
+    """The few driver entry points the launcher needs, opened once per process."""
+
+    def __init__(self):
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as err:
+            raise CudaError(f"the CUDA driver library (libcuda.so.1) cannot be loaded: {err}; "
+                            "custom kernels need an NVIDIA GPU and its driver") from None
+        self.lib = lib
+        vp = ctypes.c_void_p
+        lib.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
+        lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
+        lib.cuModuleUnload.argtypes = [vp]
+        lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
+        launch = lib.cuLaunchKernel
+        launch.argtypes = [vp, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                           ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, vp,
+                           ctypes.POINTER(vp), ctypes.POINTER(vp)]
+        launch.restype = ctypes.c_int
+        self.launch = launch
+
+    def check(self, result: int, call: str) -> None:
+        if result != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(result, ctypes.byref(name))
+            raise CudaError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
+
+    def current_context(self) -> int:
+        ctx = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            raise CudaError("no CUDA context is current on this thread: initialise PyTorch's "
+                            "CUDA first (any CUDA tensor does)")
+        return int(ctx.value)
+
+
+_DRIVER: _Driver | None = None
+_DRIVER_LOCK = threading.Lock()
+
+
+def driver() -> _Driver:
+    global _DRIVER
+    with _DRIVER_LOCK:
+        if _DRIVER is None:
+            _DRIVER = _Driver()
+    return _DRIVER
+
+
+class Modules:
+    """Loaded cubins, keyed by (context, cubin path, handle): a different `handle` loads the cubin
+    again, a distinct CUfunction (the A/A calibration's second handle to the same code)."""
+
+    def __init__(self):
+        self._modules: dict[tuple[int, str, str], ctypes.c_void_p] = {}
+        self._functions: dict[tuple[int, str, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def function(self, cubin: str | Path, entry: str, handle: str = "main") -> int:
+        drv = driver()
+        ctx = drv.current_context()
+        key = (ctx, str(cubin), handle, entry)
+        found = self._functions.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            module = self._modules.get(key[:3])
+            if module is None:
+                module = ctypes.c_void_p()
+                drv.check(drv.lib.cuModuleLoadData(ctypes.byref(module),
+                                                   Path(cubin).read_bytes()),
+                          f"cuModuleLoadData({Path(cubin).name})")
+                self._modules[key[:3]] = module
+            fn = ctypes.c_void_p()
+            drv.check(drv.lib.cuModuleGetFunction(ctypes.byref(fn), module, entry.encode()),
+                      f"cuModuleGetFunction({entry})")
+            self._functions[key] = int(fn.value)
+            return int(fn.value)
+
+
+@dataclass
+class LaunchPlan:
+    """One kernel launch resolved once: the function, grid, block and argument layout. `launch`
+    takes the call's pointers and scalars in the kernel's order (the first `pointers` of them
+    are device pointers, changing per call) and the stream to enqueue on."""
+
+    function: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    arg_format: str
+    entry: str = ""
+
+    def __post_init__(self):
+        for dim in (*self.grid, *self.block):
+            if int(dim) < 1:
+                raise ValueError(f"{self.entry}: grid {self.grid} and block {self.block} must be "
+                                 "positive in every dimension")
+        self._values = [_ARG_TYPES[c]() for c in self.arg_format]
+        self._params = (ctypes.c_void_p * len(self._values))(
+            *[ctypes.addressof(v) for v in self._values])
+        self._lock = threading.Lock()
+        self._call = driver().launch
+        self._check = driver().check
+        self._dims = (*(int(g) for g in self.grid), *(int(b) for b in self.block))
+
+    def launch(self, stream: int, *args) -> None:
+        """Enqueue one launch on `stream` (a CUstream handle; 0 is the legacy default stream).
+        A launch the driver refuses raises CudaError at once; a fault inside the kernel surfaces
+        at the next synchronisation, as for any CUDA launch."""
+        if len(args) != len(self._values):
+            raise TypeError(f"{self.entry}: {len(args)} arguments for format "
+                            f"{self.arg_format!r}")
+        with self._lock:  # the argument storage is the plan's own: one call fills it at a time
+            for slot, value in zip(self._values, args):
+                slot.value = value
+            result = self._call(self.function, *self._dims, 0, stream, self._params, None)
+        if result:
+            self._check(result, f"cuLaunchKernel({self.entry})")
+
+
+MODULES = Modules()
+
+
+def kernel_plan(cubin: str | Path, entry: str, grid, block, arg_format: str,
+                handle: str = "main") -> LaunchPlan:
+    """The plan of any kernel of a cubin (the ceilings' kernels, say), in the current context."""
+    return LaunchPlan(MODULES.function(cubin, entry, handle), tuple(grid), tuple(block),
+                      arg_format, entry)
+
+
+def plan_for(cubin: str | Path, launch, handle: str = "main") -> LaunchPlan:
+    """The plan of a registry launch (kernels.Launch) from its kernel's cubin, in the current
+    context."""
+    return kernel_plan(cubin, launch.entry, launch.grid, launch.block, launch.arg_format, handle)

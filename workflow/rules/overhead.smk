@@ -1,0 +1,62 @@
+# The call-overhead benchmark (snakemake overhead_probe): groupconv_atlas.conv2d against
+# F.conv2d per call on the host, synchronized, and inside a CUDA graph against its bare kernel
+# (GPU job, live only), then its statistics (CPU job; in replay from the committed record).
+# Uses from common.smk: config, RESULTS, MODE, KERNELS, raw(), prov(), code(), record_check(),
+# tuning_records(), timing_params().
+
+
+rule overhead_probe:
+    """The call-overhead benchmark's summary (live on a GPU, else from the record)."""
+    input:
+        f"{RESULTS}/overhead.json",
+
+
+if MODE == "live":
+
+    rule overhead_measure:
+        input:
+            shapes=f"{RESULTS}/shapes.json",
+            builds=[raw(f"builds/{k}.json") for k in KERNELS],
+            cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
+            tunings=tuning_records(KERNELS),
+            dispatch_table=raw("dispatch/table.json"),
+            code=code("shapes", "shapes_table", "kernels", "gpu", "launch", "conv", "records",
+                      "overhead", "timing", "stats", "provenance", "jobs"),
+        output:
+            samples=raw("overhead/samples.parquet"),
+            host=raw("overhead/host.parquet"),
+            probe=raw("overhead/probe.json"),
+            prov=prov("overhead_measure"),
+        params:
+            overhead=config["overhead"],
+            timing=timing_params(),
+        threads: MEASURE_THREADS
+        resources:
+            gpu=1,
+        log:
+            f"{RESULTS}/logs/overhead_measure.log",
+        conda:
+            "../../envs/gpu.yaml"
+        script:
+            "../scripts/overhead_probe.py"
+
+
+rule overhead_stats:
+    input:
+        samples=raw("overhead/samples.parquet"),
+        host=raw("overhead/host.parquet"),
+        probe=raw("overhead/probe.json"),
+        check=record_check(),
+        code=code("overhead", "stats", "provenance", "jobs"),
+    output:
+        report=f"{RESULTS}/overhead.json",
+        prov=prov("overhead_stats"),
+    params:
+        statistics=config["statistics"],
+        mode=MODE,
+    log:
+        f"{RESULTS}/logs/overhead_stats.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/overhead_stats.py"
