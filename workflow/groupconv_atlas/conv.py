@@ -229,16 +229,18 @@ class _Runtime:
         with torch.cuda.device(device):  # the device's context current while its cubin loads
             launch, _ = self.launcher.kernel_launch(impl, shape)
             plan = plan_for(self.launcher.cubins[impl], launch)
-        enqueue, scalars = plan.launch, launch.scalars
+        enqueue = plan.launch3
         out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
-        empty, f32 = torch.empty, torch.float32
+        # The cheapest allocation of a contiguous FP32 output on x's device: x's own shape when
+        # C_out = C_in (depthwise), else new_empty.
+        same = out_shape == tuple(x.shape)
 
         def run_kernel(x, weight):
             if _current_device() != index:  # another device is current: switch for the call
                 with torch.cuda.device(device):
                     return run_kernel(x, weight)
-            y = empty(out_shape, dtype=f32, device=device)
-            enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr(), *scalars)
+            y = torch.empty_like(x) if same else x.new_empty(out_shape)
+            enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr())
             return y
         return run_kernel
 
@@ -310,6 +312,9 @@ _LIB.impl("conv2d", _conv2d_cuda, "CUDA")
 _LIB.impl("conv2d", _conv2d_elsewhere, "CPU")
 torch.library.register_fake("groupconv_atlas::conv2d", _conv2d_fake, lib=_LIB)
 _OP = torch.ops.groupconv_atlas.conv2d.default
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
 
 
 def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
@@ -330,6 +335,15 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
         # While tracing, sizes and groups may be symbolic: the fake implementation checks the
         # call, so the trace has no Python branch on them (no graph break).
         return _OP(x, weight, groups, implementation)
+    if type(x) is torch.Tensor and x.is_cuda and type(weight) in _PLAIN_TENSORS \
+            and type(groups) is int and not _dispatch_modes() and not _function_modes():
+        # An eager call on plain tensors with no mode active: the op's CUDA kernel, called
+        # directly (what the dispatcher would reach, without its round trip). Tensor
+        # subclasses, fake tensors and active modes take the op below.
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+            raise UnsupportedConv("x/weight: requires grad, but conv2d has no backward: run "
+                                  "under torch.no_grad() or torch.inference_mode()")
+        return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) \
             or type(groups) is not int:
         check_call(x, weight, groups, implementation)  # raises, naming the field

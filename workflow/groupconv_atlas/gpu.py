@@ -221,8 +221,8 @@ class Launcher:
                 raise KeyError(f"no cubin for {base}: this launcher holds {sorted(self.cubins)}")
             launch, origin = self.kernel_launch(base, shape, variant)
             handle = "twin" if impl != base else "main"
-            enqueue = plan_for(self.cubins[base], launch, handle).launch
-            args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), *launch.scalars)
+            enqueue = plan_for(self.cubins[base], launch, handle).launch3
+            args = (x.data_ptr(), w.data_ptr(), y.data_ptr())
             stream = self.session.stream.handle
 
             def run_kernel():

@@ -14,13 +14,14 @@ on first use, so this module imports on a machine without a GPU.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-# Kernel argument formats, as the kernel registry writes them (kernels.Launch.arg_format).
-_ARG_TYPES = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "q": ctypes.c_int64,
-              "f": ctypes.c_float}
+# Kernel argument formats, as the kernel registry writes them (kernels.Launch.arg_format), as
+# struct codes: a device pointer, a 32-bit int, a 64-bit int, a float.
+_FORMAT = {"P": "Q", "i": "i", "q": "q", "f": "f"}
 
 
 class CudaError(RuntimeError):
@@ -111,38 +112,68 @@ class Modules:
 @dataclass
 class LaunchPlan:
     """One kernel launch resolved once: the function, grid, block and argument layout. `launch`
-    takes the call's pointers and scalars in the kernel's order (the first `pointers` of them
-    are device pointers, changing per call) and the stream to enqueue on."""
+    takes the call's arguments in the kernel's order and the stream to enqueue on; `launch3`
+    takes only the three pointers of a convolution kernel (x, weight, y), its scalars packed
+    once, for the per-call path."""
 
     function: int
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     arg_format: str
     entry: str = ""
+    scalars: tuple = ()
 
     def __post_init__(self):
         for dim in (*self.grid, *self.block):
             if int(dim) < 1:
                 raise ValueError(f"{self.entry}: grid {self.grid} and block {self.block} must be "
                                  "positive in every dimension")
-        self._values = [_ARG_TYPES[c]() for c in self.arg_format]
-        self._params = (ctypes.c_void_p * len(self._values))(
-            *[ctypes.addressof(v) for v in self._values])
+        unknown = set(self.arg_format) - set(_FORMAT)
+        if unknown:
+            raise ValueError(f"{self.entry}: argument format {self.arg_format!r} has "
+                             f"{''.join(sorted(unknown))!r}; known: {''.join(_FORMAT)}")
+        # The arguments as the kernel's parameters lie in memory (native alignment, as a C
+        # struct of them), in one buffer; the parameter array points into it.
+        self._format = "@" + "".join(_FORMAT[c] for c in self.arg_format)
+        self._buffer = ctypes.create_string_buffer(max(1, struct.calcsize(self._format)))
+        base = ctypes.addressof(self._buffer)
+        offsets = [struct.calcsize("@" + "".join(_FORMAT[c] for c in self.arg_format[:i])
+                                   + _FORMAT[self.arg_format[i]]) - struct.calcsize(
+                                       "@" + _FORMAT[self.arg_format[i]])
+                   for i in range(len(self.arg_format))]
+        self._params = (ctypes.c_void_p * max(1, len(offsets)))(*[base + o for o in offsets])
+        self._pointers = len(self.arg_format) - len(self.arg_format.lstrip("P"))
         self._lock = threading.Lock()
         self._call = driver().launch
         self._check = driver().check
         self._dims = (*(int(g) for g in self.grid), *(int(b) for b in self.block))
+        if self.scalars:
+            if len(self.scalars) != len(self.arg_format) - self._pointers:
+                raise ValueError(f"{self.entry}: {len(self.scalars)} scalars for format "
+                                 f"{self.arg_format!r}")
+            struct.pack_into(self._format, self._buffer, 0, *([0] * self._pointers),
+                             *self.scalars)
+            self._head = "@" + "Q" * self._pointers
 
     def launch(self, stream: int, *args) -> None:
         """Enqueue one launch on `stream` (a CUstream handle; 0 is the legacy default stream).
         A launch the driver refuses raises CudaError at once; a fault inside the kernel surfaces
         at the next synchronisation, as for any CUDA launch."""
-        if len(args) != len(self._values):
+        if len(args) != len(self.arg_format):
             raise TypeError(f"{self.entry}: {len(args)} arguments for format "
                             f"{self.arg_format!r}")
-        with self._lock:  # the argument storage is the plan's own: one call fills it at a time
-            for slot, value in zip(self._values, args):
-                slot.value = value
+        # The buffer is the plan's own and the driver reads it during the call (which releases
+        # the GIL): one call fills and launches at a time.
+        with self._lock:
+            struct.pack_into(self._format, self._buffer, 0, *args)
+            result = self._call(self.function, *self._dims, 0, stream, self._params, None)
+        if result:
+            self._check(result, f"cuLaunchKernel({self.entry})")
+
+    def launch3(self, stream: int, x: int, w: int, y: int) -> None:
+        """`launch` with the scalars given when the plan was made: only the pointers change."""
+        with self._lock:
+            struct.pack_into(self._head, self._buffer, 0, x, w, y)
             result = self._call(self.function, *self._dims, 0, stream, self._params, None)
         if result:
             self._check(result, f"cuLaunchKernel({self.entry})")
@@ -160,5 +191,7 @@ def kernel_plan(cubin: str | Path, entry: str, grid, block, arg_format: str,
 
 def plan_for(cubin: str | Path, launch, handle: str = "main") -> LaunchPlan:
     """The plan of a registry launch (kernels.Launch) from its kernel's cubin, in the current
-    context."""
-    return kernel_plan(cubin, launch.entry, launch.grid, launch.block, launch.arg_format, handle)
+    context, its scalars packed (so `launch3` takes the three pointers alone)."""
+    return LaunchPlan(MODULES.function(cubin, launch.entry, handle), tuple(launch.grid),
+                      tuple(launch.block), launch.arg_format, launch.entry,
+                      tuple(launch.scalars))

@@ -68,7 +68,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                     y = session.empty_output(shape)
                     bound = {i: launcher.bind(i, shape, x, w, y) for i in impls}
                     api = {i: call for i in impls
-                           if (call := public_call(conv, i, x, w, shape.groups)) is not None}
+                           if (call := public_call(conv, i, impls, x, w, shape.groups))}
                     # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
                     # search in this process; for the public op it resolves the call's plan.
                     for run in [b.run for b in bound.values()] + list(api.values()):
@@ -98,10 +98,15 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
         conn.close()
 
 
-def public_call(conv, impl: str, x, w, groups: int):
+def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
     """The call a user makes for a custom kernel or the dispatcher: groupconv_atlas.conv2d; None
-    for PyTorch's references (their call is F.conv2d, the bound run itself) and for the A/A twin
-    (no public name; both sides of the A/A stay the bound launch)."""
+    for PyTorch's references (their call is F.conv2d, the bound run itself) and for a kernel
+    timed beside its A/A twin (the twin has no public name: both sides of the A/A stay the bound
+    launch, so they differ in nothing but the handle)."""
+    from .kernels import twin_name
+
+    if twin_name(impl) in impls:
+        return None
     if impl == "dispatch" or impl in conv.KERNELS:
         return lambda: conv.conv2d(x, w, groups, impl)
     return None
@@ -213,7 +218,7 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
             "sync_api_call": {"custom kernels and dispatch": "groupconv_atlas.conv2d (the public "
                                                              "op, on the current stream)",
                               "PyTorch references": "torch.nn.functional.conv2d",
-                              "A/A twin and its kernel": "the bound launch"},
+                              "A/A twin and its kernel": "the bound launch, both sides"},
             "precision": started[0][2], "environment": started[0][3],
             "process_gpu_uuids": [s[3].get("gpu_uuid") for s in started], "shapes": meta}
     return frame, info
