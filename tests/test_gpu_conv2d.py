@@ -1,7 +1,7 @@
 """The public custom op `torch.ops.groupconv_atlas.conv2d` on every atlas shape, under CUDA graph
 capture and replay and under torch.compile(fullgraph=True), against float64 F.conv2d at the
-verification tolerance (GPU); its errors and its fake implementation (CPU: fake CUDA tensors need
-no GPU)."""
+verification tolerance (GPU); its launch on the caller's stream, its gradients, `convert` on a
+network (GPU); its errors and its fake implementation (CPU: fake CUDA tensors need no GPU)."""
 from __future__ import annotations
 
 import functools
@@ -397,3 +397,52 @@ def test_a_refused_launch_raises_naming_the_entry():
     plan = LaunchPlan(function, (1, 1, 1), (4096, 1, 1), launch.arg_format, launch.entry)
     with pytest.raises(CudaError, match=launch.entry):
         plan.launch(torch.cuda.current_stream().cuda_stream, 0, 0, 0, *launch.scalars)
+
+
+# ------------------------------------------------------- backward: PyTorch's convolution backward
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("shape_id", SMALL)
+def test_op_gradients_equal_f_conv2d_gradients(shape_id, implementation):
+    shape = SHAPE_BY_ID[shape_id]
+    x, w = fresh_inputs(torch, shape, check_seed(shape_id, implementation, "grad"))
+    upstream = torch.randn((shape.n, shape.c_out, shape.h, shape.w), device="cuda",
+                           generator=torch.Generator(device="cuda").manual_seed(3))
+    grads = []
+    for conv in (lambda a, b: g.conv2d(a, b, shape.groups, implementation),
+                 lambda a, b: torch.nn.functional.conv2d(a, b, None, 1, 1, 1, shape.groups)):
+        a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+        (conv(a, b) * upstream).sum().backward()
+        grads.append((a.grad, b.grad))
+    (gx, gw), (rx, rw) = grads
+    torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_convert_keeps_a_network_s_outputs_and_trains():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    original = torchvision.models.mobilenet_v2(weights=None).eval().cuda()
+    converted = torchvision.models.mobilenet_v2(weights=None).eval().cuda()
+    converted.load_state_dict(original.state_dict())
+    x = torch.randn(2, 3, 96, 96, device="cuda")
+    report = g_convert(converted, x)
+    assert any(r["replaced"] for r in report), report
+    assert set(converted.state_dict()) == set(original.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), original(x), rtol=1e-3, atol=1e-4)
+        # A channels_last input runs PyTorch's convolution in the swapped layers.
+        xl = x.to(memory_format=torch.channels_last)
+        torch.testing.assert_close(converted(xl), original(xl), rtol=1e-3, atol=1e-4)
+    converted.train()
+    converted(x).sum().backward()
+    swapped = [m for m in converted.modules() if type(m).__name__ == "GroupConv2d"]
+    assert all(m.weight.grad is not None and torch.isfinite(m.weight.grad).all() for m in swapped)
+
+
+def g_convert(model, x):
+    import groupconv_atlas
+
+    return groupconv_atlas.convert(model, x)

@@ -55,3 +55,59 @@ def test_the_launch_module_imports_without_a_gpu_and_names_a_missing_driver(monk
     monkeypatch.setattr(ctypes, "CDLL", no_driver)
     with pytest.raises(launch.CudaError, match="libcuda.so.1"):
         launch.driver()
+
+
+def test_an_unseen_geometry_takes_the_nearest_measured_geometrys_choice():
+    from groupconv_atlas.shapes import geometry_shape
+    from groupconv_atlas.unseen import nearest_choice
+
+    # Depthwise geometries ran k6, 8 channels per group k7, 24 per group PyTorch.
+    table = {(32, 144, 144, 56, 56, 144): "k6", (32, 256, 256, 28, 28, 32): "k7",
+             (32, 336, 336, 14, 14, 14): "torch_tuned"}
+    tunings = {"k7": {(32, 256, 256, 28, 28, 32): {"tile_floats": 0, "outs": 0, "cob": 0,
+                                                   "threads": 0}}}
+    impl, variant, why = nearest_choice(geometry_shape(8, 256, 256, 28, 28, 32), table, tunings)
+    assert impl == "k7" and variant is None and "untuned rule" in why  # that launch is no variant
+    assert nearest_choice(geometry_shape(4, 96, 96, 56, 56, 96), table, {})[0] == "k6"
+    assert nearest_choice(geometry_shape(8, 240, 240, 14, 14, 10), table, {})[0] == "torch_tuned"
+    assert nearest_choice(geometry_shape(1, 8, 8, 5, 5, 8), {}, {})[0] == "k5"
+
+
+def test_the_autotune_cache_keeps_entries_of_several_writers(tmp_path, monkeypatch):
+    from groupconv_atlas.unseen import AutotuneCache, autotune_enabled
+
+    cache = AutotuneCache(tmp_path / "autotune.json")
+    a = AutotuneCache.key("NVIDIA H200", "abc", "nchw", (1, 8, 8, 5, 5, 8))
+    b = AutotuneCache.key("NVIDIA H200", "abc", "nchw", (2, 8, 8, 5, 5, 8))
+    cache.put(a, {"implementation": "k5", "variant": {"rows": 1}})
+    AutotuneCache(tmp_path / "autotune.json").put(b, {"implementation": "torch_tuned",
+                                                      "variant": None})
+    assert cache.get(a)["implementation"] == "k5" and cache.get(b)["variant"] is None
+    assert a == "NVIDIA H200|abc|nchw|1x8x8x5x5x8"
+    monkeypatch.setenv("GROUPCONV_AUTOTUNE", "1")
+    assert autotune_enabled(None) and not autotune_enabled(False)
+    monkeypatch.delenv("GROUPCONV_AUTOTUNE")
+    assert not autotune_enabled(None)
+
+
+def test_convert_swaps_eligible_layers_and_keeps_the_state_dict():
+    torch = pytest.importorskip("torch")
+    import groupconv_atlas as g
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 16, 1, bias=False),                      # 1x1: kept
+        torch.nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False),  # depthwise: swapped
+        torch.nn.Conv2d(16, 16, 3, padding=1, groups=4, bias=True),    # bias: kept
+        torch.nn.Conv2d(16, 32, 3, padding=1, groups=4, bias=False))   # grouped: swapped
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    report = g.convert(model, torch.randn(2, 8, 6, 6), implementation="k5")
+    kinds = [type(m).__name__ for m in model]
+    assert kinds == ["Conv2d", "GroupConv2d", "Conv2d", "GroupConv2d"]
+    assert [r["replaced"] for r in report] == [False, True, False, True]
+    assert "has bias" in report[2]["reason"] and "kernel 1x1" in report[0]["reason"]
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    with pytest.raises(g.UnsupportedConv, match="^implementation: unknown"):
+        g.convert(model, torch.randn(2, 8, 6, 6), implementation="k99")
+    assert "convert" in dir(g) and "conv2d" in dir(g)

@@ -10,12 +10,21 @@ __version__ = "0.1.0"
 
 # The public entry point lives in .conv, which imports torch; these names load it on first use,
 # so the CPU stages import the package without torch.
-_PUBLIC = ("conv2d", "GroupConv2d", "UnsupportedConv", "implementations", "support", "configure")
+_PUBLIC = ("conv2d", "GroupConv2d", "UnsupportedConv", "implementations", "support", "configure",
+           "convert")
 
 
 def __getattr__(name):
+    if name == "convert":
+        from .conversion import convert
+
+        return convert
     if name in _PUBLIC:
         from . import conv
 
         return getattr(conv, name)
     raise AttributeError(f"module 'groupconv_atlas' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_PUBLIC])

@@ -32,6 +32,7 @@ from .kernels import BASELINES, KERNELS, KERNELS_DIR, support as implementation_
 from .launch import plan_for
 from .records import find_record
 from .shapes import geometry_shape
+from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
 
 LOG = logging.getLogger("groupconv_atlas")
 REPO_ROOT = KERNELS_DIR.parent
@@ -39,9 +40,6 @@ REPO_ROOT = KERNELS_DIR.parent
 STRICT_BASELINES = [b for b, spec in BASELINES.items()
                     if not spec["tf32"] and spec["layout"] == "nchw"]
 DISPATCH = "dispatch"
-# What `dispatch` runs on a geometry no dispatch table holds: the tuned register tile's untuned
-# rule, which supports every geometry.
-UNSEEN_GEOMETRY_KERNEL = "k5"
 
 
 class UnsupportedConv(ValueError):
@@ -140,8 +138,12 @@ def newest_record_with_tables(records: Path = REPO_ROOT / "records") -> Path | N
         return None
 
 
+def cache_root() -> Path:
+    return Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv_atlas"))
+
+
 def cache_dir(arch: str) -> Path:
-    base = Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv_atlas"))
+    base = cache_root()
     digest = hashlib.sha256()
     for path in sorted(KERNELS_DIR.glob("*.cu*")):
         digest.update(path.name.encode() + path.read_bytes())
@@ -178,9 +180,12 @@ class _Runtime:
     loaded. Every later call with that key allocates the output and makes one driver call on
     the caller's current stream."""
 
-    def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None):
+    def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
+                 autotune: bool | None = None):
         self._warned: set = set()
         self._plans: dict = {}
+        self.autotune = autotune_enabled(autotune)
+        self.choices: dict = {}  # geometry -> (implementation, variant, why) for unseen ones
         if launcher is not None:  # a pipeline stage's own session and launcher
             self.launcher, self.source = launcher, "a stage"
             return
@@ -197,16 +202,45 @@ class _Runtime:
                                  tunings or {}, dispatch)
 
     def implementation_for(self, implementation: str, shape) -> str:
+        return self.choice_for(implementation, shape)[0]
+
+    def choice_for(self, implementation: str, shape) -> tuple[str, dict | None, str]:
+        """(implementation, launch variant or None for the launch tables' own, why) of a call:
+        a named implementation as named; `dispatch` from its table, else (unseen.py) the
+        autotuned choice when autotuning is on, else the nearest measured geometry's."""
         if implementation != DISPATCH:
-            return implementation
+            return implementation, None, f"named {implementation}"
         table = self.launcher.dispatch or {}
         if shape.geometry in table:
-            return table[shape.geometry]
-        if shape.geometry not in self._warned:
-            self._warned.add(shape.geometry)
-            LOG.warning("dispatch: geometry %s is not in the dispatch table (%s); using %s",
-                        shape.geometry, self.source, UNSEEN_GEOMETRY_KERNEL)
-        return UNSEEN_GEOMETRY_KERNEL
+            return table[shape.geometry], None, f"the dispatch table ({self.source})"
+        if shape.geometry not in self.choices:
+            self.choices[shape.geometry] = self._unseen_choice(shape, table)
+            impl, _, why = self.choices[shape.geometry]
+            LOG.warning("dispatch: geometry %s is not in the dispatch table (%s): %s (%s)",
+                        shape.geometry, self.source, impl, why)
+        return self.choices[shape.geometry]
+
+    def _unseen_choice(self, shape, table) -> tuple[str, dict | None, str]:
+        if self.autotune and not torch.cuda.is_current_stream_capturing():
+            cache = AutotuneCache(cache_root() / "autotune.json")
+            key = AutotuneCache.key(torch.cuda.get_device_name(), self.cubins_sha256(), "nchw",
+                                    shape.geometry)
+            entry = cache.get(key)
+            if entry is None:
+                with _strict_fp32_call():
+                    entry = autotune(shape, self.launcher.cubins, progress=LOG.info)
+                cache.put(key, entry)
+                where = f"autotuned now, kept in {cache.path}"
+            else:
+                where = f"autotuned earlier, read from {cache.path}"
+            return entry["implementation"], entry["variant"], where
+        return nearest_choice(shape, table, self.launcher.tunings)
+
+    def cubins_sha256(self) -> str:
+        digest = hashlib.sha256()
+        for name, path in sorted(self.launcher.cubins.items()):
+            digest.update(name.encode() + Path(path).read_bytes())
+        return digest.hexdigest()[:16]
 
     def forward(self, x, weight, groups: int, implementation: str):
         key = (implementation, groups, x.shape, weight.shape, x.dtype, weight.dtype, x.device,
@@ -219,7 +253,7 @@ class _Runtime:
     def _plan(self, x, weight, groups: int, implementation: str):
         """The call checked once and its launch resolved: a function (x, weight) -> y."""
         shape = check_call(x, weight, groups, implementation)
-        impl = self.implementation_for(implementation, shape)
+        impl, variant, _ = self.choice_for(implementation, shape)
         if impl in BASELINES:
             def run_baseline(x, weight):
                 with _strict_fp32_call():
@@ -227,7 +261,7 @@ class _Runtime:
             return run_baseline
         device, index = x.device, x.device.index
         with torch.cuda.device(device):  # the device's context current while its cubin loads
-            launch, _ = self.launcher.kernel_launch(impl, shape)
+            launch, _ = self.launcher.kernel_launch(impl, shape, variant)
             plan = plan_for(self.launcher.cubins[impl], launch)
         enqueue = plan.launch3
         out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
@@ -269,11 +303,13 @@ _RUNTIME: _Runtime | None = None
 
 def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               dispatch: dict | None = None, record: str | Path | None = None,
-              launcher: Launcher | None = None) -> None:
+              launcher: Launcher | None = None, autotune: bool | None = None) -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
-    pipeline stage passes its own `launcher` (its session, cubins and tables)."""
+    pipeline stage passes its own `launcher` (its session, cubins and tables). `autotune=True`
+    measures a geometry no table holds on its first eager call and keeps the choice in
+    $GROUPCONV_CACHE/autotune.json (default: the GROUPCONV_AUTOTUNE variable; off)."""
     global _RUNTIME
-    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher)
+    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune)
 
 
 def runtime() -> _Runtime:
@@ -308,9 +344,27 @@ def _conv2d_fake(x, weight, groups, implementation):
     return x.new_empty((x.shape[0], weight.shape[0], x.shape[2], x.shape[3]))
 
 
+def _conv2d_setup(ctx, inputs, output):
+    x, weight, groups, _ = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.groups = groups
+
+
+def _conv2d_backward(ctx, grad):
+    # PyTorch's own convolution backward (stride 1, padding 1, dilation 1, no bias): a
+    # converted model trains with exactly the gradients F.conv2d would give.
+    x, weight = ctx.saved_tensors
+    grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
+        grad.contiguous(), x, weight, None, [1, 1], [1, 1], [1, 1], False, [0, 0], ctx.groups,
+        [ctx.needs_input_grad[0], ctx.needs_input_grad[1], False])
+    return grad_x, grad_w, None, None
+
+
 _LIB.impl("conv2d", _conv2d_cuda, "CUDA")
 _LIB.impl("conv2d", _conv2d_elsewhere, "CPU")
 torch.library.register_fake("groupconv_atlas::conv2d", _conv2d_fake, lib=_LIB)
+torch.library.register_autograd("groupconv_atlas::conv2d", _conv2d_backward,
+                                setup_context=_conv2d_setup, lib=_LIB)
 _OP = torch.ops.groupconv_atlas.conv2d.default
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
@@ -319,12 +373,13 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 
 def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     """y = conv2d(x, weight, groups, implementation="dispatch"): a 3x3 grouped convolution,
-    stride 1, padding 1, dilation 1, no bias, forward only.
+    stride 1, padding 1, dilation 1, no bias. Its backward is PyTorch's convolution backward.
 
     x: FP32 contiguous NCHW (N, C_in, H, W) on a CUDA GPU; weight: FP32 contiguous
     (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W), contiguous NCHW.
     implementation: one of `implementations()`: "dispatch" (the atlas's fastest verified choice
-    for this geometry; a geometry no table holds takes the untuned rule of k5, logged once),
+    for this geometry; a geometry no table holds takes the choice of the nearest measured one,
+    or with configure(autotune=True) one measured here once and cached; logged once),
     a custom kernel "k0".."k7", or the strict-FP32 PyTorch references "torch_default" and
     "torch_tuned" (F.conv2d with TF32 off, cudnn.benchmark off or on).
     Raises UnsupportedConv (a ValueError) naming the first field that does not fit, e.g.
@@ -336,20 +391,15 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
         # call, so the trace has no Python branch on them (no graph break).
         return _OP(x, weight, groups, implementation)
     if type(x) is torch.Tensor and x.is_cuda and type(weight) in _PLAIN_TENSORS \
-            and type(groups) is int and not _dispatch_modes() and not _function_modes():
-        # An eager call on plain tensors with no mode active: the op's CUDA kernel, called
-        # directly (what the dispatcher would reach, without its round trip). Tensor
-        # subclasses, fake tensors and active modes take the op below.
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-            raise UnsupportedConv("x/weight: requires grad, but conv2d has no backward: run "
-                                  "under torch.no_grad() or torch.inference_mode()")
+            and type(groups) is int and not _dispatch_modes() and not _function_modes() \
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        # An eager call on plain tensors with no mode active and no gradient to record: the
+        # op's CUDA kernel, called directly (what the dispatcher would reach, without its round
+        # trip). Tensor subclasses, fake tensors, active modes and autograd take the op below.
         return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) \
             or type(groups) is not int:
         check_call(x, weight, groups, implementation)  # raises, naming the field
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        raise UnsupportedConv("x/weight: requires grad, but conv2d has no backward: run under "
-                              "torch.no_grad() or torch.inference_mode()")
     return _OP(x, weight, groups, implementation)
 
 
@@ -397,4 +447,8 @@ class GroupConv2d(torch.nn.Module):
                 f"groups={self.groups}, implementation={self.implementation}")
 
     def forward(self, x):
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            # The custom kernels compute on contiguous NCHW; a channels_last input runs
+            # PyTorch's convolution (cuDNN's NHWC kernels), as the layer it replaced did.
+            return torch.nn.functional.conv2d(x, self.weight, None, 1, 1, 1, self.groups)
         return conv2d(x, self.weight, self.groups, self.implementation)

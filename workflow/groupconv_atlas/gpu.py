@@ -87,6 +87,17 @@ class CallerSession:
         self.torch.cuda.synchronize()
 
 
+class _TorchStream:
+    """A PyTorch stream seen as the session's stream (a CUstream handle and synchronize), where
+    PyCUDA is not installed."""
+
+    def __init__(self, stream):
+        self._stream, self.handle = stream, stream.cuda_stream
+
+    def synchronize(self) -> None:
+        self._stream.synchronize()
+
+
 class GpuSession:
     """One process's view of the GPU: primary context, the shared stream, loaded cubins, and the
     device's own figures (SM count, L2 size, compute capability), read off the device."""
@@ -100,14 +111,17 @@ class GpuSession:
             raise RuntimeError("no CUDA GPU visible to PyTorch: this stage needs a GPU machine")
         torch.cuda.init()
         torch.empty(1, device="cuda")  # creates the primary context PyCUDA attaches to
-        import pycuda.autoprimaryctx  # noqa: F401  (attaches PyCUDA to that primary context)
-        import pycuda.driver as drv
-
         self.torch = torch
-        self.drv = drv
         self.precision = strict_fp32(torch) if strict else {"api": "per call", "tf32": False}
-        self.stream = drv.Stream()
-        self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
+        try:
+            import pycuda.autoprimaryctx  # noqa: F401  (attaches PyCUDA to that primary context)
+            import pycuda.driver as drv
+        except ImportError:  # kernels launch through launch.py: a PyTorch stream serves as well
+            self.torch_stream = torch.cuda.Stream()
+            self.stream = _TorchStream(self.torch_stream)
+        else:
+            self.stream = drv.Stream()
+            self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
         self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
 
     @contextlib.contextmanager

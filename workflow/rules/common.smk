@@ -127,7 +127,13 @@ def prov(rule_name: str, *wildcards: str) -> str:
 
 def code(*modules: str) -> list[str]:
     """Package modules a job imports, listed as inputs so editing one reruns its jobs."""
-    return [f"{PACKAGE}/{m}.py" for m in ("__init__", *modules)]
+    return [f"{PACKAGE}/{m}.py" for m in dict.fromkeys(("__init__", *modules))]
+
+
+# What the public conv2d runs (a job that calls it lists these): the op, its launch path, its
+# launch tables and its choice for unseen geometries (autotuning verifies and times).
+RUNTIME_MODULES = ("conv", "kernels", "shapes", "gpu", "launch", "records", "unseen", "tuning",
+                   "verify", "timing", "stats", "build", "conversion")
 
 
 def recorded_jobs(record: str | None = None) -> dict[str, dict[str, list[str]]]:

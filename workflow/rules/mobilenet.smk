@@ -33,10 +33,7 @@ if MODE == "live":
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
-                      "conv", "build", "records",
-                      "verify",
-                      "timing", "stats", "provenance", "jobs", *MOBILENET_MODULES),
+            code=code("shapes_table", "provenance", "jobs", *RUNTIME_MODULES, *MOBILENET_MODULES),
         output:
             samples=raw("mobilenet/samples.parquet"),
             probe=raw("mobilenet/probe.json"),
@@ -61,8 +58,7 @@ rule mobilenet_stats:
         samples=raw("mobilenet/samples.parquet"),
         probe=raw("mobilenet/probe.json"),
         check=record_check(),
-        code=code("shapes", "kernels", "verify", "timing", "stats", "provenance", "jobs", "gpu",
-                  "launch", "records", "conv", "build", *MOBILENET_MODULES),
+        code=code("provenance", "jobs", *RUNTIME_MODULES, *MOBILENET_MODULES),
     output:
         summary=f"{RESULTS}/mobilenet/summary.parquet",
         report=f"{RESULTS}/mobilenet/mobilenet.json",

@@ -14,8 +14,7 @@ if MODE == "live":
             builds=timing_builds,
             tunings=timing_tunings,
             # conv: sync_api times custom kernels through the public op.
-            code=code("shapes", "shapes_table", "kernels", "gpu", "launch", "timing",
-                      "timing_workers", "conv", "records", "stats", "provenance", "jobs"),
+            code=code("shapes_table", "timing_workers", "provenance", "jobs", *RUNTIME_MODULES),
         output:
             samples=f"{RESULTS}/raw/timing/{{job}}.parquet",
             meta=f"{RESULTS}/raw/timing/{{job}}.json",
