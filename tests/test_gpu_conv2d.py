@@ -325,7 +325,10 @@ def _graph_nodes(torch, record) -> list[int]:
     try:
         graph = torch.cuda.CUDAGraph(keep_graph=True)
     except TypeError:
-        pytest.skip("this torch's CUDAGraph cannot keep its graph (keep_graph): no node count")
+        graph = None
+    if graph is None or not hasattr(graph, "raw_cuda_graph"):
+        pytest.skip("this torch's CUDAGraph cannot hand out its graph (keep_graph, "
+                    "raw_cuda_graph): no node count")
     with torch.cuda.graph(graph):
         record()
     handle = ctypes.c_void_p(graph.raw_cuda_graph())

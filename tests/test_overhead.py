@@ -111,3 +111,58 @@ def test_convert_swaps_eligible_layers_and_keeps_the_state_dict():
     with pytest.raises(g.UnsupportedConv, match="^implementation: unknown"):
         g.convert(model, torch.randn(2, 8, 6, 6), implementation="k99")
     assert "convert" in dir(g) and "conv2d" in dir(g)
+
+
+def _frame(shape_id, means, boundaries=("graph_device", "sync_api"), batches=6):
+    rng = np.random.default_rng(len(shape_id))
+    return pd.DataFrame([{"shape_id": shape_id, "implementation": impl, "boundary": b,
+                          "batch": batch, "sample": s, "latency_us": mean * rng.lognormal(0, 0.01),
+                          "clock_flagged": False}
+                         for impl, mean in means.items() for b in boundaries
+                         for batch in range(batches) for s in range(4)])
+
+
+def test_network_summary_reads_graph_eager_and_compile_modes():
+    from groupconv_atlas.networks import network_lines, summarize_networks
+
+    samples = pd.concat([_frame("mobilenet_v2-n8", {"original": 1200.0, "converted": 1000.0}),
+                         _frame("mobilenet_v2-n8", {"original_compiled": 900.0,
+                                                    "converted_compiled": 800.0},
+                                boundaries=("sync_api",))])
+    table = summarize_networks(samples, CFG)
+    modes = dict(zip(table["mode"], table["ratio"]))
+    assert set(modes) == {"graph", "eager", "compile"}
+    assert modes["graph"] == pytest.approx(1.2, rel=0.02)
+    assert modes["compile"] == pytest.approx(900 / 800, rel=0.02)
+    details = {"mobilenet_v2-n8": {"swapped": 17, "convs": 52,
+                                   "output": {"top1_agreement": 1.0}}}
+    assert "17 of 52 convs swapped" in network_lines(table, details)[0]
+
+
+def test_unseen_summary_compares_dispatch_and_autotune_with_the_best():
+    from groupconv_atlas.networks import summarize_unseen, unseen_lines
+
+    samples = _frame("g", {"dispatch": 10.0, "autotune": 8.0, "torch_tuned": 12.0,
+                           "torch_default": 11.0, "torch_tuned_nhwc": 5.0},
+                     boundaries=("graph_device",))
+    table = summarize_unseen(samples, CFG).set_index(["candidate", "against"])
+    assert table.loc[("dispatch", "torch_best_nchw"), "reference"] == "torch_default"
+    assert table.loc[("dispatch", "torch_best_nchw"), "ratio"] == pytest.approx(1.1, rel=0.02)
+    assert table.loc[("autotune", "best_nchw"), "class"] == "TIE"  # it is the best
+    assert table.loc[("dispatch", "best_nchw"), "ratio"] == pytest.approx(0.8, rel=0.02)
+    assert table.loc[("dispatch", "torch_tuned_nhwc"), "class"] == "LOSS"
+    assert any(line.startswith("dispatch against torch_best_nchw on 1 unseen")
+               for line in unseen_lines(table.reset_index()))
+
+
+def test_the_unseen_geometries_are_not_in_the_atlas():
+    import yaml
+
+    from groupconv_atlas.provenance import REPO_ROOT
+    from groupconv_atlas.shapes import load_shapes
+
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    atlas = {s.geometry for s in load_shapes(REPO_ROOT / config["shapes"])}
+    unseen = [tuple(g) for g in config["unseen"]["geometries"]]
+    assert len(unseen) >= 20 and len(set(unseen)) == len(unseen)
+    assert not set(unseen) & atlas

@@ -13,7 +13,7 @@
 # snapshot exists, while the rerun check may still run.
 # Environment: OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one
 # that installs PyCUDA and Snakemake), EXTRA_CONFIG (config files layered on config.yaml),
-# GPU_TESTS=1, RECORD_NAME (default: today's date), DEVICE (default h200), CORES (default all: jobs
+# GPU_TESTS=1 (GPU_TEST_PATHS: which test files, default all), RECORD_NAME (default: today's date), DEVICE (default h200), CORES (default all: jobs
 # that measure time still run alone).
 set -uo pipefail
 step=${1:?usage: tools/gpu_run.sh smoke|start|wait|full}
@@ -46,7 +46,7 @@ machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   if [ -n "${GPU_TESTS:-}" ]; then
     log "gpu tests"
-    python3 -m pytest -m gpu -q -rs tests > "$1" 2>&1
+    python3 -m pytest -m gpu -q -rs ${GPU_TEST_PATHS:-tests} > "$1" 2>&1
     log "gpu tests exit $?"; tail -25 "$1"
   fi
 }

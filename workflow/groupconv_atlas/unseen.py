@@ -110,7 +110,8 @@ class AutotuneCache:
 def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int = 256,
              seed: int = 29, progress=lambda message: None) -> dict:
     """Measure every implementation that supports `shape` on this GPU (see the module's
-    docstring) and return the choice: {"implementation", "variant", "median_us", "trials"}."""
+    docstring) and return the choice: {"implementation", "variant", "median_us", "trials" (every
+    candidate's median), "variants" (each kernel's best variant)}."""
     import numpy as np
 
     from .gpu import GpuSession, Launcher
@@ -145,4 +146,5 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
         medians, _ = median_latencies(session, runs, cfg, np.random.default_rng(seed), shape.id)
     chosen = min(medians, key=lambda k: (medians[k], k))
     return {"implementation": chosen, "variant": best.get(chosen),
-            "median_us": medians[chosen], "trials": dict(sorted(medians.items()))}
+            "median_us": medians[chosen], "trials": dict(sorted(medians.items())),
+            "variants": best}

@@ -1,0 +1,32 @@
+"""Snakemake job (CPU): the network or unseen-geometry probe's raw samples (live, or the
+committed record in replay) to its summary table and JSON."""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from groupconv_atlas import networks
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import sha256_file, write_json, write_parquet
+from groupconv_atlas.stats import StatsConfig
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "network_stats.py")
+cfg = StatsConfig(**smk.params.statistics)
+samples = pd.read_parquet(smk.input.samples)
+probe = json.loads(Path(smk.input.probe).read_text())
+if smk.params.probe == "networks":
+    table = networks.summarize_networks(samples, cfg)
+    lines = networks.network_lines(table, probe["details"])
+else:
+    table = networks.summarize_unseen(samples, cfg)
+    lines = networks.unseen_lines(table)
+write_parquet(smk.output.summary, table)
+write_json(smk.output.report, {
+    "probe": smk.params.probe, "settings": probe["settings"], "details": probe["details"],
+    "summary": table.to_dict("records"), "summary_lines": lines, "mode": smk.params.mode,
+    "sources": {name: {"path": str(p), "sha256": sha256_file(p)}
+                for name, p in (("samples", smk.input.samples), ("probe", smk.input.probe))}})
+for line in lines:
+    job.progress(line)
+job.finish()
