@@ -338,9 +338,9 @@ def _conv2d_elsewhere(x, weight, groups, implementation):
 
 
 def _conv2d_fake(x, weight, groups, implementation):
-    if not any(isinstance(v, torch.SymInt) for v in (*x.shape, *weight.shape, groups)):
-        check_call(x, weight, groups, implementation)  # the same errors as a real call
-    # Stride 1, padding 1, 3x3: the output map is the input map.
+    # No check here: under torch.compile the op checks the call when it runs (conv2d checks
+    # an eager call on fake tensors itself), so a bad call raises UnsupportedConv, not a
+    # tracing error. Stride 1, padding 1, 3x3: the output map is the input map.
     return x.new_empty((x.shape[0], weight.shape[0], x.shape[2], x.shape[3]))
 
 
@@ -397,9 +397,9 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
         # op's CUDA kernel, called directly (what the dispatcher would reach, without its round
         # trip). Tensor subclasses, fake tensors, active modes and autograd take the op below.
         return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
-    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) \
-            or type(groups) is not int:
-        check_call(x, weight, groups, implementation)  # raises, naming the field
+    # Subclasses, fake tensors, active modes, autograd: the call is checked here (raising
+    # UnsupportedConv naming the field), then goes through the dispatcher.
+    check_call(x, weight, groups, implementation)
     return _OP(x, weight, groups, implementation)
 
 
