@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[evidence,test]"
 	touch $@
 
-.PHONY: install atlas test report verify mobilenet_probe nsight compare_records replay clean
+.PHONY: install atlas test report verify mobilenet_probe nsight compare_records overhead_probe \
+	network_probe unseen_probe replay clean
 install: $(VENV)/.installed
 
 atlas: $(VENV)/.installed
@@ -39,7 +40,7 @@ report: $(VENV)/.installed
 verify: $(VENV)/.installed
 	$(SNAKEMAKE) verify_provenance $(QUIET)
 
-mobilenet_probe nsight compare_records: $(VENV)/.installed
+mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe: $(VENV)/.installed
 	$(SNAKEMAKE) $@ $(QUIET)
 
 replay: $(VENV)/.installed

@@ -19,6 +19,13 @@ _plan.jobs_import_from(workflow.basedir)
 from groupconv_atlas.records import find_record  # noqa: E402
 from groupconv_atlas.shapes import ShapeError, load_shapes  # noqa: E402
 
+from groupconv_atlas.config_check import config_errors as _config_errors  # noqa: E402
+
+# Errors that name the field first (and a misspelled key with the nearest known one); then
+# Snakemake's own validation, which fills the schema's defaults.
+_problems = _config_errors(config)
+if _problems:
+    raise WorkflowError("config " + "\nconfig ".join(_problems))
 validate(config, schema="../schemas/config.schema.yaml")
 
 try:
@@ -110,6 +117,20 @@ def crosscheck_reading() -> list[str]:
     if MODE == "live" and not config.get("crosscheck", {}).get("shapes"):
         return []
     return optional_raw("crosscheck.json")
+
+
+def recorded_probe(path: str, result: str, target: str):
+    """An input function: the probe's result, or in a replay whose record lacks the probe's raw
+    samples, an error that says so (rather than a missing-file trace)."""
+
+    def needed(wildcards):
+        if MODE == "replay" and not Path(raw(path)).is_file():
+            raise WorkflowError(f"snakemake {target}: record {Path(RECORD).name} holds no "
+                                f"{path}; measure it live on a GPU, or replay a record that "
+                                "has it (records/INDEX.json lists them)")
+        return result
+
+    return needed
 
 
 def mobilenet_readings() -> list[str]:

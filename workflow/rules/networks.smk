@@ -11,13 +11,15 @@ PROBES = {"networks": "network_probe", "unseen": "unseen_probe"}
 rule network_probe:
     """Whole networks, original against converted (live on a GPU, else from the record)."""
     input:
-        f"{RESULTS}/probes/networks.json",
+        recorded_probe("probes/networks/samples.parquet", f"{RESULTS}/probes/networks.json",
+                       "network_probe"),
 
 
 rule unseen_probe:
     """Unseen geometries: dispatch and autotune against PyTorch (live, else from the record)."""
     input:
-        f"{RESULTS}/probes/unseen.json",
+        recorded_probe("probes/unseen/samples.parquet", f"{RESULTS}/probes/unseen.json",
+                       "unseen_probe"),
 
 
 if MODE == "live":

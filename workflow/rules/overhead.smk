@@ -8,7 +8,7 @@
 rule overhead_probe:
     """The call-overhead benchmark's summary (live on a GPU, else from the record)."""
     input:
-        f"{RESULTS}/overhead.json",
+        recorded_probe("overhead/samples.parquet", f"{RESULTS}/overhead.json", "overhead_probe"),
 
 
 if MODE == "live":
