@@ -19,15 +19,26 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[evidence,test]"
 	touch $@
 
-.PHONY: install atlas test report verify mobilenet_probe nsight compare_records overhead_probe \
+.PHONY: install atlas test test-all test-integration report verify mobilenet_probe nsight compare_records overhead_probe \
 	network_probe unseen_probe replay clean
 install: $(VENV)/.installed
 
 atlas: $(VENV)/.installed
 	$(SNAKEMAKE) atlas $(QUIET)
 
+# The fast set (every test but the integration set: about 5 minutes on 2 cores); test-all adds
+# the integration set (the 80-shape record replay, the SLURM cluster, the browser);
+# test-integration runs that set alone. Each prints its 15 slowest tests.
+# Workers (pytest-xdist, one per core); they share the one smoke replay (tests/conftest.py).
+PYTEST_ARGS ?= --durations=15 -n auto
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-integration: $(VENV)/.installed
+	$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 # The report Snakemake bundles, written to reports/ (a bare `snakemake --report` would drop a
 # large report.html at the top of the checkout).

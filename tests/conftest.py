@@ -32,3 +32,28 @@ def gpu_session():
     from groupconv_atlas.gpu import GpuSession
 
     return GpuSession()
+
+
+@pytest.fixture(scope="session")
+def smoke_replay(tmp_path_factory):
+    """One replay of the committed smoke record per test run, with its report built
+    (`snakemake --report`): every test that reads a replay reads this one; a test that changes
+    it works on helpers.copy_replayed of it. Under pytest-xdist the workers share it: the first
+    to get the lock builds it in the run's common temporary folder, the others wait for it (the
+    pattern pytest-xdist documents for a session fixture that must run once)."""
+    import os
+
+    from filelock import FileLock
+    from helpers import SMOKE, copy_checkout, snakemake
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder every worker's own temporary folder sits in
+    folder = base / "smoke-replay"
+    with FileLock(str(base / "smoke-replay.lock")):
+        if not (folder / "built").is_file():
+            root = copy_checkout(folder / "repo")
+            snakemake(root, "atlas", *SMOKE)
+            snakemake(root, *SMOKE, "--report", "reports/atlas.html")
+            (folder / "built").write_text("one replay of the smoke record, its report built\n")
+    return folder / "repo"

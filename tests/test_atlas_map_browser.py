@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_report import DEVICE, replayed_checkout
+from helpers import SMOKE_DEVICE as DEVICE
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -17,13 +17,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-sync"]
 TIMED = {"WIN", "LOSS", "TIE", "INCONCLUSIVE"}
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
-                                reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)")
+# A real browser on the session's replay: the integration set (make test-all).
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not CHROMIUM.exists(),
+                                 reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)")]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = replayed_checkout(tmp_path_factory)
+def built(smoke_replay):
+    root = smoke_replay
     results = root / "results" / DEVICE
     if not (results / "report" / "atlas-map.html").exists():
         pytest.fail("`snakemake` did not build the atlas map: the Snakefile must include "

@@ -13,6 +13,7 @@ import yaml
 from groupconv_atlas.compare_records import (KEY, agreement, committed_records, compare_inputs,
                                              record_cells, side_by_side)
 from groupconv_atlas.stats import CLASSES, StatsConfig
+from helpers import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL, SMOKE = "h200-2026-11-29", "h200-smoke-2026-11-29"
@@ -190,8 +191,7 @@ def test_a_pair_timed_by_two_jobs_is_refused(tmp_path):
 # --- The workflow target ----------------------------------------------------------------------
 
 def snakemake(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=repo,
-                         capture_output=True, text=True, timeout=600, check=False)
+    res = run_guarded([sys.executable, "-m", "snakemake", *args], repo)
     if check and res.returncode != 0:
         pytest.fail(f"snakemake {' '.join(args)} failed:\n{res.stdout[-3000:]}\n"
                     f"{res.stderr[-5000:]}")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_guarded
 from mutants import MUTANTS
 
 from groupconv_atlas.build import compile_kernel
@@ -111,8 +112,7 @@ def run_sanitized(tool: str, tmp_path: Path, kernels: list[str], geometries, var
     cmd = [sanitizer(), "--tool", tool, "--error-exitcode", "1",
            "--target-processes", "application-only", "--report-api-errors", "no",
            sys.executable, str(program), json.dumps(plan)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
-                          check=False)
+    return run_guarded(cmd, None, env=env)
 
 
 def reported_errors(output: str) -> list[int]:

@@ -3,6 +3,7 @@ import shutil
 import subprocess
 
 import pytest
+from helpers import run_guarded
 from mutants import MUTANTS
 
 from gpu_helpers import TOLERANCE_FACTOR
@@ -108,9 +109,8 @@ def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
     compile_kernel(mutant.kernel, cubin, source=source)
     # No tuning table: k5 takes its untuned rule, the tile the shapes were chosen for.
     shapes = [SHAPES[sid].to_dict() for sid in mutant.shapes]
-    res = subprocess.run([sys.executable, "-c", VERIFY_PROGRAM,
-                          json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR])],
-                         capture_output=True, text=True, check=False, timeout=600)
+    res = run_guarded([sys.executable, "-c", VERIFY_PROGRAM,
+                       json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR])], None)
     verdicts = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
     print(mutant.name, verdicts, res.stderr[-2000:])
     assert verdicts, f"{mutant.name}: the verification process gave no verdict: {res.stderr}"

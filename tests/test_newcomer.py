@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from groupconv_atlas.records import load_index, replay_arguments
+from helpers import HANG_GUARD_S, run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -39,8 +40,8 @@ def make(repo: Path, *args: str, dry: bool = False) -> subprocess.CompletedProce
     """make with this interpreter's environment, never reinstalling it (-o: take it as made)."""
     venv = Path(sys.executable).parent.parent
     installed = f"{venv}/.installed"
-    return subprocess.run(["make", *(["-n"] if dry else []), f"VENV={venv}", "-o", installed,
-                           *args], cwd=repo, capture_output=True, text=True, timeout=900)
+    return run_guarded(["make", *(["-n"] if dry else []), f"VENV={venv}", "-o", installed,
+                        *args], repo)
 
 
 def test_default_profile_resumes_and_keeps_the_log_short():
@@ -69,6 +70,7 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
     assert offenders == []
 
 
+@pytest.mark.integration
 def test_every_committed_record_is_indexed_and_its_replay_builds(tmp_path):
     """`make replay RECORD=<name>` replays each record with the configuration it was measured
     with (records/INDEX.json); each one's DAG builds (the shape check included)."""
@@ -79,8 +81,7 @@ def test_every_committed_record_is_indexed_and_its_replay_builds(tmp_path):
     for name in committed:
         assert name in section("Quick start"), f"{name}: no replay command in the README"
         args = replay_arguments(ROOT / "records", name)
-        res = subprocess.run([*SNAKEMAKE, "-n", "atlas", *args], cwd=repo, capture_output=True,
-                             text=True, timeout=600)
+        res = run_guarded([*SNAKEMAKE, "-n", "atlas", *args], repo)
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
     res = make(repo, "replay", f"RECORD={CHECK_RECORD}", dry=True)
     assert res.returncode == 0 and "groupconv_atlas.records replay-args" in res.stdout
@@ -119,7 +120,7 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group
             break
     proc.stdout.read()
-    assert proc.wait(timeout=300) != 0, "".join(seen)[-3000:]
+    assert proc.wait(timeout=HANG_GUARD_S) != 0, "".join(seen)[-3000:]
     incomplete = list((repo / ".snakemake" / "incomplete").glob("*"))
     assert incomplete, "the interrupt left no incomplete output: nothing was tested"
     res = make(repo, "replay", f"RECORD={CHECK_RECORD}")

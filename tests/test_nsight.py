@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from groupconv_atlas import nsight
+from helpers import run_guarded
 from groupconv_atlas.kernels import support
 from groupconv_atlas.provenance import REPO_ROOT, write_parquet
 from groupconv_atlas.shapes import load_shapes, shapes_by_id
@@ -438,8 +439,6 @@ nsight:
 
 def _dry_run(tmp_path: Path, shape_ids, pairs=()) -> tuple[int, str]:
     """`snakemake -n nsight` of the real rules (live mode) in a scratch folder."""
-    import subprocess
-
     snakefile = (REPO_ROOT / "Snakefile").read_text()
     if "rules/nsight.smk" not in snakefile:
         snakefile += '\ninclude: "workflow/rules/nsight.smk"\n'
@@ -448,9 +447,8 @@ def _dry_run(tmp_path: Path, shape_ids, pairs=()) -> tuple[int, str]:
         (tmp_path / folder).symlink_to(REPO_ROOT / folder)
     (tmp_path / "nsight.yaml").write_text(NSIGHT_CONFIG.format(
         shapes=", ".join(shape_ids), pairs=", ".join(f"[{s}, {i}]" for s, i in pairs)))
-    res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "nsight", "--cores", "1",
-                          "--configfile", "config/config.yaml", "nsight.yaml"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    res = run_guarded([sys.executable, "-m", "snakemake", "-n", "nsight", "--cores", "1",
+                       "--configfile", "config/config.yaml", "nsight.yaml"], tmp_path)
     return res.returncode, res.stdout + res.stderr
 
 

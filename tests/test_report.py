@@ -1,15 +1,11 @@
 """The report: `snakemake --report` on a replay of the committed smoke record (no GPU), the
 self-contained atlas map, and the figure and table renderers on real and fixture data.
 
-The workflow runs once per test run in a temporary copy of the checkout (tracked and untracked,
-not ignored, files), so nothing here writes into the working tree; test_atlas_map_browser.py
-drives the same map in headless Chromium."""
+The workflow runs once per test session in a temporary copy of the checkout (conftest's
+smoke_replay), so nothing here writes into the working tree; test_atlas_map_browser.py drives the
+same map in headless Chromium."""
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -18,9 +14,9 @@ import pytest
 from groupconv_atlas import report
 from groupconv_atlas.evidence import evidence_markdown
 from groupconv_atlas.provenance import REPO_ROOT
+from helpers import SMOKE, copy_replayed, snakemake
+from helpers import SMOKE_DEVICE as DEVICE
 
-SMOKE = ["--configfile", "config/smoke.yaml"]
-DEVICE = "h200-smoke"
 # What the report must show for any record (the optional stages' pages come on top).
 ALWAYS = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "aa-calibration.svg",
           "boundaries.svg", "comparisons-summary.html", "comparisons-per-shape.html",
@@ -29,50 +25,10 @@ CATEGORIES = {"Atlas map", "Comparisons", "Verification", "Timing boundaries", "
 # The one http(s) string the map may hold: the SVG namespace its script creates elements in.
 ALLOWED_URLS = {"http://www.w3.org/2000/svg"}
 
-_BUILT: dict[str, Path] = {}
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run the workflow in `workdir` with this interpreter's Snakemake; fail with its output.
-    The jobs import the copy's package (PYTHONPATH), not the checkout the venv installed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(workdir / "workflow"), os.environ.get("PYTHONPATH")]))}
-    res = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env,
-                         capture_output=True, text=True, check=False, timeout=900)
-    if res.returncode != 0:
-        pytest.fail(f"snakemake {' '.join(args)} failed ({res.returncode}):\n"
-                    f"{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
-    return res
-
-
-def copy_checkout(dest: Path) -> Path:
-    """Every file git tracks or would track (so results/, .snakemake/ and .venv/ stay out)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=REPO_ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        src = REPO_ROOT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
-
-
-def replayed_checkout(tmp_path_factory) -> Path:
-    """A copy of the checkout where the smoke record was replayed (`snakemake`, the atlas target)
-    and the report built from that DAG (`snakemake --report`). Built once per test run; the
-    browser tests import this too."""
-    if "root" not in _BUILT:
-        root = copy_checkout(tmp_path_factory.mktemp("checkout"))
-        snakemake(root, *SMOKE)
-        snakemake(root, *SMOKE, "--report", "reports/atlas.html")
-        _BUILT["root"] = root
-    return _BUILT["root"]
-
-
 @pytest.fixture(scope="module")
-def replay(tmp_path_factory) -> Path:
-    return replayed_checkout(tmp_path_factory)
+def replay(smoke_replay) -> Path:
+    """The session's one replay of the smoke record, its report built (conftest.smoke_replay)."""
+    return smoke_replay
 
 
 @pytest.fixture(scope="module")
@@ -335,10 +291,11 @@ def test_mobilenet_page_and_figure():
     assert report.CLASS_COLOURS["LOSS"].lower().encode() in svg
 
 
-def test_optional_stages_join_the_report_when_their_tables_are_ready(replay):
+def test_optional_stages_join_the_report_when_their_tables_are_ready(replay, tmp_path):
     # With the three optional tables present the DAG still builds. The machine-code page is
     # planned (its rule reads only the record's cubins); the MobileNet page only when the record
-    # holds the raw probe files its table is made from.
+    # holds the raw probe files its table is made from. On a copy: the tables are stand-ins.
+    replay = copy_replayed(replay, tmp_path / "repo")
     results = replay / "results" / DEVICE
     made = [results / "machine_code.parquet", results / "nsight.parquet",
             results / "mobilenet" / "mobilenet.json"]

@@ -6,11 +6,11 @@ through the package, imports inside functions included (they run when the job ca
 module that runs but is not listed means an edit to it would leave the job's outputs stale."""
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "groupconv_atlas"
@@ -45,8 +45,7 @@ json.dump(rules, sys.stdout)
 
 @pytest.fixture(scope="module")
 def rules() -> dict[str, dict]:
-    res = subprocess.run([sys.executable, "-c", _DUMP_RULES, str(ROOT)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, check=False)
+    res = run_guarded([sys.executable, "-c", _DUMP_RULES, str(ROOT)], ROOT)
     if res.returncode != 0:
         pytest.fail(f"Snakemake could not parse the workflow:\n{res.stderr[-4000:]}")
     parsed = json.loads(res.stdout)

@@ -15,6 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import run_guarded
+
+# A whole SLURM cluster: the integration set (make test-all).
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["--configfile", "config/smoke.yaml"]
@@ -33,9 +37,8 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def snakemake(repo: Path, *args: str, env=None, timeout=600) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=timeout, check=False)
+def snakemake(repo: Path, *args: str, env=None) -> subprocess.CompletedProcess:
+    res = run_guarded([sys.executable, "-m", "snakemake", *args], repo, env=env)
     if res.returncode != 0:
         pytest.fail(f"snakemake {' '.join(args)} failed ({res.returncode}):\n"
                     f"{res.stdout[-4000:]}\n{res.stderr[-8000:]}")
@@ -232,14 +235,14 @@ def cluster():
 
 def test_replay_through_slurm_gives_the_local_bytes(cluster, tmp_path):
     local = copy_repo(tmp_path / "local")
-    snakemake(local, "atlas", *SMOKE, timeout=300)
+    snakemake(local, "atlas", *SMOKE)
 
     on_slurm = copy_repo(tmp_path / "slurm")
     # The test cluster has no accounting database: status from squeue (MinJobAge keeps finished
     # jobs listed), no account to guess; first status check after 1 s to keep the test short.
     snakemake(on_slurm, "--workflow-profile", "profiles/slurm", "atlas", *SMOKE,
               "--slurm-status-command", "squeue", "--slurm-no-account",
-              "--slurm-init-seconds-before-status-checks", "1", env=cluster.env, timeout=600)
+              "--slurm-init-seconds-before-status-checks", "1", env=cluster.env)
 
     jobs = cluster.jobs()
     rules = {re.sub(r"_wildcards_.*", "", j["comment"]) for j in jobs}
@@ -260,7 +263,7 @@ def test_profile_asks_one_gpu_of_the_model_for_gpu_jobs_only(tmp_path):
         pytest.skip("snakemake-executor-plugin-slurm is not installed")
     repo = copy_repo(tmp_path / "repo")
     res = snakemake(repo, "--workflow-profile", "profiles/slurm", "-n", "atlas", "nsight",
-                    "--config", "mode=live", timeout=300)
+                    "--config", "mode=live")
     resources = {}
     for block in res.stdout.split("\n\n"):
         name = re.search(r"^(?:local)?rule (\w+):", block, re.M)

@@ -2,9 +2,7 @@
 byte-identical replays, a tampered record refused, what an edit reruns, and the live DAG."""
 import json
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,19 +10,12 @@ import pytest
 
 from groupconv_atlas.records import find_record
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-SMOKE = ["--configfile", "config/smoke.yaml"]
-SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
-        ".ruff_cache", "artifacts"}
+from helpers import SMOKE, copy_checkout, copy_replayed, snakemake
+
 
 
 def run(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([*SNAKEMAKE, *args], cwd=repo, capture_output=True, text=True,
-                         timeout=600)
-    if check and res.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}")
-    return res
+    return snakemake(repo, *args, check=check)
 
 
 def job_counts(stdout: str) -> dict[str, int]:
@@ -41,17 +32,13 @@ def job_counts(stdout: str) -> dict[str, int]:
 
 @pytest.fixture()
 def repo(tmp_path):
-    dest = tmp_path / "repo"
-    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
-    return dest
+    return copy_checkout(tmp_path / "repo")
 
 
 @pytest.fixture(scope="module")
-def replayed(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("replay") / "repo"
-    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
-    run(dest, "atlas", *SMOKE)
-    return dest
+def replayed(smoke_replay, tmp_path_factory):
+    """A copy of the session's smoke replay: these tests rerun and edit it."""
+    return copy_replayed(smoke_replay, tmp_path_factory.mktemp("replay") / "repo")
 
 
 def test_replay_produces_the_artifacts_marked_as_replayed(replayed):
@@ -160,6 +147,7 @@ def test_a_bad_config_value_names_the_field(repo):
     assert res.returncode != 0 and "sometimes" in res.stdout + res.stderr
 
 
+@pytest.mark.integration
 def test_the_committed_h200_record_replays_into_the_atlas(repo):
     """The README's main job on a machine without a GPU: the newest H200 record, end to end."""
     run(repo, "--cores", "1", "atlas")

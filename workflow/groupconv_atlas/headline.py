@@ -196,8 +196,21 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
                        & (comparisons["boundary"] == boundary)]
     fastest = fastest_per_shape(comparisons, verification, reference, boundary)
     counts = pd.Series([f["fastest"] for f in fastest]).value_counts()
+    dispatch = comparisons[(comparisons["candidate"] == DISPATCH)
+                           & (comparisons["baseline"] == reference)
+                           & (comparisons["boundary"] == boundary)]
     return {
         "overall": overall,
+        **_regions(rows, groups, l2_bytes, cfg),
+        # The same regions for the dispatcher: what a caller of `dispatch` gets where.
+        "dispatch": _regions(dispatch, groups, l2_bytes, cfg) if not dispatch.empty else None,
+        "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
+        "fastest_per_shape": fastest,
+    }
+
+
+def _regions(rows, groups, l2_bytes, cfg) -> dict:
+    return {
         "by_kind": _group_entries(rows, groups["kind"], ["depthwise", "grouped"], cfg),
         "by_channels_per_group": _group_entries(
             rows, groups["channels_per_group"],
@@ -206,8 +219,6 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
             rows, groups["footprint"],
             [footprint_bin(lo if lo is not None else 0.0) for lo, _ in FOOTPRINT_BINS], cfg)
         if l2_bytes else [],
-        "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
-        "fastest_per_shape": fastest,
     }
 
 
@@ -283,6 +294,14 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
                 f"{_x(mine['geomean_ratio'])} {_interval(mine)}, {_counts(mine)}; against NCHW "
                 f"PyTorch alone (torch_best_nchw, the older reading): {_x(old['geomean_ratio'])} "
                 f"{_interval(old)}, {_counts(old)}.")
+        regions = (graph.get("dispatch") or {}).get("by_kind", [])
+        old_regions = ((nchw_only["boundaries"].get("graph_device") or {}).get("dispatch")
+                       or {}).get("by_kind", [])
+        for entry, before in zip(regions, old_regions):
+            lines.append(f"{entry['group'].capitalize()} shapes at graph_device, the dispatcher "
+                         f"against torch_best: {_x(entry['geomean_ratio'])} {_interval(entry)}, "
+                         f"{_counts(entry)}; against torch_best_nchw: "
+                         f"{_x(before['geomean_ratio'])} {_interval(before)}.")
         if not layouts.empty:
             lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
                          "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"

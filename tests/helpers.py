@@ -1,0 +1,65 @@
+"""What the workflow tests share: a copy of the checkout, one way to run Snakemake in it (with a
+hang guard, never a verdict on speed), and a copy of an already replayed checkout for tests that
+change it."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SMOKE = ["--configfile", "config/smoke.yaml"]
+SMOKE_DEVICE = "h200-smoke"
+SMOKE_RECORD = "h200-smoke-2026-11-29"
+# What a copy leaves out: outputs, caches, environments.
+SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
+        ".ruff_cache", "artifacts", ".gl", ".whl"}
+# A guard against a run that hangs, far above any run's time on a busy 2-core machine: when it
+# fires the test fails saying so, with the run's last output; no test judges how long a run took.
+HANG_GUARD_S = int(os.environ.get("GROUPCONV_TEST_HANG_GUARD_S", "3600"))
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The checkout's files, outputs and caches left out (SKIP)."""
+    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
+    return dest
+
+
+def copy_replayed(src: Path, dest: Path) -> Path:
+    """A replayed checkout whole (its results and Snakemake's records of them), for a test that
+    edits or reruns it while others read the original."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+def run_guarded(argv: list[str], cwd: Path, env: dict | None = None,
+                guard_s: int = HANG_GUARD_S, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run with the hang guard: a run still going after `guard_s` fails the test as
+    a hang, showing the end of what it printed."""
+    try:
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=guard_s, check=False, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        tail = "".join(s.decode(errors="replace") if isinstance(s, bytes) else (s or "")
+                       for s in (err.stdout, err.stderr))[-4000:]
+        pytest.fail(f"hang guard: {' '.join(map(str, argv))} was still running after {guard_s} s "
+                    "(a guard against a hung run, not a verdict on its speed); its last "
+                    f"output:\n{tail}")
+
+
+def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = None,
+              guard_s: int = HANG_GUARD_S) -> subprocess.CompletedProcess:
+    """Snakemake in `repo` with this interpreter; the jobs import the copy's own package. With
+    `check`, a failed run fails the test with its output."""
+    env = {**(env or os.environ), "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(repo / "workflow"), (env or os.environ).get("PYTHONPATH")]))}
+    res = run_guarded([*SNAKEMAKE, *args], repo, env=env, guard_s=guard_s)
+    if check and res.returncode != 0:
+        pytest.fail(f"snakemake {' '.join(args)} failed ({res.returncode}):\n"
+                    f"{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
+    return res
