@@ -205,15 +205,18 @@ def test_summary_carries_both_intervals_and_the_old_names():
         <= row.shape_ci_high
 
 
+def _k5_row(job, shape, base, ratio, base_us):
+    """A measured comparison row of k5 against `base` (test input, not a measurement)."""
+    return {"job": job, "shape_id": shape, "candidate": "k5", "baseline": base,
+            "boundary": "graph_device", "class": "WIN", "ratio": ratio,
+            "candidate_median_us": 10.0, "baseline_median_us": base_us,
+            "batch_ratios": [ratio] * 3}
+
+
 def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
     from groupconv_atlas.stats import with_torch_best
 
-    def row(job, shape, base, ratio, base_us):
-        return {"job": job, "shape_id": shape, "candidate": "k5", "baseline": base,
-                "boundary": "graph_device", "class": "WIN", "ratio": ratio,
-                "candidate_median_us": 10.0, "baseline_median_us": base_us,
-                "batch_ratios": [ratio] * 3}
-
+    row = _k5_row
     table = pd.DataFrame([row("k5-tuned", "a", "torch_tuned", 1.5, 15.0),
                           row("k5-default", "a", "torch_default", 2.0, 20.0),
                           row("k5-tuned", "b", "torch_tuned", 3.0, 30.0),
@@ -234,13 +237,11 @@ def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
 def test_torch_best_spans_both_layouts_and_keeps_the_nchw_reading_beside_it():
     from groupconv_atlas.stats import summarize, with_torch_best
 
+    # Shape a: cuDNN on channels_last is the fastest PyTorch path; shape b: NCHW tuned is.
     def row(job, shape, base, ratio, base_us):
-        return {"job": job, "shape_id": shape, "candidate": "k5", "baseline": base,
-                "boundary": "graph_device", "class": "WIN", "ratio": ratio,
-                "candidate_median_us": 10.0, "baseline_median_us": base_us,
+        return {**_k5_row(job, shape, base, ratio, base_us),
                 "batch_ratios": [ratio * f for f in (0.99, 1.0, 1.01)]}
 
-    # Shape a: cuDNN on channels_last is the fastest PyTorch path; shape b: NCHW tuned is.
     table = pd.DataFrame([row("tuned", "a", "torch_tuned", 3.0, 30.0),
                           row("tuned", "a", "torch_tuned_nhwc", 1.2, 12.0),
                           row("default", "a", "torch_default", 3.1, 31.0),
