@@ -133,6 +133,14 @@ def recorded_probe(path: str, result: str, target: str):
     return needed
 
 
+def snapshot_needs_a_live_run(wildcards):
+    """snapshot_record's input in a replay: an error that says what the rule needs."""
+    raise WorkflowError("snakemake snapshot_record: copies a live run's raw layer into "
+                        "records/, and this run replays a committed record (mode: replay, or "
+                        "auto without PyCUDA and a GPU); run it on a GPU machine after "
+                        "`snakemake atlas --config mode=live`")
+
+
 def mobilenet_readings() -> list[str]:
     """The MobileNet probe's readings join atlas.json when measured (live) or recorded."""
     if MODE == "live" or Path(raw("mobilenet/probe.json")).is_file():

@@ -91,13 +91,7 @@ if MODE == "live":
 
 else:
 
-    def _snapshot_needs_a_live_run(wildcards):
-        raise WorkflowError("snakemake snapshot_record: copies a live run's raw layer into "
-                            "records/, and this run replays a committed record (mode: replay, "
-                            "or auto without PyCUDA and a GPU); run it on a GPU machine after "
-                            "`snakemake atlas --config mode=live`")
-
     rule snapshot_record:
         """In a replay: says that a snapshot needs a live run (see the live rule above)."""
         input:
-            _snapshot_needs_a_live_run,
+            snapshot_needs_a_live_run,
