@@ -191,3 +191,25 @@ def test_untimed_cell_says_why(page, built):
                 return
     pytest.skip("the record has no untimed cell")
 
+
+
+def test_a_packed_page_shows_inside_a_data_url_frame_as_the_report_frames_it(browser, tmp_path):
+    """The report's frames load each page as a base64 data: URL: a page too large for one
+    (over 2 MiB) is packed, and inside such a frame it unpacks and shows whole, offline."""
+    import base64
+
+    from groupconv_atlas import report
+
+    rows = [[f"shape-{i}", i * 1.000123, "a reason that repeats " * 3] for i in range(40_000)]
+    page_text = report.html_page("Every shape", report.table_html(["shape", "ratio", "why"], rows))
+    assert 'id="packed-note"' in page_text
+    frame_src = "data:text/html;base64," + base64.b64encode(page_text.encode()).decode()
+    host = tmp_path / "host.html"
+    host.write_text(f'<html><body><iframe id="page" src="{frame_src}"></iframe></body></html>')
+    context = browser.new_context(offline=True)
+    tab = context.new_page()
+    tab.goto(host.as_uri())
+    frame = tab.frame_locator("#page")
+    frame.locator("td", has_text="shape-39999").wait_for()
+    assert frame.locator("tbody tr").count() == len(rows)
+    context.close()

@@ -313,3 +313,21 @@ def test_optional_stages_join_the_report_when_their_tables_are_ready(replay, tmp
     finally:
         for path in made:
             path.unlink()
+
+
+def test_a_page_too_large_for_the_reports_frames_is_packed_and_unpacks_whole():
+    """`snakemake --report` frames each page as a base64 data: URL, blank in Chromium over
+    2 MiB: a page over the packing size is written compressed with a loader, the same bytes
+    each time, and unpacks to the page itself; a small page stays as it is."""
+    from groupconv_atlas.report.html_blocks import (DATA_URL_LIMIT, PACK_ABOVE, data_url_bytes,
+                                                    packed_page, unpacked_page)
+
+    small = report.html_page("small", "<p>one line</p>")
+    assert "packed-note" not in small and unpacked_page(small) == small
+    rows = [[f"shape-{i}", i * 1.000123, "a reason that repeats " * 3] for i in range(40_000)]
+    large = report.html_page("Every shape", report.table_html(["shape", "ratio", "why"], rows))
+    assert 'id="packed-note"' in large and "DecompressionStream" in large
+    assert data_url_bytes(large) < DATA_URL_LIMIT
+    page = unpacked_page(large)
+    assert data_url_bytes(page) > PACK_ABOVE and "<title>Every shape</title>" in page
+    assert "shape-39999" in page and packed_page(page) == large

@@ -6,6 +6,7 @@ import html
 import json
 
 from ..stats import CLASSES
+from .html_blocks import DATA_URL_LIMIT, data_url_bytes, packed_page
 from .style import BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, UNTIMED, baseline_label
 
 MAP_DATA_MARKER = "/*__ATLAS_MAP_DATA__*/null"
@@ -37,10 +38,37 @@ def map_payload(details: dict, atlas: dict) -> dict:
     }
 
 
+# Where even the packed page would be too large for the report's frames (the full 80-shape
+# atlas with every batch median), the map's numbers keep this many significant digits.
+MAP_DIGITS = 6
+
+
+def _rounded(value, digits: int):
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    return value
+
+
 def atlas_map_html(details: dict, atlas: dict, template: str) -> str:
+    """The page with every value of map-details.json; packed where it is too large for the
+    report's frames, and its numbers kept to MAP_DIGITS significant digits (said on the page)
+    where even packed it would be."""
     if MAP_DATA_MARKER not in template:
         raise ValueError(f"atlas map template lacks the data marker {MAP_DATA_MARKER!r}")
-    data = json.dumps(map_payload(details, atlas), sort_keys=True, allow_nan=False)
+    payload = map_payload(details, atlas)
+    page = _page(payload, details, template)
+    if data_url_bytes(packed_page(page)) > DATA_URL_LIMIT:
+        payload = {**_rounded(payload, MAP_DIGITS), "digits": MAP_DIGITS}
+        page = _page(payload, details, template)
+    return packed_page(page)
+
+
+def _page(payload: dict, details: dict, template: str) -> str:
+    data = json.dumps(payload, sort_keys=True, allow_nan=False)
     # Inside <script>, "</" could close the element early; "\/" is the same JSON string.
     data = data.replace("</", "<\\/")
     title = f"GroupConv Atlas map: {details['evidence'].get('device')}"

@@ -2,6 +2,8 @@
 DataFrames, and the Markdown subset current-evidence.md uses."""
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 import math
 import re
@@ -18,12 +20,53 @@ def esc(value) -> str:
 
 
 def html_page(title: str, body: str, note: str = "", heading: bool = True) -> str:
-    """A standalone page; `heading=False` when the body brings its own title."""
+    """A standalone page; `heading=False` when the body brings its own title. A page too large
+    for the report's frames is packed (`packed_page`)."""
     lead = f'<p class="note">{note}</p>' if note else ""
     top = f"<h1>{esc(title)}</h1>" if heading else ""
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head>"
-            f"<body>{top}{lead}{body}</body></html>\n")
+    return packed_page(f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+                       f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head>"
+                       f"<body>{top}{lead}{body}</body></html>\n")
+
+
+# `snakemake --report` shows each page in an iframe whose src is the page as a base64 data: URL,
+# and Chromium leaves a frame blank when that URL is over 2 MiB. A page whose data: URL would be
+# over PACK_ABOVE bytes is written as a small loader holding the page gzip-compressed: in the
+# browser it decompresses it (DecompressionStream, in every current browser) and writes it in
+# its place, so the same file opens directly and inside the report.
+DATA_URL_LIMIT = 2 * 2**20
+PACK_ABOVE = 1_500_000
+_LOADER = ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+           '</head><body><p id="packed-note">Unpacking this page (it is stored compressed: '
+           'without JavaScript it cannot show)...</p><script>\n"use strict";\n'
+           '(async () => {{\n  const bytes = Uint8Array.from(atob("{payload}"), c => '
+           'c.charCodeAt(0));\n  const text = await new Response(new Blob([bytes]).stream()'
+           '.pipeThrough(new DecompressionStream("gzip"))).text();\n  document.open();\n  '
+           'document.write(text);\n  document.close();\n}})().catch(err => {{\n  '
+           'document.getElementById("packed-note").textContent = "This page could not unpack '
+           'itself: " + err;\n}});\n</script></body></html>\n')
+
+
+def data_url_bytes(page: str) -> int:
+    """Bytes of `page` as a base64 data: URL (what the report's frame loads)."""
+    return len("data:text/html;base64,") + 4 * math.ceil(len(page.encode()) / 3)
+
+
+def packed_page(page: str) -> str:
+    """`page` itself when its data: URL stays under PACK_ABOVE bytes, else the loader holding it
+    compressed (gzip with no timestamp, so the same page packs to the same bytes)."""
+    if data_url_bytes(page) <= PACK_ABOVE:
+        return page
+    title = re.search(r"<title>(.*?)</title>", page, re.DOTALL)
+    payload = base64.b64encode(gzip.compress(page.encode(), 9, mtime=0)).decode()
+    return _LOADER.format(title=title.group(1) if title else "", payload=payload)
+
+
+def unpacked_page(page: str) -> str:
+    """The page a loader holds (the page itself when it is none): for readers other than a
+    browser."""
+    found = re.search(r'atob\("([A-Za-z0-9+/=]*)"\)', page) if 'id="packed-note"' in page else None
+    return gzip.decompress(base64.b64decode(found.group(1))).decode() if found else page
 
 
 def table_html(columns: list[str], rows: list[list], cell_classes=None, numeric=()) -> str:
