@@ -178,4 +178,11 @@ def test_the_committed_h200_record_replays_into_the_atlas(repo):
         assert "Known limitations of this record" in evidence
     for page in ("atlas-map.html", "nsight.html", "machine-code.html", "mobilenet.html"):
         assert (out / "report" / page).is_file(), page
+    # Every page fits the report's frames (a base64 data: URL, blank in Chromium over 2 MiB).
+    from groupconv_atlas.report.html_blocks import DATA_URL_LIMIT, data_url_bytes
+
+    pages = [*(out / "report").glob("*.html"), repo / "results" / "comparisons" / "records.html"]
+    too_large = {p.name: data_url_bytes(p.read_text()) for p in pages
+                 if data_url_bytes(p.read_text()) > DATA_URL_LIMIT}
+    assert not too_large, too_large
     run(repo, "verify_provenance")
