@@ -12,6 +12,7 @@ import pytest
 import yaml
 from groupconv_atlas.compare_records import (KEY, agreement, committed_records, compare_inputs,
                                              record_cells, side_by_side)
+from groupconv_atlas.report.html_blocks import unpacked_page
 from groupconv_atlas.stats import CLASSES, StatsConfig
 from helpers import run_guarded
 
@@ -214,7 +215,7 @@ def test_target_writes_the_table_page_and_provenance(repo, wide):
     out = repo / "results" / "comparisons"
     table = pd.read_parquet(out / "records.parquet")
     pd.testing.assert_frame_equal(table, wide, check_dtype=False)
-    page = (out / "records.html").read_text()
+    page = unpacked_page((out / "records.html").read_text())  # the page itself, packed or not
     assert FULL in page and SMOKE in page
     assert "heuristic algorithm, not the autotuned one" in page  # the full record's caveat
     assert f"Cells whose class flips ({int((~wide['classes_agree']).sum())})" in page
