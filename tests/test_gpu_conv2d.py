@@ -350,20 +350,16 @@ def _graph_nodes(torch, record) -> list[int]:
 def test_op_adds_no_node_to_a_captured_graph_over_its_bare_kernel():
     """The op launches on the capturing stream itself: a captured call is one kernel node, as a
     bare launch of the same kernel is (no event record or wait nodes from a stream fork/join)."""
-    from groupconv_atlas.launch import plan_for
-
     shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
     x, w = fresh_inputs(torch, shape, check_seed(shape.id, "nodes"))
     g.conv2d(x, w, shape.groups, "k5")  # resolves and loads the plan outside the capture
-    runtime = g.runtime()
-    launch, _ = runtime.launcher.kernel_launch("k5", shape)
-    bare = plan_for(runtime.launcher.cubins["k5"], launch)
+    bare, _ = g.runtime().launcher.kernel_plan("k5", shape)
     y = torch.empty_like(x)
     torch.cuda.synchronize()
 
     def bare_call():
-        bare.launch(torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(),
-                    y.data_ptr(), *launch.scalars)
+        bare.launch3(torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(),
+                     y.data_ptr())
 
     op_nodes = _graph_nodes(torch, lambda: g.conv2d(x, w, shape.groups, "k5"))
     bare_nodes = _graph_nodes(torch, bare_call)

@@ -29,7 +29,6 @@ import yaml
 
 from .gpu import CallerSession, Launcher, dispatch_table, set_conv_tf32, torch_conv, tuning_table
 from .kernels import BASELINES, KERNELS, KERNELS_DIR, support as implementation_support
-from .launch import plan_for
 from .records import find_record
 from .shapes import geometry_shape
 from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
@@ -182,7 +181,6 @@ class _Runtime:
 
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
                  autotune: bool | None = None):
-        self._warned: set = set()
         self._plans: dict = {}
         self.autotune = autotune_enabled(autotune)
         self.choices: dict = {}  # geometry -> (implementation, variant, why) for unseen ones
@@ -200,9 +198,6 @@ class _Runtime:
         self.source = str(record) if record is not None else "configure()"
         self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
                                  tunings or {}, dispatch)
-
-    def implementation_for(self, implementation: str, shape) -> str:
-        return self.choice_for(implementation, shape)[0]
 
     def choice_for(self, implementation: str, shape) -> tuple[str, dict | None, str]:
         """(implementation, launch variant or None for the launch tables' own, why) of a call:
@@ -261,9 +256,7 @@ class _Runtime:
             return run_baseline
         device, index = x.device, x.device.index
         with torch.cuda.device(device):  # the device's context current while its cubin loads
-            launch, _ = self.launcher.kernel_launch(impl, shape, variant)
-            plan = plan_for(self.launcher.cubins[impl], launch)
-        enqueue = plan.launch3
+            enqueue = self.launcher.kernel_plan(impl, shape, variant)[0].launch3
         out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
         # The cheapest allocation of a contiguous FP32 output on x's device: x's own shape when
         # C_out = C_in (depthwise), else new_empty.
@@ -387,8 +380,8 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     GPU. It is the custom op torch.ops.groupconv_atlas.conv2d: CUDA graphs capture it (the
     kernel runs on the caller's current stream) and torch.compile(fullgraph=True) traces it."""
     if torch.compiler.is_compiling():
-        # While tracing, sizes and groups may be symbolic: the fake implementation checks the
-        # call, so the trace has no Python branch on them (no graph break).
+        # While tracing, sizes and groups may be symbolic: the op checks the call when it runs,
+        # so the trace has no Python branch on them (no graph break).
         return _OP(x, weight, groups, implementation)
     if type(x) is torch.Tensor and x.is_cuda and type(weight) in _PLAIN_TENSORS \
             and type(groups) is int and not _dispatch_modes() and not _function_modes() \

@@ -69,10 +69,6 @@ class CallerSession:
     current PyTorch stream (no stream of its own and no PyCUDA), so a launch bound through it
     runs where the caller's work runs."""
 
-    class _Stream:
-        def __init__(self, handle: int):
-            self.handle = handle
-
     def __init__(self):
         import torch
 
@@ -80,8 +76,8 @@ class CallerSession:
         self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
 
     @property
-    def stream(self) -> "CallerSession._Stream":
-        return self._Stream(self.torch.cuda.current_stream().cuda_stream)
+    def stream(self) -> "_TorchStream":
+        return _TorchStream(self.torch.cuda.current_stream())
 
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()
@@ -222,6 +218,15 @@ class Launcher:
                                 "rule", kernel, shape.geometry, shape.id)
         return launch_for(kernel, shape, variant, sm_count=self.session.sm_count), origin
 
+    def kernel_plan(self, kernel: str, shape: Shape, variant: dict | None = None,
+                    handle: str = "main"):
+        """(LaunchPlan, where its configuration came from) of a kernel on this geometry, its
+        function loaded in the current context: what `bind` and the public conv2d launch."""
+        if kernel not in self.cubins:
+            raise KeyError(f"no cubin for {kernel}: this launcher holds {sorted(self.cubins)}")
+        launch, origin = self.kernel_launch(kernel, shape, variant)
+        return plan_for(self.cubins[kernel], launch, handle), origin
+
     def bind(self, impl: str, shape: Shape, x, w, y, variant: dict | None = None) -> Bound:
         """Bind `impl` to tensors x, w, y (y is written by custom kernels; PyTorch returns its
         own output)."""
@@ -231,11 +236,9 @@ class Launcher:
                          {**chosen.details, "dispatches_to": chosen.name})
         base = base_implementation(impl)
         if base in KERNELS:
-            if base not in self.cubins:
-                raise KeyError(f"no cubin for {base}: this launcher holds {sorted(self.cubins)}")
-            launch, origin = self.kernel_launch(base, shape, variant)
-            handle = "twin" if impl != base else "main"
-            enqueue = plan_for(self.cubins[base], launch, handle).launch3
+            plan, origin = self.kernel_plan(base, shape, variant,
+                                            "twin" if impl != base else "main")
+            enqueue = plan.launch3
             args = (x.data_ptr(), w.data_ptr(), y.data_ptr())
             stream = self.session.stream.handle
 
@@ -243,8 +246,7 @@ class Launcher:
                 enqueue(stream, *args)
                 return y
 
-            details = {"entry": launch.entry, "grid": list(launch.grid),
-                       "block": list(launch.block)}
+            details = {"entry": plan.entry, "grid": list(plan.grid), "block": list(plan.block)}
             if origin is not None:
                 details["variant_from"] = origin
             return Bound(impl, run_kernel, y, details)

@@ -456,10 +456,6 @@ BASELINES: dict[str, dict] = {
                                   "cudnn.benchmark=True", "benchmark": True, "tf32": False,
                          "layout": "nhwc"},
 }
-# NCHW is the study's layout (every custom kernel reads and writes contiguous NCHW); NHWC is
-# measured beside it.
-LAYOUTS = ("nchw", "nhwc")
-STRICT_BASELINES = tuple(name for name, spec in BASELINES.items() if not spec["tf32"])
 
 
 def layout_of(impl: str) -> str:

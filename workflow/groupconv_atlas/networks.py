@@ -34,18 +34,12 @@ def build_model(name: str, seed: int):
 
 
 def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], int]:
-    from .timing import PairedSampler, batch_order
+    """The atlas's sampler on warmed-up runs: (rows, launches per graph replay)."""
+    from .timing import time_runs, warm_up
 
-    for run in runs.values():  # warm-up: lazy loads, cuDNN's choices, the op's plans
-        for _ in range(cfg.warmup_launches):
-            run()
-    session.synchronize()
-    sampler = PairedSampler(session, runs, cfg, clocks, boundaries=boundaries).prepare()
-    rows = []
-    for batch in range(cfg.batches):
-        rows += sampler.batch(batch, batch_order(rng, runs))
-    sampler.close()
-    return rows, sampler.launches
+    warm_up(session, runs.values(), cfg.warmup_launches)
+    rows, launches, _ = time_runs(session, runs, cfg, clocks, rng, boundaries=boundaries)
+    return rows, launches
 
 
 def measure_networks(session, launcher, settings: dict, timing_cfg, progress=print

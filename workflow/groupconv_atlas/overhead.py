@@ -51,7 +51,7 @@ def measure(session, launcher, shapes, implementation: str, timing_cfg, calls: i
             repeats: int, seed: int, progress=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(raw samples, host rows, per-shape details) for every shape (GPU)."""
     from . import conv
-    from .timing import ClockReader, PairedSampler, batch_order, samples_frame
+    from .timing import ClockReader, samples_frame, time_runs, warm_up
 
     conv.configure(launcher=launcher)
     torch = session.torch
@@ -67,23 +67,16 @@ def measure(session, launcher, shapes, implementation: str, timing_cfg, calls: i
             runs = {"op": lambda x=x, w=w, g=shape.groups: conv.conv2d(x, w, g, implementation),
                     "kernel": launcher.bind(target, shape, x, w, y).run,
                     "torch": launcher.bind("torch_tuned", shape, x, w, y).run}
-            for run in runs.values():  # warm-up: the op's plan, cuDNN's search, lazy loads
-                for _ in range(timing_cfg.warmup_launches):
-                    run()
-            session.synchronize()
-            sampler = PairedSampler(session, runs, timing_cfg, clocks).prepare()
-            rows = []
-            for batch in range(timing_cfg.batches):
-                rows += sampler.batch(batch, batch_order(rng, runs))
-            sampler.close()
+            warm_up(session, runs.values(), timing_cfg.warmup_launches)
+            rows, launches, _ = time_runs(session, runs, timing_cfg, clocks, rng)
             hosts += [{"shape_id": shape.id, **r}
                       for r in host_rows(runs, calls, repeats, rng, torch)]
         samples.append(samples_frame(rows, shape.id))
         details[shape.id] = {"implementation": implementation, "resolves_to": target,
-                             "launches_per_replay": sampler.launches}
+                             "launches_per_replay": launches}
         progress(f"[overhead] {index + 1}/{len(shapes)} {shape.id}: op -> {target}, "
-                 f"L={sampler.launches}")
-        del runs, sampler, x, w, y
+                 f"L={launches}")
+        del runs, x, w, y
         torch.cuda.empty_cache()
     return pd.concat(samples, ignore_index=True), pd.DataFrame(hosts), details
 

@@ -191,6 +191,15 @@ def batch_order(rng, names) -> list[str]:
     return [str(name) for name in rng.permutation(list(names))]
 
 
+def warm_up(session, runs, launches: int) -> None:
+    """Each run `launches` times before any sample (lazy loads, cuDNN's choice, the op's plan),
+    then a synchronize, so a failed launch surfaces before timing."""
+    for run in runs:
+        for _ in range(launches):
+            run()
+    session.synchronize()
+
+
 def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
               clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES
               ) -> tuple[list[tuple], int, dict[str, float]]:

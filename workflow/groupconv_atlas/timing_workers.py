@@ -55,7 +55,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
         conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision,
                    {**gpu_environment(), **software_environment()}))
         sampler, tensors = None, None
-        from .timing import PairedSampler
+        from .timing import PairedSampler, warm_up
 
         while True:
             msg = conn.recv()
@@ -71,10 +71,8 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                            if (call := public_call(conv, i, impls, x, w, shape.groups))}
                     # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
                     # search in this process; for the public op it resolves the call's plan.
-                    for run in [b.run for b in bound.values()] + list(api.values()):
-                        for _ in range(cfg.warmup_launches):
-                            run()
-                    session.synchronize()
+                    warm_up(session, [b.run for b in bound.values()] + list(api.values()),
+                            cfg.warmup_launches)
                     sampler = PairedSampler(session, {n: b.run for n, b in bound.items()}, cfg,
                                             clocks, flush, api_runs=api).prepare()
                 tensors = (x, w, y, bound)
