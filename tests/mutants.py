@@ -113,4 +113,13 @@ MUTANTS = (
     Mutant("k7_every_chunk_gets_the_first_weights", "k7", "* cpg + c0 + ci) * 9 + tap);",
            "* cpg + ci) * 9 + tap);", ("resnext101-32x8d-n32-c1024-14x14-g32",),
            needs=("k7_chunked",)),
+    # k8 (channels_last depthwise): the right edge's zero padding dropped (its last column reads
+    # the next pixel row); every lane of a channel vector given the first channel's weights; the
+    # 3x3 taps transposed.
+    Mutant("k8_right_edge_not_zero_padded", "k8", "(w >= 0 && w < W) ?", "(w >= 0) ?",
+           ("mobilenetv2-n1-c32-112x112-g32", "stress-oddw-n16-c96-127x127-g96")),
+    Mutant("k8_vector_lanes_share_weights", "k8", "__ldg(wt + (long long)(c0 + i) * 9 + t)",
+           "__ldg(wt + (long long)c0 * 9 + t)", ("mobilenetv2-n32-c144-56x56-g144",)),
+    Mutant("k8_taps_transposed", "k8", "k[kh * 3 + kw]);", "k[kw * 3 + kh]);",
+           ("mobilenetv1-n64-c1024-7x7-g1024",)),
 )

@@ -78,21 +78,55 @@ def test_cpu_weight_names_weight():
                        lambda: g.conv2d(x, w, 8, implementation="k5"))
 
 
-@pytest.mark.parametrize("layout", ["column_slice", "channels_last", "transposed_hw",
-                                    "expanded_batch"])
+@pytest.mark.parametrize("layout", ["column_slice", "transposed_hw", "expanded_batch"])
 def test_non_contiguous_input_names_x(layout):
     with _fake_cuda():
         w = torch.empty(8, 1, 3, 3, device="cuda")
         if layout == "column_slice":
             x = torch.empty_strided((2, 8, 5, 5), (360, 45, 9, 1), device="cuda")
-        elif layout == "channels_last":
-            x = torch.empty(2, 8, 5, 5, device="cuda").to(memory_format=torch.channels_last)
         elif layout == "transposed_hw":
             x = torch.empty(2, 8, 5, 6, device="cuda").transpose(2, 3)
         else:
             x = torch.empty(1, 8, 5, 5, device="cuda").expand(2, 8, 5, 5)
         assert not x.is_contiguous()
-        _raises_naming(r"^x: not contiguous", lambda: g.conv2d(x, w, 8, implementation="k5"))
+        _raises_naming(r"^x: strides", lambda: g.conv2d(x, w, 8, implementation="k5"))
+
+
+@pytest.mark.parametrize("implementation", ["k5", "torch_tuned"])
+def test_channels_last_input_to_an_nchw_implementation_names_the_layouts(implementation):
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda").to(memory_format=torch.channels_last)
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        message = _raises_naming(
+            rf"^x: channels_last \(NHWC\), but {implementation} computes on contiguous NCHW",
+            lambda: g.conv2d(x, w, 8, implementation=implementation))
+        assert "k8" in message and "dispatch" in message and "torch_tuned_nhwc" in message
+
+
+@pytest.mark.parametrize("implementation", ["k8", "torch_tuned_nhwc"])
+def test_nchw_input_to_a_channels_last_implementation_names_the_layouts(implementation):
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda")
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        _raises_naming(rf"^x: contiguous NCHW, but {implementation} computes on channels_last",
+                       lambda: g.conv2d(x, w, 8, implementation=implementation))
+
+
+@pytest.mark.parametrize("implementation", ["dispatch", "k8", "torch_tuned_nhwc"])
+def test_channels_last_calls_give_a_channels_last_output(implementation):
+    """Fake CUDA tensors: the fake implementation keeps the call's layout, as the op does."""
+    with _fake_cuda():
+        x = torch.empty(2, 8, 5, 5, device="cuda").to(memory_format=torch.channels_last)
+        w = torch.empty(8, 1, 3, 3, device="cuda")
+        y = g.conv2d(x, w, 8, implementation=implementation)
+        assert tuple(y.shape) == (2, 8, 5, 5)
+        assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+
+
+def test_k8_refuses_grouped_and_depth_multiplier_geometries():
+    for geometry in ((2, 16, 16, 5, 5, 8), (2, 8, 16, 5, 5, 8)):
+        ok, why = g.support("k8", *geometry)
+        assert not ok and "channel multiplier 1" in why
 
 
 def test_non_contiguous_weight_names_weight():
@@ -100,7 +134,7 @@ def test_non_contiguous_weight_names_weight():
         x = torch.empty(2, 8, 5, 5, device="cuda")
         w = torch.empty(3, 3, 1, 8, device="cuda").permute(3, 2, 0, 1)
         assert not w.is_contiguous()
-        _raises_naming(r"^weight: not contiguous", lambda: g.conv2d(x, w, 8, implementation="k5"))
+        _raises_naming(r"^weight: strides", lambda: g.conv2d(x, w, 8, implementation="k5"))
 
 
 @pytest.mark.parametrize("kernel_hw", [(5, 5), (1, 1), (3, 1)])
@@ -445,3 +479,86 @@ def g_convert(model, x):
     import groupconv_atlas
 
     return groupconv_atlas.convert(model, x)
+
+
+# ------------------------------------------------------------ channels_last (NHWC) calls, GPU
+
+# k8 on every atlas shape it supports (the depthwise ones with channel multiplier 1); dispatch
+# and tuned PyTorch on channels_last tensors of every atlas shape.
+K8_SHAPES = [s for s in SHAPES if g.support("k8", *s.geometry)[0]]
+
+
+def _channels_last_inputs(shape, seed):
+    x, w = fresh_inputs(torch, shape, seed)
+    return (x.contiguous(memory_format=torch.channels_last),
+            w.contiguous(memory_format=torch.channels_last))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation, shape",
+                         [("k8", s) for s in K8_SHAPES]
+                         + [(i, s) for i in ("dispatch", "torch_tuned_nhwc") for s in SHAPES],
+                         ids=lambda v: v if isinstance(v, str) else v.id)
+def test_channels_last_calls_match_fp64_in_graph_replay_and_keep_the_layout(implementation,
+                                                                           shape):
+    x, w = _channels_last_inputs(shape, check_seed(shape.id, implementation, "nhwc"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = op(x, w, shape.groups, implementation)
+    torch.cuda.current_stream().wait_stream(side)
+    assert eager.is_contiguous(memory_format=torch.channels_last), eager.stride()
+    assert_matches_fp64(torch, eager, x, w, shape.groups, f"{implementation} NHWC {shape.id}")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = op(x, w, shape.groups, implementation)
+    fresh = _channels_last_inputs(shape, check_seed(shape.id, implementation, "nhwc replay"))
+    x.copy_(fresh[0])
+    w.copy_(fresh[1])
+    y.fill_(float("nan"))
+    graph.replay()
+    assert_matches_fp64(torch, y, x, w, shape.groups, f"{implementation} NHWC graph {shape.id}")
+    del graph
+
+
+@pytest.mark.gpu
+def test_a_misaligned_channels_last_view_is_refused_by_k8_and_served_by_dispatch():
+    """A channels_last view 4 bytes past an allocation's start: k8's 16-byte vectors cannot
+    read it, so k8 refuses naming x's pointer, and dispatch (told k8 is fastest there) computes
+    it with PyTorch instead, correctly."""
+    shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
+    x, w = _channels_last_inputs(shape, check_seed(shape.id, "misaligned"))
+    buf = torch.empty(x.numel() + 1, device="cuda")
+    view = buf[1:].view(shape.n, shape.h, shape.w, shape.c_in).permute(0, 3, 1, 2)
+    view.copy_(x)
+    assert view.is_contiguous(memory_format=torch.channels_last) and view.data_ptr() % 16
+    with pytest.raises(g.UnsupportedConv, match=r"^x: data pointer .* not 16-byte aligned"):
+        g.conv2d(view, w, shape.groups, implementation="k8")
+    launcher = g.runtime().launcher
+    saved = launcher.dispatch_nhwc
+    launcher.dispatch_nhwc = {**saved, shape.geometry: "k8"}
+    g.runtime()._plans.clear()
+    try:
+        y = g.conv2d(view, w, shape.groups)
+        aligned = g.conv2d(x, w, shape.groups)  # the same geometry, aligned: k8 runs
+    finally:
+        launcher.dispatch_nhwc = saved
+        g.runtime()._plans.clear()
+    assert_matches_fp64(torch, y, view, w, shape.groups, "dispatch on a misaligned view")
+    assert_matches_fp64(torch, aligned, x, w, shape.groups, "dispatch to k8, aligned")
+
+
+@pytest.mark.gpu
+def test_group_conv_module_on_channels_last_dispatches_per_layout():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(1)
+    original = torchvision.models.mobilenet_v2(weights=None).eval().cuda()
+    converted = torchvision.models.mobilenet_v2(weights=None).eval().cuda()
+    converted.load_state_dict(original.state_dict())
+    g_convert(converted, torch.randn(2, 3, 96, 96, device="cuda"))
+    original = original.to(memory_format=torch.channels_last)
+    converted = converted.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 96, 96, device="cuda").to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = converted(x)
+        torch.testing.assert_close(y, original(x), rtol=1e-3, atol=1e-4)

@@ -51,6 +51,13 @@ def test_launch_covers_every_output(kernel):
             assert threads >= s.n * (s.c_out // cob) * -(-s.h // rows) * -(-s.w // 4)
         elif kernel in ("k6", "k7"):  # blocks stride over tiles: any grid covers every output
             assert launch.grid[0] >= 1  # (tests/test_k6_compile.py emulates the tiling)
+        elif kernel == "k8":  # threads stride over work items; the grid gives one thread each
+            for variant in [None, *KERNELS["k8"].variants(s)]:
+                v = launch_for("k8", s, variant, sm_count=SM_COUNT)
+                vec, rows, cols = (int(p[1:]) for p in v.entry.split("_")[3:])
+                assert vec == (4 if s.c_in % 4 == 0 else 1)
+                items = s.n * -(-s.h // rows) * -(-s.w // cols) * (s.c_in // vec)
+                assert v.grid[0] * v.block[0] >= items and v.entry in entries("k8")
         else:
             bx, by = launch.block[0], launch.block[1]
             assert launch.grid[0] == s.n * s.c_out * -(-s.h // by) * -(-s.w // bx)

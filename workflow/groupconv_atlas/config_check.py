@@ -47,12 +47,24 @@ def _describe(err) -> list[str]:
     return [f"{field or 'config'}: {err.message}"]
 
 
+def with_registry(schema: dict) -> dict:
+    """The schema with the names the registry knows (groupconv_atlas.kernels) as the enums of
+    `kernels` and `baselines`: the kernel list is written once, in the registry."""
+    from .kernels import BASELINES, KERNELS
+
+    props = schema.get("properties", {})
+    for key, names in (("kernels", KERNELS), ("baselines", BASELINES)):
+        if key in props:
+            props[key]["items"] = {**props[key].get("items", {}), "enum": list(names)}
+    return schema
+
+
 def config_errors(config: dict, schema_path: str | Path = SCHEMA) -> list[str]:
     """Every schema violation of `config` as one line naming its field; unknown keys first (a
     misspelled key also shows as a missing one: the unknown key is the cause)."""
     from jsonschema import Draft202012Validator
 
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = with_registry(yaml.safe_load(Path(schema_path).read_text()))
     errors = sorted(Draft202012Validator(schema).iter_errors(config),
                     key=lambda e: (e.validator != "additionalProperties",
                                    e.validator == "required", list(map(str, e.absolute_path))))

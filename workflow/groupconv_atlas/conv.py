@@ -28,17 +28,18 @@ import torch
 import yaml
 
 from .gpu import CallerSession, Launcher, dispatch_table, set_conv_tf32, torch_conv, tuning_table
-from .kernels import BASELINES, KERNELS, KERNELS_DIR, support as implementation_support
+from .kernels import BASELINES, KERNELS, KERNELS_DIR, k8_vec, layout_of
+from .kernels import support as implementation_support
 from .records import find_record
 from .shapes import geometry_shape
 from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
 
 LOG = logging.getLogger("groupconv_atlas")
 REPO_ROOT = KERNELS_DIR.parent
-# conv2d takes contiguous NCHW tensors: the channels_last references are measured, not offered.
-STRICT_BASELINES = [b for b, spec in BASELINES.items()
-                    if not spec["tf32"] and spec["layout"] == "nchw"]
+# The strict-FP32 references, in both layouts (a call's tensors must be in the reference's).
+STRICT_BASELINES = [b for b, spec in BASELINES.items() if not spec["tf32"]]
 DISPATCH = "dispatch"
+LAYOUT_WORDS = {"nchw": "contiguous NCHW", "nhwc": "channels_last (NHWC)"}
 
 
 class UnsupportedConv(ValueError):
@@ -50,6 +51,16 @@ def implementations() -> list[str]:
     """Names `conv2d` accepts: every custom kernel, the strict-FP32 PyTorch baselines and the
     dispatcher."""
     return [*KERNELS, *STRICT_BASELINES, DISPATCH]
+
+
+def call_layout(x, weight=None) -> str | None:
+    """The layout of a call's input: "nchw" (contiguous; a tensor contiguous in both formats
+    counts as NCHW), "nhwc" (channels_last), None (neither)."""
+    if x.is_contiguous():
+        return "nchw"
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return "nhwc"
+    return None
 
 
 def support(implementation: str, n: int, c_in: int, c_out: int, h: int, w: int,
@@ -96,9 +107,21 @@ def check_call(x, weight, groups: int, implementation: str):
     for name, t in (("x", x), ("weight", weight)):
         if t.dtype != torch.float32:
             raise UnsupportedConv(f"{name}: dtype {t.dtype}, must be torch.float32")
-        if not t.is_contiguous():
-            raise UnsupportedConv(f"{name}: not contiguous (strides {t.stride()}), must be "
-                                  "contiguous NCHW: call .contiguous() first")
+    layout = call_layout(x)
+    if layout is None:
+        raise UnsupportedConv(f"x: strides {x.stride()} are neither contiguous NCHW nor "
+                              "channels_last: call .contiguous() (or .contiguous(memory_format="
+                              "torch.channels_last)) first")
+    if call_layout(weight) is None:
+        raise UnsupportedConv(f"weight: strides {weight.stride()} are neither contiguous nor "
+                              "channels_last")
+    if implementation != DISPATCH and layout_of(implementation) != layout:
+        raise UnsupportedConv(
+            f"x: {LAYOUT_WORDS[layout]}, but {implementation} computes on "
+            f"{LAYOUT_WORDS[layout_of(implementation)]}; on {LAYOUT_WORDS[layout]} tensors use "
+            + ", ".join(i for i in implementations() if i == DISPATCH or layout_of(i) == layout))
+    # The weight may be in either layout: k8 (depthwise) reads a (C, 1, 3, 3) weight, whose
+    # memory is the same in both; PyTorch takes either.
     for name, t in (("x", x), ("weight", weight)):
         if t.device.type != "cuda":
             raise UnsupportedConv(f"{name}: on {t.device}, must be on a CUDA GPU")
@@ -113,13 +136,15 @@ def check_call(x, weight, groups: int, implementation: str):
 
 # ---- where launch tables and cubins come from ----
 
-def record_tables(record: str | Path) -> tuple[dict, dict | None]:
-    """(tunings, dispatch) keyed by geometry from a committed record's raw layer."""
+def record_tables(record: str | Path) -> tuple[dict, dict | None, dict | None]:
+    """(tunings, NCHW dispatch, channels_last dispatch) keyed by geometry from a committed
+    record's raw layer (a record made before the channels_last table has an empty one)."""
     raw = Path(record) / "raw"
     tunings = {p.stem: tuning_table(p) for p in sorted((raw / "tuning").glob("*.json"))}
     table = raw / "dispatch" / "table.json"
-    dispatch = dispatch_table(table) if table.is_file() and _has_geometry(table) else None
-    return tunings, dispatch
+    if not (table.is_file() and _has_geometry(table)):
+        return tunings, None, None
+    return tunings, dispatch_table(table), dispatch_table(table, "nhwc")
 
 
 def _has_geometry(table: Path) -> bool:
@@ -180,10 +205,10 @@ class _Runtime:
     the caller's current stream."""
 
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
-                 autotune: bool | None = None):
+                 autotune: bool | None = None, dispatch_nhwc=None):
         self._plans: dict = {}
         self.autotune = autotune_enabled(autotune)
-        self.choices: dict = {}  # geometry -> (implementation, variant, why) for unseen ones
+        self.choices: dict = {}  # (layout, geometry) -> (implementation, variant, why), unseen
         if launcher is not None:  # a pipeline stage's own session and launcher
             self.launcher, self.source = launcher, "a stage"
             return
@@ -192,44 +217,49 @@ class _Runtime:
         if record is None and tunings is None and dispatch is None:
             record = newest_record_with_tables()
         if record is not None:
-            rec_tunings, rec_dispatch = record_tables(record)
+            rec_tunings, rec_dispatch, rec_nhwc = record_tables(record)
             tunings = rec_tunings if tunings is None else tunings
             dispatch = rec_dispatch if dispatch is None else dispatch
+            dispatch_nhwc = rec_nhwc if dispatch_nhwc is None else dispatch_nhwc
         self.source = str(record) if record is not None else "configure()"
         self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
-                                 tunings or {}, dispatch)
+                                 tunings or {}, dispatch, dispatch_nhwc)
 
-    def choice_for(self, implementation: str, shape) -> tuple[str, dict | None, str]:
-        """(implementation, launch variant or None for the launch tables' own, why) of a call:
-        a named implementation as named; `dispatch` from its table, else (unseen.py) the
-        autotuned choice when autotuning is on, else the nearest measured geometry's."""
+    def choice_for(self, implementation: str, shape, layout: str = "nchw"
+                   ) -> tuple[str, dict | None, str]:
+        """(implementation, launch variant or None for the launch tables' own, why) of a call
+        in `layout`: a named implementation as named; `dispatch` from the layout's table, else
+        (unseen.py) the autotuned choice when autotuning is on, else the nearest measured
+        geometry's."""
         if implementation != DISPATCH:
             return implementation, None, f"named {implementation}"
-        table = self.launcher.dispatch or {}
+        table = (self.launcher.dispatch or {}) if layout == "nchw" else self.launcher.dispatch_nhwc
         if shape.geometry in table:
-            return table[shape.geometry], None, f"the dispatch table ({self.source})"
-        if shape.geometry not in self.choices:
-            self.choices[shape.geometry] = self._unseen_choice(shape, table)
-            impl, _, why = self.choices[shape.geometry]
-            LOG.warning("dispatch: geometry %s is not in the dispatch table (%s): %s (%s)",
-                        shape.geometry, self.source, impl, why)
-        return self.choices[shape.geometry]
+            return table[shape.geometry], None, f"the {layout} dispatch table ({self.source})"
+        key = (layout, shape.geometry)
+        if key not in self.choices:
+            self.choices[key] = self._unseen_choice(shape, table, layout)
+            impl, _, why = self.choices[key]
+            LOG.warning("dispatch: geometry %s (%s) is not in the dispatch table (%s): %s (%s)",
+                        shape.geometry, layout, self.source, impl, why)
+        return self.choices[key]
 
-    def _unseen_choice(self, shape, table) -> tuple[str, dict | None, str]:
+    def _unseen_choice(self, shape, table, layout: str) -> tuple[str, dict | None, str]:
         if self.autotune and not torch.cuda.is_current_stream_capturing():
             cache = AutotuneCache(cache_root() / "autotune.json")
-            key = AutotuneCache.key(torch.cuda.get_device_name(), self.cubins_sha256(), "nchw",
+            key = AutotuneCache.key(torch.cuda.get_device_name(), self.cubins_sha256(), layout,
                                     shape.geometry)
             entry = cache.get(key)
             if entry is None:
                 with _strict_fp32_call():
-                    entry = autotune(shape, self.launcher.cubins, progress=LOG.info)
+                    entry = autotune(shape, self.launcher.cubins, progress=LOG.info,
+                                     layout=layout)
                 cache.put(key, entry)
                 where = f"autotuned now, kept in {cache.path}"
             else:
                 where = f"autotuned earlier, read from {cache.path}"
             return entry["implementation"], entry["variant"], where
-        return nearest_choice(shape, table, self.launcher.tunings)
+        return nearest_choice(shape, table, self.launcher.tunings, layout)
 
     def cubins_sha256(self) -> str:
         digest = hashlib.sha256()
@@ -238,8 +268,11 @@ class _Runtime:
         return digest.hexdigest()[:16]
 
     def forward(self, x, weight, groups: int, implementation: str):
-        key = (implementation, groups, x.shape, weight.shape, x.dtype, weight.dtype, x.device,
-               weight.device, x.is_contiguous(), weight.is_contiguous())
+        # The layout enters the key only for a tensor that is not contiguous NCHW (the common
+        # call pays one is_contiguous() per tensor).
+        key = (implementation, groups, x.shape, weight.shape, x.dtype, weight.dtype,
+               x.get_device(), weight.get_device(), x.is_contiguous() or call_layout(x),
+               weight.is_contiguous() or call_layout(weight))
         run = self._plans.get(key)
         if run is None:
             run = self._plans[key] = self._plan(x, weight, groups, implementation)
@@ -248,7 +281,8 @@ class _Runtime:
     def _plan(self, x, weight, groups: int, implementation: str):
         """The call checked once and its launch resolved: a function (x, weight) -> y."""
         shape = check_call(x, weight, groups, implementation)
-        impl, variant, _ = self.choice_for(implementation, shape)
+        layout = call_layout(x)
+        impl, variant, _ = self.choice_for(implementation, shape, layout)
         if impl in BASELINES:
             def run_baseline(x, weight):
                 with _strict_fp32_call():
@@ -258,9 +292,20 @@ class _Runtime:
         with torch.cuda.device(device):  # the device's context current while its cubin loads
             enqueue = self.launcher.kernel_plan(impl, shape, variant)[0].launch3
         out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
-        # The cheapest allocation of a contiguous FP32 output on x's device: x's own shape when
-        # C_out = C_in (depthwise), else new_empty.
+        # The cheapest allocation of an FP32 output on x's device in x's layout: empty_like(x)
+        # (which keeps channels_last) when C_out = C_in, else new_empty (contiguous NCHW; an
+        # NHWC kernel's output always has x's size: k8 is depthwise).
         same = out_shape == tuple(x.shape)
+        def run_aligned(x, weight):
+            # k8's 16-byte channel vectors need x 16-byte aligned (a fresh tensor is; a view
+            # with an offset may not be): `dispatch` then takes the channels_last reference.
+            if x.data_ptr() & 15:
+                if implementation != DISPATCH:
+                    raise UnsupportedConv(f"x: data pointer {x.data_ptr():#x} is not 16-byte "
+                                          f"aligned, which {impl} needs on {shape.id}")
+                with _strict_fp32_call():
+                    return torch_conv(torch, "torch_tuned_nhwc", x, weight, groups)()
+            return run_kernel(x, weight)
 
         def run_kernel(x, weight):
             if _current_device() != index:  # another device is current: switch for the call
@@ -269,7 +314,8 @@ class _Runtime:
             y = torch.empty_like(x) if same else x.new_empty(out_shape)
             enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr())
             return y
-        return run_kernel
+        vectors = layout == "nhwc" and impl == "k8" and k8_vec(shape) == 4
+        return run_aligned if vectors else run_kernel
 
 
 @contextlib.contextmanager
@@ -296,13 +342,16 @@ _RUNTIME: _Runtime | None = None
 
 def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               dispatch: dict | None = None, record: str | Path | None = None,
-              launcher: Launcher | None = None, autotune: bool | None = None) -> None:
+              launcher: Launcher | None = None, autotune: bool | None = None,
+              dispatch_nhwc: dict | None = None) -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
-    pipeline stage passes its own `launcher` (its session, cubins and tables). `autotune=True`
-    measures a geometry no table holds on its first eager call and keeps the choice in
-    $GROUPCONV_CACHE/autotune.json (default: the GROUPCONV_AUTOTUNE variable; off)."""
+    pipeline stage passes its own `launcher` (its session, cubins and tables). `dispatch` and
+    `dispatch_nhwc` map a geometry (N, C_in, C_out, H, W, groups) to the implementation for
+    contiguous NCHW and channels_last calls. `autotune=True` measures a geometry no table holds
+    on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json (default: the
+    GROUPCONV_AUTOTUNE variable; off)."""
     global _RUNTIME
-    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune)
+    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc)
 
 
 def runtime() -> _Runtime:
@@ -334,7 +383,11 @@ def _conv2d_fake(x, weight, groups, implementation):
     # No check here: under torch.compile the op checks the call when it runs (conv2d checks
     # an eager call on fake tensors itself), so a bad call raises UnsupportedConv, not a
     # tracing error. Stride 1, padding 1, 3x3: the output map is the input map.
-    return x.new_empty((x.shape[0], weight.shape[0], x.shape[2], x.shape[3]))
+    # The output's layout is the input's (channels_last in, channels_last out), as when it runs.
+    n, c, h, w = x.shape[0], weight.shape[0], x.shape[2], x.shape[3]
+    if call_layout(x) == "nhwc":
+        return x.new_empty_strided((n, c, h, w), (h * w * c, 1, w * c, c))
+    return x.new_empty((n, c, h, w))
 
 
 def _conv2d_setup(ctx, inputs, output):
@@ -347,8 +400,9 @@ def _conv2d_backward(ctx, grad):
     # PyTorch's own convolution backward (stride 1, padding 1, dilation 1, no bias): a
     # converted model trains with exactly the gradients F.conv2d would give.
     x, weight = ctx.saved_tensors
+    fmt = torch.channels_last if call_layout(x) == "nhwc" else torch.contiguous_format
     grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
-        grad.contiguous(), x, weight, None, [1, 1], [1, 1], [1, 1], False, [0, 0], ctx.groups,
+        grad.contiguous(memory_format=fmt), x, weight, None, [1, 1], [1, 1], [1, 1], False, [0, 0], ctx.groups,
         [ctx.needs_input_grad[0], ctx.needs_input_grad[1], False])
     return grad_x, grad_w, None, None
 
@@ -368,13 +422,15 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     """y = conv2d(x, weight, groups, implementation="dispatch"): a 3x3 grouped convolution,
     stride 1, padding 1, dilation 1, no bias. Its backward is PyTorch's convolution backward.
 
-    x: FP32 contiguous NCHW (N, C_in, H, W) on a CUDA GPU; weight: FP32 contiguous
-    (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W), contiguous NCHW.
+    x: FP32 (N, C_in, H, W) on a CUDA GPU, contiguous NCHW or channels_last; weight: FP32
+    (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W) in x's layout.
     implementation: one of `implementations()`: "dispatch" (the atlas's fastest verified choice
-    for this geometry; a geometry no table holds takes the choice of the nearest measured one,
-    or with configure(autotune=True) one measured here once and cached; logged once),
-    a custom kernel "k0".."k7", or the strict-FP32 PyTorch references "torch_default" and
-    "torch_tuned" (F.conv2d with TF32 off, cudnn.benchmark off or on).
+    for this geometry and layout; a geometry no table holds takes the choice of the nearest
+    measured one, or with configure(autotune=True) one measured here once and cached; logged
+    once), a custom kernel ("k0".."k7" compute on NCHW, "k8" on channels_last), or the
+    strict-FP32 PyTorch references "torch_default", "torch_tuned" (NCHW) and
+    "torch_default_nhwc", "torch_tuned_nhwc" (channels_last): F.conv2d with TF32 off,
+    cudnn.benchmark off or on. A named implementation must be given tensors in its layout.
     Raises UnsupportedConv (a ValueError) naming the first field that does not fit, e.g.
     "x: dtype torch.float16, must be torch.float32"; `support(...)` answers the same without a
     GPU. It is the custom op torch.ops.groupconv_atlas.conv2d: CUDA graphs capture it (the
@@ -440,8 +496,9 @@ class GroupConv2d(torch.nn.Module):
                 f"groups={self.groups}, implementation={self.implementation}")
 
     def forward(self, x):
-        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-            # The custom kernels compute on contiguous NCHW; a channels_last input runs
-            # PyTorch's convolution (cuDNN's NHWC kernels), as the layer it replaced did.
+        if self.implementation != DISPATCH and call_layout(x) is not None \
+                and call_layout(x) != layout_of(self.implementation):
+            # A named implementation computes in one layout; an input in the other runs
+            # PyTorch's convolution, as the layer it replaced did (dispatch chooses per layout).
             return torch.nn.functional.conv2d(x, self.weight, None, 1, 1, 1, self.groups)
         return conv2d(x, self.weight, self.groups, self.implementation)

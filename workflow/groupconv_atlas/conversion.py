@@ -123,11 +123,16 @@ def convert(model, example_input, implementation: str = "dispatch",
             only_faster: bool = True) -> list[dict]:
     """Swap `model`'s eligible Conv2d layers for GroupConv2d in place (see the module's
     docstring); `implementation` is what the new layers call. With `only_faster` (the default)
-    and `dispatch`, a layer whose geometry the launch tables give to PyTorch stays a Conv2d.
+    and `dispatch`, a layer whose geometry the launch tables give to PyTorch (in the example
+    input's layout: pass a channels_last input for a channels_last model) stays a Conv2d.
     Returns one record per Conv2d: layer, input_shape, replaced, kernel (what dispatch resolves
     to), reason."""
-    from .conv import DISPATCH, GroupConv2d, implementations, runtime, support
+    from .conv import DISPATCH, GroupConv2d, call_layout, implementations, runtime, support
     from .kernels import BASELINES
+
+    # The layers see the example input's layout (a channels_last model passes channels_last
+    # tensors on): dispatch's choice is the one for that layout.
+    layout = call_layout(example_input) or "nchw"
 
     if implementation not in implementations():
         from .conv import UnsupportedConv
@@ -141,7 +146,7 @@ def convert(model, example_input, implementation: str = "dispatch",
             return None, why
         if implementation != DISPATCH:
             return implementation, f"named {implementation}"
-        impl, _, why = runtime().choice_for(DISPATCH, shape)
+        impl, _, why = runtime().choice_for(DISPATCH, shape, layout)
         if only_faster and impl in BASELINES:
             return None, f"kept: PyTorch ({impl}) is the faster choice here ({why})"
         return impl, f"dispatch runs {impl} here ({why})"

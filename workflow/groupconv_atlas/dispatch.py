@@ -9,19 +9,24 @@ from .kernels import BASELINES, layout_of
 
 DISPATCH = "dispatch"
 NOT_STRICT_FP32 = sorted(name for name, spec in BASELINES.items() if spec["tf32"])
-# The dispatcher serves a caller's contiguous NCHW tensors: a reference that computes on
-# channels_last tensors would need the layout changed on every call, so it is measured beside
-# the dispatcher (torch_best), never chosen by it.
+# The dispatcher chooses per (geometry, layout): a caller's contiguous NCHW tensors go to an
+# implementation that computes on NCHW, channels_last ones to one that computes on channels_last,
+# so no call changes its tensors' layout. The atlas times the NCHW dispatcher ("dispatch"); the
+# channels_last table serves conv2d's channels_last calls.
 DISPATCH_LAYOUT = "nchw"
+LAYOUTS = ("nchw", "nhwc")
 
 
-def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "graph_device"
-           ) -> dict[str, dict]:
+def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "graph_device",
+           layout: str = DISPATCH_LAYOUT) -> dict[str, dict]:
     """{shape_id: {"implementation", "median_us", "reason"}} from per-(shape, implementation,
-    boundary) medians; only implementations verified correct on the shape are eligible."""
+    boundary) medians, among implementations that compute in `layout`; only implementations
+    verified correct on the shape are eligible."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: {layout!r}, must be one of {', '.join(LAYOUTS)}")
     # Strict FP32 only: a TF32 baseline computes less precisely, so it is never a dispatch target.
     medians = medians[~medians["implementation"].isin(NOT_STRICT_FP32)
-                      & (medians["implementation"].map(layout_of) == DISPATCH_LAYOUT)]
+                      & (medians["implementation"].map(layout_of) == layout)]
     correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
                       verification.loc[verification["status"] == "correct", "implementation"]))
     sub = medians[medians["boundary"] == boundary]
@@ -34,7 +39,7 @@ def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "g
         table[shape_id] = {"implementation": best["implementation"],
                            "median_us": float(best["median_us"]),
                            "reason": f"fastest verified {boundary} median of "
-                                     f"{len(grp)} implementations"}
+                                     f"{len(grp)} {layout} implementations"}
     return table
 
 

@@ -164,10 +164,12 @@ def tuning_table(path: str | Path) -> dict[Geometry, dict]:
             for c in doc["choices"].values()}
 
 
-def dispatch_table(path: str | Path) -> dict[Geometry, str]:
-    """{geometry: implementation} from the dispatcher's table (raw/dispatch/table.json)."""
+def dispatch_table(path: str | Path, layout: str = "nchw") -> dict[Geometry, str]:
+    """{geometry: implementation} from the dispatcher's table (raw/dispatch/table.json) for
+    calls in `layout`; records made before the channels_last table have none ({})."""
     doc = json.loads(Path(path).read_text())
-    return {_geometry(c["geometry"]): c["implementation"] for c in doc["table"].values()}
+    key = "table" if layout == "nchw" else f"table_{layout}"
+    return {_geometry(c["geometry"]): c["implementation"] for c in doc.get(key, {}).values()}
 
 
 @dataclass
@@ -187,11 +189,13 @@ class Launcher:
 
     def __init__(self, session: GpuSession, cubins: dict[str, str],
                  tunings: dict[str, dict[Geometry, dict]] | None = None,
-                 dispatch: dict[Geometry, str] | None = None):
+                 dispatch: dict[Geometry, str] | None = None,
+                 dispatch_nhwc: dict[Geometry, str] | None = None):
         self.session = session
         self.cubins = {k: str(v) for k, v in cubins.items()}
         self.tunings = tunings or {}
         self.dispatch = dispatch
+        self.dispatch_nhwc = dispatch_nhwc or {}  # conv2d's choices for channels_last calls
         self._warned: set[tuple[str, Geometry]] = set()
 
     def dispatch_target(self, shape: Shape) -> str:
@@ -239,6 +243,10 @@ class Launcher:
             plan, origin = self.kernel_plan(base, shape, variant,
                                             "twin" if impl != base else "main")
             enqueue = plan.launch3
+            if KERNELS[base].layout == "nhwc":
+                # As for the channels_last references: converted once here, outside every timed
+                # region; the kernel writes a channels_last output of the same values.
+                x, w, y = in_layout(self.session.torch, "nhwc", x, w, y)
             args = (x.data_ptr(), w.data_ptr(), y.data_ptr())
             stream = self.session.stream.handle
 
@@ -257,17 +265,27 @@ class Launcher:
         raise KeyError(f"unknown implementation {impl!r}")
 
 
+def in_layout(torch, layout: str, x, w, y=None):
+    """x, w (and an output y) in `layout`: the same tensors for "nchw", channels_last copies
+    (y: a new channels_last tensor of y's size) for "nhwc"."""
+    if layout == "nchw":
+        return x, w, y
+    if layout != "nhwc":
+        raise ValueError(f"layout: {layout!r}, must be 'nchw' or 'nhwc'")
+    cl = torch.channels_last
+    return (x.contiguous(memory_format=cl), w.contiguous(memory_format=cl),
+            None if y is None else torch.empty_like(y, memory_format=cl))
+
+
 def torch_conv(torch, baseline: str, x, w, groups: int) -> Callable[[], object]:
     """A PyTorch baseline's call on x, w with its cudnn.benchmark and TF32 settings."""
     functional = torch.nn.functional
     benchmark = BASELINES[baseline]["benchmark"]
     tf32 = BASELINES[baseline]["tf32"]
-    if BASELINES[baseline]["layout"] == "nhwc":
-        # Converted once here, when the baseline is bound: the layout change is outside every
-        # timed region (a model converted with .to(memory_format=channels_last) pays it once,
-        # not per layer). The output comes back channels_last; its values are the same tensor.
-        x = x.contiguous(memory_format=torch.channels_last)
-        w = w.contiguous(memory_format=torch.channels_last)
+    # Converted once here, when the baseline is bound: the layout change is outside every timed
+    # region (a model converted with .to(memory_format=channels_last) pays it once, not per
+    # layer). The output comes back channels_last; its values are the same tensor.
+    x, w, _ = in_layout(torch, BASELINES[baseline]["layout"], x, w)
 
     def run_torch():
         # cudnn.benchmark is process-global and read at call time: set it on every call.
@@ -294,4 +312,5 @@ def launcher_inputs(builds=(), tunings=(), dispatch: str | Path | None = None) -
     receive it."""
     return {"cubins": {Path(b).stem: str(Path(b).with_suffix(".cubin")) for b in builds},
             "tunings": {Path(t).stem: tuning_table(t) for t in tunings},
-            "dispatch": dispatch_table(dispatch) if dispatch else None}
+            "dispatch": dispatch_table(dispatch) if dispatch else None,
+            "dispatch_nhwc": dispatch_table(dispatch, "nhwc") if dispatch else None}

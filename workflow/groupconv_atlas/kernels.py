@@ -44,6 +44,9 @@ class KernelSpec:
     # default_variant(shape, sm_count).
     variant_keys: tuple[str, ...] = ()
     default_variant: Callable[[Shape, int], dict] | None = None
+    # The memory layout of x, y (and the weight) the kernel computes on: "nchw" (contiguous) or
+    # "nhwc" (channels_last). The launcher converts a stage's NCHW tensors once when it binds.
+    layout: str = "nchw"
 
     @property
     def inputs(self) -> list[str]:
@@ -404,6 +407,73 @@ def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
+# k8: depthwise on channels_last (NHWC) tensors, channel multiplier 1. Neighbouring threads take
+# neighbouring channel vectors of one pixel (16-byte loads when C % 4 == 0, else single floats),
+# each a register tile of rows x columns output pixels; tile and block size tuned per shape. Any
+# grid is correct (threads stride over the work items): the grid only sets how many run at once.
+K8_TILES = tile_table("kernels/k8_depthwise_nhwc.cu", "K8_ENTRY", fields=3)  # (vec, rows, cols)
+K8_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
+K8_BLOCKS_PER_SM = 8  # blocks per SM the grid is sized for: enough to hide load latency
+
+
+def k8_vec(s: Shape) -> int:
+    """Channels one thread loads at once: 4 (16-byte vectors) when C divides into them, else 1."""
+    return 4 if s.c_in % 4 == 0 else 1
+
+
+def k8_entry(vec: int, rows: int, cols: int) -> str:
+    return f"k8_depthwise_nhwc_v{vec}_r{rows}_c{cols}"
+
+
+def _supports_k8(s: Shape) -> tuple[bool, str]:
+    if s.cin_per_group != 1 or s.cout_per_group != 1:
+        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                       "group: k8 is built for depthwise convolution with channel multiplier 1 "
+                       "(groups == C_in == C_out)")
+    if k8_vec(s) == 4:
+        return True, "depthwise on channels_last: 16-byte channel vectors, register tile along H, W"
+    return True, (f"depthwise on channels_last: C = {s.c_in} is not a multiple of 4, so one "
+                  "channel per load")
+
+
+def k8_variants(s: Shape) -> list[dict]:
+    """Every (rows, columns, block) the tuner measures on a shape, at the shape's vector width;
+    tiles no taller or wider than the map (1 always)."""
+    return [{"rows": rows, "cols": cols, "threads": threads}
+            for vec, rows, cols in K8_TILES
+            if vec == k8_vec(s) and (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
+            for threads in K8_BLOCKS]
+
+
+def k8_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback: the largest tile (most outputs per thread) that still gives every SM a
+    full block per K8_BLOCKS_PER_SM, else the smallest tile of the shape's vector width."""
+    fits = [(r, c) for v, r, c in K8_TILES if v == k8_vec(s)
+            and (r == 1 or r <= s.h) and (c == 1 or c <= s.w)]
+    full = [(r, c) for r, c in fits
+            if _k8_items(s, r, c) >= sm_count * K8_BLOCKS_PER_SM * THREADS_PER_BLOCK]
+    rows, cols = max(full, key=lambda t: (t[0] * t[1], t[1])) if full else \
+        min(fits, key=lambda t: (t[0] * t[1], t[0]))
+    return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
+
+
+def _k8_items(s: Shape, rows: int, cols: int) -> int:
+    return s.n * _ceil_div(s.h, rows) * _ceil_div(s.w, cols) * (s.c_in // k8_vec(s))
+
+
+def _launch_k8(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k8_default_variant(s, sm_count)
+    rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
+    vec = k8_vec(s)
+    if ((vec, rows, cols) not in K8_TILES or threads not in K8_BLOCKS
+            or not _supports_k8(s)[0]):
+        raise ValueError(f"k8 variant {v} does not fit shape {s.id} (C = {s.c_in}, "
+                         f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
+    return Launch(k8_entry(vec, rows, cols),
+                  (min(_ceil_div(_k8_items(s, rows, cols), threads), MAX_GRID_X), 1, 1),
+                  (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
 KERNELS: dict[str, KernelSpec] = {
     "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
                      _always, _launch_k0),
@@ -432,6 +502,11 @@ KERNELS: dict[str, KernelSpec] = {
                      "tile tuned per shape", _supports_k7, _launch_k7, k7_variants,
                      needs_sm_count=True, variant_keys=("tile_floats", "outs", "cob", "threads"),
                      default_variant=k7_default_variant),
+    "k8": KernelSpec("k8", "kernels/k8_depthwise_nhwc.cu",
+                     "depthwise on channels_last (NHWC): 16-byte channel vectors, register tile "
+                     "of rows x columns, tuned per shape", _supports_k8, _launch_k8, k8_variants,
+                     needs_sm_count=True, variant_keys=("rows", "cols", "threads"),
+                     default_variant=k8_default_variant, layout="nhwc"),
 }
 
 # PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned), on
@@ -459,8 +534,12 @@ BASELINES: dict[str, dict] = {
 
 
 def layout_of(impl: str) -> str:
-    """The memory layout an implementation computes in: a baseline's own, NCHW for the rest."""
-    return BASELINES.get(base_implementation(impl), {}).get("layout", "nchw")
+    """The memory layout an implementation computes in: a kernel's or baseline's own; the
+    dispatcher's is NCHW."""
+    base = base_implementation(impl)
+    if base in KERNELS:
+        return KERNELS[base].layout
+    return BASELINES.get(base, {}).get("layout", "nchw")
 
 
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
@@ -500,6 +579,8 @@ def entries(kernel: str) -> list[str]:
         return [k6_entry(f, o, c) for f, o, c in K6_TILES]
     if kernel == "k7":
         return [k7_entry(f, o, c, chunked) for f, o, c in K7_TILES for chunked in (False, True)]
+    if kernel == "k8":
+        return [k8_entry(v, r, c) for v, r, c in K8_TILES]
     return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
 
 

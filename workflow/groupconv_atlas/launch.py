@@ -5,19 +5,38 @@ names: the caller's current PyTorch stream for `conv2d`, the stage's own stream 
 Nothing is forked or joined, so a CUDA graph being captured on that stream records exactly the
 kernel node, and eager calls pay one driver call.
 
-Why ctypes on libcuda rather than PyCUDA's prepared call or a compiled extension: PyCUDA cannot
-launch on a stream it did not create (PyTorch's current stream), and a C++ extension would have
-to be compiled on every user's machine before the first call; the driver's launch entry point
-is a plain C function, which ctypes calls for about a microsecond. The driver library is opened
-on first use, so this module imports on a machine without a GPU.
+Why the driver API through ctypes rather than PyCUDA's prepared call or a PyTorch C++ extension:
+PyCUDA cannot launch on a stream it did not create (PyTorch's current stream), and a C++ extension
+of PyTorch takes minutes of compilation against its headers on every user's machine. The
+driver's entry points are plain C functions: ctypes opens them, and the per-call launch of a
+convolution kernel (`launch3`) goes through `launch_shim.c`, a CPython function of forty lines
+compiled with the machine's C compiler on first use (about a second; cached beside the cubins),
+which fills the three pointers and calls cuLaunchKernel without ctypes' per-argument
+conversions. Where no C compiler or Python headers exist, or GROUPCONV_LAUNCH_SHIM=0, the same
+launch goes through ctypes. The driver library is opened on first use, so this module imports on
+a machine without a GPU.
 """
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shlex
 import struct
+import subprocess
+import sys
+import sysconfig
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+LOG = logging.getLogger("groupconv_atlas")
+SHIM_SOURCE = Path(__file__).with_name("launch_shim.c")
+SHIM_MODULE = "groupconv_launch_shim"
 
 # Kernel argument formats, as the kernel registry writes them (kernels.Launch.arg_format), as
 # struct codes: a device pointer, a 32-bit int, a 64-bit int, a float.
@@ -154,6 +173,24 @@ class LaunchPlan:
             struct.pack_into(self._format, self._buffer, 0, *([0] * self._pointers),
                              *self.scalars)
             self._head = "@" + "Q" * self._pointers
+            if self.arg_format.startswith("PPP") and shim() is not None:
+                self._use_shim(driver().lib.cuLaunchKernel)
+
+    def _use_shim(self, launch_entry) -> None:
+        """Route `launch3` through the C shim: its plan points at this plan's parameter array
+        and at the buffer's first three slots (the pointers, at offsets 0, 8 and 16)."""
+        self._shim_plan = _ShimPlan(ctypes.cast(launch_entry, ctypes.c_void_p).value,
+                                    self.function, (ctypes.c_uint * 6)(*self._dims),
+                                    ctypes.addressof(self._params),
+                                    ctypes.addressof(self._buffer))
+        call, plan, check, entry = shim().launch3, ctypes.addressof(self._shim_plan), \
+            self._check, self.entry
+
+        def launch3(stream: int, x: int, w: int, y: int) -> None:
+            result = call(plan, stream, x, w, y)
+            if result:
+                check(result, f"cuLaunchKernel({entry})")
+        self.launch3 = launch3  # the instance's own, in place of the ctypes method below
 
     def launch(self, stream: int, *args) -> None:
         """Enqueue one launch on `stream` (a CUstream handle; 0 is the legacy default stream).
@@ -180,6 +217,78 @@ class LaunchPlan:
 
 
 MODULES = Modules()
+
+
+class _ShimPlan(ctypes.Structure):
+    """`struct shim_plan` of launch_shim.c: what its launch3 reads, laid out here."""
+
+    _fields_ = [("launch", ctypes.c_void_p), ("function", ctypes.c_void_p),
+                ("dims", ctypes.c_uint * 6), ("params", ctypes.c_void_p),
+                ("pointers", ctypes.c_void_p)]
+
+
+_SHIM: object | None = None
+_SHIM_TRIED = False
+
+
+def _shim_path() -> Path:
+    """Where the compiled shim is kept: keyed by its source, the Python ABI and the platform."""
+    base = Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv_atlas"))
+    digest = hashlib.sha256(SHIM_SOURCE.read_bytes() + sys.version.encode()
+                            + sysconfig.get_platform().encode()).hexdigest()[:16]
+    return base / "host" / digest / (SHIM_MODULE + (sysconfig.get_config_var("EXT_SUFFIX")
+                                                    or ".so"))
+
+
+def build_shim(path: Path) -> Path:
+    """Compile launch_shim.c into the extension module `path` with the C compiler Python was
+    built with (written to a temporary file, then moved: concurrent builders cannot collide)."""
+    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    include = sysconfig.get_paths()["include"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        run = subprocess.run([*compiler, "-O2", "-shared", "-fPIC", f"-I{include}",
+                              str(SHIM_SOURCE), "-o", tmp], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise OSError(f"{' '.join(compiler)} failed on {SHIM_SOURCE.name}: "
+                          f"{(run.stderr or run.stdout).strip()[-500:]}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def shim():
+    """The compiled launch shim (built on first use), or None where it cannot be built or
+    GROUPCONV_LAUNCH_SHIM=0: launches then go through ctypes."""
+    global _SHIM, _SHIM_TRIED
+    with _DRIVER_LOCK:
+        if _SHIM_TRIED:
+            return _SHIM
+        _SHIM_TRIED = True
+        if os.environ.get("GROUPCONV_LAUNCH_SHIM", "1") == "0":
+            return None
+        path = _shim_path()
+        try:
+            if not path.is_file():
+                build_shim(path)
+            loader = importlib.machinery.ExtensionFileLoader(SHIM_MODULE, str(path))
+            spec = importlib.util.spec_from_file_location(SHIM_MODULE, path, loader=loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            _SHIM = module
+        except (OSError, ImportError) as err:
+            LOG.warning("the C launch shim is not available (%s): kernels launch through ctypes, "
+                        "about two microseconds more per call", err)
+        return _SHIM
+
+
+def launch_mechanism() -> str:
+    """How `launch3` reaches the driver in this process: "c shim" or "ctypes"."""
+    return "c shim" if shim() is not None else "ctypes"
 
 
 def kernel_plan(cubin: str | Path, entry: str, grid, block, arg_format: str,

@@ -32,7 +32,9 @@ AUTOTUNE_VAR = "GROUPCONV_AUTOTUNE"
 AUTOTUNE_TIMING = {"batches": 3, "samples_per_batch": 10, "seed": 13, "warmup_launches": 3,
                    "graph_min_replay_us": 100.0, "graph_max_replay_us": 2000.0,
                    "graph_max_launches": 200, "l2_policy": "warm", "clock_flag_fraction": 0.9}
-AUTOTUNE_REFERENCES = ("torch_tuned", "torch_default")
+# The strict-FP32 references autotuning times beside the kernels, per layout of the call.
+AUTOTUNE_REFERENCES = {"nchw": ("torch_tuned", "torch_default"),
+                       "nhwc": ("torch_tuned_nhwc", "torch_default_nhwc")}
 
 
 def features(geometry) -> dict[str, float]:
@@ -47,9 +49,11 @@ def distance(a, b) -> float:
     return sum(WEIGHTS[k] * abs(fa[k] - fb[k]) for k in WEIGHTS)
 
 
-def nearest_choice(shape, table: dict, tunings: dict) -> tuple[str, dict | None, str]:
-    """(implementation, variant or None, reason) for `shape` from the nearest table geometry
-    whose implementation supports it; k5's untuned rule when the table is empty."""
+def nearest_choice(shape, table: dict, tunings: dict, layout: str = "nchw"
+                   ) -> tuple[str, dict | None, str]:
+    """(implementation, variant or None, reason) for `shape` from the nearest geometry of the
+    `layout`'s dispatch table whose implementation supports it; when the table is empty, the
+    fallback of the layout (NCHW: k5's untuned rule; channels_last: tuned PyTorch)."""
     ranked = sorted(table.items(), key=lambda kv: (distance(shape.geometry, kv[0]), kv[0]))
     for geometry, impl in ranked:
         if impl in BASELINES:
@@ -67,6 +71,9 @@ def nearest_choice(shape, table: dict, tunings: dict) -> tuple[str, dict | None,
             f"nearest measured geometry {tuple(geometry)} (distance "
             f"{distance(shape.geometry, geometry):.2f}) ran {impl} fastest"
             + (", with its tuned launch" if variant else ", here with its untuned rule"))
+    if layout == "nhwc":
+        return "torch_tuned_nhwc", None, ("no measured channels_last geometry to go by: PyTorch "
+                                          "on channels_last, cudnn.benchmark on")
     return "k5", None, "no measured geometry to go by: k5's untuned rule"
 
 
@@ -108,7 +115,7 @@ class AutotuneCache:
 
 
 def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int = 256,
-             seed: int = 29, progress=lambda message: None) -> dict:
+             seed: int = 29, progress=lambda message: None, layout: str = "nchw") -> dict:
     """Measure every implementation that supports `shape` on this GPU (see the module's
     docstring) and return the choice: {"implementation", "variant", "median_us", "trials" (every
     candidate's median), "variants" (each kernel's best variant)}."""
@@ -124,7 +131,8 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
     launcher = Launcher(session, cubins)
     best: dict[str, dict | None] = {}
     for kernel, spec in KERNELS.items():
-        if kernel not in cubins or not spec.supports(shape)[0]:
+        # Only kernels of the call's layout: the chosen one runs on the caller's own tensors.
+        if kernel not in cubins or spec.layout != layout or not spec.supports(shape)[0]:
             continue
         if spec.variants is not None:
             record = tune_kernel(launcher, kernel, [shape], cfg, seed, factor, n_points,
@@ -138,7 +146,7 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
         x, w = session.random_inputs(shape, seed)
         y = session.empty_output(shape)
         runs = {k: launcher.bind(k, shape, x, w, y, variant=v).run for k, v in best.items()}
-        runs.update({r: launcher.bind(r, shape, x, w, y).run for r in AUTOTUNE_REFERENCES})
+        runs.update({r: launcher.bind(r, shape, x, w, y).run for r in AUTOTUNE_REFERENCES[layout]})
         for run in runs.values():
             for _ in range(cfg.warmup_launches):
                 run()

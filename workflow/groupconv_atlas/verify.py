@@ -23,7 +23,7 @@ UNIT_ROUNDOFF_TF32 = 2.0**-11  # 10 stored mantissa bits: each operand rounded o
 # Seeds follow this order, with implementations added later appended, so the seeds (and inputs)
 # of every implementation in an older record stay the same.
 SEED_ORDER = ("k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned", "dispatch",
-              "k5", "torch_default_tf32", "k6", "k7", "torch_default_nhwc", "torch_tuned_nhwc")
+              "k5", "torch_default_tf32", "k6", "k7", "torch_default_nhwc", "torch_tuned_nhwc", "k8")
 STATUSES = ("correct", "incorrect", "unsupported")
 
 
@@ -118,8 +118,8 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
         y = session.empty_output(shape)
         bound = launcher.bind(impl, shape, x, w, y, variant=variant)
         poisoned = bound.writes_into is not None
-        if poisoned:
-            y.fill_(float("nan"))
+        if poisoned:  # the tensor the kernel writes (a channels_last copy for an NHWC kernel)
+            bound.writes_into.fill_(float("nan"))
         out = bound.run()
         session.synchronize()  # a failed launch raises here
         torch.backends.cudnn.benchmark = False

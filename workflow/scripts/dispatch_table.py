@@ -12,14 +12,21 @@ job = Job(smk, "dispatch_table.py")
 samples = pd.concat([pd.read_parquet(p) for p in smk.input.samples], ignore_index=True)
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 samples = samples[~samples["implementation"].str.endswith("_twin")]
-table = choose(pooled_medians(samples), verification)
+medians = pooled_medians(samples)
 # Launches are looked up by geometry, not by shape name (groupconv_atlas.gpu.dispatch_table).
 geometry = {s.id: list(s.geometry) for s in load_frozen(smk.input.shapes)}
-table = {shape_id: {**choice, "geometry": geometry[shape_id]} for shape_id, choice in table.items()}
+table, table_nhwc = ({shape_id: {**choice, "geometry": geometry[shape_id]}
+                      for shape_id, choice in choose(medians, verification, layout=layout).items()}
+                     for layout in ("nchw", "nhwc"))
 shape_ids = list(dict.fromkeys(verification["shape_id"]))
+# "table": the NCHW dispatcher the atlas times; "table_nhwc": conv2d's choice for channels_last
+# calls (empty when no channels_last implementation was timed).
 write_json(smk.output.table, {"boundary": "graph_device", "chosen_from":
-                              sorted(set(verification["implementation"])), "table": table})
+                              sorted(set(verification["implementation"])), "table": table,
+                              "table_nhwc": table_nhwc})
 write_parquet(smk.output.verification, verification_rows(table, verification, shape_ids))
 counts = pd.Series([c["implementation"] for c in table.values()]).value_counts().to_dict()
-job.progress(f"dispatch choices: {counts}")
-job.finish({"choices": counts})
+counts_nhwc = pd.Series([c["implementation"] for c in table_nhwc.values()],
+                        dtype=object).value_counts().to_dict()
+job.progress(f"dispatch choices: NCHW {counts}, channels_last {counts_nhwc}")
+job.finish({"choices": counts, "choices_nhwc": counts_nhwc})
