@@ -9,7 +9,7 @@ import re
 import pytest
 from gpu_helpers import SHAPE_BY_ID, assert_matches_fp64, check_seed, poison_free_memory
 
-from groupconv_atlas.kernels import KERNELS
+from groupconv_atlas.kernels import KERNELS, layout_of
 
 torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.conv")
@@ -65,8 +65,20 @@ def test_kernel_correct_on_inputs_off_16_byte_alignment(shape_id, kernel, offset
     if not ok:
         pytest.skip(f"{kernel} declares {shape_id} unsupported: {why}")
     seed = check_seed(shape_id, kernel, offset)
-    x = offset_view(torch, (shape.n, shape.c_in, shape.h, shape.w), offset, seed)
-    w = offset_view(torch, (shape.c_out, shape.cin_per_group, 3, 3), offset, seed + 1)
+    if layout_of(kernel) == "nhwc":
+        # k8: a channels_last view off alignment; its 16-byte channel vectors refuse what they
+        # cannot read, naming x's pointer, and compute the rest.
+        x = offset_view(torch, (shape.n, shape.h, shape.w, shape.c_in), offset, seed)
+        x = x.permute(0, 3, 1, 2)
+        w = offset_view(torch, (shape.c_out, shape.cin_per_group, 3, 3), offset, seed + 1)
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        if offset % 4 and shape.c_in % 4 == 0:
+            with pytest.raises(g.UnsupportedConv, match=r"^x: data pointer .* not 16-byte"):
+                g.conv2d(x, w, shape.groups, implementation=kernel)
+            return
+    else:
+        x = offset_view(torch, (shape.n, shape.c_in, shape.h, shape.w), offset, seed)
+        w = offset_view(torch, (shape.c_out, shape.cin_per_group, 3, 3), offset, seed + 1)
     assert x.data_ptr() % 16 == 4 * offset  # the allocation itself is 16-byte aligned
     poison_free_memory(torch, shape.output_elems)
     y = g.conv2d(x, w, shape.groups, implementation=kernel)
@@ -129,7 +141,12 @@ def test_every_kernel_indexes_past_2_to_the_31_elements(geometry):
         if not g.support(kernel, *geometry)[0]:
             continue  # a refusal (for this size or another reason) is a stated limit: fine
         poison_free_memory(torch, n * c_out * h * w_)
-        y = g.conv2d(x, w, groups, implementation=kernel)
+        if layout_of(kernel) == "nhwc":  # k8: the same values on channels_last tensors
+            y = g.conv2d(x.contiguous(memory_format=torch.channels_last),
+                         w.contiguous(memory_format=torch.channels_last), groups,
+                         implementation=kernel)
+        else:
+            y = g.conv2d(x, w, groups, implementation=kernel)
         assert_matches_fp64(torch, y[:, first_group * cout_pg:].contiguous(), x_part, w_part,
                             groups - first_group, f"{kernel} past 2**31 elements {geometry}")
         del y

@@ -25,8 +25,9 @@ from groupconv_atlas.shapes import geometry_shape
 # (N, C_in, C_out, H, W, groups), small because racecheck is slow: depthwise with W % 4 != 0 and
 # a W spanning two of k2's 32-wide tiles; 4 and 2 input channels per group (k2's other entries);
 # a depth multiplier with W % 4 == 2 (k5's 8-byte path). H > 8 gives every tile several row blocks.
+# The last one: depthwise with C % 4 != 0 (k8's one-channel loads).
 GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 16, 11, 10, 4),
-              (1, 4, 8, 9, 14, 4))
+              (1, 4, 8, 9, 14, 4), (1, 6, 6, 9, 13, 6))
 TUNED_KERNELS = [k for k, spec in KERNELS.items() if spec.variants is not None]
 VARIANTS_PER_GEOMETRY = 3
 TIMEOUT_S = 300
@@ -40,6 +41,7 @@ import torch
 
 import groupconv_atlas as g
 from groupconv_atlas.conv import configure, runtime
+from groupconv_atlas.kernels import layout_of
 from groupconv_atlas.shapes import geometry_shape
 
 plan = json.loads(sys.argv[1])
@@ -53,7 +55,10 @@ for geometry in plan["geometries"]:
     for kernel in plan["kernels"]:
         if not g.support(kernel, *geometry)[0]:
             continue
-        y = g.conv2d(x, weight, groups, implementation=kernel)
+        # each kernel on tensors in its own layout (k8: channels_last)
+        fmt = torch.channels_last if layout_of(kernel) == "nhwc" else torch.contiguous_format
+        y = g.conv2d(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt),
+                     groups, implementation=kernel)
         torch.cuda.synchronize()
         print("ran", json.dumps([kernel, geometry]), flush=True)
     launcher = runtime().launcher

