@@ -87,6 +87,25 @@ def test_launch3_hands_the_driver_the_plan_and_the_call_s_pointers(mechanism, fr
 
 
 @pytest.mark.parametrize("mechanism", ["c shim", "ctypes"])
+def test_launch3_outlives_its_plan_object(mechanism, fresh_shim, monkeypatch):
+    """conv2d keeps only a plan's launch3: the memory the shim writes into (the parameter
+    array, the pointer slots) must live as long as that function."""
+    import gc
+
+    if mechanism == "ctypes":
+        monkeypatch.setenv("GROUPCONV_LAUNCH_SHIM", "0")
+    driver = _RecordingDriver()
+    enqueue = _plan(monkeypatch, driver).launch3
+    gc.collect()
+    for i in range(50):  # churn the allocator over the plan's old memory
+        ctypes.create_string_buffer(64)
+        enqueue(0x10 + i, 0x1000 + i, 0x2000 + i, 0x3000 + i)
+    assert [c["pointers"] for c in driver.calls] == [[0x1000 + i, 0x2000 + i, 0x3000 + i]
+                                                     for i in range(50)]
+    assert all(c["scalars"] == list(SCALARS) for c in driver.calls)
+
+
+@pytest.mark.parametrize("mechanism", ["c shim", "ctypes"])
 def test_a_refused_launch_raises_naming_the_entry(mechanism, fresh_shim, monkeypatch):
     if mechanism == "ctypes":
         monkeypatch.setenv("GROUPCONV_LAUNCH_SHIM", "0")

@@ -185,11 +185,12 @@ class LaunchPlan:
                                     ctypes.addressof(self._buffer))
         call, plan, check, entry = shim().launch3, ctypes.addressof(self._shim_plan), \
             self._check, self.entry
+        owner = self  # the memory `plan` points into lives as long as this function does
 
         def launch3(stream: int, x: int, w: int, y: int) -> None:
             result = call(plan, stream, x, w, y)
             if result:
-                check(result, f"cuLaunchKernel({entry})")
+                check(result, f"cuLaunchKernel({owner.entry})")
         self.launch3 = launch3  # the instance's own, in place of the ctypes method below
 
     def launch(self, stream: int, *args) -> None:
