@@ -249,10 +249,13 @@ class Launcher:
                 x, w, y = in_layout(self.session.torch, "nhwc", x, w, y)
             args = (x.data_ptr(), w.data_ptr(), y.data_ptr())
             stream = self.session.stream.handle
+            # The run holds the tensors its pointers point into: converted copies (an NHWC
+            # kernel's) have no other owner, and freed memory would be reused under the launch.
+            held = (x, w, y)
 
             def run_kernel():
                 enqueue(stream, *args)
-                return y
+                return held[2]
 
             details = {"entry": plan.entry, "grid": list(plan.grid), "block": list(plan.block)}
             if origin is not None:
