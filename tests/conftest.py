@@ -57,3 +57,29 @@ def smoke_replay(tmp_path_factory):
             snakemake(root, *SMOKE, "--report", "reports/atlas.html")
             (folder / "built").write_text("one replay of the smoke record, its report built\n")
     return folder / "repo"
+
+
+# Headless Chromium for the browser tests (test_atlas_map_browser.py, test_report_browser.py):
+# Debian's /usr/bin/chromium driven by Playwright for Python; never `playwright install`, which
+# downloads a browser of its own.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One Chromium per test run (per worker under pytest-xdist); each test opens its own
+    context, a fresh profile. Skipped, saying what to install, without Chromium or Playwright."""
+    import os
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)")
+    with sync_api.sync_playwright() as p:
+        # A fresh profile per launch (Playwright makes a temporary user-data-dir).
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

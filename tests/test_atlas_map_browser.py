@@ -3,24 +3,20 @@ shape, and check what the page then shows against map-details.json. A screenshot
 tests/artifacts/ (git-ignored).
 
 Needs Chromium at /usr/bin/chromium (Debian: apt-get install chromium) and Playwright for Python
-(pip install playwright; never `playwright install`, which downloads its own browser)."""
+(pip install playwright; never `playwright install`, which downloads its own browser): the
+`browser` fixture in conftest.py, shared with test_report_browser.py."""
 import json
 from pathlib import Path
 
 import pytest
 from helpers import SMOKE_DEVICE as DEVICE
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 TIMED = {"WIN", "LOSS", "TIE", "INCONCLUSIVE"}
 
-# A real browser on the session's replay: the integration set (make test-all).
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not CHROMIUM.exists(),
-                                 reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)")]
+# A real browser on the session's replay: the integration set (make test-all). The `browser`
+# fixture (conftest.py) skips, saying why, without Chromium or Playwright.
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +28,6 @@ def built(smoke_replay):
                     "workflow/rules/report.smk and the atlas target request REPORT_ASSETS")
     return {"map": results / "report" / "atlas-map.html",
             "details": json.loads((results / "map-details.json").read_text())}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)")
-    with sync_api.sync_playwright() as p:
-        # A fresh profile per launch (Playwright makes a temporary user-data-dir).
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -213,3 +198,172 @@ def test_a_packed_page_shows_inside_a_data_url_frame_as_the_report_frames_it(bro
     frame.locator("td", has_text="shape-39999").wait_for()
     assert frame.locator("tbody tr").count() == len(rows)
     context.close()
+
+
+# --- the layout switch ---------------------------------------------------------------------------
+
+def layout_columns(page) -> dict[str, str]:
+    """Candidate -> layout of each column the map shows."""
+    cols = page.eval_on_selector_all(
+        "#atlas-map thead th[data-comparison]",
+        "ths => ths.map(th => [th.dataset.candidate, th.dataset.layout])")
+    return dict(cols)
+
+
+def menu(page, select: str) -> dict[str, str]:
+    """value -> text of a menu's options."""
+    return dict(page.eval_on_selector_all(
+        f"select#{select} option", "os => os.map(o => [o.value, o.textContent])"))
+
+
+def test_layout_switch_says_the_smoke_record_has_nchw_only(page, built):
+    details = built["details"]
+    switch = page.locator("select#layout")
+    assert switch.count() == 1
+    assert switch.input_value() == "both"
+    options = page.locator("select#layout option")
+    values = options.evaluate_all("os => os.map(o => [o.value, o.textContent, o.disabled])")
+    by_value = {v: (text, disabled) for v, text, disabled in values}
+    assert list(by_value) == ["both", "nchw", "nhwc"]
+    assert by_value["both"][0].startswith("both layouts") and "NCHW only" in by_value["both"][0]
+    assert by_value["nchw"] == ("NCHW", False)
+    text, disabled = by_value["nhwc"]
+    assert disabled and text.startswith("channels_last (NHWC)") and \
+        "not measured in this record" in text
+    note = page.locator("#layout-note")
+    assert note.get_attribute("data-measured") == "nchw"
+    assert "measured NCHW only" in note.inner_text()
+    assert "channels_last (NHWC)" in note.inner_text()
+
+    # NCHW is the whole record: every column stays, each NCHW.
+    page.select_option("select#baseline", "torch_tuned")
+    page.select_option("select#layout", "nchw")
+    assert page.locator("body").get_attribute("data-layout") == "nchw"
+    assert cell_classes(page) == expected_classes(details, "torch_tuned", "graph_device")
+    assert set(layout_columns(page).values()) == {"nchw"}
+    # The derived reference stays selectable, labelled with what it covers.
+    labels = menu(page, "baseline")
+    assert "torch_best" in labels and "either layout" in labels["torch_best"]
+    assert "this record timed NCHW only" in labels["torch_best"]
+
+    # Forced onto the unmeasured layout (its option is disabled), the map says so, not blank.
+    page.evaluate("""() => { const s = document.getElementById("layout");
+        s.querySelector("option[value=nhwc]").disabled = false; s.value = "nhwc";
+        s.dispatchEvent(new Event("change")); }""")
+    assert page.locator("#atlas-map td.cell").count() == 0
+    empty = page.locator("#layout-empty")
+    assert "not measured in this record" in empty.inner_text()
+    assert "NCHW only" in empty.inner_text()
+
+
+def _synthetic_cell(ratio: float, choice: str | None = None) -> dict:
+    cell = {"class": "WIN" if ratio > 1.05 else "LOSS" if ratio < 1 / 1.05 else "TIE",
+            "ratio": ratio, "ci_low": ratio * 0.97, "ci_high": ratio * 1.03, "batches": 2,
+            "candidate_median_us": 10.0, "baseline_median_us": 10.0 * ratio,
+            "batch_ratios": [ratio * 0.99, ratio * 1.01],
+            "candidate_batch_medians_us": [10.0, 10.1],
+            "baseline_batch_medians_us": [10.0 * ratio, 10.1 * ratio],
+            "clock_flagged_batches": 0}
+    if choice:
+        cell["torch_best_choice"] = choice
+    return cell
+
+
+def _two_layout_inputs() -> tuple[dict, dict]:
+    """A map-details.json and atlas.json of two shapes measured in both layouts: k5 (NCHW), k8
+    (channels_last) and the dispatcher against the NCHW and channels_last tuned references and
+    both derived ones; torch_best chose the channels_last reference on the first shape."""
+    comps = [f"{c}:{b}" for c in ("k5", "k8", "dispatch")
+             for b in ("torch_tuned", "torch_tuned_nhwc", "torch_best", "torch_best_nchw")]
+    shapes = []
+    for i, (sid, best) in enumerate((("dw-a", "torch_tuned_nhwc"), ("dw-b", "torch_tuned"))):
+        cells = {}
+        for c in comps:
+            cand, base = c.split(":")
+            ratio = 1.1 + 0.2 * i + (0.3 if cand == "k8" else 0.0)
+            choice = best if base == "torch_best" else "torch_tuned" if base == \
+                "torch_best_nchw" else None
+            cells[c] = {b: _synthetic_cell(ratio, choice) for b in ("graph_device", "sync_api")}
+        shapes.append({"id": sid, "source": "synthetic depthwise", "n": 1, "c_in": 64,
+                       "c_out": 64, "h": 56, "w": 56, "groups": 64, "cin_per_group": 1,
+                       "cout_per_group": 1, "footprint_mb": 1.6, "flops": 3.6e6,
+                       "verification": {}, "comparisons": cells})
+    details = {"schema": 1, "shape_set_sha256": "0" * 64, "comparisons": sorted(comps),
+               "evidence": {"device": "synthetic", "mode": "replay", "record": "synthetic",
+                            "statement": "synthetic two-layout data", "caveats": []},
+               "shapes": shapes}
+    atlas = {"config": {"statistics": {"threshold": 0.05, "confidence_level": 0.95,
+                                       "method": "BCa"}},
+             "comparisons": [], "session": {},
+             "aa": {"implementation": "k0", "win_or_loss": 0, "pairs": 4, "rate": 0.0,
+                    "limit": 0.05, "passed": True}}
+    return details, atlas
+
+
+@pytest.fixture
+def two_layout_page(browser, tmp_path):
+    from groupconv_atlas import report
+
+    template = (Path(__file__).parents[1] / "workflow" / "templates" / "atlas_map.html")
+    path = tmp_path / "atlas-map.html"
+    path.write_text(report.atlas_map_html(*_two_layout_inputs(), template.read_text()))
+    context = browser.new_context(viewport={"width": 1600, "height": 1000}, offline=True)
+    tab = context.new_page()
+    errors = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.goto(path.as_uri())
+    tab.wait_for_selector("body[data-ready=true]")
+    yield tab
+    assert not errors, errors
+    context.close()
+
+
+def test_layout_switch_filters_candidates_and_baselines(two_layout_page):
+    page = two_layout_page
+    note = page.locator("#layout-note")
+    assert note.get_attribute("data-measured") == "nchw nhwc"
+    assert not page.locator("select#layout option:disabled").count()
+    # Both layouts (the default), against torch_best: every candidate.
+    assert page.locator("select#layout").input_value() == "both"
+    assert page.locator("select#baseline").input_value() == "torch_best"
+    assert layout_columns(page) == {"k5": "nchw", "k8": "nhwc", "dispatch": "nchw"}
+    assert set(menu(page, "baseline")) == {"torch_tuned", "torch_tuned_nhwc", "torch_best",
+                                           "torch_best_nchw"}
+
+    # channels_last: k8 alone, and only the channels_last and derived baselines.
+    page.select_option("select#layout", "nhwc")
+    assert layout_columns(page) == {"k8": "nhwc"}
+    cells = page.locator("#atlas-map td.cell")
+    assert cells.count() == 2
+    assert set(cells.evaluate_all("cs => cs.map(c => c.dataset.candidate)")) == {"k8"}
+    baselines = menu(page, "baseline")
+    assert set(baselines) == {"torch_tuned_nhwc", "torch_best", "torch_best_nchw"}
+    assert "either layout" in baselines["torch_best"]
+    assert "NCHW only" in baselines["torch_best_nchw"]
+    assert "channels_last (NHWC)" in baselines["torch_tuned_nhwc"]
+    # Each torch_best cell shows which reference, so which layout, it chose.
+    a = page.locator('#atlas-map td.cell[data-shape-id="dw-a"]')
+    assert a.get_attribute("data-choice") == "torch_tuned_nhwc"
+    assert a.get_attribute("data-choice-layout") == "nhwc"
+    assert "via tuned_nhwc" in a.inner_text()
+    b = page.locator('#atlas-map td.cell[data-shape-id="dw-b"]')
+    assert b.get_attribute("data-choice") == "torch_tuned"
+    assert b.get_attribute("data-choice-layout") == "nchw"
+    a.click()
+    choice = page.locator('#details section[data-boundary="graph_device"] p.choice')
+    assert choice.get_attribute("data-choice") == "torch_tuned_nhwc"
+    assert "channels_last (NHWC)" in choice.inner_text()
+    # The NCHW-only derived reference stays selectable under channels_last.
+    page.select_option("select#baseline", "torch_best_nchw")
+    assert layout_columns(page) == {"k8": "nhwc"}
+
+    # NCHW: k8 hidden, the channels_last reference gone from the menu, the derived ones kept.
+    page.select_option("select#layout", "nchw")
+    assert page.locator("select#baseline").input_value() == "torch_best_nchw"
+    assert layout_columns(page) == {"k5": "nchw", "dispatch": "nchw"}
+    assert page.locator('#atlas-map [data-candidate="k8"]').count() == 0
+    assert set(menu(page, "baseline")) == {"torch_tuned", "torch_best", "torch_best_nchw"}
+    page.select_option("select#baseline", "torch_tuned")
+    assert layout_columns(page) == {"k5": "nchw", "dispatch": "nchw"}
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "atlas-map-layouts.png"), full_page=True)

@@ -562,3 +562,36 @@ def test_group_conv_module_on_channels_last_dispatches_per_layout():
     with torch.no_grad():
         y = converted(x)
         torch.testing.assert_close(y, original(x), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("baseline", ["torch_default", "torch_tuned"])
+def test_a_reference_call_is_strict_fp32_with_its_benchmark_setting_and_restores_the_caller_s(
+        baseline, monkeypatch):
+    """The op's PyTorch path (dispatch's fallback, a named reference): while F.conv2d runs, TF32
+    is off and cudnn.benchmark is the reference's; the caller's settings come back after, also
+    when the call raises. CPU tensors: the flags are process-wide either way."""
+    seen = []
+
+    def recording_conv2d(x, w, bias, stride, padding, dilation, groups):
+        seen.append((torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision))
+        if x.shape[0] == 0:
+            raise RuntimeError("planted failure")
+        return real(x, w, bias, stride, padding, dilation, groups)
+
+    real = torch.nn.functional.conv2d
+    monkeypatch.setattr(torch.nn.functional, "conv2d", recording_conv2d)
+    call = g._baseline_call(baseline, 8)
+    before = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not g.BASELINES[baseline]["benchmark"])
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    x, w = torch.randn(2, 8, 5, 6), torch.randn(8, 1, 3, 3)
+    try:
+        y = call(x, w)
+        with pytest.raises(RuntimeError, match="planted"):
+            call(x[:0], w)
+        after = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = before[1]
+    assert seen == [(g.BASELINES[baseline]["benchmark"], "ieee")] * 2
+    assert after == (not g.BASELINES[baseline]["benchmark"], "tf32")
+    torch.testing.assert_close(y, real(x, w, None, 1, 1, 1, 8))

@@ -194,3 +194,39 @@ def test_headline_over_both_layouts_keeps_the_nchw_reading_beside_it():
     assert fastest["dw-big"]["fastest_layout"] == "nhwc"
     assert any("NHWC on 2 shapes" in line for line in doc["summary_lines"])
     assert any("depthwise" in r for r in _group_rows(old["boundaries"]["graph_device"], "k5"))
+
+
+def test_best_custom_kernel_per_shape_is_read_in_either_layout_and_named_by_region():
+    """k8 (channels_last) is the faster custom kernel on the depthwise shapes, k5 on the grouped
+    ones: the headline's best_custom block takes each shape's own, names it with its layout per
+    region, and its region means are those shapes' rows against torch_best."""
+    rng = np.random.default_rng(2)
+    medians = {"torch_tuned": 20.0, "torch_default": 22.0, "torch_tuned_nhwc": 6.0,
+               "torch_default_nhwc": 6.6}
+    ours = {"dw-small": {"k5": 10.0, "k8": 5.0}, "dw-big": {"k5": 10.0, "k8": 4.0},
+            "g4": {"k5": 10.0}, "g32": {"k5": 10.0}}
+    rows = []
+    for shape, kernels in ours.items():
+        for cand, us in kernels.items():
+            for ref, ref_us in medians.items():
+                ratio = ref_us / us
+                batch = list(ratio * rng.lognormal(0, 0.01, 10))
+                rows.append({"job": ref, "shape_id": shape, "candidate": cand, "baseline": ref,
+                             "boundary": "graph_device",
+                             "class": "WIN" if ratio > 1.1 else "LOSS" if ratio < 0.9 else "TIE",
+                             "ratio": float(np.exp(np.mean(np.log(batch)))),
+                             "ci_low": ratio * 0.98, "ci_high": ratio * 1.02,
+                             "candidate_median_us": us, "baseline_median_us": ref_us,
+                             "batch_ratios": batch})
+    comp = with_torch_best(pd.DataFrame(rows))
+    ver = pd.DataFrame([{"shape_id": s, "implementation": i, "status": "correct"}
+                        for s, _, _ in SHAPES for i in ("k5", "k8", *medians)])
+    doc = build_headline(comp, summarize(comp, CFG), shapes_doc(), ver, L2, {}, CFG)
+    best = doc["boundaries"]["graph_device"]["best_custom"]
+    assert best["by_kind_layouts"] == {"depthwise": {"k8 (nhwc)": 2}, "grouped": {"k5 (nchw)": 2}}
+    kinds = {e["group"]: e for e in best["by_kind"]}
+    # depthwise: torch_best is torch_tuned_nhwc (6 us) against k8 at 5 and 4 us
+    assert kinds["depthwise"]["geomean_ratio"] == pytest.approx((6 / 5 * 6 / 4) ** 0.5, rel=0.02)
+    assert kinds["grouped"]["n_loss"] == 2  # k5 at 10 us against torch_tuned_nhwc's 6
+    assert any("fastest custom kernel in either layout (k8 (nhwc) on 2" in line
+               for line in doc["summary_lines"])

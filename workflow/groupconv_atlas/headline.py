@@ -199,14 +199,36 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
     dispatch = comparisons[(comparisons["candidate"] == DISPATCH)
                            & (comparisons["baseline"] == reference)
                            & (comparisons["boundary"] == boundary)]
+    # Per shape the fastest verified custom kernel in either layout, its own comparison row:
+    # chosen on these samples, so favoured (the dispatcher's reading is on fresh samples).
+    chosen = {(f["shape_id"], f["best_custom"]["implementation"]) for f in fastest
+              if f["best_custom"]}
+    against = comparisons[(comparisons["baseline"] == reference)
+                          & (comparisons["boundary"] == boundary)]
+    best = against[[k in chosen for k in zip(against["shape_id"], against["candidate"])]]
     return {
         "overall": overall,
         **_regions(rows, groups, l2_bytes, cfg),
         # The same regions for the dispatcher: what a caller of `dispatch` gets where.
         "dispatch": _regions(dispatch, groups, l2_bytes, cfg) if not dispatch.empty else None,
+        "best_custom": ({**_regions(best, groups, l2_bytes, cfg),
+                         "by_kind_layouts": _layout_counts(best, groups["kind"]),
+                         "selection": "per shape the fastest verified custom kernel in either "
+                                      "layout, chosen on the same samples it is read from"}
+                        if not best.empty else None),
         "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
         "fastest_per_shape": fastest,
     }
+
+
+def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
+    """{region: {implementation (layout): shapes}} of the rows' candidates."""
+    out: dict[str, dict[str, int]] = {}
+    for shape_id, cand in zip(rows["shape_id"], rows["candidate"]):
+        key = f"{cand} ({layout_of(cand)})"
+        region = out.setdefault(str(labels.get(shape_id)), {})
+        region[key] = region.get(key, 0) + 1
+    return {r: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for r, c in out.items()}
 
 
 def _regions(rows, groups, l2_bytes, cfg) -> dict:
@@ -302,6 +324,14 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
                          f"against torch_best: {_x(entry['geomean_ratio'])} {_interval(entry)}, "
                          f"{_counts(entry)}; against torch_best_nchw: "
                          f"{_x(before['geomean_ratio'])} {_interval(before)}.")
+        best = graph.get("best_custom") or {}
+        for entry in best.get("by_kind", []):
+            who = ", ".join(f"{k} on {v}" for k, v in
+                            best["by_kind_layouts"].get(entry["group"], {}).items())
+            lines.append(f"{entry['group'].capitalize()} shapes at graph_device, per shape the "
+                         f"fastest custom kernel in either layout ({who}; chosen on the same "
+                         f"samples, so favoured) against torch_best: {_x(entry['geomean_ratio'])} "
+                         f"{_interval(entry)}, {_counts(entry)}.")
         if not layouts.empty:
             lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
                          "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"

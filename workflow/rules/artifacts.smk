@@ -14,6 +14,53 @@ ATLAS_TABLES = [
 ]
 ATLAS_ARTIFACTS = [*ATLAS_TABLES, ATLAS_INDEX, PROVENANCE_COMPLETE]
 
+# The probes of the public op (overhead.smk, networks.smk) join atlas.json (its `probes` section)
+# where there is something to read: a replay takes each probe whose raw samples its record holds,
+# decided here from the record's raw/ folder as the Nsight captures are (common.smk), and a live
+# run the probes `probes.with_atlas` names (none by default: each has its own target). atlas.json
+# says of every other probe that it was not measured, and why.
+ATLAS_PROBES = {
+    "overhead": {"snakemake_target": "overhead_probe", "raw": "overhead",
+                 "files": ["samples.parquet", "host.parquet", "probe.json"],
+                 "result": f"{RESULTS}/overhead.json"},
+    "unseen": {"snakemake_target": "unseen_probe", "raw": "probes/unseen",
+               "files": ["samples.parquet", "probe.json"],
+               "result": f"{RESULTS}/probes/unseen.json"},
+    "networks": {"snakemake_target": "network_probe", "raw": "probes/networks",
+                 "files": ["samples.parquet", "probe.json"],
+                 "result": f"{RESULTS}/probes/networks.json"},
+}
+
+
+def _probe_plan(name: str, probe: dict) -> dict:
+    """What assemble_atlas reads for one probe: its output JSON (`result`), or none and why."""
+    entry = {"snakemake_target": probe["snakemake_target"], "raw": raw(probe["raw"]),
+             "result": None, "reason": None}
+    if MODE == "live":
+        if name in (config.get("probes") or {}).get("with_atlas", []):
+            return {**entry, "result": probe["result"]}
+        return {**entry, "reason": f"not measured by this live run: probes.with_atlas does not "
+                                   f"name {name} (snakemake {probe['snakemake_target']} "
+                                   "measures it on its own)"}
+    missing = [f for f in probe["files"] if not Path(raw(f"{probe['raw']}/{f}")).is_file()]
+    if not missing:
+        return {**entry, "result": probe["result"]}
+    record = Path(RECORD).name
+    if len(missing) < len(probe["files"]):
+        print(f"note: record {record} holds only part of raw/{probe['raw']}/ (no "
+              f"{', '.join(missing)}); atlas.json names the {name} probe as not measured",
+              file=sys.stderr)
+        held = f"holds raw/{probe['raw']}/ without {', '.join(missing)}"
+    else:
+        held = f"holds no raw/{probe['raw']}/"
+    return {**entry, "reason": f"not measured in record {record}: it {held} (snakemake "
+                               f"{probe['snakemake_target']} measures it live on a GPU)"}
+
+
+PROBE_PLAN = {name: _probe_plan(name, probe) for name, probe in ATLAS_PROBES.items()}
+# The probe outputs the atlas (assemble_atlas, and through atlas.json the report) waits for.
+PROBE_RESULTS = [entry["result"] for entry in PROBE_PLAN.values() if entry["result"]]
+
 
 rule assemble_atlas:
     input:
@@ -25,6 +72,7 @@ rule assemble_atlas:
         ceilings=optional_raw("ceilings.json"),
         crosscheck=crosscheck_reading(),
         mobilenet=mobilenet_readings(),
+        probes=PROBE_RESULTS,
         record_shapes=record_shapes(),
         check=record_check(),
         session_agreement=lambda wildcards: session_agreement_input(),
@@ -34,8 +82,7 @@ rule assemble_atlas:
         # report package's helpers through them.
         code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "jobs",
                   "timing", "launch", "compare_records", "evidence", "headline", "plan",
-                  *(f"report/{m}" for m in ("__init__", "style", "axes", "figures", "frames",
-                                            "html_blocks", "pages", "atlas_map"))),
+                  *REPORT_PACKAGE_MODULES),
     output:
         atlas=f"{RESULTS}/atlas.json",
         details=f"{RESULTS}/map-details.json",
@@ -52,6 +99,7 @@ rule assemble_atlas:
         timing=timing_params(),
         aa_implementation=config["timing"]["aa_implementation"],
         tolerance_factor=config["verification"]["tolerance_factor"],
+        probes=PROBE_PLAN,
     log:
         f"{RESULTS}/logs/assemble_atlas.log",
     conda:

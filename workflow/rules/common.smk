@@ -154,6 +154,13 @@ def prov(rule_name: str, *wildcards: str) -> str:
     return f"{RESULTS}/provenance/{rule_name}{suffix}.json"
 
 
+# The modules of groupconv_atlas.report, read off its folder. Its __init__ imports every one of
+# them, so each job that imports the package lists them all: an edit to any of them reruns every
+# report job.
+REPORT_PACKAGE_MODULES = tuple(f"report/{p.stem}" for p in
+                               sorted(Path(PACKAGE, "report").glob("*.py")))
+
+
 def code(*modules: str) -> list[str]:
     """Package modules a job imports, listed as inputs so editing one reruns its jobs."""
     return [f"{PACKAGE}/{m}.py" for m in dict.fromkeys(("__init__", *modules))]
@@ -460,6 +467,8 @@ REPORT_ASSETS = [
     f"{REPORT}/latency.html",
     f"{REPORT}/provenance.html",
     f"{REPORT}/session.html",
+    f"{REPORT}/probes.html",  # the probes of the public op (report_probes in report.smk)
+    f"{REPORT}/landing-headline.rst",  # the landing page's headline (report_landing)
 ]
 
 

@@ -2,6 +2,8 @@
 # torchvision networks converted with groupconv_atlas.convert (snakemake network_probe), and
 # realistic geometries the atlas did not measure (snakemake unseen_probe). Each: a GPU job (live
 # only) writes raw samples, a CPU job their statistics (in replay from the committed record).
+# Each probe's JSON joins atlas.json and the report's probes page when the record holds its raw
+# samples (replay) or probes.with_atlas names it (live): PROBE_PLAN in artifacts.smk.
 # Uses from common.smk: config, RESULTS, MODE, KERNELS, raw(), prov(), code(), record_check(),
 # tuning_records(), timing_params(), RUNTIME_MODULES.
 

@@ -1,6 +1,8 @@
 # The call-overhead benchmark (snakemake overhead_probe): groupconv_atlas.conv2d against
 # F.conv2d per call on the host, synchronized, and inside a CUDA graph against its bare kernel
 # (GPU job, live only), then its statistics (CPU job; in replay from the committed record).
+# overhead.json joins atlas.json and the report's probes page when the record holds raw/overhead/
+# (replay) or probes.with_atlas names it (live): PROBE_PLAN in artifacts.smk.
 # Uses from common.smk: config, RESULTS, MODE, KERNELS, raw(), prov(), code(), record_check(),
 # tuning_records(), timing_params().
 

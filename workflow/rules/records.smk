@@ -2,6 +2,7 @@ from datetime import date
 
 from groupconv_atlas.records import INDEX as _RECORD_INDEX
 from groupconv_atlas.records import drift_warning as _drift_warning
+from groupconv_atlas.records import mixing_error as _mixing_error
 from groupconv_atlas.records import recorded_sources as _recorded_sources
 from groupconv_atlas.records import record_files as _record_files
 from groupconv_atlas.records import replay_arguments as _replay_arguments
@@ -10,6 +11,16 @@ from groupconv_atlas.records import source_drift as _source_drift
 
 # Records: a replay checks the committed record's hashes first; a live run can be snapshotted
 # into records/<device>-<date>/ to be committed.
+
+# One record's outputs per results folder: while the workflow is read, before any job runs (and in
+# a dry run too), a replay into a folder that holds another record's replay (its record-check.json
+# names the record) or a live run's measurements (raw/), and a live run into a replayed folder, are
+# refused, saying what the folder holds and the arguments that go on with it.
+_mixing = _mixing_error(RESULTS, MODE, record=RECORD and Path(RECORD).name,
+                        nsight_record=NSIGHT_RECORD and Path(NSIGHT_RECORD).name,
+                        setting=config["record"], device=DEVICE)
+if _mixing:
+    raise WorkflowError(_mixing)
 
 if MODE == "replay":
     # Checked while the DAG is built, so a record that cannot replay this shape set stops the run

@@ -1,15 +1,16 @@
 # Stage 7 (CPU, both modes): what `snakemake --report` shows, rendered under results/<device>/report/:
 # figures (SVG), tables (HTML) and the self-contained atlas map. The MobileNet probe, Nsight and
 # machine-code stages join the report only when their table already exists, so a run without them
-# still reports. Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, REPORT,
-# prov(), code(), raw(), REPORT_ASSETS, optional_report_assets(), forest_outputs(),
-# FOREST_FIGURES, tuned_build_records() and the optional stages' tables.
+# still reports; the probes page always renders (from atlas.json), naming the probes not measured.
+# Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, REPORT, prov(), code(),
+# raw(), REPORT_ASSETS, optional_report_assets(), forest_outputs(), FOREST_FIGURES,
+# tuned_build_records() and the optional stages' tables; from artifacts.smk: PROBE_RESULTS.
 
-# The modules of groupconv_atlas.report. Its __init__ imports every one of them, so each job that
-# imports the package lists them all: an edit to any of them reruns every report job.
-REPORT_PACKAGE_MODULES = tuple(f"report/{m}" for m in ("__init__", "style", "axes", "figures",
-                                                        "frames", "html_blocks", "pages",
-                                                        "atlas_map"))
+# The probes page (report_probes): listed in REPORT_ASSETS (common.smk), so `atlas` renders it.
+PROBES_PAGE = f"{REPORT}/probes.html"
+# reStructuredText the landing page includes (reports/workflow.rst: `.. include::`).
+LANDING_TEXT = f"{REPORT}/landing-headline.rst"
+
 # stats imports kernels (and kernels imports shapes) inside one of its functions.
 REPORT_JOB_CODE = code("stats", "kernels", "shapes", "plan", "provenance", "jobs",
                        *REPORT_PACKAGE_MODULES)
@@ -137,6 +138,44 @@ rule report_mobilenet:
         "../../envs/cpu.yaml"
     script:
         "../scripts/report_mobilenet.py"
+
+
+rule report_probes:
+    """The probes of the public op (atlas.json's `probes` section): always rendered, so a probe
+    the record lacks is named there as not measured."""
+    input:
+        atlas=f"{RESULTS}/atlas.json",
+        # The probes' own outputs (PROBE_RESULTS, artifacts.smk), offered as downloads.
+        probes=[report(p, caption="../report/download.rst", category="Provenance",
+                       subcategory="Downloads") for p in PROBE_RESULTS],
+        code=REPORT_JOB_CODE,
+    output:
+        page=report(PROBES_PAGE, caption="../report/probes.rst",
+                    category="Probes of the public op"),
+        prov=prov("report_probes"),
+    log:
+        f"{RESULTS}/logs/report_probes.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/report_probes.py"
+
+
+rule report_landing:
+    """The headline for the report's landing page (reports/workflow.rst includes it): the
+    atlas's own summary lines, with the record and mode they come from."""
+    input:
+        atlas=f"{RESULTS}/atlas.json",
+        code=REPORT_JOB_CODE,
+    output:
+        text=LANDING_TEXT,
+        prov=prov("report_landing"),
+    log:
+        f"{RESULTS}/logs/report_landing.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/report_landing.py"
 
 
 rule report_nsight:

@@ -5,9 +5,9 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv_atlas.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
-                                       map_details)
+                                       map_details, probes_block)
 from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_json, write_parquet, write_text
+from groupconv_atlas.provenance import sha256_file, write_json, write_parquet, write_text
 from groupconv_atlas.stats import StatsConfig, with_torch_best
 
 smk = snakemake  # noqa: F821
@@ -49,10 +49,23 @@ agreement_cells = pd.read_parquet(agreement_path) if agreement_path else None
 # A GPU job's provenance of the same run: the GPU's name, UUID, driver and versions.
 gpu_provenance = list(smk.input.get("gpu_provenance") or [])
 gpu_environment = load_json(gpu_provenance[0]).get("environment") if gpu_provenance else None
+# The probes of the public op: the output JSON of each one the plan (artifacts.smk) includes, read
+# as it stands; the others are named as not measured.
+probe_inputs = {str(path) for path in smk.input.get("probes", [])}
+probe_plan = {name: dict(entry) for name, entry in dict(p.probes).items()}
+probe_docs, probe_sha256 = {}, {}
+for name, entry in probe_plan.items():
+    if entry.get("result"):
+        if entry["result"] not in probe_inputs:
+            raise SystemExit(f"assemble_atlas: the {name} probe's {entry['result']} is planned "
+                             "but not among the rule's inputs")
+        probe_docs[name] = load_json(entry["result"])
+        probe_sha256[name] = sha256_file(entry["result"])
+probes = probes_block(probe_plan, probe_docs, probe_sha256)
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
-                                          mobilenet, agreement_cells, gpu_environment)
+                                          mobilenet, agreement_cells, gpu_environment, probes)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)
@@ -62,5 +75,6 @@ write_parquet(smk.output.roofline, roofline)
 write_json(smk.output.details, clean(details))
 write_json(smk.output.atlas, atlas)
 write_text(smk.output.evidence, evidence_markdown(atlas))
-job.progress(f"atlas: {len(summary)} comparisons, A/A rate {atlas['aa']['rate']}")
+job.progress(f"atlas: {len(summary)} comparisons, A/A rate {atlas['aa']['rate']}; probes "
+             + ", ".join(f"{n} {e['status']}" for n, e in atlas["probes"].items()))
 job.finish()

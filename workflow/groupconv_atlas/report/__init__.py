@@ -14,9 +14,10 @@ from .figures import (aa_figure, boundary_figure, forest_figure, forest_svgs, ge
 from .frames import mobilenet_readings, tuning_frame
 from .html_blocks import (Markup, esc, fmt_number, frame_html, html_page, markdown_html,
                           short_kernel_name, table_html)
+from .landing import landing_headline
 from .pages import (evidence_page, latency_page, machine_code_page, mobilenet_page, nsight_page,
-                    per_shape_page, provenance_page, session_page, shapes_page, summary_page,
-                    tuning_page, verification_page)
+                    per_shape_page, probes_page, provenance_page, session_page, shapes_page,
+                    summary_page, tuning_page, verification_page)
 from .style import (BASELINE_LABELS, BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, PAGE_CSS, SVG_RC,
                     UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio, styled,
                     svg_bytes)
@@ -26,8 +27,9 @@ __all__ = [
     "Markup", "PAGE_CSS", "SVG_RC", "UNTIMED", "aa_figure", "atlas_map_html", "baseline_label",
     "boundary_figure", "esc", "evidence_page", "figure_stem", "fmt_interval", "fmt_number",
     "fmt_ratio", "forest_figure", "forest_svgs", "frame_html", "geomean_figure", "html_page",
-    "latency_page", "machine_code_page", "map_payload", "markdown_html", "mobilenet_figure",
-    "mobilenet_page", "mobilenet_readings", "note_figure", "nsight_page", "per_shape_page", "provenance_page",
+    "landing_headline", "latency_page", "machine_code_page", "map_payload", "markdown_html",
+    "mobilenet_figure", "mobilenet_page", "mobilenet_readings", "note_figure", "nsight_page", "per_shape_page",
+    "probes_page", "provenance_page",
     "ratio_ticks", "roofline_figure", "session_page", "shapes_page", "short_kernel_name",
     "styled", "summary_page", "svg_bytes", "table_html", "tuning_frame", "tuning_page",
     "verification_page",

@@ -5,25 +5,70 @@ from __future__ import annotations
 import html
 import json
 
-from ..stats import CLASSES
+from ..kernels import IMPLEMENTATIONS, base_implementation, layout_of
+from ..stats import CLASSES, DERIVED_REFERENCES
 from .html_blocks import DATA_URL_LIMIT, data_url_bytes, packed_page
 from .style import BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, UNTIMED, baseline_label
 
 MAP_DATA_MARKER = "/*__ATLAS_MAP_DATA__*/null"
 
 
+# What the page calls each memory layout that layout_of gives; any other is shown as it is.
+LAYOUT_LABELS = {"nchw": "NCHW", "nhwc": "channels_last (NHWC)"}
+# The layout of a derived reference whose sources span more than one layout.
+EITHER = "either"
+
+
+def _layout_order(layout: str) -> tuple:
+    return (layout != "nchw", layout)
+
+
+def _implementation(name: str, measured: set[str]) -> dict:
+    """One candidate or baseline with its layout (kernels.layout_of). A derived reference
+    (stats.DERIVED_REFERENCES) has the layouts of the references it picks among: `covers` them
+    all, and `measured_covers` those this record timed; its `layout` is the one it covers or
+    EITHER."""
+    base = base_implementation(name)
+    if base in DERIVED_REFERENCES:
+        sources = DERIVED_REFERENCES[base]
+        covers = sorted({layout_of(r) for r in sources}, key=_layout_order)
+        timed = sorted({layout_of(r) for r in sources if r in measured}, key=_layout_order)
+        return {"id": name, "layout": covers[0] if len(covers) == 1 else EITHER,
+                "derived": True, "covers": covers, "measured_covers": timed,
+                "sources": list(sources)}
+    layout = layout_of(name)
+    return {"id": name, "layout": layout, "derived": False, "covers": [layout],
+            "measured_covers": [layout]}
+
+
 def map_payload(details: dict, atlas: dict) -> dict:
     """What the page's script reads: every cell of map-details.json as it is (so the page
-    shows exactly the artifact's values), plus the summary, the A/A result and the settings."""
+    shows exactly the artifact's values), plus the summary, the A/A result and the settings;
+    and each candidate's and baseline's memory layout (kernels.layout_of), for the page's layout
+    switch, with the layouts this record measured."""
     pairs = [p.split(":", 1) for p in details["comparisons"]]
     baselines = sorted({b for _, b in pairs}, key=lambda b: (b.endswith("_twin"), b))
+    candidates = sorted({c for c, _ in pairs})
+    # Timed in its own right: every name in the comparisons but the derived references.
+    measured = {base_implementation(n) for n in (*candidates, *baselines)} - set(DERIVED_REFERENCES)
+    measured_layouts = {layout_of(n) for n in measured}
+    known = {layout_of(n) for n in IMPLEMENTATIONS} | measured_layouts
+    # Every implementation named on the page (the derived references' sources too, which a
+    # torch_best cell's choice names), with its layout.
+    named = {*candidates, *baselines,
+             *(r for b in baselines if b in DERIVED_REFERENCES for r in DERIVED_REFERENCES[b])}
     return {
         "evidence": details["evidence"],
         "shape_set_sha256": details["shape_set_sha256"],
         "schema": details.get("schema"),
         "comparisons": details["comparisons"],
-        "candidates": sorted({c for c, _ in pairs}),
-        "baselines": [{"id": b, "label": baseline_label(b)} for b in baselines],
+        "candidates": [_implementation(c, measured) for c in candidates],
+        "baselines": [{**_implementation(b, measured), "label": baseline_label(b)}
+                      for b in baselines],
+        "layouts": [{"id": lay, "label": LAYOUT_LABELS.get(lay, lay),
+                     "measured": lay in measured_layouts}
+                    for lay in sorted(known, key=_layout_order)],
+        "layout_of": {n: _implementation(n, measured)["layout"] for n in sorted(named)},
         "boundaries": list(BOUNDARIES),
         "classes": {c: {"colour": CLASS_COLOURS[c], "glyph": CLASS_GLYPHS[c]}
                     for c in (*CLASSES, *UNTIMED)},

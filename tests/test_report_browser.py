@@ -1,0 +1,537 @@
+"""The report `snakemake --report` builds (reports/atlas.html), driven in headless Chromium,
+offline, as a reader would: click every category in its navigation, every subcategory, every
+result (both values of a toggle such as the forest plots' boundary) and check what each shows.
+
+A page the report shows in a frame (each is a base64 data: URL; large ones are packed,
+html_blocks.packed_page) must not be blank: not about:blank or about:blank#blocked (what Chromium
+leaves for a data: URL over 2 MiB), not an empty body, not a page still unpacking, and it must
+show some text or an image. A figure must decode; a download must hand over its bytes. No page
+may raise an error, and nothing but file: and data: may be requested. The landing page must
+state the headline figure (atlas.json -> headline).
+
+Screenshots of every category and every result page, with an index (category, subcategory,
+result, the frame's visible text length), go to tests/artifacts/report/ (git-ignored).
+
+Needs Chromium at /usr/bin/chromium and Playwright for Python: the `browser` fixture in
+conftest.py skips, saying why, without them."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import SMOKE_DEVICE as DEVICE
+from test_report import ALWAYS, CATEGORIES
+
+ARTIFACTS = Path(__file__).parent / "artifacts" / "report"
+VIEWPORT = {"width": 1600, "height": 1000}
+# A full-page screenshot grows the viewport to the content's height (the report scrolls inside
+# fixed-height panes, so Chromium's own full_page sees one screen), up to this.
+MAX_SHOT_HEIGHT = 12_000
+# Hang guards for a page to load (or unpack) and for a click to take effect: a page that is not
+# ready by then is reported as such; no verdict on speed.
+READY_TIMEOUT_MS = 120_000
+STEP_TIMEOUT_MS = 30_000
+
+# The report's own layout (Snakemake 9's React report): the navigation pane, the pane holding
+# its menu / subcategory list / results table (not the breadcrumbs), the breadcrumbs, and the
+# content pane beside the navigation where a result is shown (an iframe or an img).
+NAV = "#app nav:not(nav nav)"
+NAV_PANE = f"{NAV} > div > div.p-3"
+BREADCRUMBS = f"{NAV} nav ol"
+CONTENT = f"{NAV} + div"
+
+pytestmark = pytest.mark.integration
+
+# Whether a frame's page is done: loaded, unpacked (a packed page replaces its loader note with
+# the page, or says in it that it could not unpack) and, where a page says when it is ready (the
+# atlas map's body[data-ready]), ready.
+FRAME_READY_JS = """() => document.readyState === "complete"
+    && (!document.getElementById("packed-note")
+        || document.getElementById("packed-note").textContent.includes("could not unpack"))
+    && (!document.body || document.body.dataset.ready === undefined
+        || document.body.dataset.ready === "true")"""
+# What a frame shows: its address, whether it has a body and anything in it, the visible text
+# and the visible images (decoded img, svg, canvas, object with an area), the packing note.
+FRAME_STATE_JS = """() => {
+    const body = document.body;
+    const visible = el => { const r = el.getBoundingClientRect();
+        const s = getComputedStyle(el);
+        return r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none"; };
+    const media = body ? [...body.querySelectorAll("img, svg, canvas, object, video")]
+        .filter(el => visible(el) && (el.tagName !== "IMG" || (el.complete && el.naturalWidth > 0)))
+        .length : 0;
+    const note = document.getElementById("packed-note");
+    return {url: location.href, body: !!body,
+            children: body ? body.children.length : 0,
+            text: body ? body.innerText.trim().length : 0,
+            media: media,
+            packedNote: note ? note.textContent : null,
+            height: Math.max(document.documentElement.scrollHeight,
+                             body ? body.scrollHeight : 0)};
+}"""
+
+
+# Until the page's finite animations are over (the loading screen's endless one aside), at
+# most 5 s: a guard, not a wait that anything is judged by.
+SETTLED_JS = """() => Promise.race([
+    Promise.all(document.getAnimations()
+        .filter(a => a.effect && a.effect.getComputedTiming().endTime !== Infinity)
+        .map(a => a.finished.catch(() => null))),
+    new Promise(done => setTimeout(done, 5000))])"""
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-").lower()
+
+
+class ReportWalk:
+    """Opens one report and clicks through all of it, recording what each result showed and
+    what went wrong, with screenshots in `out`."""
+
+    def __init__(self, browser, report: Path, out: Path, only: set[str] | None = None):
+        self.report, self.out, self.only = report, out, only
+        self.context = browser.new_context(viewport=VIEWPORT, offline=True,
+                                           accept_downloads=True)
+        self.refused: list[str] = []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda err: self.errors.append(str(err)))
+        self.console: list[str] = []
+        self.page.on("console", lambda msg: self.console.append(msg.text[:300])
+                     if msg.type == "error" else None)
+        self.shots: list[dict] = []       # one per screenshot: what it shows
+        self.shown: list[dict] = []       # one per result clicked
+        self.problems: list[str] = []     # what was blank or broken, naming category and result
+        self.notes: list[str] = []        # what the walk had to do twice
+        self.navigation: dict = {}
+
+    def _route(self, route):
+        url = route.request.url
+        if url.startswith(("file:", "data:")):
+            route.continue_()
+        else:
+            self.refused.append(url)
+            route.abort()
+
+    # -- the report's own data and state ---------------------------------------------------------
+
+    def js(self, expression: str, arg=None):
+        return self.page.evaluate(expression, arg)
+
+    def state(self) -> dict:
+        return self.js("() => ({navbarMode: app.state.navbarMode, content: app.state.content, "
+                       "category: app.state.category || null, "
+                       "subcategory: app.state.subcategory || null, "
+                       "resultPath: app.state.resultPath || null})")
+
+    # -- navigation ------------------------------------------------------------------------------
+
+    def menu_links(self) -> list[str]:
+        """The labels of the links in the navigation pane (menu, subcategories)."""
+        return self.page.locator(f"{NAV_PANE} > ul > li > a").all_text_contents()
+
+    def click_pane_link(self, label: str):
+        link = self.page.locator(f"{NAV_PANE} > ul > li > a").filter(
+            has=self.page.locator("span", has_text=re.compile(rf"^{re.escape(label)}$")))
+        assert link.count() == 1, f"the navigation shows {link.count()} links named {label!r}"
+        link.click()
+
+    def click_breadcrumb(self, label: str):
+        crumb = self.page.locator(f"{BREADCRUMBS} > li > a").filter(
+            has_text=re.compile(rf"^{re.escape(label)}$"))
+        assert crumb.count() == 1, f"the breadcrumbs show {crumb.count()} links named {label!r}"
+        crumb.click()
+
+    def result_categories(self) -> list[str]:
+        """The categories the menu lists under its RESULTS heading."""
+        items = self.page.locator(f"{NAV_PANE} > ul > li")
+        texts = [(items.nth(i).text_content() or "").strip() for i in range(items.count())]
+        links = [items.nth(i).locator("a").count() > 0 for i in range(items.count())]
+        headings = [i for i, (t, a) in enumerate(zip(texts, links)) if not a and t == "Results"]
+        assert headings, ("the report's menu has no RESULTS heading above the categories: "
+                          f"{texts}")
+        return [t for t, a in zip(texts[headings[0] + 1:], links[headings[0] + 1:]) if a]
+
+    def wait_mode(self, **expected):
+        self.page.wait_for_function(
+            "want => Object.entries(want).every(([k, v]) => (app.state[k] || null) === v)",
+            arg=expected, timeout=STEP_TIMEOUT_MS, polling=100)
+
+    # -- the walk --------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        page = self.page
+        page.goto(self.report.as_uri())
+        page.wait_for_selector(f"{CONTENT} .prose", timeout=READY_TIMEOUT_MS)
+        landing = page.locator(f"{CONTENT} .prose").inner_text()
+        self.screenshot("00-landing.png", "(landing page)", "", "", "workflow description",
+                        len(landing.strip()))
+        self.note_errors("(landing page)", "")
+        data_categories = self.js(
+            "() => Object.fromEntries(Object.entries(categories).map(([c, subs]) => "
+            "[c, Object.fromEntries(Object.entries(subs).map(([s, paths]) => [s, paths]))]))")
+        names = self.js("() => Object.fromEntries(Object.entries(results).map(([p, r]) => "
+                        "[p, {name: r.name, mime: r.mime_type}]))")
+        listed = self.result_categories()
+        self.navigation = {"menu": listed, "categories": data_categories, "results": names}
+        for number, category in enumerate(listed, 1):
+            if self.only is not None and category not in self.only:
+                continue
+            self.errors.clear()
+            self.click_pane_link(category)
+            self.wait_mode(category=category)
+            subs = sorted(data_categories.get(category, {}))
+            shot = f"{number:02d}-{slug(category)}.png"
+            if self.state()["navbarMode"] == "category":
+                page.wait_for_selector(f"{NAV_PANE} > ul > li > a")
+                shown_subs = self.menu_links()
+                if sorted(shown_subs) != subs:
+                    self.problems.append(f"{category}: the navigation lists subcategories "
+                                         f"{shown_subs}, the report holds {subs}")
+                self.screenshot(shot, category, "", "", "category", None)
+                self.note_errors(category, "(its subcategory list)")
+                for sub in shown_subs:
+                    self.click_pane_link(sub)
+                    self.wait_mode(navbarMode="subcategory", category=category, subcategory=sub)
+                    self.results_table(number, category, sub)
+                    self.click_breadcrumb(category)
+                    self.wait_mode(navbarMode="category", category=category)
+            else:
+                self.screenshot(shot, category, "", "", "category", None)
+                self.note_errors(category, "(its results list)")
+                self.results_table(number, category, self.state()["subcategory"])
+            self.click_breadcrumb("Results")
+            self.wait_mode(navbarMode="menu")
+        self.context.close()
+        return {"landing": landing, "navigation": self.navigation, "shown": self.shown,
+                "shots": self.shots, "problems": self.problems, "refused": self.refused,
+                "console_errors": self.console, "notes": self.notes}
+
+    def results_table(self, number: int, category: str, sub: str):
+        page = self.page
+        table = page.locator(f"{NAV_PANE} table")
+        table.wait_for(timeout=STEP_TIMEOUT_MS)
+        toggles = page.locator(f"{NAV_PANE} fieldset label")
+        # A toggle (a label with two values, e.g. the forests' boundary) shows half the results
+        # at a time: each of its values in turn.
+        for setting in range(toggles.count()) if toggles.count() else [None]:
+            label = ""
+            if setting is not None:
+                toggles.nth(setting).click()
+            if toggles.count():
+                checked = page.locator(f"{NAV_PANE} fieldset label:has(input:checked)")
+                label = " ".join(t.strip() for t in checked.all_text_contents())
+            rows = page.locator(f"{NAV_PANE} table tbody tr")
+            if rows.count() == 0:
+                self.problems.append(f"{category} / {sub}: the results table is empty")
+            for i in range(rows.count()):
+                cells = rows.nth(i).locator("td")
+                row = " / ".join(t.strip() for t in cells.all_text_contents()[:-1])
+                row = f"{row} [{label}]" if label else row
+                self.show(number, category, sub, row, cells.last.locator("a").first)
+
+    def show(self, number: int, category: str, sub: str, row: str, button):
+        page = self.page
+        where = f"{category} / {sub} / {row}"
+        self.errors.clear()
+        if button.get_attribute("download") is not None:  # a file offered for download
+            with page.expect_download(timeout=STEP_TIMEOUT_MS) as got:
+                button.click()
+            download = got.value
+            size = os.path.getsize(download.path())
+            self.shown.append({"category": category, "subcategory": sub, "row": row,
+                               "path": None, "name": download.suggested_filename,
+                               "kind": "download", "bytes": size})
+            if not size:
+                self.problems.append(f"{where}: the download {download.suggested_filename} "
+                                     "is empty")
+            self.note_errors(category, row)
+            return
+        before = self.js("() => app.state.renderTrigger ?? null")
+        try:
+            self.click_result(button, before, where)
+        except Exception as err:  # noqa: BLE001 - said as a problem, naming the result
+            now = self.js("() => { const el = document.querySelector('" + CONTENT + " iframe, "
+                          + CONTENT + " img'); return [app.state.resultPath, "
+                          "app.state.renderTrigger, el && el.tagName, "
+                          "el && (el.getAttribute('src') || '').slice(0, 60)]; }")
+            self.problems.append(f"{where}: clicking it showed nothing ({err}; the report "
+                                 f"shows {now}, before the click {before})")
+            return
+        path = self.state()["resultPath"]
+        name = self.navigation["results"][path]["name"]
+        entry = {"category": category, "subcategory": sub, "row": row, "path": path,
+                 "name": name}
+        shot = f"{number:02d}-{slug(category)}--{slug(sub)}--{slug(name)}.png"
+        if page.locator(f"{CONTENT} iframe").count():
+            entry.update(self.frame_result(where, name))
+        else:
+            image = page.locator(f"{CONTENT} img")
+            image.evaluate("img => img.decode().catch(() => null)")
+            size = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+            entry.update(kind="image", size=size, height=size[1])
+            if not size[0] or not size[1]:
+                self.problems.append(f"{where} ({name}): the figure did not decode (0x0)")
+        self.screenshot(shot, category, sub, name, entry["kind"], entry.get("text"),
+                        entry.get("height"))
+        self.shown.append(entry)
+        self.note_errors(category, f"{sub} / {name}")
+
+    def click_result(self, button, before, where: str):
+        """Click a result's view button until the report shows it: each click renders the
+        content pane anew (a new renderTrigger) with the result's data: URL. A click that
+        changed nothing is made once more (noted in the index): on a loaded machine Chromium
+        has been seen to drop one, the report then still showing the result before."""
+        shown = ("before => app.state.resultPath && app.state.renderTrigger !== before "
+                 "&& (() => { const el = document.querySelector('" + CONTENT + " iframe, "
+                 + CONTENT + " img'); return el && el.getAttribute('src') === "
+                 "results[app.state.resultPath].data_uri; })()")
+        button.click()
+        try:
+            self.page.wait_for_function(shown, arg=before, timeout=STEP_TIMEOUT_MS,
+                                        polling=100)
+        except Exception:  # noqa: BLE001 - once more, then the caller says it
+            if self.js("() => app.state.renderTrigger ?? null") != before:
+                raise  # the click took effect but the result never showed
+            self.notes.append(f"{where}: the first click changed nothing; clicked again")
+            button.click()
+            self.page.wait_for_function(shown, arg=before, timeout=STEP_TIMEOUT_MS,
+                                        polling=100)
+
+    def frame_result(self, where: str, name: str) -> dict:
+        frame_el = self.page.locator(f"{CONTENT} iframe")
+        box = frame_el.bounding_box()
+        frame = frame_el.element_handle().content_frame()
+        ready = True
+        try:
+            frame.wait_for_load_state("load", timeout=READY_TIMEOUT_MS)
+            frame.wait_for_function(FRAME_READY_JS, timeout=READY_TIMEOUT_MS, polling=100)
+        except Exception:  # noqa: BLE001 - the state below says what it shows instead
+            ready = False
+        try:
+            st = frame.evaluate(FRAME_STATE_JS)
+        except Exception as err:  # noqa: BLE001 - said as a problem, naming the result
+            self.problems.append(f"{where} ({name}): the frame could not be read ({err})")
+            return {"kind": "frame", "url": None, "text": 0, "media": 0, "height": None,
+                    "blank": "unreadable"}
+        why = None
+        if st["url"] in ("about:blank", "about:blank#blocked") or not st["url"].startswith(
+                "data:"):
+            why = f"the frame is {st['url'][:60]} (the page did not load in it)"
+        elif st["packedNote"] is not None:
+            why = f"the packed page did not unpack: {st['packedNote']!r}"
+        elif not st["body"] or (not st["children"] and not st["text"]):
+            why = "the frame's body is empty"
+        elif not st["text"] and not st["media"]:
+            why = "the frame shows no visible text or image"
+        elif not box or box["width"] * box["height"] == 0:
+            why = "the frame has no area in the report"
+        elif not ready:
+            why = "the page never got ready (still loading, or body[data-ready] not true)"
+        if why:
+            what = "frame not ready" if ready is False and why.startswith("the page never") \
+                else "blank frame"
+            self.problems.append(f"{where} ({name}): {what}: {why}")
+        return {"kind": "frame", "url": st["url"][:40], "text": st["text"],
+                "media": st["media"], "height": st["height"], "blank": why}
+
+    def note_errors(self, category: str, what: str):
+        if self.errors:
+            self.problems.append(f"{category} / {what}: page error(s): {self.errors}")
+            self.errors.clear()
+
+    def screenshot(self, name: str, category: str, sub: str, result: str, kind: str,
+                   text: int | None, content_height: int | None = None):
+        """A full-page screenshot: the viewport grown to the tallest pane, then set back."""
+        page = self.page
+        # A pane's scroll height misses what a centred child overflows above it: its children's
+        # own heights too.
+        heights = page.evaluate(
+            "s => [...document.querySelectorAll(s)].flatMap(el => [el.scrollHeight, "
+            "...[...el.children].map(c => Math.ceil(c.getBoundingClientRect().height) + 48)])",
+            f"{NAV}, {CONTENT}")
+        height = min(MAX_SHOT_HEIGHT, max([VIEWPORT["height"], *heights,
+                                           (content_height or 0) + 40]))
+        if height > VIEWPORT["height"]:
+            page.set_viewport_size({"width": VIEWPORT["width"], "height": height})
+        page.screenshot(path=str(self.out / name), full_page=True)
+        if height > VIEWPORT["height"]:
+            page.set_viewport_size(VIEWPORT)
+            # The panes animate to the new height (Tailwind's transition-all): let them finish
+            # before the next click is aimed.
+            page.evaluate(SETTLED_JS)
+        self.shots.append({"file": name, "category": category, "subcategory": sub,
+                           "result": result, "kind": kind, "text": text})
+
+
+def write_index(walk: dict, out: Path):
+    lines = ["# screenshot\tcategory\tsubcategory\tresult\tshown as\tframe's visible text "
+             "(characters)"]
+    for s in walk["shots"]:
+        lines.append("\t".join([s["file"], s["category"], s["subcategory"] or "-",
+                                s["result"] or "-", s["kind"],
+                                "-" if s["text"] is None else str(s["text"])]))
+    for d in (e for e in walk["shown"] if e["kind"] == "download"):
+        lines.append("\t".join(["(no screenshot)", d["category"], d["subcategory"], d["name"],
+                                f"download, {d['bytes']} bytes", "-"]))
+    if walk["problems"]:
+        lines += ["", "# blank or broken:"] + [f"# {p}" for p in walk["problems"]]
+    if walk["notes"]:
+        lines += ["", "# notes:"] + [f"# {n}" for n in walk["notes"]]
+    if walk["console_errors"]:  # noted, not failed on: a console error is no page error
+        lines += ["", "# console errors:"] + [f"# {c}" for c in walk["console_errors"]]
+    (out / "index.txt").write_text("\n".join(lines) + "\n")
+
+
+def walk_report(browser, report: Path, out: Path, only: set[str] | None = None) -> dict:
+    """Every category (or those in `only`) and result of `report`, screenshots and index.txt
+    in `out` (emptied first)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    walk = ReportWalk(browser, report, out, only).run()
+    write_index(walk, out)
+    return walk
+
+
+@pytest.fixture(scope="module")
+def walk(browser, smoke_replay, tmp_path_factory) -> dict:
+    """One walk through the smoke replay's report per test run. Under pytest-xdist the tests of
+    this module may land on several workers: the first to get the lock walks, the others read
+    what it found (the pattern of conftest.smoke_replay)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    done = base / "report-walk.json"
+    with FileLock(str(base / "report-walk.lock")):
+        if not done.is_file():
+            report = smoke_replay / "reports" / "atlas.html"
+            assert report.is_file(), "`snakemake --report reports/atlas.html` wrote no report"
+            done.write_text(json.dumps(walk_report(browser, report, ARTIFACTS)))
+    return json.loads(done.read_text())
+
+
+def test_the_navigation_lists_every_category_of_the_report(walk):
+    nav = walk["navigation"]
+    assert sorted(nav["menu"]) == sorted(nav["categories"]), \
+        "the menu's categories are not the report's"
+    assert CATEGORIES <= set(nav["menu"]), CATEGORIES - set(nav["menu"])
+
+
+def test_every_result_of_every_category_was_clicked_and_shown(walk):
+    nav = walk["navigation"]
+    held = {p for subs in nav["categories"].values() for paths in subs.values() for p in paths}
+    reached = {e["path"] for e in walk["shown"] if e["path"]}
+    downloads = sorted(e["name"] for e in walk["shown"] if e["kind"] == "download")
+    offered = sorted(nav["results"][p]["name"] for p in held
+                     if not nav["results"][p]["mime"].startswith(("text/html", "image/")))
+    missed = sorted(nav["results"][p]["name"] for p in held - reached
+                    if nav["results"][p]["mime"].startswith(("text/html", "image/")))
+    assert not missed, f"never shown by clicking through the navigation: {missed}"
+    assert downloads == offered, "the downloads offered are not the report's other files"
+    names = {e["name"] for e in walk["shown"]}
+    assert set(ALWAYS) <= names, set(ALWAYS) - names
+    # Each page the report frames was shown in a frame, each figure as an image.
+    kinds = {e["name"]: e["kind"] for e in walk["shown"]}
+    for kind, mime in (("frame", "text/html"), ("image", "image/")):
+        assert {n for n, k in kinds.items() if k == kind} == {
+            nav["results"][p]["name"] for p in held
+            if nav["results"][p]["mime"].startswith(mime)}, kind
+
+
+def test_no_page_is_blank_or_raises_an_error(walk):
+    assert not walk["problems"], "blank or broken in the report:\n" + "\n".join(
+        walk["problems"])
+
+
+def test_the_report_requests_nothing_but_its_own_file(walk):
+    assert not walk["refused"], f"the report requested {sorted(set(walk['refused']))}"
+
+
+def test_the_landing_page_states_the_headline(walk, smoke_replay):
+    """The front page (reports/workflow.rst, rendered) is what a reader sees first: it must
+    state the atlas's headline figure, the first of atlas.json's headline sentences (the first
+    line of current-evidence.md's "The answer first"): its geometric mean, its interval over
+    shapes and the reference it is against."""
+    atlas = json.loads((smoke_replay / "results" / DEVICE / "atlas.json").read_text())
+    headline = atlas["headline"]
+    sentence = headline["summary_lines"][0]
+    mean = re.search(r"(\d+\.\d+)x", sentence)
+    interval = re.search(r"\[(\d+\.\d+)x, (\d+\.\d+)x\]", sentence)
+    assert mean and interval, f"the headline sentence states no figure: {sentence}"
+    landing = walk["landing"]
+    wanted = {"the geometric mean": mean.group(1), "the interval's low end": interval.group(1),
+              "the interval's high end": interval.group(2), "the reference": headline["reference"]}
+    missing = {what: value for what, value in wanted.items()
+               if not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w])", landing)}
+    assert not missing, (f"the landing page does not state the headline ({sentence!r}); "
+                         f"missing {missing}. It says:\n{landing[:1500]}")
+
+
+def replace_result_pages(report_html: str, pages: dict[str, str]) -> str:
+    """The report with the named results (by file name) framing other pages instead."""
+    match = re.search(r'(<script id="results">\s*var results = )(.*?)(;\s*</script>)',
+                      report_html, re.DOTALL)
+    results = json.loads(match.group(2))
+    for entry in results.values():
+        if entry["name"] in pages:
+            entry["data_uri"] = "data:text/html;base64," + base64.b64encode(
+                pages.pop(entry["name"]).encode()).decode()
+    assert not pages, f"the report holds no {sorted(pages)}"
+    return (report_html[:match.start(2)] + json.dumps(results) + report_html[match.end(2):])
+
+
+def test_a_blank_or_failing_frame_is_caught_naming_its_category_and_result(browser, smoke_replay,
+                                                                         tmp_path):
+    """The walk itself, on a copy of the report whose frames were made to fail: a page over the
+    2 MiB a data: URL frame takes (Chromium blocks it: about:blank#blocked), an empty body, a
+    page with nothing visible, a packed page whose payload is broken, a page that throws."""
+    from groupconv_atlas.report.html_blocks import _LOADER
+
+    report = tmp_path / "atlas.html"
+    report.write_text(replace_result_pages(
+        (smoke_replay / "reports" / "atlas.html").read_text(), {
+            "session.html": "<html><body><p>big</p>" + "x" * 2_300_000 + "</body></html>",
+            "provenance.html": "<html><body></body></html>",
+            "shapes.html": '<html><body><div style="display:none">hidden</div></body></html>',
+            "verification.html": _LOADER.format(title="broken", payload="bm90IGd6aXA="),
+            "latency.html": "<html><body><p>shown</p><script>throw new Error('kaput')"
+                            "</script></body></html>"}))
+    walk = walk_report(browser, report, tmp_path / "shots",
+                       only={"Provenance", "Verification", "Timing boundaries"})
+    problems = "\n".join(walk["problems"])
+    for category, name, why in [("Provenance", "session.html", "about:blank#blocked"),
+                                ("Provenance", "provenance.html", "body is empty"),
+                                ("Verification", "shapes.html", "no visible text or image"),
+                                ("Verification", "verification.html", "did not unpack"),
+                                ("Timing boundaries", "latency.html", "kaput")]:
+        assert any(p.startswith(f"{category} / ") and name in p and why in p
+                   for p in walk["problems"]), f"{category} / {name} ({why}) not caught:\n" \
+                                               f"{problems}"
+    assert len(walk["problems"]) == 5, problems
+
+
+def test_every_category_and_result_page_has_a_screenshot_in_the_index(walk):
+    shots = walk["shots"]
+    index = (ARTIFACTS / "index.txt").read_text().splitlines()
+    listed = [line.split("\t") for line in index if line and not line.startswith("#")]
+    files = [row[0] for row in listed if row[0] != "(no screenshot)"]
+    assert files == [s["file"] for s in shots]
+    for name in files:
+        data = (ARTIFACTS / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, name
+    categories = {s["category"] for s in shots if s["kind"] == "category"}
+    assert categories == set(walk["navigation"]["menu"])
+    pages = [e for e in walk["shown"] if e["kind"] != "download"]
+    assert len([s for s in shots if s["kind"] in ("frame", "image")]) == len(pages)
+    for row, shot in zip(listed, shots):
+        if shot["kind"] == "frame":
+            assert row[5] == str(shot["text"]), row

@@ -1,0 +1,15 @@
+"""Snakemake job (CPU): the headline the report's landing page states (reports/workflow.rst
+includes this file), from atlas.json's headline and evidence alone."""
+import json
+from pathlib import Path
+
+from groupconv_atlas import report
+from groupconv_atlas.jobs import Job
+from groupconv_atlas.provenance import write_text
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "report_landing.py")
+atlas = json.loads(Path(smk.input.atlas).read_text())
+write_text(smk.output.text, report.landing_headline(atlas))
+job.progress(f"landing headline: {len(atlas['headline']['summary_lines'])} lines")
+job.finish()
