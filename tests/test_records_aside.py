@@ -18,8 +18,9 @@ def git(repo: Path, *args: str) -> str:
 
 
 def aside(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "tools/records_aside.sh", *args], cwd=repo,
-                          capture_output=True, text=True, check=False)
+    """This checkout's script (not the clone's committed copy), run inside the clone."""
+    return subprocess.run(["bash", str(REPO_ROOT / "tools" / "records_aside.sh"), *args],
+                          cwd=repo, capture_output=True, text=True, check=False)
 
 
 def test_hide_keeps_one_record_without_captures_and_restore_puts_all_back(tmp_path):
@@ -47,3 +48,25 @@ def test_hide_keeps_one_record_without_captures_and_restore_puts_all_back(tmp_pa
     assert git(repo, "ls-files", "records").splitlines() == before
     assert git(repo, "status", "--porcelain").strip() == ""
     assert (repo / ".git" / "info" / "exclude").read_text() == exclude_before
+
+
+def test_a_commit_made_while_records_are_aside_is_undone_by_restore(tmp_path):
+    """The slip this guards: committing while records are set aside records them as deleted
+    (their removal sits in the index). restore stages them again from the files on disk, byte
+    for byte, and says so."""
+    repo = tmp_path / "repo"
+    git(tmp_path, "clone", "-q", "--local", str(REPO_ROOT), str(repo))
+    git(repo, "config", "user.email", "test@example.invalid")
+    git(repo, "config", "user.name", "test")
+    before = git(repo, "ls-files", "-s", "records")
+    records = sorted({p.split("/")[1] for p in git(repo, "ls-files", "records").splitlines()
+                      if p.count("/") >= 2})
+    assert aside(repo, "hide", records[0]).returncode == 0
+    (repo / "unrelated.txt").write_text("a change committed by mistake while records are aside\n")
+    git(repo, "add", "unrelated.txt")
+    git(repo, "commit", "-q", "-m", "committed while records were set aside")
+    assert git(repo, "ls-files", "-s", "records") != before  # the slip: records deleted in HEAD
+    res = aside(repo, "restore")
+    assert res.returncode == 0, res.stderr
+    assert "deleted by a commit made while it was set aside" in res.stderr
+    assert git(repo, "ls-files", "-s", "records") == before  # the same blobs, staged again

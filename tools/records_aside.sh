@@ -8,7 +8,9 @@
 #                                        "tracked and not ignored" files leaves it out (and the
 #                                        kept one's Nsight captures and logs); the files stay on
 #                                        disk
-#   tools/records_aside.sh restore      put them back in the index, exactly as committed
+#   tools/records_aside.sh restore      put them back in the index, exactly as committed (and
+#                                        stage again any that a commit made meanwhile deleted)
+# Commit nothing between hide and restore: the index then lacks the records set aside.
 #   tools/records_aside.sh size         bytes a copy of the tree would hold now
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -44,6 +46,15 @@ restore)
     sub(/^\//, ""); sub(/\/$/, ""); print}' "$exclude")
   [ "${#aside[@]}" -gt 0 ] && git reset -q -- "${aside[@]}"
   awk -v m="$marker" '$0 == m {on = 1} !on' "$exclude" > "$exclude.tmp" && mv "$exclude.tmp" "$exclude"
+  # A commit made while they were set aside recorded them as deleted: stage them again from the
+  # files on disk (which `hide` never touches) and say so, rather than leave them untracked.
+  for r in "${aside[@]}"; do
+    if ! git cat-file -e "HEAD:$r" 2>/dev/null; then
+      git add -- "$r"
+      echo "warning: $r was deleted by a commit made while it was set aside; it is staged again:" \
+        "commit it" >&2
+    fi
+  done
   echo "restored: ${aside[*]}"
   ;;
 size)
