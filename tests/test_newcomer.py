@@ -1,5 +1,5 @@
-"""The newcomer's path: README commands that work as typed, every committed record replayable with
-one documented command, a run stopped with Ctrl-C that resumes, and a short log."""
+"""The newcomer's path beyond the README's commands (tests/test_readme_commands.py runs those):
+a run stopped with Ctrl-C that resumes, and a short log."""
 import ast
 import json
 import os
@@ -11,10 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from groupconv_atlas.records import load_index, replay_arguments
+from groupconv_atlas.records import replay_arguments
 from helpers import HANG_GUARD_S, run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +21,6 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
         ".ruff_cache", "artifacts"}
 CHECK_RECORD = "h200-cudnn-check-2026-11-29"  # the smallest committed record
-README = (ROOT / "README.md").read_text()
-
-
-def section(title: str) -> str:
-    start = README.index(f"## {title}")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
 
 
 def copy_tree(dest: Path) -> Path:
@@ -68,43 +60,6 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
             if names & {"bare", "BaseException", "KeyboardInterrupt"} and not reraises:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
-
-
-@pytest.mark.integration
-def test_every_committed_record_is_indexed_and_its_replay_builds(tmp_path):
-    """`make replay RECORD=<name>` replays each record with the configuration it was measured
-    with (records/INDEX.json); each one's DAG builds (the shape check included)."""
-    repo = copy_tree(tmp_path / "repo")
-    committed = sorted(p.parent.name for p in (ROOT / "records").glob("*/record.json"))
-    assert sorted(load_index(ROOT / "records")["records"]) == committed
-    assert "make replay RECORD=" in section("Quick start")
-    for name in committed:
-        assert name in section("Quick start"), f"{name}: no replay command in the README"
-        args = replay_arguments(ROOT / "records", name)
-        res = run_guarded([*SNAKEMAKE, "-n", "atlas", *args], repo)
-        assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
-    res = make(repo, "replay", f"RECORD={CHECK_RECORD}", dry=True)
-    assert res.returncode == 0 and "groupconv_atlas.records replay-args" in res.stdout
-
-
-def test_readme_commands_work_as_typed():
-    """Every `make` target the Quick start names exists; bare `snakemake` lines come after the
-    activation line; `snakemake --report`'s default output is ignored by git."""
-    quick = section("Quick start")
-    targets = set(re.findall(r"(?:`|^)make ([a-z_]+)", quick, re.MULTILINE))
-    assert {"atlas", "test", "verify", "report", "mobilenet_probe", "replay"} <= targets
-    for target in sorted(targets):
-        extra = [f"RECORD={CHECK_RECORD}"] if target == "replay" else []
-        res = make(ROOT, target, *extra, dry=True)
-        assert res.returncode == 0, f"make {target}: {res.stderr}"
-    assert ". .venv/bin/activate" in quick
-    assert "report" in make(ROOT, "report", dry=True).stdout
-    assert "reports/atlas.html" in make(ROOT, "report", dry=True).stdout
-    ignored = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()]
-    assert "/report.html" in ignored
-    if (ROOT / ".git").exists() and shutil.which("git"):
-        res = subprocess.run(["git", "check-ignore", "-q", "report.html"], cwd=ROOT)
-        assert res.returncode == 0
 
 
 def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
