@@ -115,8 +115,9 @@ def roofline_figure(roofline: pd.DataFrame, shapes_doc: dict, ceilings: dict,
     axes[0].legend(fontsize=6.5, loc="lower right")
     fig.supxlabel("arithmetic intensity: FLOPs / minimal bytes (input + weights + output once)")
     fig.supylabel("achieved TFLOP/s")
+    # Two lines: on one, the title ran past both edges of the figure.
     fig.suptitle(f"Roofline per implementation ({boundary}; geometric-mean fraction of the floor "
-                 "in each title); line: min(measured DRAM "
+                 "in each title)\nline: min(measured DRAM "
                  f"{bw / 1e12:.2f} TB/s x intensity, measured FP32 FMA {fma / 1e12:.1f} "
                  "TFLOP/s)", fontsize=9)
     return fig
