@@ -65,8 +65,11 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
 def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
     repo = copy_tree(tmp_path / "repo")
     args = replay_arguments(ROOT / "records", CHECK_RECORD)
+    # Unbuffered: through a pipe, Snakemake's output would come in blocks, so the line that
+    # announces compare_job could arrive after the run had gone past it (or ended).
     proc = subprocess.Popen([*SNAKEMAKE, "atlas", *args], cwd=repo, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seen = []
     for line in proc.stdout:
         seen.append(line)
@@ -74,7 +77,7 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
             time.sleep(0.5)
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group
             break
-    proc.stdout.read()
+    seen.append(proc.stdout.read())
     assert proc.wait(timeout=HANG_GUARD_S) != 0, "".join(seen)[-3000:]
     incomplete = list((repo / ".snakemake" / "incomplete").glob("*"))
     assert incomplete, "the interrupt left no incomplete output: nothing was tested"
