@@ -58,6 +58,11 @@ def refusal(res) -> str:
     return out
 
 
+# Tests that run the whole workflow (each over 15 s on 2 cores) are in the integration set, so
+# make test stays short; the refusal's wording and cases are checked on the function above.
+WHOLE_WORKFLOW = pytest.mark.integration
+
+
 @pytest.fixture(scope="module")
 def older_replayed(smoke_replay, tmp_path_factory) -> Path:
     """The smoke replay, and since then a newer smoke record committed."""
@@ -183,6 +188,7 @@ def test_naming_the_newer_record_is_refused_too(older_replayed):
     assert f"config record={NEWER}" in out and SMOKE_RECORD in out
 
 
+@WHOLE_WORKFLOW
 def test_the_arguments_the_refusal_names_go_on_and_verify_provenance_holds(older_replayed):
     """`make verify` or a probe after `make replay RECORD=<older>`: refused, naming the command.
     With its arguments the atlas is up to date (nothing of the newer record comes in), the
@@ -217,6 +223,7 @@ def test_a_live_run_into_a_replayed_folder_is_refused(older_replayed):
     assert "Building DAG" not in out  # refused while the workflow was read
 
 
+@WHOLE_WORKFLOW
 def test_the_normal_flow_is_not_refused(smoke_replay, tmp_path):
     """The newest record replayed (the fixture's `snakemake atlas`), then the optional targets,
     the report's targets and verify_provenance, with no record named."""
@@ -235,6 +242,7 @@ def test_a_live_run_into_its_own_folder_is_not_refused(tmp_path):
     assert "rule build_kernel:" in res.stdout
 
 
+@WHOLE_WORKFLOW
 def test_the_reported_case_a_named_h200_record_then_bare_probes(tmp_path):
     """The case as reported, on the committed 80-shape records: `make replay
     RECORD=h200-2026-12-01-b` (here its first job, the record check, which names the record in
