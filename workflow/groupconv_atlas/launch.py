@@ -183,8 +183,7 @@ class LaunchPlan:
                                     self.function, (ctypes.c_uint * 6)(*self._dims),
                                     ctypes.addressof(self._params),
                                     ctypes.addressof(self._buffer))
-        call, plan, check, entry = shim().launch3, ctypes.addressof(self._shim_plan), \
-            self._check, self.entry
+        call, plan, check = shim().launch3, ctypes.addressof(self._shim_plan), self._check
         owner = self  # the memory `plan` points into lives as long as this function does
 
         def launch3(stream: int, x: int, w: int, y: int) -> None:
