@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from .gpu import CallerSession, Launcher, dispatch_table, set_conv_tf32, tuning_table
+from .gpu import CallerSession, Launcher, dispatch_table, tuning_table
 from .kernels import BASELINES, KERNELS, KERNELS_DIR, k8_vec, layout_of
 from .kernels import support as implementation_support
 from .records import find_record
@@ -316,59 +316,52 @@ class _Runtime:
         return run_aligned if vectors else run_kernel
 
 
-def _baseline_call(baseline: str, groups: int):
-    """A strict-FP32 PyTorch reference as the op's call: F.conv2d with the reference's
-    cudnn.benchmark and TF32 off, the caller's settings back afterwards, through PyTorch's own
-    C-level flag accessors (a few tenths of a microsecond; the torch.backends properties and a
-    context manager cost several microseconds per call, which a call on a small map notices).
-    The tensors are the caller's, in the layout they came in (check_call matched the reference's
-    layout to theirs)."""
-    conv2d_, benchmark = torch.nn.functional.conv2d, BASELINES[baseline]["benchmark"]
-    get_b, set_b = torch._C._get_cudnn_benchmark, torch._C._set_cudnn_benchmark
+def _precision_flag():
+    """(get, set, strict value) of cuDNN convolutions' TF32 switch, through PyTorch's own C-level
+    accessors, in whichever API gpu.strict_fp32 uses (a few tenths of a microsecond a pair; the
+    torch.backends properties cost several microseconds, which a call on a small map notices)."""
     conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):  # the API strict_fp32 uses
+    if conv is not None and hasattr(conv, "fp32_precision"):
         backend, op = conv.__dict__.get("backend", "cuda"), conv.__dict__.get("op", "conv")
         getter, setter = torch._C._get_fp32_precision_getter, torch._C._set_fp32_precision_setter
+        return (lambda: getter(backend, op)), (lambda value: setter(backend, op, value)), "ieee"
+    return torch._C._get_cudnn_allow_tf32, torch._C._set_cudnn_allow_tf32, False
 
-        def get_p():
-            return getter(backend, op)
 
-        def set_p(value):
-            setter(backend, op, value)
-        strict = "ieee"
-    else:
-        get_p, set_p, strict = torch._C._get_cudnn_allow_tf32, torch._C._set_cudnn_allow_tf32, \
-            False
+_GET_P, _SET_P, _STRICT_P = _precision_flag()
+_GET_B, _SET_B = torch._C._get_cudnn_benchmark, torch._C._set_cudnn_benchmark
+
+
+def _baseline_call(baseline: str, groups: int):
+    """A strict-FP32 PyTorch reference as the op's call: F.conv2d with the reference's
+    cudnn.benchmark and TF32 off, the caller's settings back afterwards (_precision_flag's
+    accessors: no context manager per call). The tensors are the caller's, in the layout they
+    came in (check_call matched the reference's layout to theirs)."""
+    conv2d_, benchmark = torch.nn.functional.conv2d, BASELINES[baseline]["benchmark"]
 
     def run_baseline(x, weight):
-        saved_b, saved_p = get_b(), get_p()
-        set_b(benchmark)
-        set_p(strict)
+        saved_b, saved_p = _GET_B(), _GET_P()
+        _SET_B(benchmark)
+        _SET_P(_STRICT_P)
         try:
             return conv2d_(x, weight, None, 1, 1, 1, groups)
         finally:
-            set_b(saved_b)
-            set_p(saved_p)
+            _SET_B(saved_b)
+            _SET_P(saved_p)
     return run_baseline
 
 
 @contextlib.contextmanager
 def _strict_fp32_call():
-    """A baseline call in strict FP32 with cudnn.benchmark as the baseline sets it; the caller's
-    settings come back afterwards."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    new_api = conv is not None and hasattr(conv, "fp32_precision")
-    saved = (torch.backends.cudnn.benchmark,
-             conv.fp32_precision if new_api else torch.backends.cudnn.allow_tf32)
-    set_conv_tf32(torch, False)
+    """Work in strict FP32 (autotuning a geometry): TF32 off in cuDNN convolutions; the caller's
+    cudnn.benchmark and TF32 settings come back afterwards."""
+    saved_b, saved_p = _GET_B(), _GET_P()
+    _SET_P(_STRICT_P)
     try:
         yield
     finally:
-        torch.backends.cudnn.benchmark = saved[0]
-        if new_api:
-            conv.fp32_precision = saved[1]
-        else:
-            torch.backends.cudnn.allow_tf32 = saved[1]
+        _SET_B(saved_b)
+        _SET_P(saved_p)
 
 
 _RUNTIME: _Runtime | None = None
