@@ -136,6 +136,8 @@ def test_a_manifest_rewritten_with_its_file_is_refused(built):
         manifest_path.write_text(manifest_text)
 
 
+# Reruns the atlas assembly after a kernel edit (~25 s on 2 cores): the integration set.
+@pytest.mark.integration
 def test_a_kernel_edited_in_a_replay_is_named_on_stderr_and_in_the_evidence(built):
     kernel = built / "kernels" / "k3_four_wide.cu"
     source = kernel.read_text()

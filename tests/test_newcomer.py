@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from groupconv_atlas.records import replay_arguments
@@ -62,6 +63,8 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
     assert offenders == []
 
 
+# A whole replay stopped and resumed (~30 s on 2 cores): the integration set.
+@pytest.mark.integration
 def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
     repo = copy_tree(tmp_path / "repo")
     args = replay_arguments(ROOT / "records", CHECK_RECORD)

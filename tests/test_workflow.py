@@ -58,6 +58,8 @@ def test_replay_produces_the_artifacts_marked_as_replayed(replayed):
     assert len(details["shapes"]) == 8
 
 
+# Two more whole replays (~35 s on 2 cores): the integration set.
+@pytest.mark.integration
 def test_replaying_twice_gives_identical_bytes(replayed):
     out = replayed / "results" / "h200-smoke"
     before = {n: (out / n).read_bytes() for n in ("atlas.json", "map-details.json")}
