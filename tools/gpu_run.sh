@@ -4,7 +4,7 @@
 #   tools/gpu_run.sh start    the full run in the background (in a copy of the tree, so the
 #                             checkout may change meanwhile), then `wait`
 #   tools/gpu_run.sh wait     wait up to WAIT_S seconds (default 480) for it; when done, pack
-#                             into $OUT
+#                             into $OUT (a folder the caller collects)
 #   tools/gpu_run.sh full     the full run in the foreground
 # The full run: [GPU tests], [SMOKE=1: the smoke config live, timed], the live atlas,
 # EXTRA_TARGETS (default: mobilenet_probe), the stage times, a snapshot into
@@ -13,8 +13,11 @@
 # snapshot exists, while the rerun check may still run.
 # Environment: OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one
 # that installs PyCUDA and Snakemake), EXTRA_CONFIG (config files layered on config.yaml),
-# GPU_TESTS=1 (GPU_TEST_PATHS: which test files, default all), RECORD_NAME (default: today's date), DEVICE (default h200), CORES (default all: jobs
-# that measure time still run alone).
+# GPU_TESTS=1 (GPU_TEST_PATHS: which test files, default all; GPU_TEST_ARGS: more pytest
+# arguments, e.g. -k k9), GATE_KERNEL (a kernel the run measures only if the GPU tests pass: when
+# they fail, config/gpu-run-without-<kernel>.yaml is written and layered on, so the atlas runs
+# without it and the record says so), RECORD_NAME (default: today's date), DEVICE (default h200),
+# CORES (default all: jobs that measure time still run alone).
 set -uo pipefail
 step=${1:?usage: tools/gpu_run.sh smoke|start|wait|full}
 out=${OUT:-/tmp/groupconv-out}
@@ -22,8 +25,8 @@ work=/tmp/groupconv-run
 copy=/tmp/groupconv-repo
 device=${DEVICE:-h200}
 mkdir -p "$out" "$work"
-# Only the steps that run Python set up the environment: `start` and `wait` must return within
-# the host's limit on one command, so they spend no time installing.
+# Only the steps that run Python set up the environment: `start` and `wait` return quickly
+# (a caller polls with `wait`), so they spend no time installing.
 setup() { if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi; }
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
@@ -36,19 +39,48 @@ pack() {  # the new record and the run's logs, in parts of at most 15 MiB
   new=$(ls -td records/*/ 2>/dev/null | head -1)
   tar czf /tmp/record.tgz "$new" records/INDEX.json "results/$device/logs" 2>/dev/null
   split -b 15M /tmp/record.tgz "$out/record.tgz.part-"
-  # the run's own logs (and the smoke run's stage times) in one file: $OUT takes few files
+  # the run's own logs (and the smoke run's stage times) in one file
   (cd "$work" && tar czf "$out/run-logs.tgz" ./*.log ./*.json 2>/dev/null)
   ls -la "$out"
 }
 
-machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1
+machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1 (returns their exit)
   log "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+  local status=0
   if [ -n "${GPU_TESTS:-}" ]; then
     log "gpu tests"
-    python3 -m pytest -m gpu -q -rs ${GPU_TEST_PATHS:-tests} > "$1" 2>&1
-    log "gpu tests exit $?"; tail -25 "$1"
+    # shellcheck disable=SC2086
+    python3 -m pytest -m gpu -q -rs ${GPU_TEST_ARGS:-} ${GPU_TEST_PATHS:-tests} > "$1" 2>&1
+    status=$?
+    log "gpu tests exit $status"; tail -25 "$1"
   fi
+  return $status
+}
+
+gate() {  # GATE_KERNEL failed its GPU tests: the atlas runs without it, by a config layered on
+  local kernel=$1 file=config/gpu-run-without-$1.yaml
+  # shellcheck disable=SC2086
+  python3 - "$kernel" "$file" config/config.yaml ${EXTRA_CONFIG:-} <<'PY'
+import sys, yaml
+kernel, path, *layers = sys.argv[1:]
+merged = {}
+for layer in layers:  # later files win per section, as Snakemake layers them
+    for key, value in (yaml.safe_load(open(layer)) or {}).items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+drop = lambda names: [n for n in names if n != kernel]
+nsight = merged.get("nsight", {})
+gated = {"kernels": drop(merged["kernels"]),
+         "timing": {"candidates": drop(merged["timing"]["candidates"])},
+         "nsight": {"implementations": drop(nsight.get("implementations", [])),
+                    "pairs": [p for p in nsight.get("pairs", []) if p[1] != kernel]}}
+with open(path, "w") as fh:
+    fh.write(f"# Written by tools/gpu_run.sh: {kernel} failed its GPU tests on this machine, so this\n"
+             f"# run measured the atlas without it (the tests' log is in the record's device logs).\n")
+    yaml.safe_dump(gated, fh)
+PY
+  cfg+=(--configfile "$file")
+  log "$kernel failed its GPU tests: the atlas runs without it ($file)"
 }
 
 smoke_atlas() {  # the smoke config live, timed, its log into $1
@@ -74,7 +106,7 @@ smoke)
   ;;
 full)
   setup
-  machine "$work/pytest-gpu.log"
+  if ! machine "$work/pytest-gpu.log" && [ -n "${GATE_KERNEL:-}" ]; then gate "$GATE_KERNEL"; fi
   if [ -n "${SMOKE:-}" ]; then smoke_atlas "$work/smoke-run.log"; fi
   log "atlas"
   start=$(date +%s)
