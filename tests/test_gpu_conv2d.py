@@ -595,3 +595,14 @@ def test_a_reference_call_is_strict_fp32_with_its_benchmark_setting_and_restores
     assert seen == [(g.BASELINES[baseline]["benchmark"], "ieee")] * 2
     assert after == (not g.BASELINES[baseline]["benchmark"], "tf32")
     torch.testing.assert_close(y, real(x, w, None, 1, 1, 1, 8))
+    # The caller's settings already the reference's (the path that sets nothing): the same flags
+    # inside, the same after.
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", g.BASELINES[baseline]["benchmark"])
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    try:
+        torch.testing.assert_close(call(x, w), y)
+        after = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = before[1]
+    assert seen[-1] == (g.BASELINES[baseline]["benchmark"], "ieee")
+    assert after == (g.BASELINES[baseline]["benchmark"], "ieee")

@@ -341,6 +341,10 @@ def _baseline_call(baseline: str, groups: int):
 
     def run_baseline(x, weight):
         saved_b, saved_p = _GET_B(), _GET_P()
+        if saved_b == benchmark and saved_p == _STRICT_P:
+            # The caller's settings are the reference's already (a strict-FP32 program): nothing
+            # to set or restore, so the call costs what F.conv2d costs plus two reads.
+            return conv2d_(x, weight, None, 1, 1, 1, groups)
         _SET_B(benchmark)
         _SET_P(_STRICT_P)
         try:
