@@ -29,6 +29,7 @@ def _inputs(comparisons: list[str]) -> tuple[dict, dict]:
 
 TWO_LAYOUTS = ["k5:torch_tuned", "k5:torch_tuned_nhwc", "k5:torch_best", "k5:torch_best_nchw",
                "k8:torch_tuned", "k8:torch_tuned_nhwc", "k8:torch_best", "k8:torch_best_nchw",
+               "k9:torch_tuned_nhwc", "k9:torch_best",
                "dispatch:torch_tuned", "dispatch:torch_best", "torch_tuned_nhwc:torch_tuned"]
 
 
@@ -36,12 +37,13 @@ def test_each_candidate_and_baseline_has_its_layout():
     payload = map_payload(*_inputs(TWO_LAYOUTS))
     cands = {c["id"]: c for c in payload["candidates"]}
     bases = {b["id"]: b for b in payload["baselines"]}
-    assert set(cands) == {"k5", "k8", "dispatch", "torch_tuned_nhwc"}
+    assert set(cands) == {"k5", "k8", "k9", "dispatch", "torch_tuned_nhwc"}
     assert set(bases) == {"torch_tuned", "torch_tuned_nhwc", TORCH_BEST, TORCH_BEST_NCHW}
 
     # Custom kernels and references: their own layout, as layout_of gives it.
     assert cands["k5"]["layout"] == "nchw" and not cands["k5"]["derived"]
     assert cands["k8"]["layout"] == "nhwc" and not cands["k8"]["derived"]
+    assert cands["k9"]["layout"] == "nhwc" and not cands["k9"]["derived"]
     assert cands["torch_tuned_nhwc"]["layout"] == "nhwc"
     assert bases["torch_tuned"]["layout"] == "nchw" and not bases["torch_tuned"]["derived"]
     assert bases["torch_tuned_nhwc"]["layout"] == "nhwc"
@@ -66,10 +68,10 @@ def test_each_candidate_and_baseline_has_its_layout():
         {"id": "nchw", "label": "NCHW", "measured": True},
         {"id": "nhwc", "label": "channels_last (NHWC)", "measured": True}]
     lay = payload["layout_of"]
-    assert {n: lay[n] for n in ("k5", "k8", "dispatch", "torch_tuned", "torch_tuned_nhwc",
+    assert {n: lay[n] for n in ("k5", "k8", "k9", "dispatch", "torch_tuned", "torch_tuned_nhwc",
                                 "torch_default", "torch_default_nhwc", TORCH_BEST,
                                 TORCH_BEST_NCHW)} == {
-        "k5": "nchw", "k8": "nhwc", "dispatch": "nchw", "torch_tuned": "nchw",
+        "k5": "nchw", "k8": "nhwc", "k9": "nhwc", "dispatch": "nchw", "torch_tuned": "nchw",
         "torch_tuned_nhwc": "nhwc", "torch_default": "nchw", "torch_default_nhwc": "nhwc",
         TORCH_BEST: "either", TORCH_BEST_NCHW: "nchw"}
     # The cells go through as they are, a torch_best cell's choice with them.

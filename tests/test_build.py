@@ -1,5 +1,5 @@
 """Every kernel compiles for sm_90 with nvcc (CI has no GPU but has nvcc), exports its entry
-points, and the resource report is parsed."""
+points with no spills, stack frame or local memory, and the resource report is parsed."""
 import shutil
 
 import pytest
@@ -20,6 +20,9 @@ def test_kernel_compiles_for_sm90(kernel, tmp_path):
     for name, res in record["functions"].items():
         assert res["registers"] and res["registers"] <= 255, name
         assert res["spill_store_bytes"] == 0, f"{name} spills"
+        # no local memory at all: register arrays indexed only by compile-time constants
+        assert (res["stack_frame_bytes"], res["spill_load_bytes"], res["local_bytes"]) == \
+            (0, 0, 0), f"{name} uses local memory: {res}"
 
 
 def test_parse_resource_usage_reads_ptxas_lines():

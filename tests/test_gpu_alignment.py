@@ -9,7 +9,7 @@ import re
 import pytest
 from gpu_helpers import SHAPE_BY_ID, assert_matches_fp64, check_seed, poison_free_memory
 
-from groupconv_atlas.kernels import KERNELS, layout_of
+from groupconv_atlas.kernels import KERNELS, layout_of, pointer_alignment
 
 torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.conv")
@@ -34,10 +34,11 @@ INT32_LIMITS = {
     "k7": PLANES_OF_2_31_GROUPED,
 }
 # W % 4 == 0 (16-byte path when aligned), W % 4 == 2 (k5's 8-byte path), odd W (scalar path);
-# depthwise, 2 and 4 input channels per group (each of k2's entries), a depth multiplier.
+# depthwise, 2 and 4 input channels per group (each of k2's entries; k9's 8- and 16-byte channel
+# vectors), a depth multiplier.
 SHAPES = ("mobilenetv2-n1-c144-56x56-g144", "mobilenetv2-n1-c384-14x14-g384",
           "cpg4-oddw-n32-c128-19x19-g32", "stress-depth-multiplier-n16-c32to64-56x56-g32",
-          "stress-oddw-n32-c64-33x33-g64")
+          "stress-oddw-n32-c64-33x33-g64", "cpg2-n8-c256-14x14-g128")
 OFFSET_FLOATS = (1, 2, 3)  # 4, 8 and 12 bytes past a 16-byte boundary
 
 
@@ -66,14 +67,17 @@ def test_kernel_correct_on_inputs_off_16_byte_alignment(shape_id, kernel, offset
         pytest.skip(f"{kernel} declares {shape_id} unsupported: {why}")
     seed = check_seed(shape_id, kernel, offset)
     if layout_of(kernel) == "nhwc":
-        # k8: a channels_last view off alignment; its 16-byte channel vectors refuse what they
-        # cannot read, naming x's pointer, and compute the rest.
+        # k8, k9: a channels_last view off alignment; their channel vectors (16 or 8 bytes, as
+        # pointer_alignment states) refuse what they cannot read, naming x's pointer, and
+        # compute the rest. The contiguous weight off alignment too: k8 reads its (C, 1, 3, 3)
+        # weight a float at a time; conv2d gives k9 a channels_last copy, a fresh allocation.
         x = offset_view(torch, (shape.n, shape.h, shape.w, shape.c_in), offset, seed)
         x = x.permute(0, 3, 1, 2)
         w = offset_view(torch, (shape.c_out, shape.cin_per_group, 3, 3), offset, seed + 1)
         assert x.is_contiguous(memory_format=torch.channels_last)
-        if offset % 4 and shape.c_in % 4 == 0:
-            with pytest.raises(g.UnsupportedConv, match=r"^x: data pointer .* not 16-byte"):
+        need = pointer_alignment(kernel, shape)[0]
+        if (4 * offset) % need:
+            with pytest.raises(g.UnsupportedConv, match=rf"^x: data pointer .* not {need}-byte"):
                 g.conv2d(x, w, shape.groups, implementation=kernel)
             return
     else:
@@ -141,7 +145,7 @@ def test_every_kernel_indexes_past_2_to_the_31_elements(geometry):
         if not g.support(kernel, *geometry)[0]:
             continue  # a refusal (for this size or another reason) is a stated limit: fine
         poison_free_memory(torch, n * c_out * h * w_)
-        if layout_of(kernel) == "nhwc":  # k8: the same values on channels_last tensors
+        if layout_of(kernel) == "nhwc":  # k8, k9: the same values on channels_last tensors
             y = g.conv2d(x.contiguous(memory_format=torch.channels_last),
                          w.contiguous(memory_format=torch.channels_last), groups,
                          implementation=kernel)
@@ -169,6 +173,14 @@ def test_offset_contiguous_views_pass_the_checks_and_non_contiguous_ones_do_not(
         strided = torch.empty_strided((2, 8, 6, 6), (8 * 6 * 7, 6 * 7, 7, 1), device="cuda")
         with pytest.raises(g.UnsupportedConv, match=r"^x: strides"):
             g.conv2d(strided, w, 8, implementation="k5")
+
+
+def test_shapes_take_every_vector_width_of_the_nhwc_kernels():
+    """Off alignment, each NHWC kernel's vectors both refuse (16 and 8 bytes) and run."""
+    shapes = [SHAPE_BY_ID[i] for i in SHAPES]
+    needs = {(k, pointer_alignment(k, s)[0]) for k in KERNELS if layout_of(k) == "nhwc"
+             for s in shapes if g.support(k, *s.geometry)[0]}
+    assert {("k8", 16), ("k9", 16), ("k9", 8)} <= needs
 
 
 def test_geometry_constants_are_past_the_limit():

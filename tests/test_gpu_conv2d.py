@@ -15,6 +15,12 @@ torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.conv")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
+from groupconv_atlas.kernels import layout_of, pointer_alignment  # noqa: E402
+from groupconv_atlas.shapes import geometry_shape  # noqa: E402
+
+# The custom kernels that compute on channels_last tensors (k8, k9), from the registry.
+NHWC_KERNELS = [k for k in g.KERNELS if layout_of(k) == "nhwc"]
+
 # "dispatch" and k5 at least (the brief of these tests); every shape of the atlas, at its real N.
 IMPLEMENTATIONS = ("dispatch", "k5")
 # Small shapes covering depthwise, a depth multiplier, grouped (4 channels per group), W % 4 != 0.
@@ -103,7 +109,7 @@ def test_channels_last_input_to_an_nchw_implementation_names_the_layouts(impleme
         assert "k8" in message and "dispatch" in message and "torch_tuned_nhwc" in message
 
 
-@pytest.mark.parametrize("implementation", ["k8", "torch_tuned_nhwc"])
+@pytest.mark.parametrize("implementation", [*NHWC_KERNELS, "torch_tuned_nhwc"])
 def test_nchw_input_to_a_channels_last_implementation_names_the_layouts(implementation):
     with _fake_cuda():
         x = torch.empty(2, 8, 5, 5, device="cuda")
@@ -112,14 +118,17 @@ def test_nchw_input_to_a_channels_last_implementation_names_the_layouts(implemen
                        lambda: g.conv2d(x, w, 8, implementation=implementation))
 
 
-@pytest.mark.parametrize("implementation", ["dispatch", "k8", "torch_tuned_nhwc"])
-def test_channels_last_calls_give_a_channels_last_output(implementation):
-    """Fake CUDA tensors: the fake implementation keeps the call's layout, as the op does."""
+@pytest.mark.parametrize("implementation, c_out, groups",
+                         [("dispatch", 8, 8), ("k8", 8, 8), ("torch_tuned_nhwc", 8, 8),
+                          ("k9", 8, 2), ("k9", 16, 2), ("dispatch", 4, 4)])
+def test_channels_last_calls_give_a_channels_last_output(implementation, c_out, groups):
+    """Fake CUDA tensors: the fake implementation keeps the call's layout, as the op does, also
+    where C_out differs from C_in."""
     with _fake_cuda():
         x = torch.empty(2, 8, 5, 5, device="cuda").to(memory_format=torch.channels_last)
-        w = torch.empty(8, 1, 3, 3, device="cuda")
-        y = g.conv2d(x, w, 8, implementation=implementation)
-        assert tuple(y.shape) == (2, 8, 5, 5)
+        w = torch.empty(c_out, 8 // groups, 3, 3, device="cuda")
+        y = g.conv2d(x, w, groups, implementation=implementation)
+        assert tuple(y.shape) == (2, c_out, 5, 5)
         assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
 
 
@@ -127,6 +136,16 @@ def test_k8_refuses_grouped_and_depth_multiplier_geometries():
     for geometry in ((2, 16, 16, 5, 5, 8), (2, 8, 16, 5, 5, 8)):
         ok, why = g.support("k8", *geometry)
         assert not ok and "channel multiplier 1" in why
+
+
+def test_k9_refuses_depthwise_naming_k8_and_groups_over_32_channels():
+    for geometry in ((2, 8, 8, 5, 5, 8), (2, 8, 16, 5, 5, 8)):
+        ok, why = g.support("k9", *geometry)
+        assert not ok and "k8" in why
+    for geometry in ((2, 64, 64, 5, 5, 1), (2, 8, 128, 5, 5, 2)):
+        ok, why = g.support("k9", *geometry)
+        assert not ok and "32" in why
+    assert g.support("k9", 2, 8, 16, 5, 5, 2)[0] and g.support("k9", 2, 9, 6, 5, 5, 3)[0]
 
 
 def test_non_contiguous_weight_names_weight():
@@ -483,25 +502,52 @@ def g_convert(model, x):
 
 # ------------------------------------------------------------ channels_last (NHWC) calls, GPU
 
-# k8 on every atlas shape it supports (the depthwise ones with channel multiplier 1); dispatch
-# and tuned PyTorch on channels_last tensors of every atlas shape.
-K8_SHAPES = [s for s in SHAPES if g.support("k8", *s.geometry)[0]]
+# Every NHWC kernel (k8, k9) on every atlas shape it supports, on channels_last input and weight;
+# dispatch and tuned PyTorch on channels_last tensors of every atlas shape. k9 also where the
+# atlas has no shape: C_out != C_in both ways, odd groups (single-float vectors) and 2 x 2 vectors
+# for groups of 4 input and 2 output channels; and with a contiguous NCHW weight, which conv2d
+# converts to k9's channels_last (OHWI) memory on every call.
+K9_EXTRA = [geometry_shape(*gm) for gm in ((2, 16, 32, 9, 13, 4), (2, 16, 8, 9, 13, 4),
+                                           (1, 9, 6, 7, 11, 3), (3, 6, 9, 7, 11, 3))]
+NCHW_WEIGHT_SHAPES = ["cpg4-oddw-n32-c128-19x19-g32", "cpg2-oddw-n16-c96-75x75-g48",
+                      "resnext50-32x4d-n32-c1024-7x7-g32"]
+NHWC_CASES = ([(k, s, "channels_last") for k in NHWC_KERNELS for s in SHAPES
+               if g.support(k, *s.geometry)[0]]
+              + [("k9", s, fmt) for s in K9_EXTRA for fmt in ("channels_last", "contiguous")]
+              + [("k9", SHAPE_BY_ID[i], "contiguous") for i in NCHW_WEIGHT_SHAPES]
+              + [(i, s, "channels_last") for i in ("dispatch", "torch_tuned_nhwc") for s in SHAPES])
 
 
-def _channels_last_inputs(shape, seed):
+WEIGHT_FORMATS = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}
+
+
+def _channels_last_inputs(shape, seed, weight_format="channels_last"):
     x, w = fresh_inputs(torch, shape, seed)
     return (x.contiguous(memory_format=torch.channels_last),
-            w.contiguous(memory_format=torch.channels_last))
+            w.contiguous(memory_format=WEIGHT_FORMATS[weight_format]))
+
+
+def test_nhwc_cases_cover_both_kernels_and_both_weight_layouts():
+    """Every supported atlas shape of each NHWC kernel, k9's 30 among them; weights checked in
+    both layouts; C_out != C_in."""
+    kernels = {k for k, _, _ in NHWC_CASES}
+    assert {"k8", "k9"} <= kernels
+    k9 = [s for k, s, _ in NHWC_CASES if k == "k9"]
+    assert len({s.id for s in k9 if s.id in SHAPE_BY_ID}) == len(
+        [s for s in SHAPES if g.support("k9", *s.geometry)[0]]) >= 30
+    assert any(s.c_out != s.c_in for s in k9)
+    assert {f for k, _, f in NHWC_CASES if k == "k9"} == set(WEIGHT_FORMATS)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("implementation, shape",
-                         [("k8", s) for s in K8_SHAPES]
-                         + [(i, s) for i in ("dispatch", "torch_tuned_nhwc") for s in SHAPES],
+@pytest.mark.parametrize("implementation, shape, weight_format", NHWC_CASES,
                          ids=lambda v: v if isinstance(v, str) else v.id)
 def test_channels_last_calls_match_fp64_in_graph_replay_and_keep_the_layout(implementation,
-                                                                           shape):
-    x, w = _channels_last_inputs(shape, check_seed(shape.id, implementation, "nhwc"))
+                                                                           shape, weight_format):
+    # (the channels_last cases keep the seeds they had before weight_format)
+    seed = check_seed(shape.id, implementation, "nhwc",
+                      *([] if weight_format == "channels_last" else [weight_format]))
+    x, w = _channels_last_inputs(shape, seed, weight_format)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -512,6 +558,8 @@ def test_channels_last_calls_match_fp64_in_graph_replay_and_keep_the_layout(impl
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         y = op(x, w, shape.groups, implementation)
+    # new values into the captured inputs (in their own layouts): a weight converted on every
+    # call is converted again by the replay
     fresh = _channels_last_inputs(shape, check_seed(shape.id, implementation, "nhwc replay"))
     x.copy_(fresh[0])
     w.copy_(fresh[1])
@@ -521,31 +569,61 @@ def test_channels_last_calls_match_fp64_in_graph_replay_and_keep_the_layout(impl
     del graph
 
 
+def _misaligned_channels_last(t):
+    """A channels_last copy of t that starts 4 bytes past its allocation's start."""
+    n, c, h, w = t.shape
+    buf = torch.empty(t.numel() + 1, device="cuda")
+    view = buf[1:].view(n, h, w, c).permute(0, 3, 1, 2)
+    view.copy_(t)
+    assert view.is_contiguous(memory_format=torch.channels_last) and view.data_ptr() % 16 == 4
+    return view
+
+
+# (kernel, shape, tensor off alignment): k8's 16-byte x vectors; k9's 16-byte (groups of 4 or
+# more) and 8-byte (groups of 2) vectors of x and of the weight.
+MISALIGNED = [("k8", "mobilenetv2-n1-c384-14x14-g384", "x"),
+              ("k9", "resnext50-32x4d-n1-c256-28x28-g32", "x"),
+              ("k9", "resnext50-32x4d-n1-c256-28x28-g32", "weight"),
+              ("k9", "cpg2-n8-c256-14x14-g128", "x"),
+              ("k9", "cpg2-n8-c256-14x14-g128", "weight")]
+
+
+def test_misaligned_cases_are_refused_by_their_kernels():
+    for kernel, shape_id, tensor in MISALIGNED:
+        shape = SHAPE_BY_ID[shape_id]
+        assert g.support(kernel, *shape.geometry)[0]
+        assert pointer_alignment(kernel, shape)[tensor == "weight"] > 4, (kernel, shape_id)
+
+
 @pytest.mark.gpu
-def test_a_misaligned_channels_last_view_is_refused_by_k8_and_served_by_dispatch():
-    """A channels_last view 4 bytes past an allocation's start: k8's 16-byte vectors cannot
-    read it, so k8 refuses naming x's pointer, and dispatch (told k8 is fastest there) computes
-    it with PyTorch instead, correctly."""
-    shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
-    x, w = _channels_last_inputs(shape, check_seed(shape.id, "misaligned"))
-    buf = torch.empty(x.numel() + 1, device="cuda")
-    view = buf[1:].view(shape.n, shape.h, shape.w, shape.c_in).permute(0, 3, 1, 2)
-    view.copy_(x)
-    assert view.is_contiguous(memory_format=torch.channels_last) and view.data_ptr() % 16
-    with pytest.raises(g.UnsupportedConv, match=r"^x: data pointer .* not 16-byte aligned"):
-        g.conv2d(view, w, shape.groups, implementation="k8")
+@pytest.mark.parametrize("kernel, shape_id, tensor", MISALIGNED)
+def test_a_misaligned_channels_last_view_is_refused_by_the_kernel_and_served_by_dispatch(
+        kernel, shape_id, tensor):
+    """A channels_last view 4 bytes past an allocation's start: the kernel's vectors cannot
+    read it, so it refuses naming the tensor's pointer, and dispatch (told the kernel is fastest
+    there) computes it with PyTorch instead, correctly."""
+    shape = SHAPE_BY_ID[shape_id]
+    x, w = _channels_last_inputs(shape, check_seed(shape.id, "misaligned", tensor))
+    if tensor == "x":
+        xs, ws = _misaligned_channels_last(x), w
+    else:
+        xs, ws = x, _misaligned_channels_last(w)
+    need = pointer_alignment(kernel, shape)[tensor == "weight"]
+    with pytest.raises(g.UnsupportedConv,
+                       match=rf"^{tensor}: data pointer .* not {need}-byte aligned"):
+        g.conv2d(xs, ws, shape.groups, implementation=kernel)
     launcher = g.runtime().launcher
     saved = launcher.dispatch_nhwc
-    launcher.dispatch_nhwc = {**saved, shape.geometry: "k8"}
+    launcher.dispatch_nhwc = {**saved, shape.geometry: kernel}
     g.runtime()._plans.clear()
     try:
-        y = g.conv2d(view, w, shape.groups)
-        aligned = g.conv2d(x, w, shape.groups)  # the same geometry, aligned: k8 runs
+        y = g.conv2d(xs, ws, shape.groups)
+        aligned = g.conv2d(x, w, shape.groups)  # the same geometry, aligned: the kernel runs
     finally:
         launcher.dispatch_nhwc = saved
         g.runtime()._plans.clear()
-    assert_matches_fp64(torch, y, view, w, shape.groups, "dispatch on a misaligned view")
-    assert_matches_fp64(torch, aligned, x, w, shape.groups, "dispatch to k8, aligned")
+    assert_matches_fp64(torch, y, xs, ws, shape.groups, f"dispatch on a misaligned {tensor}")
+    assert_matches_fp64(torch, aligned, x, w, shape.groups, f"dispatch to {kernel}, aligned")
 
 
 @pytest.mark.gpu

@@ -25,9 +25,12 @@ from groupconv_atlas.shapes import geometry_shape
 # (N, C_in, C_out, H, W, groups), small because racecheck is slow: depthwise with W % 4 != 0 and
 # a W spanning two of k2's 32-wide tiles; 4 and 2 input channels per group (k2's other entries);
 # a depth multiplier with W % 4 == 2 (k5's 8-byte path). H > 8 gives every tile several row blocks.
-# The last one: depthwise with C % 4 != 0 (k8's one-channel loads).
+# Then depthwise with C % 4 != 0 (k8's one-channel loads). k9 (grouped, channels_last) takes the
+# second (16-byte vectors of 4 input and output channels), the third (8-byte vectors: 2 input
+# channels per group) and the last: 3 input and 2 output channels per group, C_out < C_in
+# (single floats).
 GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 16, 11, 10, 4),
-              (1, 4, 8, 9, 14, 4), (1, 6, 6, 9, 13, 6))
+              (1, 4, 8, 9, 14, 4), (1, 6, 6, 9, 13, 6), (1, 9, 6, 7, 11, 3))
 TUNED_KERNELS = [k for k, spec in KERNELS.items() if spec.variants is not None]
 VARIANTS_PER_GEOMETRY = 3
 TIMEOUT_S = 300
@@ -55,7 +58,7 @@ for geometry in plan["geometries"]:
     for kernel in plan["kernels"]:
         if not g.support(kernel, *geometry)[0]:
             continue
-        # each kernel on tensors in its own layout (k8: channels_last)
+        # each kernel on tensors in its own layout (k8, k9: channels_last)
         fmt = torch.channels_last if layout_of(kernel) == "nhwc" else torch.contiguous_format
         y = g.conv2d(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt),
                      groups, implementation=kernel)
@@ -197,6 +200,15 @@ def test_geometries_cover_every_k2_entry_and_every_access_width():
     assert {s.w % 4 for s in shapes} >= {0, 1, 2}  # 16-byte, scalar and 8-byte paths
     assert any(s.c_out != s.c_in for s in shapes)
     assert all(s.input_elems <= 20_000 for s in shapes), "racecheck is slow: keep them small"
+
+
+def test_geometries_cover_every_vector_width_of_k9():
+    from groupconv_atlas.kernels import k9_vectors
+
+    shapes = [geometry_shape(*gm) for gm in GEOMETRIES]
+    k9 = [s for s in shapes if support("k9", s)[0]]
+    assert {k9_vectors(s) for s in k9} == {(4, 4), (2, 2), (1, 1)}
+    assert any(s.cin_per_group % 4 for s in k9) and any(s.c_out < s.c_in for s in k9)
 
 
 def test_variant_plan_takes_several_tiles_of_every_tuned_kernel():

@@ -197,14 +197,15 @@ def test_headline_over_both_layouts_keeps_the_nchw_reading_beside_it():
 
 
 def test_best_custom_kernel_per_shape_is_read_in_either_layout_and_named_by_region():
-    """k8 (channels_last) is the faster custom kernel on the depthwise shapes, k5 on the grouped
-    ones: the headline's best_custom block takes each shape's own, names it with its layout per
-    region, and its region means are those shapes' rows against torch_best."""
+    """k8 (channels_last) is the faster custom kernel on the depthwise shapes, k5 on one grouped
+    shape and k9 (channels_last) on the other: the headline's best_custom block takes each
+    shape's own, names it with its layout per region, and its region means are those shapes'
+    rows against torch_best."""
     rng = np.random.default_rng(2)
     medians = {"torch_tuned": 20.0, "torch_default": 22.0, "torch_tuned_nhwc": 6.0,
                "torch_default_nhwc": 6.6}
     ours = {"dw-small": {"k5": 10.0, "k8": 5.0}, "dw-big": {"k5": 10.0, "k8": 4.0},
-            "g4": {"k5": 10.0}, "g32": {"k5": 10.0}}
+            "g4": {"k5": 10.0, "k9": 8.0}, "g32": {"k5": 10.0, "k9": 12.0}}
     rows = []
     for shape, kernels in ours.items():
         for cand, us in kernels.items():
@@ -220,13 +221,16 @@ def test_best_custom_kernel_per_shape_is_read_in_either_layout_and_named_by_regi
                              "batch_ratios": batch})
     comp = with_torch_best(pd.DataFrame(rows))
     ver = pd.DataFrame([{"shape_id": s, "implementation": i, "status": "correct"}
-                        for s, _, _ in SHAPES for i in ("k5", "k8", *medians)])
+                        for s, _, _ in SHAPES for i in ("k5", "k8", "k9", *medians)])
     doc = build_headline(comp, summarize(comp, CFG), shapes_doc(), ver, L2, {}, CFG)
     best = doc["boundaries"]["graph_device"]["best_custom"]
-    assert best["by_kind_layouts"] == {"depthwise": {"k8 (nhwc)": 2}, "grouped": {"k5 (nchw)": 2}}
+    assert best["by_kind_layouts"] == {"depthwise": {"k8 (nhwc)": 2},
+                                       "grouped": {"k5 (nchw)": 1, "k9 (nhwc)": 1}}
     kinds = {e["group"]: e for e in best["by_kind"]}
     # depthwise: torch_best is torch_tuned_nhwc (6 us) against k8 at 5 and 4 us
     assert kinds["depthwise"]["geomean_ratio"] == pytest.approx((6 / 5 * 6 / 4) ** 0.5, rel=0.02)
-    assert kinds["grouped"]["n_loss"] == 2  # k5 at 10 us against torch_tuned_nhwc's 6
+    # g4: k9 at 8 us, g32: k5 at 10 us, against torch_tuned_nhwc's 6
+    assert kinds["grouped"]["n_loss"] == 2
+    assert kinds["grouped"]["geomean_ratio"] == pytest.approx((6 / 8 * 6 / 10) ** 0.5, rel=0.02)
     assert any("fastest custom kernel in either layout (k8 (nhwc) on 2" in line
                for line in doc["summary_lines"])

@@ -27,8 +27,8 @@ def test_general_kernels_and_baselines_support_everything():
 
 
 def test_unknown_implementation_is_an_error():
-    with pytest.raises(KeyError, match="k9"):
-        support("k9", SHAPES[0])
+    with pytest.raises(KeyError, match="k99"):
+        support("k99", SHAPES[0])
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
@@ -51,17 +51,32 @@ def test_launch_covers_every_output(kernel):
             assert threads >= s.n * (s.c_out // cob) * -(-s.h // rows) * -(-s.w // 4)
         elif kernel in ("k6", "k7"):  # blocks stride over tiles: any grid covers every output
             assert launch.grid[0] >= 1  # (tests/test_k6_compile.py emulates the tiling)
-        elif kernel == "k8":  # threads stride over work items; the grid gives one thread each
-            for variant in [None, *KERNELS["k8"].variants(s)]:
-                v = launch_for("k8", s, variant, sm_count=SM_COUNT)
-                vec, rows, cols = (int(p[1:]) for p in v.entry.split("_")[3:])
-                assert vec == (4 if s.c_in % 4 == 0 else 1)
-                items = s.n * -(-s.h // rows) * -(-s.w // cols) * (s.c_in // vec)
-                assert v.grid[0] * v.block[0] >= items and v.entry in entries("k8")
+        elif kernel in ("k8", "k9"):  # threads stride over work items; one thread each
+            for variant in [None, *KERNELS[kernel].variants(s)]:
+                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
+                assert v.entry in entries(kernel)
+                assert variant is None or v.block == (variant["threads"], 1, 1)
+                items = nhwc_items(kernel, s, v.entry)
+                assert v.grid[0] * v.block[0] >= items
         else:
             bx, by = launch.block[0], launch.block[1]
             assert launch.grid[0] == s.n * s.c_out * -(-s.h // by) * -(-s.w // bx)
         assert launch.scalars[:6] == (s.n, s.c_in, s.c_out, s.h, s.w, s.groups)
+
+
+def nhwc_items(kernel: str, s, entry: str) -> int:
+    """Work items of an NHWC kernel's entry on s, from the entry's name (its vector widths,
+    rows and columns) and the shape, as the kernel counts them."""
+    fields = {p[0]: int(p[1:]) for p in entry.split("_")[3:]}
+    rows, cols = fields["r"], fields["c"]
+    if kernel == "k8":
+        assert fields["v"] == (4 if s.c_in % 4 == 0 else 1)
+        vectors = s.c_in // fields["v"]
+    else:
+        ovec, ivec = fields["o"], fields["i"]
+        assert s.cout_per_group % ovec == 0 and s.cin_per_group % ivec == 0
+        vectors = s.c_out // ovec
+    return s.n * -(-s.h // rows) * -(-s.w // cols) * vectors
 
 
 def test_k4_tiles_keep_channel_blocks_inside_a_group():
@@ -123,3 +138,66 @@ def test_the_host_reads_kernel_constants_from_the_source():
     assert f"#define K7_WEIGHT_FLOATS {K7_WEIGHT_FLOATS}\n" in text
     with pytest.raises(ValueError, match="K7_NO_SUCH_DEFINE"):
         kernel_define("kernels/k7_grouped_smem.cu", "K7_NO_SUCH_DEFINE")
+
+
+def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8():
+    """Every atlas shape with 2-32 input and at most 32 output channels per group, the widest
+    vectors its groups divide into (the atlas's groups of 4-32 channels take 4 x 4, of 2 take
+    2 x 2); the depthwise ones are refused, naming k8."""
+    from groupconv_atlas.kernels import K9_TILES, k9_vectors
+
+    for s in SHAPES:
+        ok, why = support("k9", s)
+        assert ok == (2 <= s.cin_per_group <= 32 and s.cout_per_group <= 32), (s.id, why)
+        if s.cin_per_group == 1:
+            assert "k8" in why
+        if ok:
+            ovec, ivec = k9_vectors(s)
+            assert (ovec, ivec) == ((4, 4) if s.cin_per_group % 4 == 0 else (2, 2)), s.id
+    # groups the atlas does not have: odd sizes take single floats, never a wrong vector
+    from groupconv_atlas.shapes import geometry_shape
+
+    for geometry, vectors in (((1, 6, 9, 7, 11, 3), (1, 1)), ((1, 9, 6, 7, 11, 3), (1, 1)),
+                              ((1, 8, 4, 7, 11, 2), (2, 2)), ((1, 8, 16, 5, 5, 2), (4, 4)),
+                              ((1, 12, 8, 5, 5, 4), (1, 1)), ((1, 64, 64, 5, 5, 1), None),
+                              ((1, 8, 80, 5, 5, 2), None)):
+        s = geometry_shape(*geometry)
+        ok, why = support("k9", s)
+        if vectors is None:
+            assert not ok and "32" in why, geometry
+            continue
+        assert ok and k9_vectors(s) == vectors, geometry
+        assert {(o, i) for o, i, _, _ in K9_TILES} >= {vectors}
+        for variant in KERNELS["k9"].variants(s):
+            launch = launch_for("k9", s, variant, sm_count=SM_COUNT)
+            assert launch.grid[0] * launch.block[0] >= nhwc_items("k9", s, launch.entry)
+
+
+def test_every_k9_entry_is_in_its_cubin_list_and_every_shape_has_a_one_by_one_tile():
+    from groupconv_atlas.kernels import K9_TILES, k9_entry
+
+    assert entries("k9") == [k9_entry(*tile) for tile in K9_TILES]
+    assert len(set(entries("k9"))) == len(K9_TILES)
+    for s in SHAPES:
+        if support("k9", s)[0]:
+            variants = KERNELS["k9"].variants(s)
+            assert {"rows": 1, "cols": 1, "threads": 256} in variants, s.id
+            assert KERNELS["k9"].default_variant(s, SM_COUNT) in variants, s.id
+
+
+def test_k9_refuses_a_variant_that_does_not_fit_the_shape():
+    cpg2 = next(s for s in SHAPES if s.cin_per_group == 2)
+    with pytest.raises(ValueError, match="does not fit"):  # an r2 tile: only 4 x 4 entries have it
+        launch_for("k9", cpg2, {"rows": 2, "cols": 4, "threads": 256}, sm_count=SM_COUNT)
+    with pytest.raises(ValueError, match="does not fit"):
+        launch_for("k9", cpg2, {"rows": 1, "cols": 4, "threads": 512}, sm_count=SM_COUNT)
+
+
+def test_nhwc_kernels_state_the_pointer_alignment_their_vectors_need():
+    from groupconv_atlas.kernels import pointer_alignment
+
+    by_id = {s.id: s for s in SHAPES}
+    assert pointer_alignment("k9", by_id["resnext50-32x4d-n32-c128-56x56-g32"]) == (16, 16)
+    assert pointer_alignment("k9", by_id["cpg2-n32-c64-56x56-g32"]) == (8, 8)
+    assert pointer_alignment("k8", by_id["mobilenetv2-n1-c144-56x56-g144"]) == (16, 4)
+    assert pointer_alignment("k5", by_id["resnext50-32x4d-n32-c128-56x56-g32"]) == (4, 4)

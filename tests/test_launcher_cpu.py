@@ -50,20 +50,30 @@ def launcher(monkeypatch):
         return out
 
     monkeypatch.setattr(gpu, "in_layout", recording_in_layout)
-    return gpu.Launcher(_Session(), {"k8": "unused.cubin", "k5": "unused.cubin"}), made, converted
+    cubins = {"k8": "unused.cubin", "k9": "unused.cubin", "k5": "unused.cubin"}
+    return gpu.Launcher(_Session(), cubins), made, converted
 
 
-def test_an_nhwc_kernel_is_bound_to_channels_last_copies_that_live_as_long_as_its_run(launcher):
+# k8: depthwise, whose (C, 1, 3, 3) weight is channels_last already; k9: grouped with C_out != C_in,
+# whose weight becomes a channels_last (OHWI) copy.
+@pytest.mark.parametrize("kernel, geometry", [("k8", (2, 8, 8, 5, 6, 8)),
+                                              ("k9", (2, 8, 16, 5, 6, 2))])
+def test_an_nhwc_kernel_is_bound_to_channels_last_copies_that_live_as_long_as_its_run(
+        launcher, kernel, geometry):
     launcher, made, converted = launcher
-    shape = geometry_shape(2, 8, 8, 5, 6, 8)
-    x, w = torch.randn(2, 8, 5, 6), torch.randn(8, 1, 3, 3)
-    y = torch.empty(2, 8, 5, 6)
-    bound = launcher.bind("k8", shape, x, w, y)
+    shape = geometry_shape(*geometry)
+    x = torch.randn(shape.n, shape.c_in, shape.h, shape.w)
+    w = torch.randn(shape.c_out, shape.cin_per_group, 3, 3)
+    y = torch.empty(shape.n, shape.c_out, shape.h, shape.w)
+    bound = launcher.bind(kernel, shape, x, w, y)
     gc.collect()
     copies = [ref() for ref in converted]
     assert len(copies) == 3 and all(c is not None for c in copies), "a converted tensor was freed"
     x_cl, w_cl, y_cl = copies
     assert x_cl.is_contiguous(memory_format=torch.channels_last) and not x_cl.is_contiguous()
+    assert w_cl.is_contiguous(memory_format=torch.channels_last) and torch.equal(w_cl, w)
+    assert (w_cl is w) == (kernel == "k8")
+    assert y_cl.shape == y.shape and y_cl.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(x_cl, x) and y_cl is bound.writes_into
     out = bound.run()
     assert out is y_cl and out.is_contiguous(memory_format=torch.channels_last)
@@ -71,9 +81,10 @@ def test_an_nhwc_kernel_is_bound_to_channels_last_copies_that_live_as_long_as_it
     del x_cl, w_cl, y_cl, copies, out
     del bound
     gc.collect()
-    # x's and y's copies were the run's alone (a depthwise weight is channels_last already: its
-    # "copy" is w itself, which the test still holds)
+    # x's and y's copies were the run's alone, and k9's weight copy (a depthwise weight is
+    # channels_last already: its "copy" is w itself, which the test still holds)
     assert converted[0]() is None and converted[2]() is None
+    assert (converted[1]() is None) == (kernel == "k9")
 
 
 def test_an_nchw_kernel_is_bound_to_the_stage_s_own_tensors(launcher):

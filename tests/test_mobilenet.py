@@ -217,7 +217,7 @@ def test_probe_config_names_the_bad_field():
     with pytest.raises(ValueError, match="mobilenet.agreement_inputs"):
         mobilenet.ProbeConfig(**{**good, "agreement_batch": 60})
     with pytest.raises(ValueError, match="mobilenet.block_kernel"):
-        mobilenet.ProbeConfig(**{**good, "block_kernel": "k9"})
+        mobilenet.ProbeConfig(**{**good, "block_kernel": "k99"})
 
 
 def test_timing_config_takes_the_atlas_settings_with_the_probes_batches():

@@ -10,7 +10,7 @@ from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv_atlas.build import compile_kernel
 from groupconv_atlas.kernels import (THREADS_PER_BLOCK, k4_tile, k7_chunk, k7_default_variant,
-                                     k7_images, support)
+                                     k7_images, k9_vectors, support)
 from groupconv_atlas.shapes import load_shapes, shapes_by_id
 from groupconv_atlas.provenance import REPO_ROOT
 
@@ -31,6 +31,8 @@ NEEDS = {
         THREADS_PER_BLOCK) > 1,
     # k7 stages the shape's groups a chunk of input channels at a time
     "k7_chunked": lambda s: k7_chunk(s) < s.cin_per_group,
+    # k9 stores vectors of several output channels (the weight of each lane its own)
+    "k9_ovec_over_1": lambda s: k9_vectors(s)[0] > 1,
 }
 
 

@@ -64,7 +64,7 @@ def test_every_committed_record_plans():
 
 
 @pytest.mark.parametrize("edit, field", [
-    (lambda c: c["timing"]["candidates"].append("k9"), "timing.candidates"),
+    (lambda c: c["timing"]["candidates"].append("k99"), "timing.candidates"),
     (lambda c: c["timing"]["reference_groups"]["tuned"].append("torch_default"),
      "timing.reference_groups.tuned"),
     (lambda c: c.update(kernels=["k0", "k1"]), "timing.candidates"),

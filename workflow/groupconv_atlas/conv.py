@@ -28,7 +28,7 @@ import torch
 import yaml
 
 from .gpu import CallerSession, Launcher, dispatch_table, tuning_table
-from .kernels import BASELINES, KERNELS, KERNELS_DIR, k8_vec, layout_of
+from .kernels import BASELINES, KERNELS, KERNELS_DIR, layout_of, pointer_alignment
 from .kernels import support as implementation_support
 from .records import find_record
 from .shapes import geometry_shape
@@ -121,7 +121,8 @@ def check_call(x, weight, groups: int, implementation: str):
             f"{LAYOUT_WORDS[layout_of(implementation)]}; on {LAYOUT_WORDS[layout]} tensors use "
             + ", ".join(i for i in implementations() if i == DISPATCH or layout_of(i) == layout))
     # The weight may be in either layout: k8 (depthwise) reads a (C, 1, 3, 3) weight, whose
-    # memory is the same in both; PyTorch takes either.
+    # memory is the same in both; k9 reads channels_last (OHWI) memory, and the plan converts a
+    # weight that is not (_Runtime._plan); PyTorch takes either.
     for name, t in (("x", x), ("weight", weight)):
         if t.device.type != "cuda":
             raise UnsupportedConv(f"{name}: on {t.device}, must be on a CUDA GPU")
@@ -288,32 +289,55 @@ class _Runtime:
         device, index = x.device, x.device.index
         with torch.cuda.device(device):  # the device's context current while its cubin loads
             enqueue = self.launcher.kernel_plan(impl, shape, variant)[0].launch3
-        out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
+        _, c_out, h, w = out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
         # The cheapest allocation of an FP32 output on x's device in x's layout: empty_like(x)
-        # (which keeps channels_last) when C_out = C_in, else new_empty (contiguous NCHW; an
-        # NHWC kernel's output always has x's size: k8 is depthwise).
+        # (which keeps channels_last) when the output has x's size, else new_empty (contiguous
+        # NCHW) or new_empty_strided with channels_last strides (k9 with C_out != C_in).
         same = out_shape == tuple(x.shape)
+        nhwc = layout == "nhwc"
+        out_strides = (h * w * c_out, 1, w * c_out, c_out)
+        # An NHWC kernel reads the weight's channels_last memory (k9: OHWI, w[co][kh][kw][ci]).
+        # A weight that is not channels_last-contiguous (a contiguous NCHW one) is converted on
+        # every call, a copy before the launch (captured with it in a CUDA graph, so a replay
+        # reads the weight's current values); a model converted with .to(memory_format=
+        # torch.channels_last) passes channels_last weights, and nothing is converted. The
+        # plan's key holds the weight's layout, so this is decided once here. (k8's (C, 1, 3, 3)
+        # weight is channels_last-contiguous in either layout: never converted.)
+        convert = nhwc and not weight.is_contiguous(memory_format=torch.channels_last)
+        # The pointers the kernel's vector loads need aligned (kernels.pointer_alignment): a
+        # fresh tensor is, a view with an offset may not be. A float pointer is 4-byte aligned
+        # already (mask 0: no check, the NCHW kernels' call is unchanged); a converted weight is
+        # a fresh allocation, so only a caller's channels_last weight is checked.
+        x_align, w_align = pointer_alignment(impl, shape)
+        x_mask = x_align - 1 if x_align > 4 else 0
+        w_mask = w_align - 1 if w_align > 4 and not convert else 0
         fallback = _baseline_call("torch_tuned_nhwc", groups)
 
         def run_aligned(x, weight):
-            # k8's 16-byte channel vectors need x 16-byte aligned (a fresh tensor is; a view
-            # with an offset may not be): `dispatch` then takes the channels_last reference.
-            if x.data_ptr() & 15:
+            # A misaligned pointer: a named kernel refuses, naming the tensor; `dispatch` takes
+            # the channels_last reference.
+            if x.data_ptr() & x_mask or (w_mask and weight.data_ptr() & w_mask):
                 if implementation != DISPATCH:
-                    raise UnsupportedConv(f"x: data pointer {x.data_ptr():#x} is not 16-byte "
+                    name, ptr, need = (("x", x.data_ptr(), x_align) if x.data_ptr() & x_mask
+                                       else ("weight", weight.data_ptr(), w_align))
+                    raise UnsupportedConv(f"{name}: data pointer {ptr:#x} is not {need}-byte "
                                           f"aligned, which {impl} needs on {shape.id}")
                 return fallback(x, weight)
-            return run_kernel(x, weight)
+            return run_checked(x, weight)
+
+        def run_converted(x, weight):
+            return run_kernel(x, weight.contiguous(memory_format=torch.channels_last))
 
         def run_kernel(x, weight):
             if _current_device() != index:  # another device is current: switch for the call
                 with torch.cuda.device(device):
                     return run_kernel(x, weight)
-            y = torch.empty_like(x) if same else x.new_empty(out_shape)
+            y = torch.empty_like(x) if same else \
+                x.new_empty_strided(out_shape, out_strides) if nhwc else x.new_empty(out_shape)
             enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr())
             return y
-        vectors = layout == "nhwc" and impl == "k8" and k8_vec(shape) == 4
-        return run_aligned if vectors else run_kernel
+        run_checked = run_converted if convert else run_kernel
+        return run_aligned if x_mask or w_mask else run_checked
 
 
 def _precision_flag():
@@ -458,7 +482,7 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     implementation: one of `implementations()`: "dispatch" (the atlas's fastest verified choice
     for this geometry and layout; a geometry no table holds takes the choice of the nearest
     measured one, or with configure(autotune=True) one measured here once and cached; logged
-    once), a custom kernel ("k0".."k7" compute on NCHW, "k8" on channels_last), or the
+    once), a custom kernel ("k0".."k7" compute on NCHW, "k8" and "k9" on channels_last), or the
     strict-FP32 PyTorch references "torch_default", "torch_tuned" (NCHW) and
     "torch_default_nhwc", "torch_tuned_nhwc" (channels_last): F.conv2d with TF32 off,
     cudnn.benchmark off or on. A named implementation must be given tensors in its layout.

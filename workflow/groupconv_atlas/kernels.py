@@ -47,6 +47,11 @@ class KernelSpec:
     # The memory layout of x, y (and the weight) the kernel computes on: "nchw" (contiguous) or
     # "nhwc" (channels_last). The launcher converts a stage's NCHW tensors once when it binds.
     layout: str = "nchw"
+    # alignment(shape) -> (bytes, bytes): what x's and the weight's data pointers must be aligned
+    # to for the kernel's vector loads on this shape; None: any float pointer (the NCHW kernels
+    # check alignment themselves and take a narrower path). Its output is always its own fresh
+    # allocation. See pointer_alignment.
+    alignment: Callable[[Shape], tuple[int, int]] | None = None
 
     @property
     def inputs(self) -> list[str]:
@@ -407,13 +412,44 @@ def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
+# k8 and k9 compute on channels_last (NHWC) tensors with the same work split: a work item is a
+# register tile of rows x columns output pixels for one vector of channels, channel vectors
+# varying fastest; threads stride over the items, so any grid is correct and the grid only sets
+# how many run at once. Tile and block size are tuned per shape; the untuned rule is shared.
+NHWC_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
+
+
+def _strip_fits(s: Shape, rows: int, cols: int) -> bool:
+    """A tile no taller or wider than the map (one row or column always fits)."""
+    return (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
+
+
+def _strip_items(s: Shape, rows: int, cols: int, vectors: int) -> int:
+    """Work items of a rows x cols pixel tile with `vectors` channel vectors per pixel."""
+    return s.n * _ceil_div(s.h, rows) * _ceil_div(s.w, cols) * vectors
+
+
+def _strip_tile(s: Shape, tiles: list[tuple[int, int]], vectors: int, sm_count: int,
+                blocks_per_sm: int) -> tuple[int, int]:
+    """Untuned (rows, cols) among `tiles`: the largest tile (most outputs per thread) that still
+    gives every SM `blocks_per_sm` full blocks, else the smallest that fits the map."""
+    fits = [(r, c) for r, c in tiles if _strip_fits(s, r, c)]
+    full = [(r, c) for r, c in fits if _strip_items(s, r, c, vectors)
+            >= sm_count * blocks_per_sm * THREADS_PER_BLOCK]
+    return max(full, key=lambda t: (t[0] * t[1], t[1])) if full else \
+        min(fits, key=lambda t: (t[0] * t[1], t[0]))
+
+
+def _strip_grid(s: Shape, rows: int, cols: int, vectors: int, threads: int) -> tuple[int, int, int]:
+    """One thread per work item, at most the grid's limit (threads stride over the rest)."""
+    return (min(_ceil_div(_strip_items(s, rows, cols, vectors), threads), MAX_GRID_X), 1, 1)
+
+
 # k8: depthwise on channels_last (NHWC) tensors, channel multiplier 1. Neighbouring threads take
 # neighbouring channel vectors of one pixel (16-byte loads when C % 4 == 0, else single floats),
-# each a register tile of rows x columns output pixels; tile and block size tuned per shape. Any
-# grid is correct (threads stride over the work items): the grid only sets how many run at once.
+# each a register tile of rows x columns output pixels.
 K8_TILES = tile_table("kernels/k8_depthwise_nhwc.cu", "K8_ENTRY", fields=3)  # (vec, rows, cols)
-K8_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
-K8_BLOCKS_PER_SM = 8  # blocks per SM the grid is sized for: enough to hide load latency
+K8_BLOCKS_PER_SM = 8  # blocks per SM the untuned rule sizes for: enough to hide load latency
 
 
 def k8_vec(s: Shape) -> int:
@@ -436,41 +472,116 @@ def _supports_k8(s: Shape) -> tuple[bool, str]:
                   "channel per load")
 
 
+def _k8_tiles(s: Shape) -> list[tuple[int, int]]:
+    return [(r, c) for v, r, c in K8_TILES if v == k8_vec(s)]
+
+
 def k8_variants(s: Shape) -> list[dict]:
     """Every (rows, columns, block) the tuner measures on a shape, at the shape's vector width;
     tiles no taller or wider than the map (1 always)."""
     return [{"rows": rows, "cols": cols, "threads": threads}
-            for vec, rows, cols in K8_TILES
-            if vec == k8_vec(s) and (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
-            for threads in K8_BLOCKS]
+            for rows, cols in _k8_tiles(s) if _strip_fits(s, rows, cols)
+            for threads in NHWC_BLOCKS]
 
 
 def k8_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: the largest tile (most outputs per thread) that still gives every SM a
-    full block per K8_BLOCKS_PER_SM, else the smallest tile of the shape's vector width."""
-    fits = [(r, c) for v, r, c in K8_TILES if v == k8_vec(s)
-            and (r == 1 or r <= s.h) and (c == 1 or c <= s.w)]
-    full = [(r, c) for r, c in fits
-            if _k8_items(s, r, c) >= sm_count * K8_BLOCKS_PER_SM * THREADS_PER_BLOCK]
-    rows, cols = max(full, key=lambda t: (t[0] * t[1], t[1])) if full else \
-        min(fits, key=lambda t: (t[0] * t[1], t[0]))
+    """Untuned fallback: _strip_tile among the tiles of the shape's vector width."""
+    rows, cols = _strip_tile(s, _k8_tiles(s), s.c_in // k8_vec(s), sm_count, K8_BLOCKS_PER_SM)
     return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
 
 
-def _k8_items(s: Shape, rows: int, cols: int) -> int:
-    return s.n * _ceil_div(s.h, rows) * _ceil_div(s.w, cols) * (s.c_in // k8_vec(s))
+def _k8_alignment(s: Shape) -> tuple[int, int]:
+    return 4 * k8_vec(s), 4  # 16-byte channel vectors of x; the 9 weights of a channel one by one
 
 
 def _launch_k8(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k8_default_variant(s, sm_count)
     rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
     vec = k8_vec(s)
-    if ((vec, rows, cols) not in K8_TILES or threads not in K8_BLOCKS
+    if ((vec, rows, cols) not in K8_TILES or threads not in NHWC_BLOCKS
             or not _supports_k8(s)[0]):
         raise ValueError(f"k8 variant {v} does not fit shape {s.id} (C = {s.c_in}, "
                          f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
-    return Launch(k8_entry(vec, rows, cols),
-                  (min(_ceil_div(_k8_items(s, rows, cols), threads), MAX_GRID_X), 1, 1),
+    return Launch(k8_entry(vec, rows, cols), _strip_grid(s, rows, cols, s.c_in // vec, threads),
+                  (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+# k9: grouped on channels_last (NHWC) tensors, 2 to 32 input and 1 to 32 output channels per
+# group. A work item is a rows x columns pixel tile for one vector of OVEC output channels of one
+# group; it reads the group's input channels IVEC at a time (16-, 8- or 4-byte loads of x and of
+# the OHWI weight) and each weight vector once per kernel row. A shape runs the entries of the
+# widest (OVEC, IVEC) in the table that divides its (C_out/groups, C_in/groups).
+# (ovec, ivec, rows, cols) of every K9_ENTRY line
+K9_TILES = tile_table("kernels/k9_grouped_nhwc.cu", "K9_ENTRY", fields=4)
+K9_MAX_CPG = kernel_define("kernels/k9_grouped_nhwc.cu", "K9_MAX_CPG")
+K9_MAX_COUT_PG = kernel_define("kernels/k9_grouped_nhwc.cu", "K9_MAX_COUT_PG")
+# Untuned: a k9 item is 9 x C_in/groups times a k8 item's work, and its 4 x 4 entries use 80 to
+# 176 registers (one or two 256-thread blocks resident per SM), so half k8's blocks per SM are
+# already two or more waves; a guess, as k8's is, for geometries the tuning stage did not see.
+K9_BLOCKS_PER_SM = 4
+
+
+def k9_vectors(s: Shape) -> tuple[int, int]:
+    """(OVEC, IVEC): output and input channels one thread stores and loads at once, the widest
+    pair of the tile table (most channels, then the wider input) dividing C_out/groups and
+    C_in/groups; (1, 1) divides every group."""
+    return max({(o, i) for o, i, _, _ in K9_TILES
+                if s.cout_per_group % o == 0 and s.cin_per_group % i == 0},
+               key=lambda p: (p[0] * p[1], p[1]))
+
+
+def k9_entry(ovec: int, ivec: int, rows: int, cols: int) -> str:
+    return f"k9_grouped_nhwc_o{ovec}_i{ivec}_r{rows}_c{cols}"
+
+
+def _supports_k9(s: Shape) -> tuple[bool, str]:
+    # No 32-bit limit: k9's element offsets and work items are 64-bit, and its grid is capped at
+    # the grid's limit with threads striding over the items (_strip_grid).
+    if s.cin_per_group == 1:
+        return False, ("1 input channel per group: depthwise convolution on channels_last is "
+                       "k8's (k9 is built for 2 to 32 input channels per group)")
+    if s.cin_per_group > K9_MAX_CPG or s.cout_per_group > K9_MAX_COUT_PG:
+        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                       f"group: k9 takes 2 to {K9_MAX_CPG} and 1 to {K9_MAX_COUT_PG}")
+    ovec, ivec = k9_vectors(s)
+    return True, (f"grouped on channels_last: {s.cin_per_group} input channels per group read "
+                  f"{ivec} at a time, {ovec} output channels per thread, register tile along H, W")
+
+
+def _k9_tiles(s: Shape) -> list[tuple[int, int]]:
+    ovec, ivec = k9_vectors(s)
+    return [(r, c) for o, i, r, c in K9_TILES if (o, i) == (ovec, ivec)]
+
+
+def k9_variants(s: Shape) -> list[dict]:
+    """Every (rows, columns, block) the tuner measures on a shape, at the shape's vector widths;
+    tiles no taller or wider than the map (1 always)."""
+    return [{"rows": rows, "cols": cols, "threads": threads}
+            for rows, cols in _k9_tiles(s) if _strip_fits(s, rows, cols)
+            for threads in NHWC_BLOCKS]
+
+
+def k9_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback: _strip_tile among the tiles of the shape's vector widths."""
+    rows, cols = _strip_tile(s, _k9_tiles(s), s.c_out // k9_vectors(s)[0], sm_count,
+                             K9_BLOCKS_PER_SM)
+    return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
+
+
+def _k9_alignment(s: Shape) -> tuple[int, int]:
+    ivec = k9_vectors(s)[1]
+    return 4 * ivec, 4 * ivec  # x and the weight are both read IVEC floats at a time
+
+
+def _launch_k9(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k9_default_variant(s, sm_count)
+    rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
+    if not _supports_k9(s)[0] or threads not in NHWC_BLOCKS or (rows, cols) not in _k9_tiles(s):
+        raise ValueError(f"k9 variant {v} does not fit shape {s.id} (C_in/groups = "
+                         f"{s.cin_per_group}, C_out/groups = {s.cout_per_group})")
+    ovec, ivec = k9_vectors(s)
+    return Launch(k9_entry(ovec, ivec, rows, cols),
+                  _strip_grid(s, rows, cols, s.c_out // ovec, threads),
                   (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
@@ -506,7 +617,14 @@ KERNELS: dict[str, KernelSpec] = {
                      "depthwise on channels_last (NHWC): 16-byte channel vectors, register tile "
                      "of rows x columns, tuned per shape", _supports_k8, _launch_k8, k8_variants,
                      needs_sm_count=True, variant_keys=("rows", "cols", "threads"),
-                     default_variant=k8_default_variant, layout="nhwc"),
+                     default_variant=k8_default_variant, layout="nhwc",
+                     alignment=_k8_alignment),
+    "k9": KernelSpec("k9", "kernels/k9_grouped_nhwc.cu",
+                     "grouped on channels_last (NHWC): vectors of input and output channels, "
+                     "register tile of rows x columns, tuned per shape", _supports_k9, _launch_k9,
+                     k9_variants, needs_sm_count=True, variant_keys=("rows", "cols", "threads"),
+                     default_variant=k9_default_variant, layout="nhwc",
+                     alignment=_k9_alignment),
 }
 
 # PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned), on
@@ -540,6 +658,14 @@ def layout_of(impl: str) -> str:
     if base in KERNELS:
         return KERNELS[base].layout
     return BASELINES.get(base, {}).get("layout", "nchw")
+
+
+def pointer_alignment(kernel: str, shape: Shape) -> tuple[int, int]:
+    """(bytes, bytes) that x's and the weight's data pointers must be aligned to for `kernel` on
+    `shape` (4: any float pointer). The pipeline's tensors are fresh allocations, aligned for
+    every kernel; a caller's view may not be, and conv2d's plan checks it."""
+    spec = KERNELS[base_implementation(kernel)]
+    return spec.alignment(shape) if spec.alignment is not None else (4, 4)
 
 
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
@@ -581,6 +707,8 @@ def entries(kernel: str) -> list[str]:
         return [k7_entry(f, o, c, chunked) for f, o, c in K7_TILES for chunked in (False, True)]
     if kernel == "k8":
         return [k8_entry(v, r, c) for v, r, c in K8_TILES]
+    if kernel == "k9":
+        return [k9_entry(o, i, r, c) for o, i, r, c in K9_TILES]
     return [launch_for(kernel, _probe_shape(), sm_count=1).entry]
 
 

@@ -23,7 +23,8 @@ UNIT_ROUNDOFF_TF32 = 2.0**-11  # 10 stored mantissa bits: each operand rounded o
 # Seeds follow this order, with implementations added later appended, so the seeds (and inputs)
 # of every implementation in an older record stay the same.
 SEED_ORDER = ("k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned", "dispatch",
-              "k5", "torch_default_tf32", "k6", "k7", "torch_default_nhwc", "torch_tuned_nhwc", "k8")
+              "k5", "torch_default_tf32", "k6", "k7", "torch_default_nhwc", "torch_tuned_nhwc",
+              "k8", "k9")
 STATUSES = ("correct", "incorrect", "unsupported")
 
 
