@@ -254,41 +254,62 @@ def test_machine_code_page_from_real_sass():
     assert "FFMA" in page
 
 
-def mobilenet_doc() -> dict:
-    """mobilenet.json as mobilenet.probe_report writes it, from a made-up summary."""
+def mobilenet_doc(layouts=("nchw", "nhwc")) -> dict:
+    """mobilenet.json as mobilenet.probe_report writes it, from a made-up summary with the block
+    and network readings in `layouts`."""
     from groupconv_atlas import mobilenet
     from groupconv_atlas.stats import StatsConfig
 
     rows = []
     for experiment, (baseline, candidate) in mobilenet.COMPARISONS.items():
-        for n in ([1, 8] if experiment != "overhead" else [None]):
-            for boundary, ratio, cls in (("graph_device", 1.2, "WIN"),
-                                         ("sync_api", 0.8, "LOSS")):
-                rows.append({"reading": f"{experiment}-{n}", "experiment": experiment, "n": n,
-                             "boundary": boundary, "baseline": baseline, "candidate": candidate,
-                             "baseline_median_us": 100.0, "baseline_median_ci_low_us": 99.0,
-                             "baseline_median_ci_high_us": 101.0,
-                             "candidate_median_us": 100 / ratio,
-                             "candidate_median_ci_low_us": 99 / ratio,
-                             "candidate_median_ci_high_us": 101 / ratio, "ratio": ratio,
-                             "ci_low": ratio * 0.98, "ci_high": ratio * 1.02, "class": cls,
-                             "batches": 10, "clock_flagged_batches": 0,
-                             "batch_ratios": [ratio] * 10})
+        for layout in (layouts if experiment != "overhead" else [mobilenet.ANY_LAYOUT]):
+            for n in ([1, 8] if experiment != "overhead" else [None]):
+                for boundary, ratio, cls in (("graph_device", 1.2, "WIN"),
+                                             ("sync_api", 0.8, "LOSS")):
+                    rows.append({"reading": f"{experiment}-{layout}-{n}",
+                                 "experiment": experiment, "layout": layout, "n": n,
+                                 "boundary": boundary, "baseline": baseline,
+                                 "candidate": candidate, "baseline_median_us": 100.0,
+                                 "baseline_median_ci_low_us": 99.0,
+                                 "baseline_median_ci_high_us": 101.0,
+                                 "candidate_median_us": 100 / ratio,
+                                 "candidate_median_ci_low_us": 99 / ratio,
+                                 "candidate_median_ci_high_us": 101 / ratio, "ratio": ratio,
+                                 "ci_low": ratio * 0.98, "ci_high": ratio * 1.02, "class": cls,
+                                 "batches": 10, "clock_flagged_batches": 0,
+                                 "batch_ratios": [ratio] * 10})
     summary = pd.DataFrame(rows, columns=mobilenet.SUMMARY_COLUMNS).astype({"n": "Int64"})
-    probe = {"block": {"layer": "conv.1.0", "kernel": "k3"},
-             "network": {"replacements": [{"layer": "features.2.conv.1.0", "kernel": "k3"}]}}
+    kernels = {"nchw": "k3", "nhwc": "k8"}
+    probe = {"layouts": {layout: {"block": {"layer": "conv.1.0", "kernel": kernels[layout]},
+                                  "network": {"replacements": [{"layer": "features.2.conv.1.0",
+                                                                "kernel": kernels[layout]}]}}
+                         for layout in layouts}}
     return mobilenet.probe_report(summary, probe, StatsConfig(), {"mode": "replay"})
 
 
 def test_mobilenet_page_and_figure():
     doc = mobilenet_doc()
     readings = report.mobilenet_readings(doc)
-    assert len(readings) == 10
+    assert len(readings) == 18  # block and network: 2 N x 2 boundaries x 2 layouts; overhead 2
     page = report.mobilenet_page(doc)
-    assert page.count('class="cls-WIN"') == 5 and page.count('class="cls-LOSS"') == 5
-    assert "features.2.conv.1.0" in page
+    assert page.count('class="cls-WIN"') == 9 and page.count('class="cls-LOSS"') == 9
+    assert "features.2.conv.1.0" in page and "channels_last (NHWC)" in page
+    assert "not measured" not in page
     svg = report.svg_bytes(report.mobilenet_figure(doc, 0.05))
     assert report.CLASS_COLOURS["LOSS"].lower().encode() in svg
+    assert b"channels_last" in svg
+
+
+def test_mobilenet_page_names_a_layout_the_record_did_not_measure():
+    doc = mobilenet_doc(layouts=("nchw",))
+    assert not doc["layouts"]["nhwc"]["measured"] and doc["layouts"]["nchw"]["measured"]
+    page = report.mobilenet_page(doc)
+    assert page.count('class="cls-WIN"') == 5 and page.count('class="cls-LOSS"') == 5
+    # one "not measured" row beside each NCHW block and network reading, and the layouts list
+    assert page.count("<td>not measured</td>") == 8
+    assert "channels_last (NHWC)</b>: not measured in this record" in page
+    svg = report.svg_bytes(report.mobilenet_figure(doc, 0.05))
+    assert b"not measured in this record" in svg
 
 
 def test_optional_stages_join_the_report_when_their_tables_are_ready(replay, tmp_path):

@@ -169,8 +169,10 @@ def test_the_committed_h200_record_replays_into_the_atlas(repo):
     nsight = pd.read_parquet(out / "nsight.parquet")
     assert set(nsight["record"]) == {find_record(repo / "records", "newest", "h200",
                                                  having="raw/nsight/*.ncu-rep").name}
-    assert atlas["mobilenet"]["readings"]["block"]["n1"]["graph_device"]["class"] in (
+    assert atlas["mobilenet"]["readings"]["block"]["n1"]["graph_device"]["nchw"]["class"] in (
         "WIN", "LOSS", "TIE", "INCONCLUSIVE")
+    layouts = atlas["mobilenet"]["layouts"]
+    assert layouts["nchw"]["measured"] and "nhwc" in layouts  # measured, or named as not
     evidence = (out / "current-evidence.md").read_text()
     assert "Stability across timing jobs" in evidence
     # The configured session-to-session comparison renders with the atlas, flips listed.

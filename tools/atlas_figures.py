@@ -244,14 +244,19 @@ def main(results: Path) -> None:
         pipeline_times(Path("records") / record)
     mobile = results / "mobilenet" / "mobilenet.json"
     if mobile.is_file():
-        readings = json.loads(mobile.read_text())["readings"]
-        print("# MobileNet readings: original / substituted")
-        for experiment, per_n in readings.items():
+        doc = json.loads(mobile.read_text())
+        print("# MobileNet readings: original / substituted, each in its layout")
+        for experiment, per_n in doc["readings"].items():
             for n, boundaries in per_n.items():
-                for boundary, r in boundaries.items():
-                    print(f"{experiment} {n} {boundary}: {r['ratio']:.3f} "
-                          f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
-                          f"({r['baseline_median_us']:.1f} vs {r['candidate_median_us']:.1f} us)")
+                for boundary, layouts in boundaries.items():
+                    for layout, r in layouts.items():
+                        print(f"{experiment} {n} {boundary} {layout}: {r['ratio']:.3f} "
+                              f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
+                              f"({r['baseline_median_us']:.1f} vs "
+                              f"{r['candidate_median_us']:.1f} us)")
+        for entry in doc.get("layouts", {}).values():
+            if not entry["measured"]:
+                print(f"{entry['title']}: {entry['note']}")
 
 
 if __name__ == "__main__":

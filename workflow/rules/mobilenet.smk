@@ -1,15 +1,18 @@
-# The MobileNetV2 probe: k3 inside torchvision's features[3] block, then atlas-chosen kernels in
-# the whole network, each timed against the original (GPU job, live only), then paired statistics
-# (CPU job; in replay it reads the committed record's raw/mobilenet/ files).
+# The MobileNetV2 probe: a custom kernel inside torchvision's features[3] block, then atlas-chosen
+# kernels in the whole network, each timed against the original in the same layout, contiguous
+# NCHW and channels_last (GPU job, live only), then paired statistics per layout (CPU job; in
+# replay it reads the committed record's raw/mobilenet/ files; a record made before channels_last
+# was measured replays its NCHW readings and names channels_last as not measured).
 # Uses from common.smk: config, RESULTS, MODE, raw(), prov(), code(), record_check().
 
 
-# The probe's package, listed module by module so an edit to any of them reruns the probe.
-MOBILENET_MODULES = tuple(f"mobilenet/{m}" for m in ("__init__", "config", "surgery", "choice",
-                                                     "checks", "probe", "summary"))
+# The probe's package, listed module by module so an edit to any of them reruns the probe, and
+# the dispatcher module whose LAYOUTS the probe measures.
+MOBILENET_MODULES = (*(f"mobilenet/{m}" for m in ("__init__", "config", "surgery", "choice",
+                                                  "checks", "probe", "summary")), "dispatch")
 # Timing jobs whose graph_device medians choose each layer's kernel.
 MOBILENET_TIMING_JOBS = jobs_of(KERNELS)
-# Every kernel's build: the atlas may choose any of them for a layer of the network.
+# Every kernel's build: the atlas may choose any of them (of the model's layout) for a layer.
 MOBILENET_CUBINS = [raw(f"builds/{kernel}.cubin") for kernel in KERNELS]
 MOBILENET_BUILDS = [raw(f"builds/{kernel}.json") for kernel in KERNELS]
 MOBILENET_VERIFICATION = [raw(f"verification/{kernel}.parquet") for kernel in KERNELS]

@@ -1,5 +1,6 @@
 """Snakemake job (CPU): the MobileNetV2 probe's raw samples (live, or the committed record in
-replay) to summary.parquet (ratios, intervals, classes) and mobilenet.json."""
+replay) to summary.parquet (ratios, intervals, classes per layout) and mobilenet.json; a layout
+the record did not measure is named in the log and in mobilenet.json."""
 import json
 from pathlib import Path
 
@@ -20,9 +21,14 @@ summary = mobilenet.summarize_samples(samples, cfg)
 sources = {"mode": smk.params.mode,
            **{name: {"path": str(path), "sha256": sha256_file(path)}
               for name, path in (("samples", smk.input.samples), ("probe", smk.input.probe))}}
+report = mobilenet.probe_report(summary, probe, cfg, sources)
 write_parquet(smk.output.summary, summary)
-write_json(smk.output.report, mobilenet.probe_report(summary, probe, cfg, sources))
+write_json(smk.output.report, report)
 for row in summary.to_dict("records"):
-    job.progress(f"{row['reading']} {row['boundary']}: {row['baseline']}/{row['candidate']} = "
-                 f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] {row['class']}")
+    job.progress(f"{row['reading']} ({row['layout']}) {row['boundary']}: "
+                 f"{row['baseline']}/{row['candidate']} = {row['ratio']:.3f} "
+                 f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] {row['class']}")
+for layout in report["layouts"].values():
+    if not layout["measured"]:
+        job.progress(f"{layout['title']}: {layout['note']}")
 job.finish()

@@ -1,10 +1,16 @@
 """The MobileNetV2 probe: the atlas's kernels inside a real network.
 
 - Block: torchvision's `mobilenet_v2(weights=None).features[3]` (24 -> 144 -> 24 at 56x56, eval,
-  weights from a recorded seed) with exactly its 3x3 depthwise convolution replaced by k3 run
-  through PyCUDA; checked against the original block, then timed against it.
+  weights from a recorded seed) with exactly its 3x3 depthwise convolution replaced by the
+  layout's block kernel (k3 on NCHW, k8 on channels_last) run through PyCUDA; checked against
+  the original block, then timed against it.
 - Network: every eligible convolution of the whole network replaced by the kernel the atlas
-  says is fastest for its shape (`choose_kernel`), checked for agreement and timed.
+  says is fastest for its shape among the kernels of the model's layout (`layout_chooser`,
+  `choose_kernel`), checked for agreement and timed.
+- Both, in each layout: contiguous NCHW (where PyTorch's FP32 depthwise convolution runs its
+  own kernel) and channels_last (model and input converted once, outside every timed region;
+  PyTorch then runs cuDNN's NHWC kernels), the original against the substituted model in the
+  same layout. Every reading is of one layout; statistics never pool them.
 - Overhead: an empty PyCUDA launch against a one-element PyTorch operation, each synchronized:
   what the sync_api boundary pays per launch on either side.
 

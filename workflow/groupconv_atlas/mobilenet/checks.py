@@ -50,23 +50,60 @@ def check_substitution(original, substituted, x, factor: float) -> dict:
     return result
 
 
-def random_input(chw: tuple[int, ...], n: int, seed: int, device):
+def random_input(chw: tuple[int, ...], n: int, seed: int, device, layout: str = "nchw"):
+    """Seeded FP32 images (N, *chw); layout "nhwc" converts them to channels_last (the values do
+    not depend on the layout)."""
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
-    return torch.randn((n, *chw), generator=gen, device=device, dtype=torch.float32)
+    x = torch.randn((n, *chw), generator=gen, device=device, dtype=torch.float32)
+    return x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x
+
+
+def check_input_layouts(model, x, records: list[dict]) -> dict[str, str | None]:
+    """The layout of the input each replaced layer of `model` receives on x (conv.call_layout),
+    by layer name. Raises ProbeMismatch where it is not the layout its kernel computes on: the
+    replacement would hand that call to PyTorch (GroupConv2d does), so the substituted model
+    would time PyTorch, not the kernel."""
+    import torch
+
+    from ..conv import call_layout
+    from ..kernels import layout_of
+
+    replaced = {r["layer"]: r["kernel"] for r in records if r["replaced"]}
+    seen: dict[str, str | None] = {}
+
+    def recorder(layer: str):
+        def hook(module, args) -> None:  # returns None: the call's inputs stay as they are
+            seen.setdefault(layer, call_layout(args[0]))
+        return hook
+
+    hooks = [model.get_submodule(layer).register_forward_pre_hook(recorder(layer))
+             for layer in replaced]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    wrong = [f"{layer} gets {seen.get(layer)}, {kernel} computes on {layout_of(kernel)}"
+             for layer, kernel in replaced.items() if seen.get(layer) != layout_of(kernel)]
+    if wrong:
+        raise ProbeMismatch("replaced layers whose input is not in their kernel's layout (the "
+                            "kernel would not run): " + "; ".join(wrong))
+    return seen
 
 
 def agreement(original, substituted, inputs: int, batch: int, seed: int, device,
-              chw: tuple[int, ...] = IMAGE_CHW) -> dict:
-    """Outputs of both models on `inputs` seeded random images, `batch` at a time. Relative error
-    of one input: max over classes of |diff| / max over classes of |original|."""
+              chw: tuple[int, ...] = IMAGE_CHW, layout: str = "nchw") -> dict:
+    """Outputs of both models on `inputs` seeded random images in `layout`, `batch` at a time.
+    Relative error of one input: max over classes of |diff| / max over classes of |original|."""
     import torch
 
     rel_errors, same_top1 = [], []
     with torch.no_grad():
         for index in range(inputs // batch):
-            x = random_input(chw, batch, seed + index, device)
+            x = random_input(chw, batch, seed + index, device, layout)
             reference, output = original(x), substituted(x)
             if not bool(torch.isfinite(output).all()):
                 raise ProbeMismatch(f"substituted network gave non-finite outputs on agreement "
@@ -76,7 +113,7 @@ def agreement(original, substituted, inputs: int, batch: int, seed: int, device,
                               .cpu().numpy())
             same_top1.append((output.argmax(dim=1) == reference.argmax(dim=1)).cpu().numpy())
     rel, same = np.concatenate(rel_errors), np.concatenate(same_top1)
-    return {"inputs": int(len(rel)), "batch": batch, "seed": seed,
+    return {"inputs": int(len(rel)), "batch": batch, "seed": seed, "layout": layout,
             "max_rel_error": float(rel.max()), "median_rel_error": float(np.median(rel)),
             "top1_unchanged": int(same.sum()), "top1_unchanged_share": float(same.mean()),
             "rel_error_definition": "per input: max_k |sub_k - orig_k| / max_k |orig_k|"}

@@ -1,13 +1,16 @@
 """Choosing a kernel for a layer from the atlas: pure functions of DataFrames."""
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
-from ..kernels import KERNELS
+from ..kernels import KERNELS, layout_of
 from ..shapes import Shape
 from ..stats import pooled_medians
-from .config import BASELINE_FOR_GEOMEAN
+from .config import BASELINE_FOR_GEOMEAN, LAYOUT_BASELINES
 
 
 def graph_device_medians(timing_tables: list[pd.DataFrame]) -> pd.DataFrame:
@@ -86,3 +89,31 @@ def choose_kernel(shape: Shape, atlas_shapes: list[Shape], medians: pd.DataFrame
     return None, (f"{where}; default {default} "
                   + ("was found incorrect on an atlas shape" if default in distrusted
                      else "does not support it"))
+
+
+def layout_kernels(kernels: list[str], layout: str) -> list[str]:
+    """The kernels among `kernels` that compute in `layout` (the registry's own layout): a layer
+    of a model in that layout runs only those (GroupConv2d hands any other to PyTorch)."""
+    return [k for k in kernels if layout_of(k) == layout]
+
+
+def layout_chooser(layout: str, atlas_shapes: list[Shape], medians: pd.DataFrame,
+                   verification: pd.DataFrame, kernels: list[str], default: str
+                   ) -> Callable[[Shape], tuple[str | None, str]]:
+    """`choose_kernel` for the layers of a model in `layout`: among the kernels of that layout
+    only, its geometric-mean fallback against tuned PyTorch in that layout."""
+    return functools.partial(choose_kernel, atlas_shapes=atlas_shapes, medians=medians,
+                             verification=verification,
+                             kernels=layout_kernels(kernels, layout), default=default,
+                             baseline=LAYOUT_BASELINES[layout])
+
+
+def layout_geomean_ratios(medians: pd.DataFrame, verification: pd.DataFrame,
+                          kernels: list[str], layout: str) -> dict:
+    """`kernel_geomean_ratios` of the kernels of `layout` against tuned PyTorch in `layout`, as
+    the probe's record holds them."""
+    baseline = LAYOUT_BASELINES[layout]
+    ratios = kernel_geomean_ratios(medians, verification, layout_kernels(kernels, layout),
+                                   baseline)
+    return {"baseline": baseline,
+            "kernels": {k: {"ratio": r, "shapes": c} for k, (r, c) in ratios.items()}}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernels import KERNELS
+from ..dispatch import LAYOUTS  # noqa: F401  (the layouts the probe measures; re-exported)
+from ..kernels import KERNELS, layout_of
 from ..timing import TimingConfig
 
 BLOCK_INDEX = 3
@@ -12,6 +13,16 @@ BLOCK_DEPTHWISE_LAYER = "conv.1.0"  # the block's 3x3 depthwise conv, as named i
 IMAGE_CHW = (3, 224, 224)
 DEVICE = "cuda"
 BASELINE_FOR_GEOMEAN = "torch_tuned"
+# Each layout's reference for the chooser's geometric-mean fallback: tuned PyTorch computing in
+# that layout (on channels_last tensors F.conv2d runs cuDNN's NHWC depthwise kernels).
+LAYOUT_BASELINES = {"nchw": BASELINE_FOR_GEOMEAN, "nhwc": "torch_tuned_nhwc"}
+LAYOUT_TITLES = {"nchw": "contiguous NCHW", "nhwc": "channels_last (NHWC)"}
+LAYOUT_SHORT = {"nchw": "NCHW", "nhwc": "channels_last"}
+# The layout of a reading no memory format enters (the empty-launch overhead).
+ANY_LAYOUT = "any"
+# The config keys naming each layout's kernels: (block kernel, default kernel of the network).
+LAYOUT_KERNEL_KEYS = {"nchw": ("block_kernel", "default_kernel"),
+                      "nhwc": ("block_kernel_nhwc", "default_kernel_nhwc")}
 
 # experiment -> (baseline, candidate); every ratio is baseline / candidate, above 1 favours the
 # candidate (the convention of groupconv_atlas.stats).
@@ -20,10 +31,10 @@ COMPARISONS = {
     "network": ("original", "substituted"),
     "overhead": ("torch_add_one_element", "pycuda_empty_kernel"),
 }
-SAMPLE_COLUMNS = ["reading", "experiment", "n", "implementation", "boundary", "batch", "sample",
-                  "latency_us", "sm_clock_mhz", "temperature_c", "clock_flagged",
+SAMPLE_COLUMNS = ["reading", "experiment", "layout", "n", "implementation", "boundary", "batch",
+                  "sample", "latency_us", "sm_clock_mhz", "temperature_c", "clock_flagged",
                   "launches_per_replay", "order_in_batch"]
-SUMMARY_COLUMNS = ["reading", "experiment", "n", "boundary", "baseline", "candidate",
+SUMMARY_COLUMNS = ["reading", "experiment", "layout", "n", "boundary", "baseline", "candidate",
                    "baseline_median_us", "baseline_median_ci_low_us", "baseline_median_ci_high_us",
                    "candidate_median_us", "candidate_median_ci_low_us",
                    "candidate_median_ci_high_us", "ratio", "ci_low", "ci_high", "class",
@@ -34,6 +45,13 @@ EMPTY_KERNEL_SOURCE = """
 __global__ void empty_kernel(const float* x, const float* w, float* y, int n, int c_in,
                              int c_out, int h, int w_in, int groups) {}
 """
+
+
+def reading_name(experiment: str, layout: str, n: int) -> str:
+    """A reading's id, unique per (experiment, layout, N): statistics are per reading, so no
+    statistic pools layouts. NCHW readings keep the names of records made before the probe
+    measured channels_last ("block-n1"); channels_last ones name it ("block-nhwc-n1")."""
+    return f"{experiment}-n{n}" if layout == "nchw" else f"{experiment}-{layout}-n{n}"
 
 
 class ProbeMismatch(RuntimeError):
@@ -51,6 +69,8 @@ class ProbeConfig:
     tolerance_factor: float
     block_kernel: str
     default_kernel: str
+    block_kernel_nhwc: str
+    default_kernel_nhwc: str
 
     def __post_init__(self):
         object.__setattr__(self, "ns", tuple(self.ns))
@@ -67,10 +87,20 @@ class ProbeConfig:
                              f"multiple of mobilenet.agreement_batch ({self.agreement_batch})")
         if self.tolerance_factor <= 0:
             raise ValueError(f"mobilenet.tolerance_factor must be > 0, not {self.tolerance_factor}")
-        for key in ("block_kernel", "default_kernel"):
-            if getattr(self, key) not in KERNELS:
-                raise ValueError(f"mobilenet.{key} must be one of {', '.join(KERNELS)}, not "
-                                 f"{getattr(self, key)!r}")
+        for layout, keys in LAYOUT_KERNEL_KEYS.items():
+            fits = [k for k in KERNELS if layout_of(k) == layout]
+            for key in keys:
+                value = getattr(self, key)
+                if value not in fits:
+                    known = (f"it computes on {LAYOUT_TITLES[layout_of(value)]}"
+                             if value in KERNELS else "no such kernel")
+                    raise ValueError(f"mobilenet.{key} must name a kernel that computes on "
+                                     f"{LAYOUT_TITLES[layout]} ({', '.join(fits) or 'none'}), "
+                                     f"not {value!r}: {known}")
+
+    def kernels_for(self, layout: str) -> tuple[str, str]:
+        """(block kernel, the network chooser's default kernel) of a model in `layout`."""
+        return tuple(getattr(self, key) for key in LAYOUT_KERNEL_KEYS[layout])
 
 
 def timing_config(probe: ProbeConfig, timing: dict) -> TimingConfig:

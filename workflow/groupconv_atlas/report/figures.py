@@ -241,20 +241,28 @@ def aa_figure(comparisons: pd.DataFrame, shape_ids: list[str], aa: dict,
 @styled
 def mobilenet_figure(doc: dict, threshold: float) -> Figure:
     readings = mobilenet_readings(doc)
-    keys = list(dict.fromkeys(zip(readings["experiment"], readings["size"])))
-    labels = [f"{e}" + ("" if s == "all" else f" {s.replace('n', 'n=', 1)}") for e, s in keys]
+    layouts = doc.get("layouts", {})
+    short = {layout: entry.get("short", layout) for layout, entry in layouts.items()}
+    keys = list(dict.fromkeys(zip(readings["experiment"], readings["size"],
+                                  readings["layout"])))
+    labels = [f"{e}" + ("" if s == "all" else f" {s.replace('n', 'n=', 1)}")
+              + (f" {short.get(lay, lay)}" if lay in layouts else "") for e, s, lay in keys]
     markers = {"graph_device": "o", "sync_api": "s"}
     series = []
     for boundary, marker in markers.items():
-        at = readings[readings["boundary"] == boundary].set_index(["experiment", "size"])
+        at = readings[readings["boundary"] == boundary].set_index(["experiment", "size",
+                                                                   "layout"])
         get = at.reindex(keys)
         series.append({"marker": marker, "point": list(get["ratio"]), "low": list(get["ci_low"]),
                        "high": list(get["ci_high"])})
     fig = new_figure(8.5, 1.8 + 0.45 * len(labels))
     ax = fig.subplots()
     draw_interval_rows(ax, labels, series, threshold)
+    missing = [short.get(lay, lay) for lay, entry in layouts.items() if not entry.get("measured")]
     ax.set_title("MobileNetV2 probe: original / substituted time (overhead: PyTorch one-element "
-                 "op / empty PyCUDA launch)", fontsize=9, pad=30)
+                 "op / empty PyCUDA launch)\noriginal and substituted in the same layout"
+                 + (f"; {', '.join(missing)}: not measured in this record" if missing else ""),
+                 fontsize=9, pad=30)
     ax.set_xlabel("ratio (log scale); > 1: the substituted model (or the PyCUDA launch) faster")
     boundary_marker_legend(ax, threshold, markers)
     return fig

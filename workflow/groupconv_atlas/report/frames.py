@@ -5,13 +5,15 @@ import pandas as pd
 
 
 def mobilenet_readings(doc: dict) -> pd.DataFrame:
-    """mobilenet.json readings[experiment][n<N>|all][boundary] as one table."""
+    """mobilenet.json readings[experiment][n<N>|all][boundary][layout] as one table, the
+    layouts of one (experiment, size, boundary) next to each other."""
     rows = []
     for experiment, sizes in doc.get("readings", {}).items():
         for size, boundaries in sizes.items():
-            for boundary, reading in boundaries.items():
-                rows.append({**reading, "experiment": experiment, "size": size,
-                             "boundary": boundary})
+            for boundary, layouts in boundaries.items():
+                for layout, reading in layouts.items():
+                    rows.append({**reading, "experiment": experiment, "size": size,
+                                 "boundary": boundary, "layout": layout})
     return pd.DataFrame(rows)
 
 

@@ -307,22 +307,47 @@ def _median_with_interval(reading: dict, role: str) -> str:
                            reading.get(f"{role}_median_ci_high_us")))
 
 
+def _layout_label(layouts: dict, layout: str) -> str:
+    return layouts.get(layout, {}).get("title", layout)
+
+
 def mobilenet_page(doc: dict) -> str:
+    """The readings, each (experiment, size, boundary) in every layout side by side (a layout
+    the record did not measure is a row saying so), then the probe's record per layout."""
     readings = mobilenet_readings(doc)
-    columns = ["experiment", "size", "boundary", "baseline", "candidate", "baseline median us",
-               "candidate median us", "ratio", "interval", "class", "batches",
-               "clock-flagged batches"]
+    layouts = doc.get("layouts", {})
+    missing = [layout for layout, entry in layouts.items() if not entry.get("measured")]
+    columns = ["experiment", "size", "boundary", "layout", "baseline", "candidate",
+               "baseline median us", "candidate median us", "ratio", "interval", "class",
+               "batches", "clock-flagged batches"]
     rows, classes = [], []
-    for r in readings.to_dict("records"):
-        rows.append([r["experiment"], r["size"], r["boundary"], r.get("baseline"),
-                     r.get("candidate"),
-                     _median_with_interval(r, "baseline"), _median_with_interval(r, "candidate"),
-                     fmt_ratio(r.get("ratio")), fmt_interval(r.get("ci_low"), r.get("ci_high")),
-                     r.get("class"), _int(r.get("batches")),
-                     _int(r.get("clock_flagged_batches"))])
-        classes.append([None] * 9 + [f"cls-{r.get('class')}"] + [None] * 2)
-    body = (table_html(columns, rows, classes, numeric=columns[5:9] + columns[10:])
-            + "<h2>Probe record</h2>" + _json_html(doc.get("probe", {}))
+    groups = readings.groupby(["experiment", "size", "boundary"], sort=False) \
+        if not readings.empty else []
+    for (experiment, size, boundary), group in groups:
+        for r in group.to_dict("records"):
+            rows.append([experiment, size, boundary, _layout_label(layouts, r["layout"]),
+                         r.get("baseline"), r.get("candidate"),
+                         _median_with_interval(r, "baseline"),
+                         _median_with_interval(r, "candidate"), fmt_ratio(r.get("ratio")),
+                         fmt_interval(r.get("ci_low"), r.get("ci_high")), r.get("class"),
+                         _int(r.get("batches")), _int(r.get("clock_flagged_batches"))])
+            classes.append([None] * 10 + [f"cls-{r.get('class')}"] + [None] * 2)
+        if set(group["layout"]) & set(layouts):  # a per-layout reading: name the others
+            for layout in missing:
+                rows.append([experiment, size, boundary, _layout_label(layouts, layout),
+                             None, None, None, None, None, None, "not measured", None, None])
+                classes.append([None] * 13)
+    lines = "".join(f"<li><b>{esc(entry.get('title', layout))}</b>: "
+                    f"{'measured' if entry.get('measured') else esc(entry.get('note'))}</li>"
+                    for layout, entry in layouts.items())
+    probe = doc.get("probe", {})
+    record = _json_html({k: v for k, v in probe.items() if k != "layouts"})
+    for layout, entry in probe.get("layouts", {}).items():
+        record += (f"<h3>{esc(_layout_label(layouts, layout))}</h3>"
+                   + _json_html({k: v for k, v in entry.items() if k != "title"}))
+    body = ((f"<h2>Layouts</h2><ul>{lines}</ul>" if lines else "")
+            + table_html(columns, rows, classes, numeric=columns[6:10] + columns[11:])
+            + "<h2>Probe record</h2>" + record
             + "<h2>Sources</h2>" + _json_html(doc.get("sources", {})))
     return html_page("MobileNetV2 probe", body, esc(doc.get("ratio_definition", "")))
 
