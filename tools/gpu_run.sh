@@ -13,8 +13,8 @@
 # snapshot exists, while the rerun check may still run.
 # Environment: OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one
 # that installs PyCUDA and Snakemake), EXTRA_CONFIG (config files layered on config.yaml),
-# GPU_TESTS=1 (GPU_TEST_PATHS: which test files, default all; GPU_TEST_ARGS: more pytest
-# arguments, e.g. -k k9), GATE_KERNEL (a kernel the run measures only if its GPU tests, those of
+# GPU_TESTS=1 (GPU_TEST_PATHS: which test files, default all; GPU_TEST_K: a pytest -k
+# expression that selects among them), GATE_KERNEL (a kernel the run measures only if its GPU tests, those of
 # GPU_TEST_PATHS whose names hold it, pass: when they fail, config/gpu-run-without-<kernel>.yaml
 # is written and layered on, so the atlas runs without it and the record says so), RECORD_NAME (default: today's date), DEVICE (default h200),
 # CORES (default all: jobs that measure time still run alone).
@@ -58,7 +58,7 @@ machine() {  # the GPU as found, then, with GPU_TESTS=1, the GPU tests into $1 (
   if [ -n "${GPU_TESTS:-}" ]; then
     log "gpu tests"
     # shellcheck disable=SC2086
-    python3 -m pytest -m gpu -q -rs ${GPU_TEST_ARGS:-} ${GPU_TEST_PATHS:-tests} > "$1" 2>&1
+    python3 -m pytest -m gpu -q -rs ${GPU_TEST_K:+-k "$GPU_TEST_K"} ${GPU_TEST_PATHS:-tests} > "$1" 2>&1
     log "gpu tests exit $?"; tail -25 "$1"
   fi
   return $status
