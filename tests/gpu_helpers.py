@@ -6,8 +6,8 @@ import zlib
 
 import yaml
 
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import load_shapes
+from groupconv_atlas.files import REPO_ROOT
+from groupconv_atlas.shapes_table import load_shapes
 from groupconv_atlas.verify import bound_scale
 
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")

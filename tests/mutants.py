@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from groupconv_atlas.kernels import KERNELS
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.files import REPO_ROOT
 
 REGISTER_TILE = "kernels/register_tile.cuh"
 

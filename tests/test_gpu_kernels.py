@@ -5,8 +5,8 @@ from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv_atlas.build import compile_kernel
 from groupconv_atlas.kernels import KERNELS, support
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import load_shapes, shapes_by_id
+from groupconv_atlas.files import REPO_ROOT
+from groupconv_atlas.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 STRESS = ["stress-1xw-n64-c256-1x301-g256", "stress-oddw-n32-c144-57x13-g144",

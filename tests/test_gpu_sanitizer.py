@@ -19,7 +19,7 @@ from mutants import MUTANTS
 
 from groupconv_atlas.build import compile_kernel
 from groupconv_atlas.kernels import KERNELS, support
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.files import REPO_ROOT
 from groupconv_atlas.shapes import geometry_shape
 
 # (N, C_in, C_out, H, W, groups), small because racecheck is slow: depthwise with W % 4 != 0 and

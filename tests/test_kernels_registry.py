@@ -5,8 +5,8 @@ import pytest
 from groupconv_atlas.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
                                      base_implementation, entries, k4_tile, launch_for, k5_variants, support,
                                      twin_name)
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import load_shapes
+from groupconv_atlas.files import REPO_ROOT
+from groupconv_atlas.shapes_table import load_shapes
 
 SM_COUNT = 132  # an H200's; the rule takes the count from the device at run time
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")

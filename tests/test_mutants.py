@@ -11,8 +11,8 @@ from gpu_helpers import TOLERANCE_FACTOR
 from groupconv_atlas.build import compile_kernel
 from groupconv_atlas.kernels import (THREADS_PER_BLOCK, k4_tile, k7_chunk, k7_default_variant,
                                      k7_images, support)
-from groupconv_atlas.shapes import load_shapes, shapes_by_id
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.files import REPO_ROOT
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 # SM counts the default register tile is checked under: every GPU up to 256 SMs (H200: 132).

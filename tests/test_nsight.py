@@ -17,9 +17,10 @@ import pytest
 from groupconv_atlas import nsight
 from helpers import run_guarded
 from groupconv_atlas.kernels import support
-from groupconv_atlas.provenance import REPO_ROOT, write_parquet
-from groupconv_atlas.shapes import load_shapes, shapes_by_id
-from groupconv_atlas.timing import RAW_COLUMNS
+from groupconv_atlas.files import REPO_ROOT
+from groupconv_atlas.provenance import write_parquet
+from groupconv_atlas.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.timing_workers import RAW_COLUMNS
 from groupconv_atlas.verify import check_seed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"

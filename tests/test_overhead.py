@@ -158,8 +158,8 @@ def test_unseen_summary_compares_dispatch_and_autotune_with_the_best():
 def test_the_unseen_geometries_are_not_in_the_atlas():
     import yaml
 
-    from groupconv_atlas.provenance import REPO_ROOT
-    from groupconv_atlas.shapes import load_shapes
+    from groupconv_atlas.files import REPO_ROOT
+    from groupconv_atlas.shapes_table import load_shapes
 
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     atlas = {s.geometry for s in load_shapes(REPO_ROOT / config["shapes"])}

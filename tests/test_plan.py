@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from groupconv_atlas import plan
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.files import REPO_ROOT
 
 CONFIG = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
 

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from groupconv_atlas import artifacts
-from groupconv_atlas.provenance import sha256_file
-from groupconv_atlas.records import find_record, replay_arguments
+from groupconv_atlas.files import find_record, sha256_file
+from groupconv_atlas.records import replay_arguments
 from groupconv_atlas.report import probes_page
 from groupconv_atlas.report.html_blocks import unpacked_page
 from helpers import ROOT, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, run_guarded, snakemake

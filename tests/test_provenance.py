@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from groupconv_atlas.provenance import (atomic_path, job_record, sha256_file, write_json,
-                                        write_parquet)
+from groupconv_atlas.files import sha256_file
+from groupconv_atlas.provenance import atomic_path, job_record, write_json, write_parquet
 from groupconv_atlas.provenance_index import (ProvenanceMismatch, build_complete_index,
                                               build_index, producing_jobs, verify_index)
 

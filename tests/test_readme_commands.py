@@ -72,7 +72,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupconv_atlas.records import find_record, load_index
+from groupconv_atlas.files import find_record, load_index
 from helpers import copy_checkout, copy_replayed, run_guarded, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]

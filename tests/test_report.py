@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from groupconv_atlas import report
 from groupconv_atlas.evidence import evidence_markdown
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.files import REPO_ROOT
 from helpers import SMOKE, copy_replayed, snakemake
 from helpers import SMOKE_DEVICE as DEVICE
 
@@ -229,7 +229,7 @@ def test_markdown_subset():
 
 def test_nsight_page_from_a_real_capture():
     from groupconv_atlas import nsight
-    from groupconv_atlas.shapes import load_shapes
+    from groupconv_atlas.shapes_table import load_shapes
 
     shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
     capture = REPO_ROOT / "tests" / "fixtures" / "ncu" / "ncu.csv"

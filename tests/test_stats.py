@@ -3,8 +3,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.stats import (StatsConfig, batch_medians, classify, comparisons_for_job,
+from groupconv_atlas.stats import (StatsConfig, classify, comparisons_for_job,
                                    hierarchical_geomean, paired_interval, summarize)
+from groupconv_atlas.timing import batch_medians
 
 CFG = StatsConfig(seed=3)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from groupconv_atlas.records import find_record
+from groupconv_atlas.files import find_record
 
 from helpers import SMOKE, copy_checkout, copy_replayed, snakemake
 

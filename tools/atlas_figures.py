@@ -18,7 +18,8 @@ import pandas as pd
 
 from groupconv_atlas.compare_records import agreement
 from groupconv_atlas.report import tuning_frame
-from groupconv_atlas.stats import StatsConfig, pooled_medians, two_stage_geomean
+from groupconv_atlas.stats import StatsConfig, two_stage_geomean
+from groupconv_atlas.timing import pooled_medians
 
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
 

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from .kernels import KERNELS, entries
-from .provenance import REPO_ROOT, nvcc_version, sha256_bytes, sha256_file
+from .files import REPO_ROOT, nvcc_version, sha256_bytes, sha256_file
 
 # The GPU's own architecture where one is visible (nvidia-smi's compute_cap), else this default
 # (the H200 the committed records were measured on); GROUPCONV_ARCH overrides both.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .provenance import REPO_ROOT
+from .files import REPO_ROOT
 
 CEILINGS_SOURCE = "kernels/ceilings.cu"
 STREAM_BYTES = 4 * 2**30  # per buffer: ~70x the H200's 60 MB L2

@@ -14,8 +14,8 @@ import pandas as pd
 
 from .kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
-from .stats import CLASSES, StatsConfig, batch_medians, comparisons_for_job
-from .timing import BOUNDARIES
+from .stats import CLASSES, StatsConfig, comparisons_for_job
+from .timing import BOUNDARIES, batch_medians
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]
 # What each record contributes per cell; in the side-by-side table as "<record>:<column>".

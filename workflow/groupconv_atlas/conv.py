@@ -27,15 +27,14 @@ from pathlib import Path
 import torch
 import yaml
 
+from .files import REPO_ROOT, check_inputs, find_record
 from .gpu import CallerSession, Launcher, dispatch_table, tuning_table
 from .kernels import BASELINES, KERNELS, KERNELS_DIR, k8_vec, layout_of
 from .kernels import support as implementation_support
-from .records import find_record
 from .shapes import geometry_shape
 from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
 
 LOG = logging.getLogger("groupconv_atlas")
-REPO_ROOT = KERNELS_DIR.parent
 # The strict-FP32 references, in both layouts (a call's tensors must be in the reference's).
 STRICT_BASELINES = [b for b, spec in BASELINES.items() if not spec["tf32"]]
 DISPATCH = "dispatch"
@@ -138,10 +137,13 @@ def check_call(x, weight, groups: int, implementation: str):
 
 def record_tables(record: str | Path) -> tuple[dict, dict | None, dict | None]:
     """(tunings, NCHW dispatch, channels_last dispatch) keyed by geometry from a committed
-    record's raw layer (a record made before the channels_last table has an empty one)."""
+    record's raw layer (a record made before the channels_last table has an empty one); each
+    file read is first checked against the record's manifest (files.check_inputs)."""
     raw = Path(record) / "raw"
-    tunings = {p.stem: tuning_table(p) for p in sorted((raw / "tuning").glob("*.json"))}
+    tuning_files = sorted((raw / "tuning").glob("*.json"))
     table = raw / "dispatch" / "table.json"
+    check_inputs([*tuning_files, *([table] if table.is_file() else [])])
+    tunings = {p.stem: tuning_table(p) for p in tuning_files}
     if not (table.is_file() and _has_geometry(table)):
         return tunings, None, None
     return tunings, dispatch_table(table), dispatch_table(table, "nhwc")

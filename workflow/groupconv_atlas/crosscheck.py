@@ -11,8 +11,8 @@ from .shapes import Shape
 
 
 def atlas_medians(samples: pd.DataFrame, implementation: str) -> dict[str, float]:
-    """The atlas's median (stats.pooled_medians: median of batch medians) per shape."""
-    from .stats import pooled_medians
+    """The atlas's median (timing.pooled_medians: median of batch medians) per shape."""
+    from .timing import pooled_medians
 
     medians = pooled_medians(samples)
     sub = medians[(medians["implementation"] == implementation)

@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from .provenance import RecordError, check_inputs, now_utc, snakemake_job_provenance
+from .files import RecordError, check_inputs
+from .provenance import now_utc, snakemake_job_provenance
 
 # The GPUs of this host that GPU jobs may use, as CUDA_VISIBLE_DEVICES entries (indices or
 # UUIDs), e.g. "0,1,2,3"; run with `--cores 4 --resources gpu=4`. Unset: no pinning.

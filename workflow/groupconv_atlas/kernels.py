@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .files import REPO_ROOT
 from .shapes import DILATION, PADDING, STRIDE, Shape
 
 KERNEL_HEADERS = ("kernels/common.cuh",)
 REGISTER_TILE_HEADERS = ("kernels/common.cuh", "kernels/register_tile.cuh")
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS_DIR = REPO_ROOT / "kernels"
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,8 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
 def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per (network, mode): original / converted with its interval and class (above 1: the
     converted network is faster)."""
-    from .stats import batch_medians, compare
+    from .stats import compare
+    from .timing import batch_medians
 
     medians = batch_medians(samples)
     plain = compare(medians, "converted", "original", cfg)
@@ -175,7 +176,8 @@ def summarize_unseen(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per geometry: dispatch and autotune against the fastest NCHW PyTorch reference measured
     there (torch_best_nchw) and against the fastest of every run (the best verified
     implementation, channels_last PyTorch included or not), each a paired interval."""
-    from .stats import batch_medians, compare
+    from .stats import compare
+    from .timing import batch_medians
 
     medians = batch_medians(samples)
     rows = []

@@ -23,7 +23,7 @@ import pandas as pd
 
 from .kernels import BASELINES, KERNELS, base_implementation, launch_for, support
 from .shapes import Shape
-from .stats import pooled_medians
+from .timing import pooled_medians
 from .verify import check_seed
 
 NCU_FALLBACK_GLOB = "/opt/nvidia/nsight-compute/*/ncu"

@@ -85,7 +85,8 @@ def summarize(samples: pd.DataFrame, hosts: pd.DataFrame, cfg) -> dict:
     """Per shape: host us per call of op and torch (medians over repeats, and their ratio);
     sync_api latency torch / op with its interval and class; graph_device per-call latency of
     op and kernel and their paired difference per batch (median, range)."""
-    from .stats import batch_medians, compare
+    from .stats import compare
+    from .timing import batch_medians
 
     medians = batch_medians(samples)
     out = {}

@@ -1,14 +1,13 @@
-"""Hashes, atomic writes and the provenance record every job leaves beside its outputs."""
+"""Atomic writes and the provenance record every job leaves beside its outputs (the hashes and
+the record checks they use are the runtime's, in files.py)."""
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import importlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,21 +16,10 @@ from typing import Iterator
 
 import pandas as pd
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .files import REPO_ROOT, nvcc_version, sha256_file
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @contextlib.contextmanager
@@ -79,15 +67,6 @@ def _module_version(name: str) -> str | None:
     except Exception:  # noqa: BLE001 - absent or broken optional dependency: record None
         return None
     return getattr(module, "__version__", None) or getattr(module, "VERSION_TEXT", None)
-
-
-def nvcc_version() -> str | None:
-    exe = shutil.which("nvcc")
-    if not exe:
-        return None
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
-    lines = [line for line in out.splitlines() if line.strip()]
-    return lines[-2].strip() + " | " + lines[-1].strip() if len(lines) >= 2 else out.strip()
 
 
 def git_state() -> dict:
@@ -207,81 +186,3 @@ def _jsonable(value):
         return value
     except TypeError:
         return str(value)
-
-
-# ---- committed records: every file a job reads, against its manifest and records/INDEX.json ----
-# Here, not in records.py, because every job runs it (through jobs.Job) and every job already
-# lists this module among its code inputs.
-
-MANIFEST = "record.json"
-INDEX = "INDEX.json"
-
-
-class RecordError(RuntimeError):
-    """A record that must not be replayed; the message names the file."""
-
-
-def load_index(records_dir: str | Path) -> dict:
-    path = Path(records_dir) / INDEX
-    if not path.is_file():
-        return {"records": {}}
-    return json.loads(path.read_text())
-
-
-def check_manifest_anchor(record_dir: Path) -> str:
-    """The manifest's SHA-256, refused unless records/INDEX.json (outside the record) holds it."""
-    index_path = record_dir.parent / INDEX
-    if not index_path.is_file():
-        raise RecordError(f"record {record_dir.name}: {index_path} is missing, so its manifest "
-                          "cannot be checked; refusing to replay")
-    entry = load_index(record_dir.parent)["records"].get(record_dir.name)
-    if entry is None:
-        raise RecordError(f"record {record_dir.name}: not listed in {index_path}; refusing to "
-                          "replay a record the index does not vouch for")
-    actual = sha256_file(record_dir / MANIFEST)
-    if actual != entry["manifest_sha256"]:
-        raise RecordError(f"record {record_dir.name}: {MANIFEST} (SHA-256 {actual[:12]}…) does not "
-                          f"match {index_path} ({entry['manifest_sha256'][:12]}…): the manifest was "
-                          "rewritten; refusing to replay")
-    return actual
-
-
-def record_of(path: str | Path) -> Path | None:
-    """The record folder a path lies in (the nearest parent holding a manifest under a folder
-    named records), or None for a path outside every record."""
-    path = Path(path)
-    for parent in path.parents:
-        if parent.parent.name == "records" and (parent / MANIFEST).is_file():
-            return parent
-    return None
-
-
-def check_inputs(paths) -> dict[str, int]:
-    """Hash every record file among a job's inputs against its record's manifest, and the
-    manifest against records/INDEX.json: run by each job that reads a record, every time it runs
-    (not only when the manifest changes). Returns {record: files checked}."""
-    by_record: dict[Path, list[Path]] = {}
-    for p in paths:
-        record = record_of(p)
-        if record is not None:
-            by_record.setdefault(record, []).append(Path(p))
-    checked = {}
-    for record, files in sorted(by_record.items()):
-        manifest = json.loads((record / MANIFEST).read_text())
-        check_manifest_anchor(record)
-        count = 0
-        for path in files:
-            rel = str(path.relative_to(record))
-            if rel == MANIFEST:
-                continue
-            expected = manifest["files"].get(rel)
-            if expected is None:
-                raise RecordError(f"record {record.name}: {rel} is read but not listed in its "
-                                  f"{MANIFEST}; refusing to use it")
-            actual = sha256_file(path)
-            if actual != expected:
-                raise RecordError(f"record {record.name}: {rel} does not match its hash (expected "
-                                  f"{expected[:12]}…, found {actual[:12]}…); refusing to replay")
-            count += 1
-        checked[record.name] = count
-    return checked

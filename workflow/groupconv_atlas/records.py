@@ -1,5 +1,6 @@
-"""Committed device records: snapshotting a live run's raw layer, finding the record a replay
-reads, and refusing a record whose files do not match their hashes.
+"""Committed device records: snapshotting a live run's raw layer, the index of their manifests,
+and refusing a record whose files do not match their hashes (finding a record and checking each
+file a job reads from one are the runtime's, in files.py).
 
 A record's manifest (record.json) lists every file's SHA-256, but a manifest cannot vouch for
 itself: whoever rewrites a file can rewrite its hash too. Two anchors outside the record catch
@@ -15,28 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .provenance import (INDEX, MANIFEST, RecordError, check_inputs, check_manifest_anchor,  # noqa: F401
-                         load_index, now_utc, record_of, sha256_file, write_json)
-
-def find_record(records_dir: str | Path, name: str, device: str, having: str | None = None) -> Path:
-    """The record folder to replay: `name`, or with "newest" the last-created record of `device`
-    (with `having`, a glob inside the record, the last-created one that holds such a file)."""
-    records_dir = Path(records_dir)
-    if name != "newest":
-        path = records_dir / name
-        if not (path / MANIFEST).is_file():
-            raise LookupError(f"record {name!r}: no {path / MANIFEST}; committed records: "
-                              f"{', '.join(sorted(p.parent.name for p in records_dir.glob('*/' + MANIFEST))) or 'none'}")
-        return path
-    candidates = []
-    for manifest in records_dir.glob(f"*/{MANIFEST}"):
-        meta = json.loads(manifest.read_text())
-        if meta.get("device") == device and (having is None or any(manifest.parent.glob(having))):
-            candidates.append((meta.get("created_utc", ""), manifest.parent.name, manifest.parent))
-    if not candidates:
-        raise LookupError(f"no committed record for device {device!r} under {records_dir}/ and no "
-                          "GPU to measure live: run the atlas on a GPU machine first")
-    return sorted(candidates)[-1][2]
+from .files import (INDEX, MANIFEST, RecordError, check_manifest_anchor, find_record, load_index,
+                    sha256_file)
+from .provenance import now_utc, write_json
 
 
 # ---- records/INDEX.json: each manifest's SHA-256, outside the record ----

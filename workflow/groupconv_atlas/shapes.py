@@ -1,22 +1,11 @@
-"""The frozen shape set: loading, validation, and the quantities derived from a shape."""
+"""A convolution shape and the quantities derived from it (the frozen set's loading and
+validation are the study's, in shapes_table.py)."""
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-import jsonschema
-import yaml
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "shapes.schema.yaml"
-SHAPE_FIELDS = ("id", "source", "n", "c_in", "c_out", "h", "w", "groups")
 KERNEL_SIZE, STRIDE, PADDING, DILATION = 3, 1, 1, 1
 BYTES_PER_FLOAT = 4
-
-
-class ShapeError(ValueError):
-    """A shape set that must not be frozen; the message names the shape id and the field."""
 
 
 @dataclass(frozen=True)
@@ -91,77 +80,3 @@ def geometry_shape(n: int, c_in: int, c_out: int, h: int, w: int, groups: int,
     """A Shape for a geometry met at run time (not one of the frozen set); its id says so."""
     return Shape(f"runtime-n{n}-ci{c_in}-co{c_out}-{h}x{w}-g{groups}", source, n, c_in, c_out,
                  h, w, groups)
-
-
-def _schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
-
-
-def _shape_label(doc: dict, path) -> str:
-    """'shape <id>' for an error inside the i-th shape, else the JSON path."""
-    items = list(path)
-    if len(items) >= 2 and items[0] == "shapes" and isinstance(items[1], int):
-        shapes = doc.get("shapes") or []
-        entry = shapes[items[1]] if items[1] < len(shapes) else {}
-        sid = entry.get("id") if isinstance(entry, dict) else None
-        where = f"shape {sid!r}" if isinstance(sid, str) else f"shape #{items[1] + 1} (no id)"
-        return where
-    return "shape set"
-
-
-def validate_document(doc: object) -> list[Shape]:
-    """Validate a parsed shape document; raise ShapeError naming the shape id and field."""
-    if not isinstance(doc, dict):
-        raise ShapeError("shape set: the document must be a mapping with a 'shapes' list")
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        path = list(err.absolute_path)
-        field = None
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            field = ", ".join(extra)
-            message = f"unknown key(s) {field}"
-        elif err.validator == "required":
-            message = err.message.replace("is a required property", "is missing")
-            field = message.split("'")[1] if "'" in message else None
-        else:
-            field = str(path[-1]) if len(path) >= 3 else None
-            message = err.message
-        label = _shape_label(doc, path)
-        field_part = f", field {field!r}" if field else ""
-        raise ShapeError(f"{label}{field_part}: {message}")
-
-    shapes = [Shape(**{k: entry[k] for k in SHAPE_FIELDS}) for entry in doc["shapes"]]
-    seen: set[str] = set()
-    for s in shapes:
-        if s.id in seen:
-            raise ShapeError(f"shape {s.id!r}, field 'id': duplicate id")
-        seen.add(s.id)
-        for field in ("c_in", "c_out"):
-            if getattr(s, field) % s.groups:
-                raise ShapeError(
-                    f"shape {s.id!r}, field 'groups': {s.groups} does not divide "
-                    f"{field}={getattr(s, field)}"
-                )
-    return shapes
-
-
-def load_shapes(path: str | Path) -> list[Shape]:
-    path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ShapeError(f"shape set {path}: not valid YAML ({exc})") from exc
-    return validate_document(doc)
-
-
-def shape_set_sha256(shapes: list[Shape]) -> str:
-    """One hash for the frozen set: canonical JSON of the shapes in order."""
-    canonical = json.dumps([s.to_dict() for s in shapes], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def shapes_by_id(shapes: list[Shape]) -> dict[str, Shape]:
-    return {s.id: s for s in shapes}

@@ -74,19 +74,6 @@ def classify(low: float, high: float, threshold: float) -> str:
     return "INCONCLUSIVE"
 
 
-def batch_medians(raw: pd.DataFrame) -> pd.DataFrame:
-    """Median latency per (shape, implementation, boundary, batch), with the OS process that ran
-    the batch (0 for records made before timing jobs were split over processes)."""
-    keys = ["shape_id", "implementation", "boundary", "batch"]
-    frame = raw if "process" in raw else raw.assign(process=0)
-    out = frame.groupby(keys, sort=True, observed=True).agg(
-        median_us=("latency_us", "median"),
-        clock_flagged=("clock_flagged", "max"),
-        process=("process", "first")).reset_index()
-    out["process"] = out["process"].astype("int64")
-    return out
-
-
 def t_interval(values: np.ndarray, confidence_level: float) -> tuple[float, float]:
     """Student t interval of the mean of `values` (at least two; a zero spread gives a point)."""
     values = np.asarray(values, dtype=float)
@@ -412,12 +399,3 @@ def cross_job_spread(comparisons: pd.DataFrame) -> pd.DataFrame:
     spread = spread[spread["count"] >= 2]
     return spread.assign(spread=spread["max"] / spread["min"]).rename(
         columns={"min": "fastest_job_median_us", "max": "slowest_job_median_us", "count": "jobs"})
-
-
-def pooled_medians(samples: pd.DataFrame) -> pd.DataFrame:
-    """Median of batch medians per (shape, implementation, boundary), pooled over the timing
-    jobs whose raw samples are concatenated in `samples`. Independent of the classification
-    settings, so a threshold edit never reaches what depends on this."""
-    medians = batch_medians(samples)
-    return medians.groupby(["shape_id", "implementation", "boundary"], as_index=False,
-                           sort=True)["median_us"].median()

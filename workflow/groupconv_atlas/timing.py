@@ -9,7 +9,8 @@
   the public groupconv_atlas.conv2d for custom kernels and the dispatcher (a timing job passes
   those calls as `api_runs`; graph_device captures the bare launch).
 Each batch visits the implementations in a seeded random order, so drift hits all alike; the SM
-clock and temperature are read from NVML after every block of samples.
+clock and temperature are read from NVML after every block of samples. A run's number is the
+median of its batch medians (pooled_medians), the one median of every stage and of autotuning.
 """
 from __future__ import annotations
 
@@ -22,12 +23,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .shapes import Shape
-
 BOUNDARIES = ("graph_device", "sync_api")
-RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
-               "sm_clock_mhz", "temperature_c", "clock_flagged", "launches_per_replay",
-               "order_in_batch", "l2_policy", "process"]
 
 
 @dataclass(frozen=True)
@@ -57,15 +53,6 @@ def launches_per_replay(fastest_us: float, slowest_us: float, cfg: "TimingConfig
     wanted = math.ceil(cfg.graph_min_replay_us / fastest_us)
     affordable = math.floor(cfg.graph_max_replay_us / slowest_us) if slowest_us > 0 else wanted
     return int(max(1, min(wanted, affordable, cfg.graph_max_launches)))
-
-
-def flag_batches(frame: pd.DataFrame, max_clock_mhz: float | None, fraction: float) -> pd.Series:
-    """True for every row of a (shape, batch) whose lowest SM clock reading fell below
-    fraction * max clock. Unknown clocks are never flagged."""
-    if max_clock_mhz is None or frame.empty:
-        return pd.Series(False, index=frame.index)
-    lowest = frame.groupby(["shape_id", "batch"])["sm_clock_mhz"].transform("min")
-    return (lowest < fraction * max_clock_mhz).fillna(False)
 
 
 class ClockReader:
@@ -213,7 +200,7 @@ def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
 
 
 def samples_frame(rows: list[tuple], shape_id: str) -> pd.DataFrame:
-    """time_runs' rows for one shape as raw samples (the columns stats.batch_medians reads)."""
+    """time_runs' rows for one shape as raw samples (the columns batch_medians reads)."""
     columns = ["implementation", "boundary", "batch", "sample", "latency_us", "sm_clock_mhz",
                "temperature_c", "launches_per_replay", "order_in_batch"]
     frame = pd.DataFrame.from_records(rows, columns=columns)
@@ -222,33 +209,36 @@ def samples_frame(rows: list[tuple], shape_id: str) -> pd.DataFrame:
     return frame
 
 
+def batch_medians(raw: pd.DataFrame) -> pd.DataFrame:
+    """Median latency per (shape, implementation, boundary, batch), with the OS process that ran
+    the batch (0 for records made before timing jobs were split over processes)."""
+    keys = ["shape_id", "implementation", "boundary", "batch"]
+    frame = raw if "process" in raw else raw.assign(process=0)
+    out = frame.groupby(keys, sort=True, observed=True).agg(
+        median_us=("latency_us", "median"),
+        clock_flagged=("clock_flagged", "max"),
+        process=("process", "first")).reset_index()
+    out["process"] = out["process"].astype("int64")
+    return out
+
+
+def pooled_medians(samples: pd.DataFrame) -> pd.DataFrame:
+    """Median of batch medians per (shape, implementation, boundary), pooled over the timing
+    jobs whose raw samples are concatenated in `samples`. Independent of the classification
+    settings, so a threshold edit never reaches what depends on this."""
+    medians = batch_medians(samples)
+    return medians.groupby(["shape_id", "implementation", "boundary"], as_index=False,
+                           sort=True)["median_us"].median()
+
+
 def median_latencies(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig, rng,
                      shape_id: str = "-", clocks: "ClockReader | None" = None,
                      boundary: str = "graph_device") -> tuple[dict[str, float], pd.DataFrame]:
     """The atlas's one timer and one median for a stage that only needs a number per run (the
     tuning stage, the ceilings, the timer cross-check): time_runs at one boundary, then
-    stats.pooled_medians (median of batch medians). Returns ({name: median_us}, raw samples)."""
-    from .stats import pooled_medians
-
+    pooled_medians (median of batch medians). Returns ({name: median_us}, raw samples)."""
     rows, _, _ = time_runs(session, runs, cfg, clocks or ClockReader(session.torch), rng,
                            boundaries=(boundary,))
     frame = samples_frame(rows, shape_id)
     medians = pooled_medians(frame)
     return dict(zip(medians["implementation"], medians["median_us"].astype(float))), frame
-
-
-def shape_plan(shapes: list[Shape], impls_for: dict[str, list[str]]) -> list[tuple[int, Shape]]:
-    """(index, shape) of every shape with something verified to time; the index seeds inputs."""
-    return [(i, s) for i, s in enumerate(shapes) if impls_for.get(s.id)]
-
-
-def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig) -> pd.DataFrame:
-    """Rows (shape_id, process, name, boundary, batch, sample, latency_us, clock, temp, L, order)
-    as the raw timing table, with clock-flagged batches marked."""
-    frame = pd.DataFrame.from_records(rows, columns=[
-        "shape_id", "process", "implementation", "boundary", "batch", "sample", "latency_us",
-        "sm_clock_mhz", "temperature_c", "launches_per_replay", "order_in_batch"])
-    frame["clock_flagged"] = flag_batches(frame, max_clock_mhz, cfg.clock_flag_fraction)
-    frame["l2_policy"] = cfg.l2_policy
-    return frame[[*RAW_COLUMNS[:9], "launches_per_replay", "order_in_batch", "l2_policy",
-                  "process"]]

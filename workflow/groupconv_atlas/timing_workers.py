@@ -7,7 +7,8 @@ class. Every worker imports torch and PyCUDA once and is then fed all shapes, so
 process start-up once per worker, not once per shape. Workers prepare a shape one after another
 (a cudnn.benchmark search never runs beside another process's), then take their batches in turn;
 only one process touches the GPU at a time. The coordinator owns the seeded batch orders, so the
-samples depend on the seed and the verified set alone.
+samples depend on the seed and the verified set alone. The samples become the raw timing table
+(RAW_COLUMNS), with clock-flagged batches marked.
 """
 from __future__ import annotations
 
@@ -26,7 +27,37 @@ import numpy as np
 import pandas as pd
 
 from .shapes import Shape
-from .timing import ClockReader, TimingConfig, batch_order, raw_frame, shape_plan
+from .timing import ClockReader, TimingConfig, batch_order
+
+RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
+               "sm_clock_mhz", "temperature_c", "clock_flagged", "launches_per_replay",
+               "order_in_batch", "l2_policy", "process"]
+
+
+def flag_batches(frame: pd.DataFrame, max_clock_mhz: float | None, fraction: float) -> pd.Series:
+    """True for every row of a (shape, batch) whose lowest SM clock reading fell below
+    fraction * max clock. Unknown clocks are never flagged."""
+    if max_clock_mhz is None or frame.empty:
+        return pd.Series(False, index=frame.index)
+    lowest = frame.groupby(["shape_id", "batch"])["sm_clock_mhz"].transform("min")
+    return (lowest < fraction * max_clock_mhz).fillna(False)
+
+
+def shape_plan(shapes: list[Shape], impls_for: dict[str, list[str]]) -> list[tuple[int, Shape]]:
+    """(index, shape) of every shape with something verified to time; the index seeds inputs."""
+    return [(i, s) for i, s in enumerate(shapes) if impls_for.get(s.id)]
+
+
+def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig) -> pd.DataFrame:
+    """Rows (shape_id, process, name, boundary, batch, sample, latency_us, clock, temp, L, order)
+    as the raw timing table, with clock-flagged batches marked."""
+    frame = pd.DataFrame.from_records(rows, columns=[
+        "shape_id", "process", "implementation", "boundary", "batch", "sample", "latency_us",
+        "sm_clock_mhz", "temperature_c", "launches_per_replay", "order_in_batch"])
+    frame["clock_flagged"] = flag_batches(frame, max_clock_mhz, cfg.clock_flag_fraction)
+    frame["l2_policy"] = cfg.l2_policy
+    return frame[[*RAW_COLUMNS[:9], "launches_per_replay", "order_in_batch", "l2_policy",
+                  "process"]]
 
 
 def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:

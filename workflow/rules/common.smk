@@ -16,8 +16,8 @@ from groupconv_atlas import plan as _plan  # noqa: E402
 # Every job of this run imports the package of this checkout (a copy of the repository included),
 # not whichever one is installed.
 _plan.jobs_import_from(workflow.basedir)
-from groupconv_atlas.records import find_record  # noqa: E402
-from groupconv_atlas.shapes import ShapeError, load_shapes  # noqa: E402
+from groupconv_atlas.files import find_record  # noqa: E402
+from groupconv_atlas.shapes_table import ShapeError, load_shapes  # noqa: E402
 
 from groupconv_atlas.config_check import config_errors as _config_errors  # noqa: E402
 
@@ -168,8 +168,8 @@ def code(*modules: str) -> list[str]:
 
 # What the public conv2d runs (a job that calls it lists these): the op, its launch path, its
 # launch tables and its choice for unseen geometries (autotuning verifies and times).
-RUNTIME_MODULES = ("conv", "kernels", "shapes", "gpu", "launch", "records", "unseen", "tuning",
-                   "verify", "timing", "stats", "build", "conversion")
+RUNTIME_MODULES = ("conv", "kernels", "shapes", "gpu", "launch", "files", "unseen", "tuning",
+                   "verify", "timing", "build", "conversion")
 
 
 def recorded_jobs(record: str | None = None) -> dict[str, dict[str, list[str]]]:
@@ -373,7 +373,7 @@ def nsight_profile_inputs(wildcards):
     inputs = {
         "shapes": f"{RESULTS}/shapes.json",
         "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "launch", "verify",
-                       "provenance", "jobs"), "workflow/scripts/nsight_capture.py"],
+                       "timing", "provenance", "files", "jobs"), "workflow/scripts/nsight_capture.py"],
     }
     if wildcards.impl in _NSIGHT_KERNELS:
         inputs["cubin"] = raw(f"builds/{wildcards.impl}.cubin")
@@ -514,7 +514,7 @@ def record_check_inputs(record: str) -> dict:
     return {"manifest": f"{record}/record.json", "files": _record_files(record),
             "index": f"records/{_RECORD_INDEX}",
             "sources": _recorded_sources(record, workflow.basedir),
-            "code": code("records", "provenance", "jobs")}
+            "code": code("records", "provenance", "files", "jobs")}
 
 
 def report_code() -> list[str]:

@@ -1,6 +1,6 @@
 from datetime import date
 
-from groupconv_atlas.records import INDEX as _RECORD_INDEX
+from groupconv_atlas.files import INDEX as _RECORD_INDEX
 from groupconv_atlas.records import drift_warning as _drift_warning
 from groupconv_atlas.records import mixing_error as _mixing_error
 from groupconv_atlas.records import recorded_sources as _recorded_sources

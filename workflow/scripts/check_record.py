@@ -5,8 +5,9 @@ import sys
 from pathlib import Path
 
 from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import REPO_ROOT, write_json
-from groupconv_atlas.records import RecordError, check, drift_warning, source_drift
+from groupconv_atlas.files import REPO_ROOT, RecordError
+from groupconv_atlas.provenance import write_json
+from groupconv_atlas.records import check, drift_warning, source_drift
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "check_record.py")

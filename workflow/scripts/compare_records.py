@@ -7,7 +7,8 @@ from groupconv_atlas.compare_records import (agreement, comparison_page, record_
                                              sampling, share_text, side_by_side)
 from groupconv_atlas.jobs import Job
 from groupconv_atlas.provenance import write_parquet, write_text
-from groupconv_atlas.records import RecordError, check
+from groupconv_atlas.files import RecordError
+from groupconv_atlas.records import check
 from groupconv_atlas.stats import StatsConfig
 
 smk = snakemake  # noqa: F821

@@ -5,8 +5,7 @@ from groupconv_atlas.crosscheck import atlas_medians, compare, measure
 from groupconv_atlas.gpu import GpuSession, Launcher
 from groupconv_atlas.jobs import Job
 from groupconv_atlas.provenance import write_json
-from groupconv_atlas.shapes import shapes_by_id
-from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.shapes_table import load_frozen, shapes_by_id
 from groupconv_atlas.timing import TimingConfig
 
 smk = snakemake  # noqa: F821

@@ -5,7 +5,7 @@ from groupconv_atlas.dispatch import choose, verification_rows
 from groupconv_atlas.jobs import Job
 from groupconv_atlas.provenance import write_json, write_parquet
 from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.stats import pooled_medians
+from groupconv_atlas.timing import pooled_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")

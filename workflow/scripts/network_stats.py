@@ -7,7 +7,8 @@ import pandas as pd
 
 from groupconv_atlas import networks
 from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import sha256_file, write_json, write_parquet
+from groupconv_atlas.files import sha256_file
+from groupconv_atlas.provenance import write_json, write_parquet
 from groupconv_atlas.stats import StatsConfig
 
 smk = snakemake  # noqa: F821

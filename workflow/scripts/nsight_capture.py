@@ -11,8 +11,7 @@ import argparse
 import json
 from groupconv_atlas.gpu import GpuSession, Launcher, tuning_table
 from groupconv_atlas.kernels import KERNELS, base_implementation
-from groupconv_atlas.shapes import shapes_by_id
-from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.shapes_table import load_frozen, shapes_by_id
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -6,7 +6,7 @@ import pandas as pd
 
 from ..kernels import KERNELS
 from ..shapes import Shape
-from ..stats import pooled_medians
+from ..timing import pooled_medians
 from .config import BASELINE_FOR_GEOMEAN
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..shapes import Shape
-from ..timing import BOUNDARIES, ClockReader, TimingConfig, flag_batches, time_runs
+from ..timing import BOUNDARIES, ClockReader, TimingConfig, time_runs
+from ..timing_workers import flag_batches
 from .checks import agreement, check_substitution, graph_replay_diff, random_input
 from .choice import choose_kernel, kernel_geomean_ratios
 from .config import (

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sstats
 
-from ..stats import StatsConfig, batch_medians, compare
+from ..stats import StatsConfig, compare
+from ..timing import batch_medians
 from .config import COMPARISONS, SUMMARY_COLUMNS
 
 
