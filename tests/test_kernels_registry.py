@@ -2,11 +2,11 @@
 covers its whole output, and k2 declines what it cannot hold with a reason."""
 import pytest
 
-from groupconv_atlas.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
-                                     base_implementation, entries, k4_tile, launch_for, k5_variants, support,
-                                     twin_name)
-from groupconv_atlas.files import REPO_ROOT
-from groupconv_atlas.shapes_table import load_shapes
+from groupconv_atlas.runtime.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
+                                             base_implementation, entries, k4_tile, launch_for, k5_variants, support,
+                                             twin_name)
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.study.shapes_table import load_shapes
 
 SM_COUNT = 132  # an H200's; the rule takes the count from the device at run time
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
@@ -98,7 +98,7 @@ def test_k5_refuses_a_variant_that_does_not_fit_the_shape():
 
 def test_tile_tables_come_from_the_kernel_sources():
     """One tile table per kernel: the .cu file's ENTRY lines, read by Python, in source order."""
-    from groupconv_atlas.kernels import KERNELS_DIR, tile_table
+    from groupconv_atlas.runtime.kernels import KERNELS_DIR, tile_table
 
     k5_text = (KERNELS_DIR / "k5_tuned_tile.cu").read_text()
     assert K5_TILES == tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
@@ -117,7 +117,7 @@ def test_k4_rule_follows_the_sm_count():
 def test_the_host_reads_kernel_constants_from_the_source():
     """Padding, limits and array sizes come from the kernel's #defines, not from copies; a
     missing define is an error that names it."""
-    from groupconv_atlas.kernels import K7_WEIGHT_FLOATS, kernel_define
+    from groupconv_atlas.runtime.kernels import K7_WEIGHT_FLOATS, kernel_define
 
     text = (REPO_ROOT / "kernels" / "k7_grouped_smem.cu").read_text()
     assert f"#define K7_WEIGHT_FLOATS {K7_WEIGHT_FLOATS}\n" in text

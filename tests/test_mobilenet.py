@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from groupconv_atlas import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
-from groupconv_atlas.shapes import Shape  # noqa: E402
-from groupconv_atlas.stats import StatsConfig  # noqa: E402
+from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
+from groupconv_atlas.runtime.shapes import Shape  # noqa: E402
+from groupconv_atlas.study.stats import StatsConfig  # noqa: E402
 
 
 class TaggedConv(nn.Module):
@@ -223,7 +223,7 @@ def test_probe_config_names_the_bad_field():
 def test_timing_config_takes_the_atlas_settings_with_the_probes_batches():
     import yaml
 
-    from groupconv_atlas.timing import TimingConfig
+    from groupconv_atlas.runtime.timing import TimingConfig
 
     root = Path(__file__).resolve().parents[1]
     timing = yaml.safe_load((root / "config" / "config.yaml").read_text())["timing"]
@@ -291,9 +291,9 @@ def test_summary_of_synthetic_samples():
 @pytest.mark.gpu
 def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_session):
     pytest.importorskip("torchvision")
-    from groupconv_atlas import conv as public
-    from groupconv_atlas.build import compile_kernel
-    from groupconv_atlas.gpu import Launcher
+    from groupconv_atlas.runtime import conv as public
+    from groupconv_atlas.runtime.build import compile_kernel
+    from groupconv_atlas.runtime.gpu import Launcher
 
     cubin = tmp_path / "k3.cubin"
     compile_kernel("k3", cubin)

@@ -16,11 +16,11 @@ _PUBLIC = ("conv2d", "GroupConv2d", "UnsupportedConv", "implementations", "suppo
 
 def __getattr__(name):
     if name == "convert":
-        from .conversion import convert
+        from .runtime.conversion import convert
 
         return convert
     if name in _PUBLIC:
-        from . import conv
+        from .runtime import conv
 
         return getattr(conv, name)
     raise AttributeError(f"module 'groupconv_atlas' has no attribute {name!r}")

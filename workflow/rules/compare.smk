@@ -7,7 +7,7 @@
 # Uses from common.smk: config, code().
 from pathlib import Path
 
-from groupconv_atlas import compare_records as _compare
+from groupconv_atlas.study import compare_records as _compare
 
 COMPARISONS = "results/comparisons"
 

@@ -1,4 +1,4 @@
-# Two probes of the public op beyond the atlas's shapes (groupconv_atlas.networks): whole
+# Two probes of the public op beyond the atlas's shapes (groupconv_atlas.study.networks): whole
 # torchvision networks converted with groupconv_atlas.convert (snakemake network_probe), and
 # realistic geometries the atlas did not measure (snakemake unseen_probe). Each: a GPU job (live
 # only) writes raw samples, a CPU job their statistics (in replay from the committed record).
