@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .kernels import KERNELS, entries
-from .files import REPO_ROOT, nvcc_version, sha256_bytes, sha256_file
+from .files import nvcc_version, sha256_bytes, sha256_file
+from .kernels import KERNELS, KERNELS_DIR, entries
 
 # The GPU's own architecture where one is visible (nvidia-smi's compute_cap), else this default
 # (the H200 the committed records were measured on); GROUPCONV_ARCH overrides both.
@@ -79,7 +79,7 @@ def _nvcc(source: Path, cubin_out: Path, what: str, arch: str) -> str:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise BuildError("nvcc is not on PATH: install the CUDA toolkit (nvcc 13.0 was used)")
-    cmd = [nvcc, *nvcc_flags(arch), "-I", str(REPO_ROOT / "kernels"), "-o", str(cubin_out), str(source)]
+    cmd = [nvcc, *nvcc_flags(arch), "-I", str(KERNELS_DIR), "-o", str(cubin_out), str(source)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise BuildError(f"nvcc failed for {what} ({source}):\n{res.stderr}")
@@ -91,7 +91,7 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
     """Compile one kernel source to a cubin; return the build record (without GPU attributes)."""
     spec = KERNELS[kernel]
     arch = arch or target_arch()
-    src = Path(source) if source else REPO_ROOT / spec.source
+    src = Path(source) if source else KERNELS_DIR / Path(spec.source).name
     cubin_out = Path(cubin_out)
     cubin_out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,7 +110,7 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
         "nvcc": nvcc_version(),
         "nvcc_flags": list(nvcc_flags(arch)),
         "target_arch": arch,
-        "header_sha256": {h: sha256_file(REPO_ROOT / h) for h in spec.headers},
+        "header_sha256": {h: sha256_file(KERNELS_DIR / Path(h).name) for h in spec.headers},
         "cubin_sha256": sha256_bytes(data),
         "cubin_bytes": len(data),
         "functions": resources,

@@ -156,8 +156,12 @@ def _has_geometry(table: Path) -> bool:
 
 def newest_record_with_tables(records: Path = REPO_ROOT / "records") -> Path | None:
     """The newest committed record of the configured device whose tuning tables carry
-    geometries (older records kept launches by shape name, unusable for arbitrary calls)."""
-    device = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["device"]
+    geometries (older records kept launches by shape name, unusable for arbitrary calls); None
+    outside a checkout (an installed wheel carries no records)."""
+    config = REPO_ROOT / "config" / "config.yaml"
+    if not config.is_file():
+        return None
+    device = yaml.safe_load(config.read_text())["device"]
     try:
         return find_record(records, "newest", device, having="raw/tuning/*.json")
     except LookupError:

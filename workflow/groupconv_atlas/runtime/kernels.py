@@ -14,7 +14,11 @@ KERNEL_HEADERS = ("kernels/common.cuh",)
 REGISTER_TILE_HEADERS = ("kernels/common.cuh", "kernels/register_tile.cuh")
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
+# The kernel sources: the checkout's kernels/, or in an installed wheel the copy it carries
+# (runtime/kernel_sources, which in the checkout is a link to kernels/).
 KERNELS_DIR = REPO_ROOT / "kernels"
+if not KERNELS_DIR.is_dir():
+    KERNELS_DIR = Path(__file__).resolve().parent / "kernel_sources"
 
 
 @dataclass(frozen=True)
