@@ -299,3 +299,21 @@ def test_the_reference_check_sees_a_moved_name():
     assert "tune_kernel" not in defined_names(target)
     assert "tune_kernel" in defined_names(f"{PACKAGE}.runtime.tuning")
     assert {"conv2d", "convert", "GroupConv2d"} <= defined_names(PACKAGE)
+
+
+
+def test_shared_constants_are_defined_once():
+    # One definition each, in the lowest layer that needs it; everything else imports it. A
+    # module-level name bound to the same value elsewhere (a HEADLINE_BOUNDARIES) is a copy too.
+    once = {"BOUNDARIES": "runtime/timing.py", "DISPATCH": "runtime/kernels.py",
+            "REPO_ROOT": "runtime/files.py"}
+    values = {"('graph_device', 'sync_api')": "BOUNDARIES", "'dispatch'": "DISPATCH"}
+    found = {name: set() for name in once}
+    for path in package_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign):
+                for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                    name = target.id if target.id in once else values.get(ast.unparse(node.value))
+                    if name:
+                        found[name].add(f"{path.relative_to(PACKAGE_DIR).as_posix()} ({target.id})")
+    assert found == {name: {f"{where} ({name})"} for name, where in once.items()}, found

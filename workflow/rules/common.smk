@@ -402,8 +402,9 @@ def nsight_check_seed(wildcards):
 
 # ---- helpers for the report (report.smk) ----
 
-# From the planner, not the report package: building the DAG imports no renderer.
-from groupconv_atlas.study.plan import BOUNDARIES as _REPORT_BOUNDARIES  # noqa: E402
+# From the runtime's timer and the planner, not the report package: building the DAG imports no
+# renderer.
+from groupconv_atlas.runtime.timing import BOUNDARIES as _REPORT_BOUNDARIES  # noqa: E402
 from groupconv_atlas.study.plan import figure_stem as _figure_stem  # noqa: E402
 
 REPORT = f"{RESULTS}/report"

@@ -29,7 +29,7 @@ import yaml
 
 from .files import REPO_ROOT, check_inputs, find_record
 from .gpu import CallerSession, Launcher, dispatch_table, tuning_table
-from .kernels import BASELINES, KERNELS, KERNELS_DIR, k8_vec, layout_of
+from .kernels import BASELINES, DISPATCH, KERNELS, KERNELS_DIR, k8_vec, layout_of
 from .kernels import support as implementation_support
 from .shapes import geometry_shape
 from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
@@ -37,7 +37,6 @@ from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
 LOG = logging.getLogger("groupconv_atlas")
 # The strict-FP32 references, in both layouts (a call's tensors must be in the reference's).
 STRICT_BASELINES = [b for b, spec in BASELINES.items() if not spec["tf32"]]
-DISPATCH = "dispatch"
 LAYOUT_WORDS = {"nchw": "contiguous NCHW", "nhwc": "channels_last (NHWC)"}
 
 

@@ -127,8 +127,8 @@ def convert(model, example_input, implementation: str = "dispatch",
     input's layout: pass a channels_last input for a channels_last model) stays a Conv2d.
     Returns one record per Conv2d: layer, input_shape, replaced, kernel (what dispatch resolves
     to), reason."""
-    from .conv import DISPATCH, GroupConv2d, call_layout, implementations, runtime, support
-    from .kernels import BASELINES
+    from .conv import GroupConv2d, call_layout, implementations, runtime, support
+    from .kernels import BASELINES, DISPATCH
 
     # The layers see the example input's layout (a channels_last model passes channels_last
     # tensors on): dispatch's choice is the one for that layout.

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .kernels import BASELINES, layout_of
+from .kernels import BASELINES, DISPATCH, layout_of
 
-DISPATCH = "dispatch"
 NOT_STRICT_FP32 = sorted(name for name, spec in BASELINES.items() if spec["tf32"])
 # The dispatcher chooses per (geometry, layout): a caller's contiguous NCHW tensors go to an
 # implementation that computes on NCHW, channels_last ones to one that computes on channels_last,

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from ..runtime.kernels import BASELINES, DISPATCH, KERNELS, layout_of
+from ..runtime.timing import BOUNDARIES
 from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW, StatsConfig, \
     geomean_block, measured_medians
 
-HEADLINE_BOUNDARIES = ("graph_device", "sync_api")
 # Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
 CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
 # Footprint (input + weights + output bytes) over the L2 size the record states.
@@ -143,7 +143,7 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
     records = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
     mine = wide[(wide["candidate"] == candidate) & wide["baseline"].isin(TORCH_BEST_FROM)]
     block = {"available": True, "records": records, "boundaries": {}}
-    for boundary in HEADLINE_BOUNDARIES:
+    for boundary in BOUNDARIES:
         shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
         if shared.empty:
             continue
@@ -258,7 +258,7 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
            "candidate": candidate, "l2_bytes": l2_bytes, "boundaries": {},
            "interval": "two-stage bootstrap over shapes, then batches within each shape "
                        f"({cfg.confidence_level:.0%}, percentile, {cfg.resamples} resamples)"}
-    for boundary in HEADLINE_BOUNDARIES:
+    for boundary in BOUNDARIES:
         doc["boundaries"][boundary] = _boundary_block(
             comparisons, summary, verification, reference, candidate, groups, l2_bytes,
             boundary, cfg)
@@ -270,7 +270,7 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
             "boundaries": {b: _boundary_block(comparisons, summary, verification,
                                               TORCH_BEST_NCHW, candidate, groups, l2_bytes, b,
                                               cfg)
-                           for b in HEADLINE_BOUNDARIES}}
+                           for b in BOUNDARIES}}
     doc["certainty"] = {"aa": {b: {k: v for k, v in r.items() if k.startswith("exclude_one")}
                                for b, r in aa.get("by_boundary", {}).items()},
                         "aa_exclude_one_limit": aa.get("exclude_one_limit"),
@@ -336,7 +336,7 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
             lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
                          "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"
                                                    for k, v in layouts.items()) + ".")
-    for boundary in HEADLINE_BOUNDARIES:
+    for boundary in BOUNDARIES:
         part = doc["boundaries"].get(boundary)
         mine = next((o for o in (part or {}).get("overall", []) if o["candidate"] == cand), None)
         if mine is None:

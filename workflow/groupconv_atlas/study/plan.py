@@ -9,7 +9,6 @@ from pathlib import Path
 
 from ..runtime.kernels import BASELINES, IMPLEMENTATIONS, KERNELS, base_implementation, twin_name
 
-BOUNDARIES = ("graph_device", "sync_api")
 Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}
 
 

@@ -12,7 +12,8 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..plan import BOUNDARIES, figure_stem  # noqa: F401  (the report's names for them)
+from ...runtime.timing import BOUNDARIES  # noqa: F401  (the report's name for it)
+from ..plan import figure_stem  # noqa: F401  (the report's name for it)
 
 UNTIMED = ("UNSUPPORTED", "INCORRECT", "UNMEASURED")
 # Okabe-Ito colours (colour-blind safe); WIN and LOSS equally saturated so losses read as
