@@ -56,7 +56,7 @@ mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe
 
 replay: $(VENV)/.installed
 	@test -n "$(RECORD)" || { echo "make replay RECORD=<name>: one of $$(ls records | grep -v INDEX | tr '\n' ' ')"; exit 2; }
-	@args="$$(PYTHONPATH=workflow $(PY) -m groupconv_atlas.records replay-args $(RECORD))" && \
+	@args="$$(PYTHONPATH=workflow $(PY) -m groupconv_atlas.study.records replay-args $(RECORD))" && \
 	  echo "snakemake atlas $$args" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
 clean:

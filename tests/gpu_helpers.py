@@ -6,9 +6,9 @@ import zlib
 
 import yaml
 
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import load_shapes
-from groupconv_atlas.verify import bound_scale
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.study.shapes_table import load_shapes
+from groupconv_atlas.runtime.verify import bound_scale
 
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
 SHAPE_BY_ID = {s.id: s for s in SHAPES}

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from groupconv_atlas.kernels import KERNELS
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv_atlas.runtime.files import REPO_ROOT
 
 REGISTER_TILE = "kernels/register_tile.cuh"
 

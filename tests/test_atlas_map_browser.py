@@ -183,7 +183,7 @@ def test_a_packed_page_shows_inside_a_data_url_frame_as_the_report_frames_it(bro
     (over 2 MiB) is packed, and inside such a frame it unpacks and shows whole, offline."""
     import base64
 
-    from groupconv_atlas import report
+    from groupconv_atlas.study import report
 
     rows = [[f"shape-{i}", i * 1.000123, "a reason that repeats " * 3] for i in range(40_000)]
     page_text = report.html_page("Every shape", report.table_html(["shape", "ratio", "why"], rows))
@@ -302,7 +302,7 @@ def _two_layout_inputs() -> tuple[dict, dict]:
 
 @pytest.fixture
 def two_layout_page(browser, tmp_path):
-    from groupconv_atlas import report
+    from groupconv_atlas.study import report
 
     template = (Path(__file__).parents[1] / "workflow" / "templates" / "atlas_map.html")
     path = tmp_path / "atlas-map.html"

@@ -1,9 +1,9 @@
 """The atlas map's payload carries each candidate's and baseline's memory layout, as
-groupconv_atlas.kernels.layout_of gives it, and the layouts the record measured: what the page's
+groupconv_atlas.runtime.kernels.layout_of gives it, and the layouts the record measured: what the page's
 layout switch reads. CPU only, on synthetic inputs (no replay)."""
-from groupconv_atlas.kernels import layout_of
-from groupconv_atlas.report.atlas_map import map_payload
-from groupconv_atlas.stats import TORCH_BEST, TORCH_BEST_NCHW
+from groupconv_atlas.runtime.kernels import layout_of
+from groupconv_atlas.study.report.atlas_map import map_payload
+from groupconv_atlas.study.stats import TORCH_BEST, TORCH_BEST_NCHW
 
 
 def _cell(ratio: float, choice: str | None = None) -> dict:
@@ -96,7 +96,7 @@ def test_a_record_of_one_layout_says_so():
 
 def test_layouts_follow_layout_of_not_a_list(monkeypatch):
     # Were k5 to compute on channels_last, the payload would say so: it asks layout_of.
-    from groupconv_atlas.report import atlas_map
+    from groupconv_atlas.study.report import atlas_map
 
     monkeypatch.setattr(atlas_map, "layout_of",
                         lambda name: "nhwc" if name == "k5" else layout_of(name))

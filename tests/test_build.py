@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from groupconv_atlas.build import compile_kernel, nvcc_flags, parse_resource_usage
-from groupconv_atlas.kernels import KERNELS, entries
+from groupconv_atlas.runtime.build import compile_kernel, nvcc_flags, parse_resource_usage
+from groupconv_atlas.runtime.kernels import KERNELS, entries
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from groupconv_atlas.compare_records import (KEY, agreement, committed_records, compare_inputs,
-                                             record_cells, side_by_side)
-from groupconv_atlas.report.html_blocks import unpacked_page
-from groupconv_atlas.stats import CLASSES, StatsConfig
+from groupconv_atlas.study.compare_records import (KEY, agreement, committed_records, compare_inputs,
+                                                   record_cells, side_by_side)
+from groupconv_atlas.study.report.html_blocks import unpacked_page
+from groupconv_atlas.study.stats import CLASSES, StatsConfig
 from helpers import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_agreement_table_adds_up(wide):
 
 
 def test_flips_by_comparison_add_up_to_the_flips(wide):
-    from groupconv_atlas.compare_records import flips_by_comparison
+    from groupconv_atlas.study.compare_records import flips_by_comparison
 
     rows = flips_by_comparison(wide)
     same = wide[wide["same_code"]]
@@ -168,7 +168,7 @@ def test_a_cell_whose_kernel_changed_is_left_out_of_the_agreement():
 
 
 def test_cell_code_names_kernel_sources_and_the_dispatchers_choice(tmp_path):
-    from groupconv_atlas.compare_records import cell_code, kernel_sources
+    from groupconv_atlas.study.compare_records import cell_code, kernel_sources
 
     sources = kernel_sources(ROOT / "records" / FULL)
     assert set(sources) >= {"k0", "k3"} and all(len(v) > 64 for v in sources.values())

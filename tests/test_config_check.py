@@ -5,8 +5,8 @@ import sys
 
 import yaml
 
-from groupconv_atlas.config_check import config_errors
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.study.config_check import config_errors
+from groupconv_atlas.runtime.files import REPO_ROOT
 
 BASE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
 

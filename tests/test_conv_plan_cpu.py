@@ -11,9 +11,9 @@ import contextlib
 import pytest
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.conv")
+g = pytest.importorskip("groupconv_atlas.runtime.conv")
 
-from groupconv_atlas.shapes import geometry_shape  # noqa: E402
+from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
 CL = torch.channels_last
 

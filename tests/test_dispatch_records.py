@@ -4,8 +4,9 @@ import json
 import pandas as pd
 import pytest
 
-from groupconv_atlas.dispatch import choose, verification_rows
-from groupconv_atlas.records import RecordError, add_caveat, amend, check, snapshot
+from groupconv_atlas.runtime.dispatch import choose, verification_rows
+from groupconv_atlas.runtime.files import RecordError
+from groupconv_atlas.study.records import add_caveat, amend, check, snapshot
 
 
 def test_dispatcher_picks_the_fastest_verified_implementation():
@@ -70,7 +71,7 @@ def test_caveats_travel_with_the_record(tmp_path):
 
 
 def test_committed_full_record_is_intact_and_states_its_caveat():
-    from groupconv_atlas.provenance import REPO_ROOT
+    from groupconv_atlas.runtime.files import REPO_ROOT
 
     result = check(REPO_ROOT / "records" / "h200-2026-11-29")
     assert result["files_checked"] > 100

@@ -12,11 +12,11 @@ from gpu_helpers import (SHAPES, SHAPE_BY_ID, assert_matches_fp64, check_seed, f
                          poison_free_memory)
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.conv")
+g = pytest.importorskip("groupconv_atlas.runtime.conv")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from groupconv_atlas.kernels import layout_of, pointer_alignment  # noqa: E402
-from groupconv_atlas.shapes import geometry_shape  # noqa: E402
+from groupconv_atlas.runtime.kernels import layout_of, pointer_alignment  # noqa: E402
+from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
 # The custom kernels that compute on channels_last tensors (k8, k9), from the registry.
 NHWC_KERNELS = [k for k in g.KERNELS if layout_of(k) == "nhwc"]
@@ -439,7 +439,7 @@ def test_op_runs_on_the_callers_stream_in_order(implementation):
 
 @pytest.mark.gpu
 def test_a_refused_launch_raises_naming_the_entry():
-    from groupconv_atlas.launch import CudaError, LaunchPlan, MODULES
+    from groupconv_atlas.runtime.launch import CudaError, LaunchPlan, MODULES
 
     runtime = g.runtime()
     shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]

@@ -3,10 +3,10 @@ tolerance; and a verification outcome that does not move between runs (a moving 
 import pytest
 from gpu_helpers import TOLERANCE_FACTOR
 
-from groupconv_atlas.build import compile_kernel
-from groupconv_atlas.kernels import KERNELS, support
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import load_shapes, shapes_by_id
+from groupconv_atlas.runtime.build import compile_kernel
+from groupconv_atlas.runtime.kernels import KERNELS, support
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 STRESS = ["stress-1xw-n64-c256-1x301-g256", "stress-oddw-n32-c144-57x13-g144",
@@ -17,7 +17,7 @@ STRESS = ["stress-1xw-n64-c256-1x301-g256", "stress-oddw-n32-c144-57x13-g144",
 @pytest.fixture(scope="module")
 def launcher(tmp_path_factory, gpu_session):
     """Every kernel compiled for this GPU, without tuning tables (k5 takes its untuned rule)."""
-    from groupconv_atlas.gpu import Launcher
+    from groupconv_atlas.runtime.gpu import Launcher
 
     folder = tmp_path_factory.mktemp("cubins")
     for k in KERNELS:
@@ -29,7 +29,7 @@ def launcher(tmp_path_factory, gpu_session):
 @pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("shape_id", STRESS)
 def test_kernel_correct_on_stress_shape(kernel, shape_id, launcher):
-    from groupconv_atlas.verify import verify_one
+    from groupconv_atlas.runtime.verify import verify_one
 
     shape = SHAPES[shape_id]
     if not support(kernel, shape)[0]:
@@ -44,8 +44,8 @@ def test_kernel_correct_on_stress_shape(kernel, shape_id, launcher):
 
 @pytest.mark.gpu
 def test_every_k5_variant_is_correct_and_the_tuner_chooses_one(launcher):
-    from groupconv_atlas.timing import TimingConfig
-    from groupconv_atlas.tuning import tune_kernel
+    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv_atlas.runtime.tuning import tune_kernel
 
     # A short timing plan: this checks the tuner's choice, not the measurement.
     cfg = TimingConfig(batches=2, samples_per_batch=3, seed=3, warmup_launches=2,

@@ -1,11 +1,11 @@
-"""GPU pinning on a host with several GPUs (groupconv_atlas.jobs.pin_gpu), with fake devices: no
+"""GPU pinning on a host with several GPUs (groupconv_atlas.study.jobs.pin_gpu), with fake devices: no
 GPU is touched, only the environment and the lock files that decide which device a job sees."""
 import os
 from types import SimpleNamespace
 
 import pytest
 
-from groupconv_atlas import jobs
+from groupconv_atlas.study import jobs
 
 
 def gpu_job(gpus: int = 1):

@@ -3,9 +3,9 @@ comparison rows (test input, not measurements), then on the committed record's r
 import numpy as np
 import pandas as pd
 import pytest
-from groupconv_atlas.artifacts import aa_result
-from groupconv_atlas.headline import build_headline, channel_bin, footprint_bin, shape_groups
-from groupconv_atlas.stats import StatsConfig, summarize, with_torch_best
+from groupconv_atlas.study.artifacts import aa_result
+from groupconv_atlas.study.headline import build_headline, channel_bin, footprint_bin, shape_groups
+from groupconv_atlas.study.stats import StatsConfig, summarize, with_torch_best
 
 CFG = StatsConfig(seed=3, resamples=2000)
 L2 = 1000
@@ -150,7 +150,7 @@ def test_aa_result_counts_intervals_that_exclude_one_per_boundary():
 def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
     from string import Template
 
-    from groupconv_atlas.evidence import fill, template_blocks
+    from groupconv_atlas.study.evidence import fill, template_blocks
 
     blocks = template_blocks()
     assert set(blocks) == {"document", "headline_tables", "nchw_only", "caveats", "roofline",
@@ -161,7 +161,7 @@ def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
 
 
 def test_headline_over_both_layouts_keeps_the_nchw_reading_beside_it():
-    from groupconv_atlas.evidence import _group_rows
+    from groupconv_atlas.study.evidence import _group_rows
 
     rng = np.random.default_rng(1)
     rows = []

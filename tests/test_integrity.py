@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from groupconv_atlas.provenance import sha256_file
-from groupconv_atlas.records import RecordError, check, index_record
+from groupconv_atlas.runtime.files import RecordError, sha256_file
+from groupconv_atlas.study.records import check, index_record
 
 from helpers import ROOT, SMOKE, SMOKE_RECORD, copy_checkout, copy_replayed, snakemake
 

@@ -881,8 +881,8 @@ def test_k7_compiles_without_spills_or_local_memory(tmp_path):
 def test_k7_host_launch_matches_the_kernels_layout():
     """The host's grid and entry for every frozen k7 shape and variant are the kernel's tile
     count (as the emulation derives it) and the entry that takes the shape's group."""
-    from groupconv_atlas import kernels
-    from groupconv_atlas.shapes import load_shapes
+    from groupconv_atlas.runtime import kernels
+    from groupconv_atlas.study.shapes_table import load_shapes
 
     for s in load_shapes(REPO / "config" / "shapes.yaml"):
         if not kernels.KERNELS["k7"].supports(s)[0]:

@@ -2,11 +2,11 @@
 covers its whole output, and k2 declines what it cannot hold with a reason."""
 import pytest
 
-from groupconv_atlas.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
-                                     base_implementation, entries, k4_tile, launch_for, k5_variants, support,
-                                     twin_name)
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import load_shapes
+from groupconv_atlas.runtime.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
+                                             base_implementation, entries, k4_tile, launch_for, k5_variants, support,
+                                             twin_name)
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.study.shapes_table import load_shapes
 
 SM_COUNT = 132  # an H200's; the rule takes the count from the device at run time
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
@@ -113,7 +113,7 @@ def test_k5_refuses_a_variant_that_does_not_fit_the_shape():
 
 def test_tile_tables_come_from_the_kernel_sources():
     """One tile table per kernel: the .cu file's ENTRY lines, read by Python, in source order."""
-    from groupconv_atlas.kernels import KERNELS_DIR, tile_table
+    from groupconv_atlas.runtime.kernels import KERNELS_DIR, tile_table
 
     k5_text = (KERNELS_DIR / "k5_tuned_tile.cu").read_text()
     assert K5_TILES == tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
@@ -132,7 +132,7 @@ def test_k4_rule_follows_the_sm_count():
 def test_the_host_reads_kernel_constants_from_the_source():
     """Padding, limits and array sizes come from the kernel's #defines, not from copies; a
     missing define is an error that names it."""
-    from groupconv_atlas.kernels import K7_WEIGHT_FLOATS, kernel_define
+    from groupconv_atlas.runtime.kernels import K7_WEIGHT_FLOATS, kernel_define
 
     text = (REPO_ROOT / "kernels" / "k7_grouped_smem.cu").read_text()
     assert f"#define K7_WEIGHT_FLOATS {K7_WEIGHT_FLOATS}\n" in text
@@ -144,7 +144,7 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8
     """Every atlas shape with 2-32 input and at most 32 output channels per group, the widest
     vectors its groups divide into (the atlas's groups of 4-32 channels take 4 x 4, of 2 take
     2 x 2); the depthwise ones are refused, naming k8."""
-    from groupconv_atlas.kernels import K9_TILES, k9_vectors
+    from groupconv_atlas.runtime.kernels import K9_TILES, k9_vectors
 
     for s in SHAPES:
         ok, why = support("k9", s)
@@ -155,7 +155,7 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8
             ovec, ivec = k9_vectors(s)
             assert (ovec, ivec) == ((4, 4) if s.cin_per_group % 4 == 0 else (2, 2)), s.id
     # groups the atlas does not have: odd sizes take single floats, never a wrong vector
-    from groupconv_atlas.shapes import geometry_shape
+    from groupconv_atlas.runtime.shapes import geometry_shape
 
     for geometry, vectors in (((1, 6, 9, 7, 11, 3), (1, 1)), ((1, 9, 6, 7, 11, 3), (1, 1)),
                               ((1, 8, 4, 7, 11, 2), (2, 2)), ((1, 8, 16, 5, 5, 2), (4, 4)),
@@ -174,7 +174,7 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8
 
 
 def test_every_k9_entry_is_in_its_cubin_list_and_every_shape_has_a_one_by_one_tile():
-    from groupconv_atlas.kernels import K9_TILES, k9_entry
+    from groupconv_atlas.runtime.kernels import K9_TILES, k9_entry
 
     assert entries("k9") == [k9_entry(*tile) for tile in K9_TILES]
     assert len(set(entries("k9"))) == len(K9_TILES)
@@ -194,7 +194,7 @@ def test_k9_refuses_a_variant_that_does_not_fit_the_shape():
 
 
 def test_nhwc_kernels_state_the_pointer_alignment_their_vectors_need():
-    from groupconv_atlas.kernels import pointer_alignment
+    from groupconv_atlas.runtime.kernels import pointer_alignment
 
     by_id = {s.id: s for s in SHAPES}
     assert pointer_alignment("k9", by_id["resnext50-32x4d-n32-c128-56x56-g32"]) == (16, 16)

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from groupconv_atlas import gpu  # noqa: E402
-from groupconv_atlas.shapes import geometry_shape  # noqa: E402
+from groupconv_atlas.runtime import gpu  # noqa: E402
+from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
 
 class _Session:

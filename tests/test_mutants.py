@@ -8,11 +8,11 @@ from mutants import MUTANTS
 
 from gpu_helpers import TOLERANCE_FACTOR
 
-from groupconv_atlas.build import compile_kernel
-from groupconv_atlas.kernels import (THREADS_PER_BLOCK, k4_tile, k7_chunk, k7_default_variant,
-                                     k7_images, k9_vectors, support)
-from groupconv_atlas.shapes import load_shapes, shapes_by_id
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.runtime.build import compile_kernel
+from groupconv_atlas.runtime.kernels import (THREADS_PER_BLOCK, k4_tile, k7_chunk, k7_default_variant,
+                                             k7_images, k9_vectors, support)
+from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.runtime.files import REPO_ROOT
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 # SM counts the default register tile is checked under: every GPU up to 256 SMs (H200: 132).
@@ -81,9 +81,9 @@ def test_mutant_names_are_unique():
 # kills the CUDA context, which must not take the other mutants' verdicts (or tests) with it.
 VERIFY_PROGRAM = r"""
 import json, sys
-from groupconv_atlas.gpu import GpuSession, Launcher
-from groupconv_atlas.shapes import Shape
-from groupconv_atlas.verify import verify_one
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher
+from groupconv_atlas.runtime.shapes import Shape
+from groupconv_atlas.runtime.verify import verify_one
 
 kernel, cubin, shapes, factor = json.loads(sys.argv[1])
 launcher = Launcher(GpuSession(), {kernel: cubin})

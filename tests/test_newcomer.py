@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupconv_atlas.records import replay_arguments
+from groupconv_atlas.study.records import replay_arguments
 from helpers import HANG_GUARD_S, run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,13 +44,13 @@ def test_default_profile_resumes_and_keeps_the_log_short():
 
 
 def test_job_scripts_never_swallow_keyboard_interrupt():
-    """In a job script or the code every job runs (jobs.py, provenance.py), a bare except, or one
-    naming BaseException or KeyboardInterrupt, that does not re-raise would turn a Ctrl-C into a
-    finished job."""
+    """In a job script or the code every job runs (jobs.py, provenance.py, files.py), a bare
+    except, or one naming BaseException or KeyboardInterrupt, that does not re-raise would turn a
+    Ctrl-C into a finished job."""
     offenders = []
     package = ROOT / "workflow" / "groupconv_atlas"
-    files = [*(ROOT / "workflow" / "scripts").glob("*.py"), package / "jobs.py",
-             package / "provenance.py"]
+    files = [*(ROOT / "workflow" / "scripts").glob("*.py"), package / "study" / "jobs.py",
+             package / "study" / "provenance.py", package / "runtime" / "files.py"]
     assert files
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from groupconv_atlas import nsight
+from groupconv_atlas.study import nsight
 from helpers import run_guarded
-from groupconv_atlas.kernels import support
-from groupconv_atlas.provenance import REPO_ROOT, write_parquet
-from groupconv_atlas.shapes import load_shapes, shapes_by_id
-from groupconv_atlas.timing import RAW_COLUMNS
-from groupconv_atlas.verify import check_seed
+from groupconv_atlas.runtime.kernels import support
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.study.provenance import write_parquet
+from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.study.timing_workers import RAW_COLUMNS
+from groupconv_atlas.runtime.verify import check_seed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 CAPTURE = FIXTURES / "cap.ncu-rep"
@@ -265,7 +266,7 @@ RATE_PAIR = ("efficientnet-b3-n16-c192-75x75-g192", "k6")
 def test_rates_follow_from_a_real_captures_counters_and_the_shape():
     """thread instructions per output = warp instructions x 32 / output elements; DRAM bytes per
     second = (read + written) / duration; from a committed capture of a tuned kernel."""
-    from groupconv_atlas.shapes_table import load_frozen
+    from groupconv_atlas.study.shapes_table import load_frozen
 
     shape_id, impl = RATE_PAIR
     shapes = load_frozen(RATE_RECORD / "raw" / "shapes.json")
@@ -372,7 +373,7 @@ def _capture_script():
 def _frozen(tmp_path: Path) -> str:
     import json
 
-    from groupconv_atlas.shapes_table import frozen_shapes
+    from groupconv_atlas.study.shapes_table import frozen_shapes
 
     path = tmp_path / "shapes.json"
     path.write_text(json.dumps(frozen_shapes(SHAPES, ["k1"])[1]))
@@ -398,8 +399,8 @@ def test_capture_script_refuses_before_touching_the_gpu(tmp_path, extra, message
 def test_real_capture_of_one_pair(tmp_path, impl):
     import json
 
-    from groupconv_atlas.build import compile_kernel
-    from groupconv_atlas.shapes_table import frozen_shapes
+    from groupconv_atlas.runtime.build import compile_kernel
+    from groupconv_atlas.study.shapes_table import frozen_shapes
 
     shape = BY_ID["cpg4-oddw-n32-c128-19x19-g32"]
     frozen = tmp_path / "shapes.json"

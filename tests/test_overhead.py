@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.overhead import summarize, summary_lines
-from groupconv_atlas.stats import StatsConfig
+from groupconv_atlas.study.overhead import summarize, summary_lines
+from groupconv_atlas.study.stats import StatsConfig
 
 CFG = StatsConfig(seed=1, resamples=2000)
 
@@ -46,7 +46,7 @@ def test_overhead_summary_pairs_the_op_with_pytorch_and_its_bare_kernel():
 def test_the_launch_module_imports_without_a_gpu_and_names_a_missing_driver(monkeypatch):
     import ctypes
 
-    from groupconv_atlas import launch
+    from groupconv_atlas.runtime import launch
 
     def no_driver(name, *args, **kwargs):
         raise OSError(f"{name}: cannot open shared object file")
@@ -58,8 +58,8 @@ def test_the_launch_module_imports_without_a_gpu_and_names_a_missing_driver(monk
 
 
 def test_an_unseen_geometry_takes_the_nearest_measured_geometrys_choice():
-    from groupconv_atlas.shapes import geometry_shape
-    from groupconv_atlas.unseen import nearest_choice
+    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv_atlas.runtime.unseen import nearest_choice
 
     # Depthwise geometries ran k6, 8 channels per group k7, 24 per group PyTorch.
     table = {(32, 144, 144, 56, 56, 144): "k6", (32, 256, 256, 28, 28, 32): "k7",
@@ -74,7 +74,7 @@ def test_an_unseen_geometry_takes_the_nearest_measured_geometrys_choice():
 
 
 def test_the_autotune_cache_keeps_entries_of_several_writers(tmp_path, monkeypatch):
-    from groupconv_atlas.unseen import AutotuneCache, autotune_enabled
+    from groupconv_atlas.runtime.unseen import AutotuneCache, autotune_enabled
 
     cache = AutotuneCache(tmp_path / "autotune.json")
     a = AutotuneCache.key("NVIDIA H200", "abc", "nchw", (1, 8, 8, 5, 5, 8))
@@ -123,7 +123,7 @@ def _frame(shape_id, means, boundaries=("graph_device", "sync_api"), batches=6):
 
 
 def test_network_summary_reads_graph_eager_and_compile_modes():
-    from groupconv_atlas.networks import network_lines, summarize_networks
+    from groupconv_atlas.study.networks import network_lines, summarize_networks
 
     samples = pd.concat([_frame("mobilenet_v2-n8", {"original": 1200.0, "converted": 1000.0}),
                          _frame("mobilenet_v2-n8", {"original_compiled": 900.0,
@@ -140,7 +140,7 @@ def test_network_summary_reads_graph_eager_and_compile_modes():
 
 
 def test_unseen_summary_compares_dispatch_and_autotune_with_the_best():
-    from groupconv_atlas.networks import summarize_unseen, unseen_lines
+    from groupconv_atlas.study.networks import summarize_unseen, unseen_lines
 
     samples = _frame("g", {"dispatch": 10.0, "autotune": 8.0, "torch_tuned": 12.0,
                            "torch_default": 11.0, "torch_tuned_nhwc": 5.0},
@@ -158,8 +158,8 @@ def test_unseen_summary_compares_dispatch_and_autotune_with_the_best():
 def test_the_unseen_geometries_are_not_in_the_atlas():
     import yaml
 
-    from groupconv_atlas.provenance import REPO_ROOT
-    from groupconv_atlas.shapes import load_shapes
+    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv_atlas.study.shapes_table import load_shapes
 
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     atlas = {s.geometry for s in load_shapes(REPO_ROOT / config["shapes"])}

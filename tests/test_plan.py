@@ -1,4 +1,4 @@
-"""Job planning (groupconv_atlas.plan): the jobs a configuration asks for, their roles and pairs,
+"""Job planning (groupconv_atlas.study.plan): the jobs a configuration asks for, their roles and pairs,
 and the configurations the planner refuses, naming the field."""
 import json
 import os
@@ -6,8 +6,8 @@ import os
 import pytest
 import yaml
 
-from groupconv_atlas import plan
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.study import plan
+from groupconv_atlas.runtime.files import REPO_ROOT
 
 CONFIG = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
 
@@ -93,7 +93,7 @@ def test_planning_imports_no_renderer():
     import subprocess
     import sys
 
-    code = ("import sys, groupconv_atlas.plan; "
+    code = ("import sys, groupconv_atlas.study.plan; "
             "print(any(m.startswith(('matplotlib', 'torch', 'pycuda')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from groupconv_atlas import artifacts
-from groupconv_atlas.provenance import sha256_file
-from groupconv_atlas.records import find_record, replay_arguments
-from groupconv_atlas.report import probes_page
-from groupconv_atlas.report.html_blocks import unpacked_page
+from groupconv_atlas.study import artifacts
+from groupconv_atlas.runtime.files import find_record, sha256_file
+from groupconv_atlas.study.records import replay_arguments
+from groupconv_atlas.study.report import probes_page
+from groupconv_atlas.study.report.html_blocks import unpacked_page
 from helpers import ROOT, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, run_guarded, snakemake
 
 # Each probe: its raw files in a record, its output JSON under results/<device>/, its target.
@@ -154,7 +154,7 @@ def test_a_live_run_measures_the_probes_the_config_names(probe_repo):
 
 
 def test_a_probe_the_config_names_must_be_known():
-    from groupconv_atlas.config_check import config_errors
+    from groupconv_atlas.study.config_check import config_errors
     import yaml
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -278,8 +278,8 @@ def _samples(network: str, means: dict, boundaries=("graph_device", "sync_api"))
 
 
 def test_the_network_target_and_table_come_from_the_probes_summary():
-    from groupconv_atlas.networks import network_lines, summarize_networks
-    from groupconv_atlas.stats import StatsConfig
+    from groupconv_atlas.study.networks import network_lines, summarize_networks
+    from groupconv_atlas.study.stats import StatsConfig
 
     # a: converted faster in the graph, slower eager (the target fails there); b: faster in
     # both; c: slower in the graph (the target does not apply to it).

@@ -72,7 +72,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupconv_atlas.records import find_record, load_index
+from groupconv_atlas.runtime.files import find_record, load_index
 from helpers import copy_checkout, copy_replayed, run_guarded, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -448,7 +448,7 @@ def test_make_commands_resolve(command):
     elif command == "make report":
         assert "--report reports/atlas.html" in res.stdout, res.stdout
     elif command.startswith("make replay"):
-        assert "groupconv_atlas.records replay-args" in res.stdout, res.stdout
+        assert "groupconv_atlas.study.records replay-args" in res.stdout, res.stdout
     elif command == "make verify":
         assert "verify_provenance" in res.stdout, res.stdout
     elif command != "make":

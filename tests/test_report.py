@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from groupconv_atlas import report
-from groupconv_atlas.evidence import evidence_markdown
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.study import report
+from groupconv_atlas.study.evidence import evidence_markdown
+from groupconv_atlas.runtime.files import REPO_ROOT
 from helpers import SMOKE, copy_replayed, snakemake
 from helpers import SMOKE_DEVICE as DEVICE
 
@@ -228,8 +228,8 @@ def test_markdown_subset():
 
 
 def test_nsight_page_from_a_real_capture():
-    from groupconv_atlas import nsight
-    from groupconv_atlas.shapes import load_shapes
+    from groupconv_atlas.study import nsight
+    from groupconv_atlas.study.shapes_table import load_shapes
 
     shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
     capture = REPO_ROOT / "tests" / "fixtures" / "ncu" / "ncu.csv"
@@ -241,7 +241,7 @@ def test_nsight_page_from_a_real_capture():
 
 
 def test_machine_code_page_from_real_sass():
-    from groupconv_atlas import sass
+    from groupconv_atlas.study import sass
 
     fixtures = REPO_ROOT / "tests" / "fixtures" / "sass"
     tables = [sass.kernel_table(k, (fixtures / f"{k}.sass").read_text(),
@@ -257,8 +257,8 @@ def test_machine_code_page_from_real_sass():
 def mobilenet_doc(layouts=("nchw", "nhwc")) -> dict:
     """mobilenet.json as mobilenet.probe_report writes it, from a made-up summary with the block
     and network readings in `layouts`."""
-    from groupconv_atlas import mobilenet
-    from groupconv_atlas.stats import StatsConfig
+    from groupconv_atlas.study import mobilenet
+    from groupconv_atlas.study.stats import StatsConfig
 
     rows = []
     for experiment, (baseline, candidate) in mobilenet.COMPARISONS.items():
@@ -340,8 +340,8 @@ def test_a_page_too_large_for_the_reports_frames_is_packed_and_unpacks_whole():
     """`snakemake --report` frames each page as a base64 data: URL, blank in Chromium over
     2 MiB: a page over the packing size is written compressed with a loader, the same bytes
     each time, and unpacks to the page itself; a small page stays as it is."""
-    from groupconv_atlas.report.html_blocks import (DATA_URL_LIMIT, PACK_ABOVE, data_url_bytes,
-                                                    packed_page, unpacked_page)
+    from groupconv_atlas.study.report.html_blocks import (DATA_URL_LIMIT, PACK_ABOVE, data_url_bytes,
+                                                          packed_page, unpacked_page)
 
     small = report.html_page("small", "<p>one line</p>")
     assert "packed-note" not in small and unpacked_page(small) == small

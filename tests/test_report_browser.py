@@ -496,7 +496,7 @@ def test_a_blank_or_failing_frame_is_caught_naming_its_category_and_result(brows
     """The walk itself, on a copy of the report whose frames were made to fail: a page over the
     2 MiB a data: URL frame takes (Chromium blocks it: about:blank#blocked), an empty body, a
     page with nothing visible, a packed page whose payload is broken, a page that throws."""
-    from groupconv_atlas.report.html_blocks import _LOADER
+    from groupconv_atlas.study.report.html_blocks import _LOADER
 
     report = tmp_path / "atlas.html"
     report.write_text(replace_result_pages(

@@ -138,10 +138,10 @@ def test_the_import_walk_follows_packages_relative_and_lazy_imports(tmp_path):
     # The report package: a script importing one name from it runs every module its
     # __init__ imports, and those modules' own relative imports (..stats) too.
     script = tmp_path / "job.py"
-    script.write_text("def main():\n    from groupconv_atlas.report import esc\n")
+    script.write_text("def main():\n    from groupconv_atlas.study.report import esc\n")
     run = {f.relative_to(PACKAGE_DIR).as_posix() for f in package_modules_run(script)}
-    assert {"__init__.py", "report/__init__.py", "report/html_blocks.py", "report/figures.py",
-            "stats.py"} <= run, run
+    assert {"__init__.py", "study/__init__.py", "study/report/__init__.py",
+            "study/report/html_blocks.py", "study/report/figures.py", "study/stats.py"} <= run, run
     script.write_text("import json\n")
     assert package_modules_run(script) == set()
 

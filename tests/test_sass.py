@@ -1,7 +1,7 @@
 """SASS parsing on committed dumps, and the machine-code table.
 
 tests/fixtures/sass/<kernel>.sass is `cuobjdump -sass` (pip nvidia-cuda-cuobjdump 13.5 with
-nvidia-cuda-nvdisasm) of the cubin that groupconv_atlas.build.compile_kernel made with nvcc 13.0
+nvidia-cuda-nvdisasm) of the cubin that groupconv_atlas.runtime.build.compile_kernel made with nvcc 13.0
 for sm_90; <kernel>.build.json is that build's record. Regenerate both together after a kernel
 edit: compile_kernel(k, "k.cubin"), json.dump(record), `cuobjdump -sass k.cubin > k.sass`.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from groupconv_atlas import sass
-from groupconv_atlas.kernels import entries
+from groupconv_atlas.study import sass
+from groupconv_atlas.runtime.kernels import entries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sass"
 FIXTURE_KERNELS = ("k0", "k1", "k2", "k3")  # the kernels whose dumps are committed
@@ -90,7 +90,7 @@ def test_kernel_table_joins_ptxas_resources_and_keeps_full_mnemonics():
 
 
 def test_machine_code_table_of_all_kernels_round_trips_through_parquet(tmp_path):
-    from groupconv_atlas.provenance import write_parquet
+    from groupconv_atlas.study.provenance import write_parquet
 
     table = sass.machine_code_table(
         [sass.kernel_table(k, fixture_text(k), fixture_record(k)) for k in FIXTURE_KERNELS])
@@ -131,7 +131,7 @@ def _tools_missing() -> str | None:
 
 @pytest.mark.skipif(_tools_missing() is not None, reason=str(_tools_missing()))
 def test_cuobjdump_of_a_fresh_build_parses_like_the_fixture(tmp_path):
-    from groupconv_atlas.build import compile_kernel
+    from groupconv_atlas.runtime.build import compile_kernel
 
     record = compile_kernel("k2", tmp_path / "k2.cubin")
     sass.check_record_matches("k2", tmp_path / "k2.cubin", record)

@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from groupconv_atlas.provenance import REPO_ROOT
-from groupconv_atlas.shapes import ShapeError, load_shapes, shape_set_sha256, validate_document
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.study.shapes_table import ShapeError, load_shapes, shape_set_sha256, validate_document
 
 SHAPES_PATH = REPO_ROOT / "config" / "shapes.yaml"
 DOC = yaml.safe_load(SHAPES_PATH.read_text())

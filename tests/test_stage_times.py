@@ -6,7 +6,7 @@ import os
 
 import pandas as pd
 
-from groupconv_atlas.provenance import REPO_ROOT
+from groupconv_atlas.runtime.files import REPO_ROOT
 
 spec = importlib.util.spec_from_file_location("stage_times", REPO_ROOT / "tools" / "stage_times.py")
 stage_times = importlib.util.module_from_spec(spec)

@@ -1,5 +1,5 @@
 """The tuning stage's choice (CPU): only correct, timed variants compete; fastest wins."""
-from groupconv_atlas.tuning import choose
+from groupconv_atlas.runtime.tuning import choose
 
 
 def _trial(entry, threads, status, median):
@@ -24,7 +24,7 @@ def test_no_correct_variant_means_no_choice():
 
 
 def test_report_tuning_frame_shows_choice_and_gain():
-    from groupconv_atlas.report import tuning_frame, tuning_page
+    from groupconv_atlas.study.report import tuning_frame, tuning_page
 
     build = {"tuning": {"method": "m", "choices": {"s": {
         "rows": 2, "cob": 1, "threads": 128, "entry": "k5_tuned_tile_r2_c1", "median_us": 4.0,

@@ -3,10 +3,10 @@ against an independent direct convolution on random data."""
 import numpy as np
 import pytest
 
-from groupconv_atlas.kernels import IMPLEMENTATIONS
-from groupconv_atlas.shapes import Shape
-from groupconv_atlas.verify import (UNIT_ROUNDOFF_FP32, bound_scale, check_seed, fp64_points,
-                                    gather_indices, sample_points)
+from groupconv_atlas.runtime.kernels import IMPLEMENTATIONS
+from groupconv_atlas.runtime.shapes import Shape
+from groupconv_atlas.runtime.verify import (UNIT_ROUNDOFF_FP32, bound_scale, check_seed, fp64_points,
+                                            gather_indices, sample_points)
 
 SHAPE = Shape("t", "test", 2, 8, 12, 7, 9, 4)  # 2 in / 3 out channels per group, W odd
 

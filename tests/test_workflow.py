@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from groupconv_atlas.records import find_record
+from groupconv_atlas.runtime.files import find_record
 
 from helpers import SMOKE, copy_checkout, copy_replayed, snakemake
 
@@ -176,7 +176,7 @@ def test_the_committed_h200_record_replays_into_the_atlas(repo):
     evidence = (out / "current-evidence.md").read_text()
     assert "Stability across timing jobs" in evidence
     # The configured session-to-session comparison renders with the atlas, flips listed.
-    from groupconv_atlas.report.html_blocks import unpacked_page
+    from groupconv_atlas.study.report.html_blocks import unpacked_page
 
     assert "Cells whose class flips" in unpacked_page(
         (repo / "results" / "comparisons" / "records.html").read_text())
@@ -186,7 +186,7 @@ def test_the_committed_h200_record_replays_into_the_atlas(repo):
     for page in ("atlas-map.html", "nsight.html", "machine-code.html", "mobilenet.html"):
         assert (out / "report" / page).is_file(), page
     # Every page fits the report's frames (a base64 data: URL, blank in Chromium over 2 MiB).
-    from groupconv_atlas.report.html_blocks import DATA_URL_LIMIT, data_url_bytes  # noqa: E402
+    from groupconv_atlas.study.report.html_blocks import DATA_URL_LIMIT, data_url_bytes  # noqa: E402
 
     pages = [*(out / "report").glob("*.html"), repo / "results" / "comparisons" / "records.html"]
     too_large = {p.name: data_url_bytes(p.read_text()) for p in pages

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from groupconv_atlas.compare_records import agreement
-from groupconv_atlas.report import tuning_frame
-from groupconv_atlas.stats import StatsConfig, pooled_medians, two_stage_geomean
+from groupconv_atlas.study.compare_records import agreement
+from groupconv_atlas.study.report import tuning_frame
+from groupconv_atlas.study.stats import StatsConfig, two_stage_geomean
+from groupconv_atlas.runtime.timing import pooled_medians
 
 CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
 

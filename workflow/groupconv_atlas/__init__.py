@@ -1,9 +1,16 @@
 """GroupConv Atlas: which grouped 3x3 convolution shapes reward a custom CUDA kernel.
 
-Stages, in the order data flows (a module imports only from stages before it):
-shapes -> kernels (registry) -> build -> gpu (runtime) -> verify -> timing -> stats -> artifacts
--> records. Modules that need a GPU (gpu, parts of build/verify/timing) import PyCUDA and torch
-lazily, so everything else imports on a machine without one.
+Two halves (workflow/ARCHITECTURE.md draws them, with who may import whom):
+- runtime/: the PyTorch op a user imports: the kernel registry, builds and the cubin cache, the
+  launch plan and launcher, the dispatcher, conv2d/GroupConv2d/convert, autotuning and the
+  primitives it measures with (verify, tuning, timing), the files it reads. It imports nothing
+  of the study.
+- study/: the stages that measure the runtime, in the order data flows: shapes -> builds ->
+  tuning -> verification -> timing -> statistics -> artifacts -> report; records and provenance
+  run through it (a live run snapshots its raw layer into a record, a replay reads one, checked,
+  in place of the GPU stages), and the probes join at artifacts and report.
+Modules that need a GPU import PyCUDA and torch lazily, so everything else imports on a machine
+without one; this module loads the runtime only when one of the names below is first used.
 """
 
 __version__ = "0.1.0"
@@ -16,11 +23,11 @@ _PUBLIC = ("conv2d", "GroupConv2d", "UnsupportedConv", "implementations", "suppo
 
 def __getattr__(name):
     if name == "convert":
-        from .conversion import convert
+        from .runtime.conversion import convert
 
         return convert
     if name in _PUBLIC:
-        from . import conv
+        from .runtime import conv
 
         return getattr(conv, name)
     raise AttributeError(f"module 'groupconv_atlas' has no attribute {name!r}")

@@ -80,8 +80,8 @@ rule assemble_atlas:
         template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py runs: artifacts builds the evidence and headline, and reaches the
         # report package's helpers through them.
-        code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "jobs",
-                  "timing", "launch", "compare_records", "evidence", "headline", "plan",
+        code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "files",
+                  "jobs", "timing", "launch", "compare_records", "evidence", "headline", "plan",
                   *REPORT_PACKAGE_MODULES),
     output:
         atlas=f"{RESULTS}/atlas.json",
@@ -114,7 +114,7 @@ rule provenance:
         artifacts=ATLAS_TABLES,
         jobs=all_jobs_provenance(),
         record_jobs=record_provenance(),
-        code=code("provenance", "provenance_index", "jobs"),
+        code=code("provenance", "files", "provenance_index", "jobs"),
     output:
         index=ATLAS_INDEX,
         prov=prov("provenance"),
@@ -135,7 +135,7 @@ rule provenance_complete:
         targets=complete_targets,
         atlas_index=ATLAS_INDEX,
         record_jobs=record_provenance(),
-        code=code("provenance", "provenance_index", "jobs"),
+        code=code("provenance", "files", "provenance_index", "jobs"),
     output:
         index=PROVENANCE_COMPLETE,
         prov=prov("provenance_complete"),
@@ -154,7 +154,7 @@ rule verify_provenance:
     """Re-hash every file in provenance-complete.json; fails naming the first mismatch. The index
     is a param, not an input, so a changed file is reported instead of re-indexed."""
     input:
-        code=code("provenance", "provenance_index"),
+        code=code("provenance", "files", "provenance_index"),
     params:
         index=PROVENANCE_COMPLETE,
     log:

@@ -10,16 +10,16 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from groupconv_atlas import kernels as _kernels  # noqa: E402
-from groupconv_atlas import plan as _plan  # noqa: E402
+from groupconv_atlas.runtime import kernels as _kernels  # noqa: E402
+from groupconv_atlas.study import plan as _plan  # noqa: E402
 
 # Every job of this run imports the package of this checkout (a copy of the repository included),
 # not whichever one is installed.
 _plan.jobs_import_from(workflow.basedir)
-from groupconv_atlas.records import find_record  # noqa: E402
-from groupconv_atlas.shapes import ShapeError, load_shapes  # noqa: E402
+from groupconv_atlas.runtime.files import find_record  # noqa: E402
+from groupconv_atlas.study.shapes_table import ShapeError, load_shapes  # noqa: E402
 
-from groupconv_atlas.config_check import config_errors as _config_errors  # noqa: E402
+from groupconv_atlas.study.config_check import config_errors as _config_errors  # noqa: E402
 
 # Errors that name the field first (and a misspelled key with the nearest known one); then
 # Snakemake's own validation, which fills the schema's defaults.
@@ -154,22 +154,33 @@ def prov(rule_name: str, *wildcards: str) -> str:
     return f"{RESULTS}/provenance/{rule_name}{suffix}.json"
 
 
-# The modules of groupconv_atlas.report, read off its folder. Its __init__ imports every one of
-# them, so each job that imports the package lists them all: an edit to any of them reruns every
+# The package's two halves (workflow/ARCHITECTURE.md); no module name appears in both.
+HALVES = ("runtime", "study")
+# The modules of groupconv_atlas.study.report, read off its folder. Its __init__ imports every one
+# of them, so each job that imports the package lists them all: an edit to any of them reruns every
 # report job.
 REPORT_PACKAGE_MODULES = tuple(f"report/{p.stem}" for p in
-                               sorted(Path(PACKAGE, "report").glob("*.py")))
+                               sorted(Path(PACKAGE, "study", "report").glob("*.py")))
 
 
 def code(*modules: str) -> list[str]:
-    """Package modules a job imports, listed as inputs so editing one reruns its jobs."""
-    return [f"{PACKAGE}/{m}.py" for m in dict.fromkeys(("__init__", *modules))]
+    """Package modules a job imports, listed as inputs so editing one reruns its jobs. A module is
+    named inside its half ("kernels", "report/figures"); the package's and the half's __init__
+    come with it."""
+    files = [f"{PACKAGE}/__init__.py"]
+    for m in modules:
+        found = [h for h in HALVES if Path(PACKAGE, h, f"{m}.py").is_file()]
+        if len(found) != 1:
+            raise WorkflowError(f"code({m!r}): {len(found)} modules of that name in "
+                                f"{PACKAGE}/{{{','.join(HALVES)}}}/, not one")
+        files += [f"{PACKAGE}/{found[0]}/__init__.py", f"{PACKAGE}/{found[0]}/{m}.py"]
+    return list(dict.fromkeys(files))
 
 
 # What the public conv2d runs (a job that calls it lists these): the op, its launch path, its
 # launch tables and its choice for unseen geometries (autotuning verifies and times).
-RUNTIME_MODULES = ("conv", "kernels", "shapes", "gpu", "launch", "records", "unseen", "tuning",
-                   "verify", "timing", "stats", "build", "conversion")
+RUNTIME_MODULES = ("conv", "kernels", "shapes", "gpu", "launch", "files", "unseen", "tuning",
+                   "verify", "timing", "build", "conversion")
 
 
 def recorded_jobs(record: str | None = None) -> dict[str, dict[str, list[str]]]:
@@ -307,8 +318,8 @@ def record_provenance() -> list[str]:
     return sorted(str(p) for p in Path(RECORD, "provenance").glob("*.json"))
 
 # ---- helpers for Nsight captures (nsight.smk) ----
-from groupconv_atlas import nsight as _nsight
-from groupconv_atlas.kernels import KERNELS as _NSIGHT_KERNELS
+from groupconv_atlas.study import nsight as _nsight
+from groupconv_atlas.runtime.kernels import KERNELS as _NSIGHT_KERNELS
 
 # Checked here, so an unknown or unsupported pair fails before any job runs.
 NSIGHT_PAIRS = _nsight.nsight_pairs(SHAPES, config["nsight"]["shapes"],
@@ -373,7 +384,7 @@ def nsight_profile_inputs(wildcards):
     inputs = {
         "shapes": f"{RESULTS}/shapes.json",
         "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "launch", "verify",
-                       "provenance", "jobs"), "workflow/scripts/nsight_capture.py"],
+                       "timing", "provenance", "files", "jobs"), "workflow/scripts/nsight_capture.py"],
     }
     if wildcards.impl in _NSIGHT_KERNELS:
         inputs["cubin"] = raw(f"builds/{wildcards.impl}.cubin")
@@ -391,9 +402,10 @@ def nsight_check_seed(wildcards):
 
 # ---- helpers for the report (report.smk) ----
 
-# From the planner, not the report package: building the DAG imports no renderer.
-from groupconv_atlas.plan import BOUNDARIES as _REPORT_BOUNDARIES  # noqa: E402
-from groupconv_atlas.plan import figure_stem as _figure_stem  # noqa: E402
+# From the runtime's timer and the planner, not the report package: building the DAG imports no
+# renderer.
+from groupconv_atlas.runtime.timing import BOUNDARIES as _REPORT_BOUNDARIES  # noqa: E402
+from groupconv_atlas.study.plan import figure_stem as _figure_stem  # noqa: E402
 
 REPORT = f"{RESULTS}/report"
 # Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
@@ -488,7 +500,7 @@ def snapshot_optional_stages(wildcards=None) -> list[str]:
 def comparison_assets(wildcards=None) -> list[str]:
     """The cross-record page joins `atlas` (and the report) when compare.records names two or
     more committed records: flips between sessions are the atlas's most important caveat."""
-    from groupconv_atlas.compare_records import compare_inputs
+    from groupconv_atlas.study.compare_records import compare_inputs
 
     if not (config.get("compare") or {}).get("with_atlas", True):
         return []
@@ -514,13 +526,13 @@ def record_check_inputs(record: str) -> dict:
     return {"manifest": f"{record}/record.json", "files": _record_files(record),
             "index": f"records/{_RECORD_INDEX}",
             "sources": _recorded_sources(record, workflow.basedir),
-            "code": code("records", "provenance", "jobs")}
+            "code": code("records", "provenance", "files", "jobs")}
 
 
 def report_code() -> list[str]:
     """The report code the page is rendered with: the report package's modules, or the single
     report module of trees from before the package."""
-    package = Path(PACKAGE, "report")
+    package = Path(PACKAGE, "study", "report")
     if package.is_dir():
         return sorted(str(p) for p in package.glob("*.py"))
     return [f"{PACKAGE}/report.py"]

@@ -7,7 +7,7 @@
 # Uses from common.smk: config, code().
 from pathlib import Path
 
-from groupconv_atlas import compare_records as _compare
+from groupconv_atlas.study import compare_records as _compare
 
 COMPARISONS = "results/comparisons"
 
@@ -16,7 +16,7 @@ rule compare_records:
     input:
         unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
                                                          .get("records"))),
-        code=code("kernels", "shapes", "timing", "stats", "records", "provenance", "jobs",
+        code=code("kernels", "shapes", "timing", "stats", "records", "provenance", "files", "jobs",
                   "plan", "compare_records") + report_code(),
     output:
         table=f"{COMPARISONS}/records.parquet",

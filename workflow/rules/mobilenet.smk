@@ -36,7 +36,8 @@ if MODE == "live":
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
-            code=code("shapes_table", "provenance", "jobs", *RUNTIME_MODULES, *MOBILENET_MODULES),
+            code=code("shapes_table", "timing_workers", "stats", "provenance", "files", "jobs",
+                      *RUNTIME_MODULES, *MOBILENET_MODULES),
         output:
             samples=raw("mobilenet/samples.parquet"),
             probe=raw("mobilenet/probe.json"),
@@ -61,7 +62,8 @@ rule mobilenet_stats:
         samples=raw("mobilenet/samples.parquet"),
         probe=raw("mobilenet/probe.json"),
         check=record_check(),
-        code=code("provenance", "jobs", *RUNTIME_MODULES, *MOBILENET_MODULES),
+        code=code("timing_workers", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES,
+                  *MOBILENET_MODULES),
     output:
         summary=f"{RESULTS}/mobilenet/summary.parquet",
         report=f"{RESULTS}/mobilenet/mobilenet.json",

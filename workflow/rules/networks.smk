@@ -1,4 +1,4 @@
-# Two probes of the public op beyond the atlas's shapes (groupconv_atlas.networks): whole
+# Two probes of the public op beyond the atlas's shapes (groupconv_atlas.study.networks): whole
 # torchvision networks converted with groupconv_atlas.convert (snakemake network_probe), and
 # realistic geometries the atlas did not measure (snakemake unseen_probe). Each: a GPU job (live
 # only) writes raw samples, a CPU job their statistics (in replay from the committed record).
@@ -32,7 +32,7 @@ if MODE == "live":
             cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
             tunings=tuning_records(KERNELS),
             dispatch_table=raw("dispatch/table.json"),
-            code=code("networks", "provenance", "jobs", *RUNTIME_MODULES),
+            code=code("networks", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES),
         output:
             samples=raw("probes/{probe}/samples.parquet"),
             probe=raw("probes/{probe}/probe.json"),
@@ -60,7 +60,7 @@ rule probe_stats:
         probe=raw("probes/{probe}/probe.json"),
         check=record_check(),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("networks", "provenance", "jobs", *RUNTIME_MODULES),
+        code=code("networks", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES),
     output:
         summary=f"{RESULTS}/probes/{{probe}}.parquet",
         report=f"{RESULTS}/probes/{{probe}}.json",

@@ -45,7 +45,7 @@ rule nsight_table:
         check=record_check(),
         nsight_check=nsight_record_check(),
         code=code("nsight", "kernels", "shapes", "shapes_table", "verify", "stats", "timing",
-                  "provenance", "jobs"),
+                  "provenance", "files", "jobs"),
     output:
         table=f"{RESULTS}/nsight.parquet",
         prov=prov("nsight_table"),
@@ -66,7 +66,7 @@ rule machine_code:
         cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
         records=[raw(f"builds/{k}.json") for k in KERNELS],
         check=record_check(),
-        code=code("sass", "provenance", "jobs"),
+        code=code("sass", "provenance", "files", "jobs"),
     output:
         table=f"{RESULTS}/machine_code.parquet",
         sass=[f"{RESULTS}/sass/{k}.sass" for k in KERNELS],

@@ -12,8 +12,8 @@ PROBES_PAGE = f"{REPORT}/probes.html"
 LANDING_TEXT = f"{REPORT}/landing-headline.rst"
 
 # stats imports kernels (and kernels imports shapes) inside one of its functions.
-REPORT_JOB_CODE = code("stats", "kernels", "shapes", "plan", "provenance", "jobs",
-                       *REPORT_PACKAGE_MODULES)
+REPORT_JOB_CODE = code("stats", "kernels", "shapes", "plan", "timing", "provenance", "files",
+                       "jobs", *REPORT_PACKAGE_MODULES)
 
 
 rule report_assets:

@@ -14,7 +14,8 @@ if MODE == "live":
             builds=timing_builds,
             tunings=timing_tunings,
             # conv: sync_api times custom kernels through the public op.
-            code=code("shapes_table", "timing_workers", "provenance", "jobs", *RUNTIME_MODULES),
+            code=code("shapes_table", "timing_workers", "provenance", "files", "jobs",
+                      *RUNTIME_MODULES),
         output:
             samples=f"{RESULTS}/raw/timing/{{job}}.parquet",
             meta=f"{RESULTS}/raw/timing/{{job}}.json",
@@ -41,7 +42,7 @@ if MODE == "live":
             shapes=f"{RESULTS}/shapes.json",
             samples=f"{RESULTS}/raw/timing/{job_timing_torch_tuned()}.parquet",
             code=code("shapes", "shapes_table", "kernels", "gpu", "launch", "timing", "stats",
-                      "crosscheck", "provenance", "jobs"),
+                      "crosscheck", "provenance", "files", "jobs"),
         output:
             crosscheck=f"{RESULTS}/raw/crosscheck.json",
             prov=prov("crosscheck"),
@@ -67,7 +68,8 @@ if MODE == "live":
                            job=jobs_of(config["timing"]["candidates"])),
             verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
             shapes=f"{RESULTS}/shapes.json",
-            code=code("stats", "dispatch", "shapes", "shapes_table", "provenance", "jobs"),
+            code=code("stats", "timing", "dispatch", "shapes", "shapes_table", "provenance", "files",
+                      "jobs"),
         output:
             table=f"{RESULTS}/raw/dispatch/table.json",
             verification=f"{RESULTS}/raw/verification/dispatch.parquet",

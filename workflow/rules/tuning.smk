@@ -12,7 +12,7 @@ if MODE == "live":
             cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
             code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
                       "verify", "timing", "stats",
-                      "tuning", "provenance", "jobs"),
+                      "tuning", "provenance", "files", "jobs"),
         output:
             record=f"{RESULTS}/raw/tuning/{{kernel}}.json",
             prov=prov("tune_kernel", "{kernel}"),

@@ -7,7 +7,7 @@ if MODE == "live":
             shapes=f"{RESULTS}/shapes.json",
             builds=verification_builds,
             code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
-                      "verify", "provenance", "jobs"),
+                      "verify", "provenance", "files", "jobs"),
         output:
             table=f"{RESULTS}/raw/verification/{{impl}}.parquet",
             prov=prov("verify", "{impl}"),

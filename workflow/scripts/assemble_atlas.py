@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
-                                       map_details, probes_block)
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import sha256_file, write_json, write_parquet, write_text
-from groupconv_atlas.stats import StatsConfig, with_torch_best
+from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
+                                             map_details, probes_block)
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.runtime.files import sha256_file
+from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
+from groupconv_atlas.study.stats import StatsConfig, with_torch_best
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "assemble_atlas.py")

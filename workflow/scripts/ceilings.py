@@ -1,11 +1,11 @@
 """Snakemake job (GPU machine): measure DRAM bandwidth and FP32 FMA throughput."""
 from pathlib import Path
 
-from groupconv_atlas.build import compile_kernel_source
-from groupconv_atlas.ceilings import measure
-from groupconv_atlas.gpu import GpuSession
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_json
+from groupconv_atlas.runtime.build import compile_kernel_source
+from groupconv_atlas.study.ceilings import measure
+from groupconv_atlas.runtime.gpu import GpuSession
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_json
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "ceilings.py")

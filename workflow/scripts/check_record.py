@@ -4,9 +4,10 @@ warn when the checkout's kernel sources differ from those the record built."""
 import sys
 from pathlib import Path
 
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import REPO_ROOT, write_json
-from groupconv_atlas.records import RecordError, check, drift_warning, source_drift
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.runtime.files import REPO_ROOT, RecordError
+from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.records import check, drift_warning, source_drift
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "check_record.py")

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_parquet
-from groupconv_atlas.stats import StatsConfig, batch_medians, comparisons_for_job
-from groupconv_atlas.timing import BOUNDARIES
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_parquet
+from groupconv_atlas.study.stats import StatsConfig, comparisons_for_job
+from groupconv_atlas.runtime.timing import BOUNDARIES, batch_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_job.py")

@@ -3,12 +3,13 @@ own raw layer, side by side (records.parquet) and as a page (records.html)."""
 import sys
 from pathlib import Path
 
-from groupconv_atlas.compare_records import (agreement, comparison_page, record_cells,
-                                             sampling, share_text, side_by_side)
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_parquet, write_text
-from groupconv_atlas.records import RecordError, check
-from groupconv_atlas.stats import StatsConfig
+from groupconv_atlas.study.compare_records import (agreement, comparison_page, record_cells,
+                                                   sampling, share_text, side_by_side)
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_parquet, write_text
+from groupconv_atlas.runtime.files import RecordError
+from groupconv_atlas.study.records import check
+from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_records.py")

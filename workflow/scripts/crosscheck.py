@@ -1,13 +1,12 @@
 """Snakemake job (GPU machine): tuned PyTorch under triton's do_bench_cudagraph vs the atlas."""
 import pandas as pd
 
-from groupconv_atlas.crosscheck import atlas_medians, compare, measure
-from groupconv_atlas.gpu import GpuSession, Launcher
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_json
-from groupconv_atlas.shapes import shapes_by_id
-from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.timing import TimingConfig
+from groupconv_atlas.study.crosscheck import atlas_medians, compare, measure
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
+from groupconv_atlas.runtime.timing import TimingConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "crosscheck.py")

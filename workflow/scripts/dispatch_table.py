@@ -1,11 +1,11 @@
 """Snakemake job (CPU, live): the dispatcher's per-shape table and its derived verification."""
 import pandas as pd
 
-from groupconv_atlas.dispatch import choose, verification_rows
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_json, write_parquet
-from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.stats import pooled_medians
+from groupconv_atlas.runtime.dispatch import choose, verification_rows
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.runtime.timing import pooled_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")
@@ -13,7 +13,7 @@ samples = pd.concat([pd.read_parquet(p) for p in smk.input.samples], ignore_inde
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 samples = samples[~samples["implementation"].str.endswith("_twin")]
 medians = pooled_medians(samples)
-# Launches are looked up by geometry, not by shape name (groupconv_atlas.gpu.dispatch_table).
+# Launches are looked up by geometry, not by shape name (groupconv_atlas.runtime.gpu.dispatch_table).
 geometry = {s.id: list(s.geometry) for s in load_frozen(smk.input.shapes)}
 table, table_nhwc = ({shape_id: {**choice, "geometry": geometry[shape_id]}
                       for shape_id, choice in choose(medians, verification, layout=layout).items()}

@@ -2,11 +2,11 @@
 record (checks, overhead definitions, replacements, agreement); mobilenet_stats.py summarises."""
 import pandas as pd
 
-from groupconv_atlas import mobilenet
-from groupconv_atlas.gpu import launcher_inputs
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_json, write_parquet
-from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.study import mobilenet
+from groupconv_atlas.runtime.gpu import launcher_inputs
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "mobilenet_probe.py")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas import mobilenet
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import sha256_file, write_json, write_parquet
-from groupconv_atlas.stats import StatsConfig
+from groupconv_atlas.study import mobilenet
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.runtime.files import sha256_file
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "mobilenet_stats.py")

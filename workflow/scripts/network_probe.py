@@ -1,10 +1,10 @@
 """Snakemake job (GPU machine): the network probe or the unseen-geometry probe
-(groupconv_atlas.networks), by the rule's `probe` parameter: raw samples and details."""
-from groupconv_atlas.gpu import GpuSession, Launcher, launcher_inputs
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.networks import measure_networks, measure_unseen
-from groupconv_atlas.provenance import write_json, write_parquet
-from groupconv_atlas.timing import TimingConfig
+(groupconv_atlas.study.networks), by the rule's `probe` parameter: raw samples and details."""
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.networks import measure_networks, measure_unseen
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.runtime.timing import TimingConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "network_probe.py")

@@ -1,5 +1,5 @@
 """Run ONE (shape, implementation) pair for Nsight Compute; ncu starts this script (see
-groupconv_atlas.nsight.profile_pair) with --profile-from-start off.
+groupconv_atlas.study.nsight.profile_pair) with --profile-from-start off.
 
 The inputs are drawn as verification draws them (GpuSession.random_inputs with the pair's check
 seed). Warm-up launches run first, outside the profiler range (for torch_tuned they also finish
@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from groupconv_atlas.gpu import GpuSession, Launcher, tuning_table
-from groupconv_atlas.kernels import KERNELS, base_implementation
-from groupconv_atlas.shapes import shapes_by_id
-from groupconv_atlas.shapes_table import load_frozen
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher, tuning_table
+from groupconv_atlas.runtime.kernels import KERNELS, base_implementation
+from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,11 +1,11 @@
-"""Snakemake job (GPU machine): the call-overhead benchmark (groupconv_atlas.overhead) on the
+"""Snakemake job (GPU machine): the call-overhead benchmark (groupconv_atlas.study.overhead) on the
 configured shapes: raw samples, host cost per call, and what each op call resolved to."""
-from groupconv_atlas.gpu import GpuSession, Launcher, launcher_inputs
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.overhead import measure
-from groupconv_atlas.provenance import write_json, write_parquet
-from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.timing import TimingConfig
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.overhead import measure
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.runtime.timing import TimingConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "overhead_probe.py")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas import report
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_bytes
+from groupconv_atlas.study import report
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_bytes
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_figures.py")

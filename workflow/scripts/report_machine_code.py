@@ -1,9 +1,9 @@
 """Snakemake job (CPU): the machine-code (SASS) table as a readable page."""
 import pandas as pd
 
-from groupconv_atlas import report
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_text
+from groupconv_atlas.study import report
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_machine_code.py")

@@ -2,9 +2,9 @@
 import json
 from pathlib import Path
 
-from groupconv_atlas import report
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_bytes, write_text
+from groupconv_atlas.study import report
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_bytes, write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_mobilenet.py")

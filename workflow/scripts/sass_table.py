@@ -3,16 +3,16 @@ into results/<device>/machine_code.parquet (the SASS text kept beside it)."""
 import json
 from pathlib import Path
 
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_parquet, write_text
-from groupconv_atlas.sass import (
-    check_record_matches,
-    cuobjdump_version,
-    dump_sass,
-    find_cuobjdump,
-    kernel_table,
-    machine_code_table,
-)
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_parquet, write_text
+from groupconv_atlas.study.sass import (
+          check_record_matches,
+          cuobjdump_version,
+          dump_sass,
+          find_cuobjdump,
+          kernel_table,
+          machine_code_table,
+      )
 
 job = Job(snakemake, "sass_table.py")  # noqa: F821
 smk = snakemake  # noqa: F821

@@ -4,13 +4,13 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.gpu import launcher_inputs
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.kernels import base_implementation
-from groupconv_atlas.provenance import write_json, write_parquet
-from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.timing import TimingConfig
-from groupconv_atlas.timing_workers import time_job
+from groupconv_atlas.runtime.gpu import launcher_inputs
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.runtime.kernels import base_implementation
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv_atlas.study.timing_workers import time_job
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "time_job.py")

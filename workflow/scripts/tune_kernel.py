@@ -1,12 +1,12 @@
 """Snakemake job (GPU machine): the tuning stage of one tuned kernel on every frozen shape."""
 import time
 
-from groupconv_atlas.gpu import GpuSession, Launcher, launcher_inputs
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_json
-from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.timing import TimingConfig
-from groupconv_atlas.tuning import tune_kernel
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv_atlas.runtime.tuning import tune_kernel
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "tune_kernel.py")

@@ -5,11 +5,11 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.gpu import GpuSession, Launcher, launcher_inputs
-from groupconv_atlas.jobs import Job
-from groupconv_atlas.provenance import write_parquet
-from groupconv_atlas.shapes_table import load_frozen
-from groupconv_atlas.verify import verify_implementation
+from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.runtime.verify import verify_implementation
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "verify.py")

@@ -1,0 +1,319 @@
+"""The house drawn in workflow/ARCHITECTURE.md, checked: every import of the package (inside
+functions too, read with ast) goes where the page's layer table allows, nothing in the runtime
+imports the study, there are no import cycles, and every import of the package anywhere in the
+tree (job scripts, tests, tools, code run in subprocesses) names a module and a name that exist,
+so a path only a GPU machine runs cannot import what moved away. The table is read from the page
+itself: moving a module is an edit of the page, and a module the page does not place fails."""
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "groupconv_atlas"
+PACKAGE_DIR = ROOT / "workflow" / PACKAGE
+PAGE = ROOT / "workflow" / "ARCHITECTURE.md"
+HALVES = ("runtime", "study")
+FACE = "the public face"  # groupconv_atlas/__init__.py
+
+
+def layer_table(text: str) -> dict[tuple[str, str], int]:
+    """{(half, module): layer} from the page's table rows `| half | layer | `a`, `b/` | ... |`; a
+    name ending in / is a subpackage, whose modules hold its layer."""
+    table = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0] in HALVES and cells[1].isdigit():
+            for name in re.findall(r"`([\w/]+)`", cells[2]):
+                table[(cells[0], name.rstrip("/"))] = int(cells[1])
+    return table
+
+
+LAYERS = layer_table(PAGE.read_text())
+
+
+def place(module: str) -> tuple[str, float] | None:
+    """(half, layer) of a dotted module of the package: (FACE, 0) for the package itself, (half,
+    inf) for a half's own __init__ (it may gather its half), None where the page places nothing."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return FACE, 0
+    if parts[0] not in HALVES:
+        return None
+    if len(parts) == 1:
+        return parts[0], float("inf")
+    layer = LAYERS.get((parts[0], parts[1]))
+    return None if layer is None else (parts[0], layer)
+
+
+def module_file(dotted: str) -> Path | None:
+    parts = dotted.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = PACKAGE_DIR.parent.joinpath(*parts)
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def dotted_name(path: Path) -> tuple[str, bool]:
+    """(dotted module name, is a package __init__) of a file of the package."""
+    dotted = ".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    return dotted.removesuffix(".__init__"), path.name == "__init__.py"
+
+
+def package_imports(source: str, module: str | None,
+                    is_package: bool) -> list[tuple[int, str, list[str]]]:
+    """(line, imported module, names taken from it) for every import of the package in `source`,
+    at any depth; `from pkg import sub` counts as an import of pkg.sub. `module` is the file's own
+    dotted name (None outside the package: relative imports are then not the package's)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, []) for a in node.names
+                      if a.name.split(".")[0] == PACKAGE]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if module is None:
+                    continue
+                anchor = module.split(".")
+                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            if base.split(".")[0] != PACKAGE:
+                continue
+            names = []
+            for alias in node.names:
+                if alias.name != "*" and module_file(f"{base}.{alias.name}"):
+                    found.append((node.lineno, f"{base}.{alias.name}", []))
+                else:
+                    names.append(alias.name)
+            if names:
+                found.append((node.lineno, base, names))
+    return found
+
+
+def violations(module: str, source: str, is_package: bool = False, where: str = "") -> list[str]:
+    """Each import in `source` (the module `module`) against the page's rules, as messages naming
+    the file and line."""
+    where = where or module
+    me = place(module)
+    if me is None:
+        return [f"{where}: {module} is not placed in {PAGE.name}'s layer table"]
+    problems = []
+    for line, target, _ in package_imports(source, module, is_package):
+        to = place(target)
+        what = f"{where}:{line}: {module} imports {target}"
+        if to is None:
+            problems.append(f"{what}, which {PAGE.name}'s layer table does not place")
+        elif me[0] == FACE:
+            if to[0] != "runtime":
+                problems.append(f"{what}: the public face loads the runtime alone")
+        elif to[0] == FACE:
+            problems.append(f"{what}: nothing inside the package imports its public face")
+        elif me[0] == "runtime" and to[0] == "study":
+            problems.append(f"{what}: the runtime imports nothing of the study")
+        elif me[0] == to[0] and to[1] > me[1]:
+            problems.append(f"{what}: {me[0]} layer {me[1]} imports layer {to[1]}, above it")
+    return problems
+
+
+def package_files() -> list[Path]:
+    return sorted(PACKAGE_DIR.rglob("*.py"))
+
+
+def test_the_page_places_every_module_and_only_modules():
+    placed = {(half, name) for half, name in LAYERS}
+    present = set()
+    for path in package_files():
+        parts = path.relative_to(PACKAGE_DIR).parts
+        if len(parts) >= 2 and parts[0] in HALVES:
+            present.add((parts[0], Path(parts[1]).stem))
+    present -= {(half, "__init__") for half in HALVES}
+    assert not present - placed, f"modules {PAGE.name} does not place: {sorted(present - placed)}"
+    assert not placed - present, \
+        f"{PAGE.name} places modules that do not exist: {sorted(placed - present)}"
+    assert {p.name for p in PACKAGE_DIR.iterdir() if p.suffix == ".py"} == {"__init__.py"}, \
+        "a module beside the halves: put it in runtime/ or study/"
+
+
+def test_every_import_goes_where_the_page_allows():
+    problems = []
+    for path in package_files():
+        module, is_package = dotted_name(path)
+        problems += violations(module, path.read_text(), is_package,
+                               str(path.relative_to(ROOT)))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_runtime_imports_nothing_of_the_study():
+    problems = [f"{path.relative_to(ROOT)}:{line}: imports {target}"
+                for path in sorted((PACKAGE_DIR / "runtime").rglob("*.py"))
+                for line, target, _ in package_imports(path.read_text(), *dotted_name(path))
+                if not target.startswith(f"{PACKAGE}.runtime")]
+    assert not problems, "the runtime imports the study:\n" + "\n".join(problems)
+
+
+def test_a_planted_import_against_the_page_is_reported():
+    # Inside a function, as a GPU-only path would have it: the runtime reaching for the study.
+    planted = "import json\n\n\ndef autotune():\n    from ..study.stats import compare\n"
+    found = violations(f"{PACKAGE}.runtime.unseen", planted, where="runtime/unseen.py")
+    assert found == [f"runtime/unseen.py:5: {PACKAGE}.runtime.unseen imports "
+                     f"{PACKAGE}.study.stats: the runtime imports nothing of the study"], found
+    # An import that runs back up a half's layers, and the public face loading the study.
+    assert violations(f"{PACKAGE}.runtime.kernels", "from .conv import conv2d\n")[0].endswith(
+        "runtime layer 2 imports layer 6, above it")
+    assert violations(f"{PACKAGE}.study.stats", "from . import artifacts\n")[0].endswith(
+        "study layer 3 imports layer 6, above it")
+    assert "the public face loads the runtime alone" in violations(
+        PACKAGE, "def __getattr__(name):\n    from .study import records\n", True)[0]
+    # A module the page does not place, and one it does, importing within the rules.
+    assert "is not placed in ARCHITECTURE.md" in violations(f"{PACKAGE}.study.new_stage", "")[0]
+    assert violations(f"{PACKAGE}.study.artifacts", "from ..runtime.conv import conv2d\n"
+                      "from .stats import compare\nfrom .report import esc\n") == []
+
+
+def test_no_import_cycles():
+    graph = {}
+    for path in package_files():
+        module, is_package = dotted_name(path)
+        graph[module] = {t for _, t, _ in package_imports(path.read_text(), module, is_package)}
+    done, stack = set(), []
+
+    def visit(module):
+        if module in stack:
+            cycle = [*stack[stack.index(module):], module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            visit(target)
+        stack.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_no_module_name_is_in_both_halves():
+    # The rules' code(...) finds a module's half by its name (workflow/rules/common.smk).
+    names = {half: {p.relative_to(PACKAGE_DIR / half).with_suffix("").as_posix()
+                    for p in (PACKAGE_DIR / half).rglob("*.py")} - {"__init__"}
+             for half in HALVES}
+    assert not names["runtime"] & names["study"], names["runtime"] & names["study"]
+
+
+def defined_names(dotted: str) -> set[str]:
+    """Names a module of the package binds at its top level (star imports followed), and those
+    its __getattr__ serves (its _PUBLIC tuple)."""
+    path = module_file(dotted)
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "_PUBLIC" for t in targets):
+                names |= set(ast.literal_eval(node.value))
+        elif isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            star = package_imports(ast.unparse(node), dotted, path.name == "__init__.py")
+            for _, target, _ in star:
+                names |= defined_names(target)
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def import_lines(text: str) -> str:
+    """The single-line imports of the package in a text that is not a Python module (a rule file,
+    a shell script, a program in a string), as Python source."""
+    statements = []
+    for line in text.splitlines():
+        for piece in re.sub(r"^.*?-c '", "", line).split(";"):
+            piece = piece.split("#")[0].strip()
+            if re.match(rf"(from|import) .*\b{PACKAGE}\b", piece):
+                try:
+                    ast.parse(piece)
+                except SyntaxError:
+                    continue
+                statements.append(piece)
+    return "\n".join(statements)
+
+
+def tree_sources() -> list[tuple[str, str, str | None, bool, str]]:
+    """(where, Python source, dotted module or None, is a package __init__, the text) of every
+    Python file git knows (committed or not), of the programs in their strings that import the
+    package, and of the imports in the Makefile, the rules and the shell scripts."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.smk",
+                             "*.sh", "Makefile"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    sources = []
+    for rel in listed:
+        path = ROOT / rel
+        if not path.is_file() or path == Path(__file__).resolve():  # this file plants faults
+            continue
+        text = path.read_text()
+        if path.suffix != ".py":
+            sources.append((rel, import_lines(text), None, False, text))
+            continue
+        inside = PACKAGE_DIR in path.parents
+        module, is_package = dotted_name(path) if inside else (None, False)
+        sources.append((rel, text, module, is_package, text))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and PACKAGE in node.value:
+                program = import_lines(node.value)
+                if program:
+                    sources.append((f"{rel}:{node.lineno} (a program in a string)", program, None,
+                                    False, ""))
+    return sources
+
+
+def test_every_import_of_the_package_names_what_exists():
+    problems = []
+    for where, source, module, is_package, text in tree_sources():
+        for line, target, names in package_imports(source, module, is_package):
+            if module_file(target) is None:
+                problems.append(f"{where}:{line}: no module {target}")
+                continue
+            missing = [n for n in names if n != "*" and n not in defined_names(target)]
+            if missing:
+                problems.append(f"{where}:{line}: {target} defines no {', '.join(missing)}")
+        # `python -m groupconv_atlas.x` in the Makefile, tools and subprocess calls.
+        for found in re.findall(rf"-m\"?,?\s*\"?({PACKAGE}[\w.]*)", text):
+            if module_file(found) is None:
+                problems.append(f"{where}: `-m {found}` names no module")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_reference_check_sees_a_moved_name():
+    source = "def on_the_gpu():\n    from groupconv_atlas.runtime.timing import tune_kernel\n"
+    (line, target, names), = package_imports(source, None, False)
+    assert (line, target, names) == (2, f"{PACKAGE}.runtime.timing", ["tune_kernel"])
+    assert "tune_kernel" not in defined_names(target)
+    assert "tune_kernel" in defined_names(f"{PACKAGE}.runtime.tuning")
+    assert {"conv2d", "convert", "GroupConv2d"} <= defined_names(PACKAGE)
+
+
+
+def test_shared_constants_are_defined_once():
+    # One definition each, in the lowest layer that needs it; everything else imports it. A
+    # module-level name bound to the same value elsewhere (a HEADLINE_BOUNDARIES) is a copy too.
+    once = {"BOUNDARIES": "runtime/timing.py", "DISPATCH": "runtime/kernels.py",
+            "REPO_ROOT": "runtime/files.py"}
+    values = {"('graph_device', 'sync_api')": "BOUNDARIES", "'dispatch'": "DISPATCH"}
+    found = {name: set() for name in once}
+    for path in package_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign):
+                for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                    name = target.id if target.id in once else values.get(ast.unparse(node.value))
+                    if name:
+                        found[name].add(f"{path.relative_to(PACKAGE_DIR).as_posix()} ({target.id})")
+    assert found == {name: {f"{where} ({name})"} for name, where in once.items()}, found

@@ -1,0 +1,244 @@
+"""Paired, interleaved timing of implementations at two boundaries.
+
+- graph_device: L launches captured in one CUDA graph on the shared stream; CUDA events around a
+  replay; per-launch latency = elapsed / L. L is chosen per shape (the same for every
+  implementation) so one replay lasts at least `graph_min_replay_us`, far above the events'
+  resolution (about 0.5 us), and is recorded.
+- sync_api: the host clock around one eager call plus torch.cuda.synchronize(): what a Python
+  caller pays, launch overhead included. The call is the one a user makes: F.conv2d for PyTorch,
+  the public groupconv_atlas.conv2d for custom kernels and the dispatcher (a timing job passes
+  those calls as `api_runs`; graph_device captures the bare launch).
+Each batch visits the implementations in a seeded random order, so drift hits all alike; the SM
+clock and temperature are read from NVML after every block of samples. A run's number is the
+median of its batch medians (pooled_medians), the one median of every stage and of autotuning.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+BOUNDARIES = ("graph_device", "sync_api")
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    batches: int
+    samples_per_batch: int
+    seed: int
+    warmup_launches: int
+    graph_min_replay_us: float
+    graph_max_replay_us: float
+    graph_max_launches: int
+    l2_policy: str  # "warm" or "cold"
+    clock_flag_fraction: float
+
+    def __post_init__(self):
+        if self.l2_policy not in ("warm", "cold"):
+            raise ValueError(f"timing.l2_policy must be 'warm' or 'cold', not {self.l2_policy!r}")
+
+
+def launches_per_replay(fastest_us: float, slowest_us: float, cfg: "TimingConfig") -> int:
+    """One launch count per shape: enough that the fastest implementation's replay lasts at
+    least graph_min_replay_us, but no more than keeps the slowest one's replay within
+    graph_max_replay_us (and graph_max_launches), so a pathological baseline cannot stretch the
+    job. Never below 1."""
+    if not math.isfinite(fastest_us) or fastest_us <= 0:
+        return 1
+    wanted = math.ceil(cfg.graph_min_replay_us / fastest_us)
+    affordable = math.floor(cfg.graph_max_replay_us / slowest_us) if slowest_us > 0 else wanted
+    return int(max(1, min(wanted, affordable, cfg.graph_max_launches)))
+
+
+class ClockReader:
+    """SM clock and temperature through NVML; None when NVML is unavailable."""
+
+    def __init__(self, torch):
+        self.handle = None
+        self.max_sm_clock_mhz = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
+            try:
+                self.handle = pynvml.nvmlDeviceGetHandleByUUID(
+                    uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
+            except Exception:  # noqa: BLE001 - fall back to the first device
+                self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            self.max_sm_clock_mhz = float(
+                pynvml.nvmlDeviceGetMaxClockInfo(self.handle, pynvml.NVML_CLOCK_SM))
+        except Exception:  # noqa: BLE001 - no NVML: clocks are recorded as missing
+            self.handle = None
+
+    def read(self) -> tuple[float | None, float | None]:
+        if self.handle is None:
+            return None, None
+        nv = self.nvml
+        return (float(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)),
+                float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)))
+
+
+class PairedSampler:
+    """Paired samples of warmed-up `runs` (each enqueues one call on the shared stream), one
+    batch at a time: `prepare()` once (one-call graph replays estimate each run's device time,
+    which gives L, launches per graph; then each run's L-launch graph is captured), then
+    `batch(b, order)` for each batch this process takes. A batch visits the runs in the given
+    order; each takes samples_per_batch samples at each boundary. Rows: (name, boundary, batch,
+    sample, latency_us, sm_clock_mhz, temperature_c, launches, order_in_batch)."""
+
+    def __init__(self, session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
+                 clocks: ClockReader, flush=None, boundaries: tuple[str, ...] = BOUNDARIES,
+                 api_runs: dict[str, Callable[[], object]] | None = None):
+        """`api_runs` replaces a run at sync_api (the call a user makes, where it differs from
+        the launch captured at graph_device)."""
+        self.session, self.runs, self.cfg, self.clocks = session, runs, cfg, clocks
+        self.flush, self.boundaries = flush, boundaries
+        self.api_runs = {**runs, **(api_runs or {})}
+        torch = session.torch
+        self.start_ev = torch.cuda.Event(enable_timing=True)
+        self.end_ev = torch.cuda.Event(enable_timing=True)
+        self.launches, self.estimates, self.graphs = 1, {}, {}
+
+    def _replay_us(self, graph) -> float:
+        stream = self.session.torch_stream
+        if self.flush is not None:
+            self.flush.zero_()
+        self.start_ev.record(stream)
+        graph.replay()
+        self.end_ev.record(stream)
+        self.end_ev.synchronize()
+        return self.start_ev.elapsed_time(self.end_ev) * 1000.0
+
+    def _capture(self, run, calls: int):
+        torch = self.session.torch
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.session.torch_stream):
+            for _ in range(calls):
+                run()
+        graph.replay()  # the first replays upload the graph; keep them out of the samples
+        graph.replay()
+        self.session.synchronize()
+        return graph
+
+    def prepare(self) -> "PairedSampler":
+        if "graph_device" in self.boundaries:
+            singles = {name: self._capture(run, 1) for name, run in self.runs.items()}
+            self.estimates = {name: float(np.median([self._replay_us(g) for _ in range(5)]))
+                              for name, g in singles.items()}
+            del singles
+            if self.flush is None:  # a cold-L2 sample must be a single launch after the flush
+                self.launches = launches_per_replay(min(self.estimates.values()),
+                                                    max(self.estimates.values()), self.cfg)
+            self.graphs = {name: self._capture(run, self.launches)
+                           for name, run in self.runs.items()}
+        return self
+
+    def batch(self, batch: int, order: list[str]) -> list[tuple]:
+        torch, cfg, rows = self.session.torch, self.cfg, []
+        gc.disable()  # no collector pauses inside host-clock samples (as timeit does)
+        try:
+            for position, name in enumerate(order):
+                for boundary in self.boundaries:
+                    if boundary == "graph_device":
+                        lats = [self._replay_us(self.graphs[name]) / self.launches
+                                for _ in range(cfg.samples_per_batch)]
+                        reps = self.launches
+                    else:
+                        lats = []
+                        for _ in range(cfg.samples_per_batch):
+                            if self.flush is not None:
+                                self.flush.zero_()
+                                torch.cuda.synchronize()
+                            t0 = time.perf_counter_ns()
+                            self.api_runs[name]()
+                            torch.cuda.synchronize()
+                            lats.append((time.perf_counter_ns() - t0) / 1000.0)
+                        reps = 1
+                    clock, temp = self.clocks.read()
+                    rows.extend((name, boundary, batch, sample, lat, clock, temp, reps, position)
+                                for sample, lat in enumerate(lats))
+        finally:
+            gc.enable()
+        return rows
+
+    def close(self) -> None:
+        self.session.synchronize()
+        self.graphs.clear()
+
+
+def batch_order(rng, names) -> list[str]:
+    """A batch's seeded shuffled visiting order."""
+    return [str(name) for name in rng.permutation(list(names))]
+
+
+def warm_up(session, runs, launches: int) -> None:
+    """Each run `launches` times before any sample (lazy loads, cuDNN's choice, the op's plan),
+    then a synchronize, so a failed launch surfaces before timing."""
+    for run in runs:
+        for _ in range(launches):
+            run()
+    session.synchronize()
+
+
+def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
+              clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES
+              ) -> tuple[list[tuple], int, dict[str, float]]:
+    """Every batch of a PairedSampler in this process. Returns rows, L and the estimates."""
+    sampler = PairedSampler(session, runs, cfg, clocks, flush, boundaries).prepare()
+    rows: list[tuple] = []
+    for batch in range(cfg.batches):
+        rows += sampler.batch(batch, batch_order(rng, runs))
+    sampler.close()
+    return rows, sampler.launches, sampler.estimates
+
+
+def samples_frame(rows: list[tuple], shape_id: str) -> pd.DataFrame:
+    """time_runs' rows for one shape as raw samples (the columns batch_medians reads)."""
+    columns = ["implementation", "boundary", "batch", "sample", "latency_us", "sm_clock_mhz",
+               "temperature_c", "launches_per_replay", "order_in_batch"]
+    frame = pd.DataFrame.from_records(rows, columns=columns)
+    frame.insert(0, "shape_id", shape_id)
+    frame["clock_flagged"] = False  # a selection stage: no clock screening
+    return frame
+
+
+def batch_medians(raw: pd.DataFrame) -> pd.DataFrame:
+    """Median latency per (shape, implementation, boundary, batch), with the OS process that ran
+    the batch (0 for records made before timing jobs were split over processes)."""
+    keys = ["shape_id", "implementation", "boundary", "batch"]
+    frame = raw if "process" in raw else raw.assign(process=0)
+    out = frame.groupby(keys, sort=True, observed=True).agg(
+        median_us=("latency_us", "median"),
+        clock_flagged=("clock_flagged", "max"),
+        process=("process", "first")).reset_index()
+    out["process"] = out["process"].astype("int64")
+    return out
+
+
+def pooled_medians(samples: pd.DataFrame) -> pd.DataFrame:
+    """Median of batch medians per (shape, implementation, boundary), pooled over the timing
+    jobs whose raw samples are concatenated in `samples`. Independent of the classification
+    settings, so a threshold edit never reaches what depends on this."""
+    medians = batch_medians(samples)
+    return medians.groupby(["shape_id", "implementation", "boundary"], as_index=False,
+                           sort=True)["median_us"].median()
+
+
+def median_latencies(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig, rng,
+                     shape_id: str = "-", clocks: "ClockReader | None" = None,
+                     boundary: str = "graph_device") -> tuple[dict[str, float], pd.DataFrame]:
+    """The atlas's one timer and one median for a stage that only needs a number per run (the
+    tuning stage, the ceilings, the timer cross-check): time_runs at one boundary, then
+    pooled_medians (median of batch medians). Returns ({name: median_us}, raw samples)."""
+    rows, _, _ = time_runs(session, runs, cfg, clocks or ClockReader(session.torch), rng,
+                           boundaries=(boundary,))
+    frame = samples_frame(rows, shape_id)
+    medians = pooled_medians(frame)
+    return dict(zip(medians["implementation"], medians["median_us"].astype(float))), frame

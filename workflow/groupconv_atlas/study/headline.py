@@ -1,0 +1,400 @@
+"""The question answered up front: where custom kernels win and lose against the strongest
+strict-FP32 PyTorch reference, which implementation is fastest per shape, and how sure we are.
+
+Everything is computed from the comparison rows (with torch_best added, stats.with_torch_best),
+the shape table, the verification table and, when a cross-record comparison exists, its cells.
+The reference is torch_best (per shape and boundary the fastest strict-FP32 PyTorch path
+measured: torch_default and torch_tuned, and where the record timed them, the same on
+channels_last tensors) when the record timed torch_default and torch_tuned both, else
+torch_tuned. Where channels_last references were timed, the NCHW-only reading (torch_best_nchw)
+stands beside it, labelled as such."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..runtime.kernels import BASELINES, DISPATCH, KERNELS, layout_of
+from ..runtime.timing import BOUNDARIES
+from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW, StatsConfig, \
+    geomean_block, measured_medians
+
+# Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
+CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
+# Footprint (input + weights + output bytes) over the L2 size the record states.
+FOOTPRINT_BINS = ((None, 0.5), (0.5, 2.0), (2.0, None))
+# Implementations that compute in strict FP32 and may be "the fastest"; the TF32 reference and
+# the dispatcher (a choice among the others) are not.
+STRICT_REFERENCES = TORCH_BEST_FROM
+GROUP_KEYS = ("geomean_ratio", "shape_ci_low", "shape_ci_high", "noise_ci_low", "noise_ci_high",
+              "shapes_compared", "n_win", "n_loss", "n_tie", "n_inconclusive", "n_unsupported",
+              "n_incorrect")
+
+
+def strongest_reference(comparisons: pd.DataFrame) -> str | None:
+    baselines = set(comparisons["baseline"])
+    for name in (TORCH_BEST, "torch_tuned"):
+        if name in baselines:
+            return name
+    return None
+
+
+def channel_bin(cin_per_group: int) -> str:
+    for low, high in CHANNEL_BINS:
+        if cin_per_group >= low and (high is None or cin_per_group <= high):
+            return (str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}")
+    raise ValueError(f"cin_per_group must be a positive integer, not {cin_per_group}")
+
+
+def footprint_bin(footprint_over_l2: float) -> str:
+    for low, high in FOOTPRINT_BINS:
+        if (low is None or footprint_over_l2 >= low) and (high is None or footprint_over_l2 < high):
+            return (f"under {high:g}x L2" if low is None else f"{low:g}x L2 or more"
+                    if high is None else f"{low:g}-{high:g}x L2")
+    raise ValueError(f"footprint over L2 must be a number, not {footprint_over_l2}")
+
+
+def shape_groups(shapes_doc: dict, l2_bytes: int | None) -> pd.DataFrame:
+    """Per shape: depthwise or grouped, its channels-per-group bin, its footprint bin."""
+    rows = []
+    for s in shapes_doc["shapes"]:
+        ratio = s["min_bytes"] / l2_bytes if l2_bytes else None
+        rows.append({"shape_id": s["id"],
+                     "kind": "depthwise" if s["cin_per_group"] == 1 else "grouped",
+                     "channels_per_group": channel_bin(s["cin_per_group"]),
+                     "footprint": footprint_bin(ratio) if ratio is not None else None,
+                     "footprint_over_l2": ratio})
+    return pd.DataFrame(rows)
+
+
+def _group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg: StatsConfig
+                   ) -> list[dict]:
+    entries = []
+    for label in order:
+        part = rows[labels.reindex(rows["shape_id"]).to_numpy() == label]
+        if part.empty:
+            continue
+        block = geomean_block(part, cfg)
+        entries.append({"group": label, "shapes": int(part["shape_id"].nunique()),
+                        **{k: block[k] for k in GROUP_KEYS}})
+    return entries
+
+
+def headline_candidate(summary: pd.DataFrame, reference: str) -> str | None:
+    """The custom kernel measured on the most shapes against the reference at graph_device,
+    the highest geometric mean among those."""
+    rows = summary[(summary["baseline"] == reference) & summary["candidate"].isin(KERNELS)
+                   & (summary["boundary"] == "graph_device") & (summary["shapes_compared"] > 0)]
+    if rows.empty:
+        return None
+    best = rows.sort_values(["shapes_compared", "geomean_ratio", "candidate"],
+                            ascending=[False, False, True], kind="stable").iloc[0]
+    return str(best["candidate"])
+
+
+def fastest_per_shape(comparisons: pd.DataFrame, verification: pd.DataFrame, reference: str,
+                      boundary: str) -> list[dict]:
+    """Per shape: the fastest verified strict-FP32 implementation (lowest median over the jobs
+    that timed it) and the fastest custom kernel with its ratio, interval and class against the
+    reference."""
+    correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
+                      verification.loc[verification["status"] == "correct", "implementation"]))
+    med = measured_medians(comparisons)
+    med = med[(med["boundary"] == boundary)
+              & med["implementation"].isin([*KERNELS, *STRICT_REFERENCES])]
+    med = med[[(s, i) in correct for s, i in zip(med["shape_id"], med["implementation"])]]
+    if med.empty:  # nothing verified was timed at this boundary
+        return []
+    rows = comparisons[(comparisons["baseline"] == reference)
+                       & (comparisons["boundary"] == boundary)
+                       & comparisons["class"].isin(CLASSES)].set_index(["shape_id", "candidate"])
+    out = []
+    for shape_id, grp in med.sort_values(["shape_id", "median_us", "implementation"],
+                                         kind="stable").groupby("shape_id", sort=True):
+        fastest = grp.iloc[0]
+        custom = grp[grp["implementation"].isin(KERNELS)]
+        entry = {"shape_id": shape_id, "fastest": fastest["implementation"],
+                 "fastest_layout": layout_of(fastest["implementation"]),
+                 "fastest_median_us": float(fastest["median_us"]),
+                 "fastest_is_custom": fastest["implementation"] in KERNELS,
+                 "best_custom": None}
+        if not custom.empty and (shape_id, custom.iloc[0]["implementation"]) in rows.index:
+            best = custom.iloc[0]["implementation"]
+            cell = rows.loc[(shape_id, best)]
+            entry["best_custom"] = {
+                "implementation": best, "median_us": float(custom.iloc[0]["median_us"]),
+                "ratio": float(cell["ratio"]), "ci_low": float(cell["ci_low"]),
+                "ci_high": float(cell["ci_high"]), "class": cell["class"],
+                "reference_chosen": (cell.get("torch_best_choice")
+                                     if reference in (TORCH_BEST, TORCH_BEST_NCHW) else reference)}
+        out.append(entry)
+    return out
+
+
+def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
+    """From compare_records' side-by-side cells: per boundary, the share of shared cells whose
+    classes agree, over every comparison and over the headline candidate's cells against the
+    strict-FP32 references."""
+    if wide is None or wide.empty:
+        return {"available": False,
+                "statement": "no cross-record comparison was available to this build: agreement "
+                             "between sessions is not known"}
+    from .compare_records import agreement
+
+    records = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
+    mine = wide[(wide["candidate"] == candidate) & wide["baseline"].isin(TORCH_BEST_FROM)]
+    block = {"available": True, "records": records, "boundaries": {}}
+    for boundary in BOUNDARIES:
+        shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
+        if shared.empty:
+            continue
+        every = agreement(shared)
+        own = agreement(own_cells) if not own_cells.empty else None
+        row = every[every["boundary"] == "all"].iloc[0]
+        entry = {"cells": int(row["cells"]), "classes_agree": int(row["classes_agree"]),
+                 "share_classes_agree": row["share_classes_agree"],
+                 "reversals": int(row["reversals"])}
+        if own is not None:
+            mine_row = own[own["boundary"] == "all"].iloc[0]
+            entry["candidate"] = {"cells": int(mine_row["cells"]),
+                                  "classes_agree": int(mine_row["classes_agree"]),
+                                  "share_classes_agree": mine_row["share_classes_agree"],
+                                  "reversals": int(mine_row["reversals"])}
+        block["boundaries"][boundary] = entry
+    return block
+
+
+def reference_statement(reference: str, comparisons: pd.DataFrame) -> str:
+    if reference == "torch_tuned":
+        return "torch_tuned (this record did not time torch_default and torch_tuned both)"
+    timed = sorted(set(comparisons["baseline"]) & set(TORCH_BEST_FROM))
+    among = TORCH_BEST_FROM if reference == TORCH_BEST else ("torch_tuned", "torch_default")
+    named = [r for r in among if r in timed]
+    nhwc = [r for r in named if BASELINES[r]["layout"] == "nhwc"]
+    if not nhwc and reference == TORCH_BEST:
+        return ("torch_best: per shape and boundary the faster (lower median over timing jobs) "
+                "of torch_default and torch_tuned")
+    words = (f"{reference}: per shape and boundary the fastest (lower median over timing jobs) "
+             f"of {', '.join(named)}")
+    if nhwc:
+        words += (" (the _nhwc ones on channels_last input and weight, converted once outside "
+                  "the timed region)")
+    else:
+        words += " (contiguous NCHW tensors only)"
+    return words
+
+
+def _boundary_block(comparisons, summary, verification, reference, candidate, groups, l2_bytes,
+                    boundary, cfg) -> dict:
+    """Against one reference at one boundary: every candidate's geometric mean, the headline
+    candidate by region, and the fastest implementation per shape."""
+    against = summary[(summary["baseline"] == reference) & (summary["boundary"] == boundary)
+                      & summary["candidate"].isin([*KERNELS, DISPATCH])]
+    overall = [{"candidate": r["candidate"], **{k: r[k] for k in GROUP_KEYS}}
+               for r in against.to_dict("records")]
+    rows = comparisons[(comparisons["candidate"] == candidate)
+                       & (comparisons["baseline"] == reference)
+                       & (comparisons["boundary"] == boundary)]
+    fastest = fastest_per_shape(comparisons, verification, reference, boundary)
+    counts = pd.Series([f["fastest"] for f in fastest]).value_counts()
+    dispatch = comparisons[(comparisons["candidate"] == DISPATCH)
+                           & (comparisons["baseline"] == reference)
+                           & (comparisons["boundary"] == boundary)]
+    # Per shape the fastest verified custom kernel in either layout, its own comparison row:
+    # chosen on these samples, so favoured (the dispatcher's reading is on fresh samples).
+    chosen = {(f["shape_id"], f["best_custom"]["implementation"]) for f in fastest
+              if f["best_custom"]}
+    against = comparisons[(comparisons["baseline"] == reference)
+                          & (comparisons["boundary"] == boundary)]
+    best = against[[k in chosen for k in zip(against["shape_id"], against["candidate"])]]
+    return {
+        "overall": overall,
+        **_regions(rows, groups, l2_bytes, cfg),
+        # The same regions for the dispatcher: what a caller of `dispatch` gets where.
+        "dispatch": _regions(dispatch, groups, l2_bytes, cfg) if not dispatch.empty else None,
+        "best_custom": ({**_regions(best, groups, l2_bytes, cfg),
+                         "by_kind_layouts": _layout_counts(best, groups["kind"]),
+                         "selection": "per shape the fastest verified custom kernel in either "
+                                      "layout, chosen on the same samples it is read from"}
+                        if not best.empty else None),
+        "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
+        "fastest_per_shape": fastest,
+    }
+
+
+def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
+    """{region: {implementation (layout): shapes}} of the rows' candidates."""
+    out: dict[str, dict[str, int]] = {}
+    for shape_id, cand in zip(rows["shape_id"], rows["candidate"]):
+        key = f"{cand} ({layout_of(cand)})"
+        region = out.setdefault(str(labels.get(shape_id)), {})
+        region[key] = region.get(key, 0) + 1
+    return {r: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for r, c in out.items()}
+
+
+def _regions(rows, groups, l2_bytes, cfg) -> dict:
+    return {
+        "by_kind": _group_entries(rows, groups["kind"], ["depthwise", "grouped"], cfg),
+        "by_channels_per_group": _group_entries(
+            rows, groups["channels_per_group"],
+            [channel_bin(lo) for lo, _ in CHANNEL_BINS], cfg),
+        "by_footprint": _group_entries(
+            rows, groups["footprint"],
+            [footprint_bin(lo if lo is not None else 0.0) for lo, _ in FOOTPRINT_BINS], cfg)
+        if l2_bytes else [],
+    }
+
+
+def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc: dict,
+                   verification: pd.DataFrame, l2_bytes: int | None, aa: dict,
+                   cfg: StatsConfig, agreement_cells: pd.DataFrame | None = None) -> dict:
+    reference = strongest_reference(comparisons)
+    if reference is None:
+        return {"reference": None, "summary_lines": [
+            "No strict-FP32 PyTorch reference was timed in this record, so no headline."]}
+    candidate = headline_candidate(summary, reference)
+    groups = shape_groups(shapes_doc, l2_bytes).set_index("shape_id")
+    doc = {"reference": reference,
+           "reference_statement": reference_statement(reference, comparisons),
+           "candidate": candidate, "l2_bytes": l2_bytes, "boundaries": {},
+           "interval": "two-stage bootstrap over shapes, then batches within each shape "
+                       f"({cfg.confidence_level:.0%}, percentile, {cfg.resamples} resamples)"}
+    for boundary in BOUNDARIES:
+        doc["boundaries"][boundary] = _boundary_block(
+            comparisons, summary, verification, reference, candidate, groups, l2_bytes,
+            boundary, cfg)
+    if reference == TORCH_BEST and TORCH_BEST_NCHW in set(comparisons["baseline"]):
+        # The reading against NCHW PyTorch alone, beside the headline and labelled as such.
+        doc["nchw_only"] = {
+            "reference": TORCH_BEST_NCHW,
+            "reference_statement": reference_statement(TORCH_BEST_NCHW, comparisons),
+            "boundaries": {b: _boundary_block(comparisons, summary, verification,
+                                              TORCH_BEST_NCHW, candidate, groups, l2_bytes, b,
+                                              cfg)
+                           for b in BOUNDARIES}}
+    doc["certainty"] = {"aa": {b: {k: v for k, v in r.items() if k.startswith("exclude_one")}
+                               for b, r in aa.get("by_boundary", {}).items()},
+                        "aa_exclude_one_limit": aa.get("exclude_one_limit"),
+                        "session_agreement": session_agreement(agreement_cells, candidate)}
+    doc["summary_lines"] = summary_lines(doc, len(shapes_doc["shapes"]))
+    return doc
+
+
+def _x(value, digits: int = 2) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}f}x"
+
+
+def _interval(entry: dict) -> str:
+    return f"[{_x(entry['shape_ci_low'])}, {_x(entry['shape_ci_high'])}]"
+
+
+def _counts(entry: dict) -> str:
+    return (f"wins {entry['n_win']}, losses {entry['n_loss']}, ties {entry['n_tie']}, "
+            f"inconclusive {entry['n_inconclusive']} of {entry['shapes_compared']} shapes")
+
+
+def summary_lines(doc: dict, shape_count: int) -> list[str]:
+    """Plain sentences for a reader who sees nothing else; every number from `doc`."""
+    ref, cand = doc["reference"], doc["candidate"]
+    nchw_only = doc.get("nchw_only")
+    ref_words = ("the fastest strict-FP32 PyTorch path per shape in either layout, NCHW or "
+                 "channels_last (torch_best)" if ref == TORCH_BEST and nchw_only else
+                 "the faster of PyTorch default and tuned per shape (torch_best)"
+                 if ref == TORCH_BEST else "tuned PyTorch (torch_tuned)")
+    if cand is None:
+        return [f"No custom kernel was timed against {ref_words}."]
+    lines = []
+    if nchw_only:
+        graph = doc["boundaries"].get("graph_device", {})
+        layouts = pd.Series([f["fastest_layout"] for f in graph.get("fastest_per_shape", [])
+                             if not f["fastest_is_custom"]]).value_counts()
+        mine = next((o for o in graph.get("overall", []) if o["candidate"] == DISPATCH), None)
+        old = next((o for o in nchw_only["boundaries"].get("graph_device", {}).get("overall", [])
+                    if o["candidate"] == DISPATCH), None)
+        if mine and old:
+            lines.append(
+                f"At graph_device the dispatcher (NCHW) against torch_best over both layouts: "
+                f"{_x(mine['geomean_ratio'])} {_interval(mine)}, {_counts(mine)}; against NCHW "
+                f"PyTorch alone (torch_best_nchw, the older reading): {_x(old['geomean_ratio'])} "
+                f"{_interval(old)}, {_counts(old)}.")
+        regions = (graph.get("dispatch") or {}).get("by_kind", [])
+        old_regions = ((nchw_only["boundaries"].get("graph_device") or {}).get("dispatch")
+                       or {}).get("by_kind", [])
+        for entry, before in zip(regions, old_regions):
+            lines.append(f"{entry['group'].capitalize()} shapes at graph_device, the dispatcher "
+                         f"against torch_best: {_x(entry['geomean_ratio'])} {_interval(entry)}, "
+                         f"{_counts(entry)}; against torch_best_nchw: "
+                         f"{_x(before['geomean_ratio'])} {_interval(before)}.")
+        best = graph.get("best_custom") or {}
+        for entry in best.get("by_kind", []):
+            who = ", ".join(f"{k} on {v}" for k, v in
+                            best["by_kind_layouts"].get(entry["group"], {}).items())
+            lines.append(f"{entry['group'].capitalize()} shapes at graph_device, per shape the "
+                         f"fastest custom kernel in either layout ({who}; chosen on the same "
+                         f"samples, so favoured) against torch_best: {_x(entry['geomean_ratio'])} "
+                         f"{_interval(entry)}, {_counts(entry)}.")
+        if not layouts.empty:
+            lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
+                         "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"
+                                                   for k, v in layouts.items()) + ".")
+    for boundary in BOUNDARIES:
+        part = doc["boundaries"].get(boundary)
+        mine = next((o for o in (part or {}).get("overall", []) if o["candidate"] == cand), None)
+        if mine is None:
+            continue
+        lines.append(
+            f"At {boundary}, {cand} against {ref_words}: geometric mean {_x(mine['geomean_ratio'])}"
+            f" over {mine['shapes_compared']} of {shape_count} shapes, {_interval(mine)} when the "
+            f"shapes themselves are resampled (measurement noise alone: "
+            f"[{_x(mine['noise_ci_low'], 3)}, {_x(mine['noise_ci_high'], 3)}]); {_counts(mine)}.")
+    graph = doc["boundaries"].get("graph_device")
+    if graph:
+        for entry in graph["by_kind"]:
+            lines.append(f"{entry['group'].capitalize()} shapes at graph_device: {cand} "
+                         f"{_x(entry['geomean_ratio'])} {_interval(entry)}; {_counts(entry)}.")
+        losing = [e for e in (*graph["by_channels_per_group"], *graph["by_footprint"])
+                  if e["n_loss"]]
+        if losing:
+            lines.append(f"{cand}'s losses at graph_device fall in: " + "; ".join(
+                f"{_group_words(e['group'])} ({e['n_loss']} of {e['shapes']})"
+                for e in losing) + ".")
+        else:
+            lines.append(f"{cand} loses on no shape at graph_device.")
+        custom = sum(f["fastest_is_custom"] for f in graph["fastest_per_shape"])
+        total = len(graph["fastest_per_shape"])
+        who = ", ".join(f"{k} {v}" for k, v in sorted(graph["fastest_counts"].items(),
+                                                       key=lambda kv: (-kv[1], kv[0])))
+        lines.append(f"The fastest verified strict-FP32 implementation at graph_device is a custom"
+                     f" kernel on {custom} of {total} shapes and PyTorch on {total - custom} "
+                     f"({who}).")
+    agreement = doc["certainty"]["session_agreement"]
+    if agreement["available"]:
+        for boundary, entry in agreement["boundaries"].items():
+            own = entry.get("candidate")
+            lines.append(
+                f"Between sessions {' and '.join(agreement['records'])} at {boundary}, per-shape "
+                f"classes agree in {entry['share_classes_agree']:.0%} of {entry['cells']} shared "
+                "cells" + (f" ({own['share_classes_agree']:.0%} of {own['cells']} for {cand} "
+                           "against the PyTorch references)" if own else "")
+                + f", with {entry['reversals']} WIN/LOSS reversal"
+                + ("" if entry["reversals"] == 1 else "s") + ".")
+    else:
+        lines.append("Agreement between sessions is absent: no cross-record comparison was "
+                     "available to this build.")
+    aa = doc["certainty"]["aa"]
+    if aa:
+        limit = doc["certainty"].get("aa_exclude_one_limit")
+        over = [b for b, r in aa.items() if limit is not None and r["exclude_one_rate"] > limit]
+        verdict = "" if limit is None else f" (limit {limit:.0%} per boundary: " + (
+            "met)" if not over else "NOT met at " + ", ".join(
+                f"{b}, where the excluding pairs' ratios lie within "
+                f"{aa[b]['exclude_one_largest_deviation']:.1%} of 1" for b in over) + ")")
+        lines.append("A/A calibration (a kernel against itself): intervals excluding 1 in " +
+                     ", ".join(f"{r['exclude_one']} of {r['exclude_one_pairs']} pairs at {b}"
+                               for b, r in aa.items()) + verdict + ".")
+    return lines
+
+
+def _group_words(group: str) -> str:
+    if group.endswith("L2"):
+        return f"footprint {group}"
+    return f"{group} channels per group"

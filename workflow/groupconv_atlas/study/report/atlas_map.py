@@ -1,0 +1,121 @@
+"""The atlas map: one HTML file with its data, script and style inline (opens with no network).
+The page's script (workflow/templates/atlas_map.html) reads the payload built here."""
+from __future__ import annotations
+
+import html
+import json
+
+from ...runtime.kernels import IMPLEMENTATIONS, base_implementation, layout_of
+from ..stats import CLASSES, DERIVED_REFERENCES
+from .html_blocks import DATA_URL_LIMIT, data_url_bytes, packed_page
+from .style import BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, UNTIMED, baseline_label
+
+MAP_DATA_MARKER = "/*__ATLAS_MAP_DATA__*/null"
+
+
+# What the page calls each memory layout that layout_of gives; any other is shown as it is.
+LAYOUT_LABELS = {"nchw": "NCHW", "nhwc": "channels_last (NHWC)"}
+# The layout of a derived reference whose sources span more than one layout.
+EITHER = "either"
+
+
+def _layout_order(layout: str) -> tuple:
+    return (layout != "nchw", layout)
+
+
+def _implementation(name: str, measured: set[str]) -> dict:
+    """One candidate or baseline with its layout (kernels.layout_of). A derived reference
+    (stats.DERIVED_REFERENCES) has the layouts of the references it picks among: `covers` them
+    all, and `measured_covers` those this record timed; its `layout` is the one it covers or
+    EITHER."""
+    base = base_implementation(name)
+    if base in DERIVED_REFERENCES:
+        sources = DERIVED_REFERENCES[base]
+        covers = sorted({layout_of(r) for r in sources}, key=_layout_order)
+        timed = sorted({layout_of(r) for r in sources if r in measured}, key=_layout_order)
+        return {"id": name, "layout": covers[0] if len(covers) == 1 else EITHER,
+                "derived": True, "covers": covers, "measured_covers": timed,
+                "sources": list(sources)}
+    layout = layout_of(name)
+    return {"id": name, "layout": layout, "derived": False, "covers": [layout],
+            "measured_covers": [layout]}
+
+
+def map_payload(details: dict, atlas: dict) -> dict:
+    """What the page's script reads: every cell of map-details.json as it is (so the page
+    shows exactly the artifact's values), plus the summary, the A/A result and the settings;
+    and each candidate's and baseline's memory layout (kernels.layout_of), for the page's layout
+    switch, with the layouts this record measured."""
+    pairs = [p.split(":", 1) for p in details["comparisons"]]
+    baselines = sorted({b for _, b in pairs}, key=lambda b: (b.endswith("_twin"), b))
+    candidates = sorted({c for c, _ in pairs})
+    # Timed in its own right: every name in the comparisons but the derived references.
+    measured = {base_implementation(n) for n in (*candidates, *baselines)} - set(DERIVED_REFERENCES)
+    measured_layouts = {layout_of(n) for n in measured}
+    known = {layout_of(n) for n in IMPLEMENTATIONS} | measured_layouts
+    # Every implementation named on the page (the derived references' sources too, which a
+    # torch_best cell's choice names), with its layout.
+    named = {*candidates, *baselines,
+             *(r for b in baselines if b in DERIVED_REFERENCES for r in DERIVED_REFERENCES[b])}
+    return {
+        "evidence": details["evidence"],
+        "shape_set_sha256": details["shape_set_sha256"],
+        "schema": details.get("schema"),
+        "comparisons": details["comparisons"],
+        "candidates": [_implementation(c, measured) for c in candidates],
+        "baselines": [{**_implementation(b, measured), "label": baseline_label(b)}
+                      for b in baselines],
+        "layouts": [{"id": lay, "label": LAYOUT_LABELS.get(lay, lay),
+                     "measured": lay in measured_layouts}
+                    for lay in sorted(known, key=_layout_order)],
+        "layout_of": {n: _implementation(n, measured)["layout"] for n in sorted(named)},
+        "boundaries": list(BOUNDARIES),
+        "classes": {c: {"colour": CLASS_COLOURS[c], "glyph": CLASS_GLYPHS[c]}
+                    for c in (*CLASSES, *UNTIMED)},
+        "class_order": [*CLASSES, *UNTIMED],
+        "threshold": atlas["config"]["statistics"]["threshold"],
+        "confidence_level": atlas["config"]["statistics"]["confidence_level"],
+        "method": atlas["config"]["statistics"]["method"],
+        "summary": atlas["comparisons"],
+        "aa": atlas["aa"],
+        "gpu_name": atlas["session"].get("gpu_name"),
+        "shapes": details["shapes"],
+    }
+
+
+# Where even the packed page would be too large for the report's frames (the full 80-shape
+# atlas with every batch median), the map's numbers keep this many significant digits.
+MAP_DIGITS = 6
+
+
+def _rounded(value, digits: int):
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    return value
+
+
+def atlas_map_html(details: dict, atlas: dict, template: str) -> str:
+    """The page with every value of map-details.json; packed where it is too large for the
+    report's frames, and its numbers kept to MAP_DIGITS significant digits (said on the page)
+    where even packed it would be."""
+    if MAP_DATA_MARKER not in template:
+        raise ValueError(f"atlas map template lacks the data marker {MAP_DATA_MARKER!r}")
+    payload = map_payload(details, atlas)
+    page = _page(payload, details, template)
+    if data_url_bytes(packed_page(page)) > DATA_URL_LIMIT:
+        payload = {**_rounded(payload, MAP_DIGITS), "digits": MAP_DIGITS}
+        page = _page(payload, details, template)
+    return packed_page(page)
+
+
+def _page(payload: dict, details: dict, template: str) -> str:
+    data = json.dumps(payload, sort_keys=True, allow_nan=False)
+    # Inside <script>, "</" could close the element early; "\/" is the same JSON string.
+    data = data.replace("</", "<\\/")
+    title = f"GroupConv Atlas map: {details['evidence'].get('device')}"
+    return template.replace(MAP_DATA_MARKER, data).replace("__ATLAS_MAP_TITLE__",
+                                                           html.escape(title))

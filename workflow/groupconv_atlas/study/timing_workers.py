@@ -1,0 +1,266 @@
+"""One timing job in several independent processes, interleaved in time.
+
+A job's batches alternate among `processes` long-lived worker processes (batch b goes to worker
+b % processes), so each process decides its own cuDNN algorithm (cudnn.benchmark searches per
+process) and process becomes a level of the statistics: one process's choice cannot decide a
+class. Every worker imports torch and PyCUDA once and is then fed all shapes, so a job pays the
+process start-up once per worker, not once per shape. Workers prepare a shape one after another
+(a cudnn.benchmark search never runs beside another process's), then take their batches in turn;
+only one process touches the GPU at a time. The coordinator owns the seeded batch orders, so the
+samples depend on the seed and the verified set alone. The samples become the raw timing table
+(RAW_COLUMNS), with clock-flagged batches marked.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict
+from multiprocessing.connection import Client, Listener
+
+import numpy as np
+import pandas as pd
+
+from ..runtime.shapes import Shape
+from ..runtime.timing import ClockReader, TimingConfig, batch_order
+
+RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
+               "sm_clock_mhz", "temperature_c", "clock_flagged", "launches_per_replay",
+               "order_in_batch", "l2_policy", "process"]
+
+
+def flag_batches(frame: pd.DataFrame, max_clock_mhz: float | None, fraction: float) -> pd.Series:
+    """True for every row of a (shape, batch) whose lowest SM clock reading fell below
+    fraction * max clock. Unknown clocks are never flagged."""
+    if max_clock_mhz is None or frame.empty:
+        return pd.Series(False, index=frame.index)
+    lowest = frame.groupby(["shape_id", "batch"])["sm_clock_mhz"].transform("min")
+    return (lowest < fraction * max_clock_mhz).fillna(False)
+
+
+def shape_plan(shapes: list[Shape], impls_for: dict[str, list[str]]) -> list[tuple[int, Shape]]:
+    """(index, shape) of every shape with something verified to time; the index seeds inputs."""
+    return [(i, s) for i, s in enumerate(shapes) if impls_for.get(s.id)]
+
+
+def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig) -> pd.DataFrame:
+    """Rows (shape_id, process, name, boundary, batch, sample, latency_us, clock, temp, L, order)
+    as the raw timing table, with clock-flagged batches marked."""
+    frame = pd.DataFrame.from_records(rows, columns=[
+        "shape_id", "process", "implementation", "boundary", "batch", "sample", "latency_us",
+        "sm_clock_mhz", "temperature_c", "launches_per_replay", "order_in_batch"])
+    frame["clock_flagged"] = flag_batches(frame, max_clock_mhz, cfg.clock_flag_fraction)
+    frame["l2_policy"] = cfg.l2_policy
+    return frame[[*RAW_COLUMNS[:9], "launches_per_replay", "order_in_batch", "l2_policy",
+                  "process"]]
+
+
+def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
+    """A worker's loop: ("shape", index, shape, impls) -> ("ready", L, estimates, details);
+    ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends."""
+    try:
+        from ..runtime.gpu import GpuSession, Launcher
+
+        from ..runtime import conv
+
+        cfg = TimingConfig(**cfg_dict)
+        session = GpuSession()
+        launcher = Launcher(session, **launcher_args)
+        # sync_api times the public op for custom kernels (the call a user makes), with this
+        # job's cubins and launch tables.
+        conv.configure(launcher=launcher)
+        torch = session.torch
+        clocks = ClockReader(torch)
+        flush = None
+        if cfg.l2_policy == "cold":
+            with session.on_stream():
+                flush = torch.empty(2 * (session.l2_bytes or 2**26) // 4, device="cuda",
+                                    dtype=torch.float32)
+        from .provenance import gpu_environment, software_environment
+
+        conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision,
+                   {**gpu_environment(), **software_environment()}))
+        sampler, tensors = None, None
+        from ..runtime.timing import PairedSampler, warm_up
+
+        while True:
+            msg = conn.recv()
+            if msg[0] == "stop":
+                break
+            if msg[0] == "shape":
+                _, index, shape, impls = msg
+                with session.on_stream():
+                    x, w = session.random_inputs(shape, cfg.seed + index)
+                    y = session.empty_output(shape)
+                    bound = {i: launcher.bind(i, shape, x, w, y) for i in impls}
+                    api = {i: call for i in impls
+                           if (call := public_call(conv, i, impls, x, w, shape.groups))}
+                    # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
+                    # search in this process; for the public op it resolves the call's plan.
+                    warm_up(session, [b.run for b in bound.values()] + list(api.values()),
+                            cfg.warmup_launches)
+                    sampler = PairedSampler(session, {n: b.run for n, b in bound.items()}, cfg,
+                                            clocks, flush, api_runs=api).prepare()
+                tensors = (x, w, y, bound)
+                conn.send(("ready", sampler.launches, sampler.estimates,
+                           {n: b.details for n, b in bound.items()}))
+            elif msg[0] == "batch":
+                _, batch, order = msg
+                with session.on_stream():
+                    rows = sampler.batch(batch, order)
+                conn.send(("rows", rows))
+            elif msg[0] == "release":
+                sampler.close()
+                sampler, tensors = None, None
+                torch.cuda.empty_cache()
+                conn.send(("released",))
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001 - the coordinator re-raises it with the traceback
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
+    """The call a user makes for a custom kernel or the dispatcher: groupconv_atlas.conv2d; None
+    for PyTorch's references (their call is F.conv2d, the bound run itself) and for a kernel
+    timed beside its A/A twin (the twin has no public name: both sides of the A/A stay the bound
+    launch, so they differ in nothing but the handle)."""
+    from ..runtime.kernels import twin_name
+
+    if twin_name(impl) in impls:
+        return None
+    if impl == "dispatch" or impl in conv.KERNELS:
+        from ..runtime.gpu import in_layout
+        from ..runtime.kernels import layout_of
+
+        # A kernel's own layout (channels_last for k8), converted once here, outside the timed
+        # region, as the launcher converts for its bound run.
+        x, w, _ = in_layout(conv.torch, layout_of(impl), x, w)
+        return lambda: conv.conv2d(x, w, groups, impl)
+    return None
+
+
+class WorkerError(RuntimeError):
+    """A timing worker failed; the message carries its traceback."""
+
+
+def _expect(conn, kind: str, process: int):
+    msg = conn.recv()
+    if msg[0] == "error":
+        raise WorkerError(f"timing worker {process} failed:\n{msg[1]}")
+    if msg[0] != kind:
+        raise WorkerError(f"timing worker {process}: expected {kind!r}, got {msg[0]!r}")
+    return msg[1:]
+
+
+def _accept(listener, proc, authkey: bytes):
+    """The worker's connection; a worker that dies before connecting raises, never hangs."""
+    connected = threading.Event()
+
+    def watch():
+        while not connected.wait(0.5):
+            if proc.poll() is not None:  # wake accept() with a connection of our own
+                Client(listener.address, family="AF_UNIX", authkey=authkey).close()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    conn = listener.accept()
+    connected.set()
+    if proc.poll() is not None:
+        raise WorkerError(f"a timing worker exited with status {proc.returncode} before it "
+                          "connected (see the job's log for its error)")
+    return conn
+
+
+def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
+             processes: int, launcher_args: dict, progress=print) -> tuple[pd.DataFrame, dict]:
+    """Time every shape's verified implementations in `processes` worker processes; return
+    (raw samples with a `process` column, metadata per shape and per process)."""
+    if processes < 1:
+        raise ValueError(f"timing.processes must be at least 1, not {processes}")
+    # Fresh interpreters (no CUDA state inherited), started as `python -m` so that they never
+    # re-run the calling script, connected back over a private socket.
+    authkey = secrets.token_bytes(16)
+    folder = tempfile.mkdtemp(prefix="groupconv-timing-")
+    listener = Listener(os.path.join(folder, "socket"), family="AF_UNIX", authkey=authkey)
+    workers = []
+    for process in range(processes):
+        proc = subprocess.Popen([sys.executable, "-m", "groupconv_atlas.study.timing_workers",
+                                 listener.address], stdin=subprocess.PIPE)
+        proc.stdin.write(authkey)
+        proc.stdin.close()
+        conn = _accept(listener, proc, authkey)
+        conn.send((asdict(cfg), launcher_args))
+        workers.append((proc, conn))
+    listener.close()
+    try:
+        started = [_expect(conn, "started", p) for p, (_, conn) in enumerate(workers)]
+        rng = np.random.default_rng(cfg.seed)
+        rows: list[tuple] = []
+        meta: list[dict] = []
+        plan = shape_plan(shapes, impls_for)
+        t_begin = time.perf_counter()
+        for step, (index, shape) in enumerate(plan):
+            impls = impls_for[shape.id]
+            ready = []
+            for p, (_, conn) in enumerate(workers):  # one after another: see the docstring
+                conn.send(("shape", index, shape, impls))
+                ready.append(_expect(conn, "ready", p))
+            for batch in range(cfg.batches):
+                p = batch % processes
+                workers[p][1].send(("batch", batch, batch_order(rng, impls)))
+                (batch_rows,) = _expect(workers[p][1], "rows", p)
+                rows.extend((shape.id, p, *r) for r in batch_rows)
+            for p, (_, conn) in enumerate(workers):
+                conn.send(("release",))
+                _expect(conn, "released", p)
+            details = ready[0][2]
+            meta.append({
+                "shape_id": shape.id, "implementations": impls,
+                "launches_per_replay": [r[0] for r in ready],
+                "estimate_us": [r[1] for r in ready],
+                "dispatches_to": {n: d.get("dispatches_to") for n, d in details.items()
+                                  if "dispatches_to" in d},
+                "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from")
+                               if k in d} for n, d in details.items()},
+            })
+            elapsed = time.perf_counter() - t_begin
+            eta = elapsed / (step + 1) * (len(plan) - step - 1)
+            progress(f"[time] {step + 1}/{len(plan)} {shape.id}: {len(impls)} impls x "
+                     f"{processes} processes, L={[r[0] for r in ready]}, {elapsed:.0f}s elapsed, "
+                     f"~{eta:.0f}s left")
+        for _, conn in workers:
+            conn.send(("stop",))
+    finally:
+        for proc, conn in workers:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            conn.close()
+    max_clock = started[0][0]
+    frame = raw_frame(rows, max_clock, cfg)
+    info = {"max_sm_clock_mhz": max_clock, "l2_bytes": started[0][1],
+            "clock_flag_fraction": cfg.clock_flag_fraction, "nvml": max_clock is not None,
+            "processes": processes, "batch_to_process": "batch % processes",
+            "sync_api_call": {"custom kernels and dispatch": "groupconv_atlas.conv2d (the public "
+                                                             "op, on the current stream)",
+                              "PyTorch references": "torch.nn.functional.conv2d",
+                              "A/A twin and its kernel": "the bound launch, both sides"},
+            "precision": started[0][2], "environment": started[0][3],
+            "process_gpu_uuids": [s[3].get("gpu_uuid") for s in started], "shapes": meta}
+    return frame, info
+
+
+if __name__ == "__main__":
+    # A worker: connect back to the coordinator, receive the settings, serve until told to stop.
+    connection = Client(sys.argv[1], family="AF_UNIX", authkey=sys.stdin.buffer.read())
+    settings, launcher_arguments = connection.recv()
+    _worker(connection, settings, launcher_arguments)
