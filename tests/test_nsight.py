@@ -476,3 +476,21 @@ def test_workflow_refuses_an_unsupported_pair_before_any_job(tmp_path):
     returncode, out = _dry_run(tmp_path, [DEPTHWISE, CPG8])
     assert returncode != 0
     assert f"pair ({CPG8}, k2): implementation does not support the shape" in out
+
+
+# A copy of the checkout and a record check (~40 s on 2 cores): the integration set.
+@pytest.mark.integration
+def test_a_replay_tables_every_capture_its_record_holds(tmp_path):
+    """A record whose captures were taken under a layered nsight section (the newest H200 one:
+    config/nsight-nhwc.yaml) replays with config/config.yaml alone: its captures still make the
+    table, every one of them, not only the configured pairs it happens to share."""
+    from helpers import copy_checkout, snakemake
+
+    from groupconv_atlas.runtime.files import find_record
+
+    record = find_record(REPO_ROOT / "records", "newest", "h200", having="raw/nsight/*.ncu-rep")
+    captured = {tuple(p.stem.split("__", 1)) for p in (record / "raw" / "nsight").glob("*.ncu-rep")}
+    repo = copy_checkout(tmp_path / "repo")
+    snakemake(repo, "--cores", "1", "nsight", "--config", f"record={record.name}")
+    table = pd.read_parquet(repo / "results" / "h200" / "nsight.parquet")
+    assert set(zip(table["shape_id"], table["implementation"])) == captured

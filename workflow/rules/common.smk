@@ -369,6 +369,13 @@ if MODE == "replay":
               f"{_absent_captures[0][0]}, {_absent_captures[0][1]}); the nsight table leaves "
               "them out", file=sys.stderr)
     NSIGHT_PAIRS = [p for p in NSIGHT_PAIRS if p not in _absent_captures]
+    # Captures the record holds beyond the configured pairs (a run that layered another nsight
+    # section, e.g. config/nsight-nhwc.yaml) join the table too: the replay shows what was
+    # captured, checked like every configured pair.
+    _recorded = sorted(tuple(c.stem.split("__", 1)) for c in
+                       Path(nsight_raw("nsight")).glob("*__*.ncu-rep"))
+    NSIGHT_PAIRS += _nsight.nsight_pairs(
+        SHAPES, [], [], [p for p in _recorded if p not in NSIGHT_PAIRS])
 NSIGHT_CAPTURES = [_nsight_capture(p) for p in NSIGHT_PAIRS]
 # The timing records holding each profiled implementation's graph_device samples; one that a
 # record lacks leaves that latency null.
