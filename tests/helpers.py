@@ -63,3 +63,35 @@ def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = Non
         pytest.fail(f"snakemake {' '.join(args)} failed ({res.returncode}):\n"
                     f"{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
     return res
+
+
+# Reading the package's imports (tests/test_architecture.py, tests/test_rule_code_inputs.py).
+PACKAGE = "groupconv_atlas"
+PACKAGE_DIR = ROOT / "workflow" / PACKAGE
+
+
+def module_file(dotted: str) -> Path | None:
+    """The file a dotted groupconv_atlas module name runs, or None if it names no module."""
+    parts = dotted.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def import_from_base(node, module: str | None, is_package: bool) -> str | None:
+    """The absolute dotted module a `from ... import` node imports from, when it is the package's;
+    relative imports resolve against `module`, the file's own dotted name (None outside the
+    package: its relative imports are not the package's)."""
+    if node.level:
+        if module is None:
+            return None
+        anchor = module.split(".")
+        anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
+        base = ".".join([*anchor, *([node.module] if node.module else [])])
+    else:
+        base = node.module or ""
+    return base if base.split(".")[0] == PACKAGE else None

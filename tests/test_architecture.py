@@ -9,9 +9,8 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "groupconv_atlas"
-PACKAGE_DIR = ROOT / "workflow" / PACKAGE
+from helpers import PACKAGE, PACKAGE_DIR, ROOT, import_from_base, module_file
+
 PAGE = ROOT / "workflow" / "ARCHITECTURE.md"
 HALVES = ("runtime", "study")
 FACE = "the public face"  # groupconv_atlas/__init__.py
@@ -46,17 +45,6 @@ def place(module: str) -> tuple[str, float] | None:
     return None if layer is None else (parts[0], layer)
 
 
-def module_file(dotted: str) -> Path | None:
-    parts = dotted.split(".")
-    if parts[0] != PACKAGE:
-        return None
-    base = PACKAGE_DIR.parent.joinpath(*parts)
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def dotted_name(path: Path) -> tuple[str, bool]:
     """(dotted module name, is a package __init__) of a file of the package."""
     dotted = ".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
@@ -74,15 +62,8 @@ def package_imports(source: str, module: str | None,
             found += [(node.lineno, a.name, []) for a in node.names
                       if a.name.split(".")[0] == PACKAGE]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if module is None:
-                    continue
-                anchor = module.split(".")
-                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
-            else:
-                base = node.module or ""
-            if base.split(".")[0] != PACKAGE:
+            base = import_from_base(node, module, is_package)
+            if base is None:
                 continue
             names = []
             for alias in node.names:

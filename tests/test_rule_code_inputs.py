@@ -10,11 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_guarded
-
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "groupconv_atlas"
-PACKAGE_DIR = ROOT / "workflow" / PACKAGE
+from helpers import PACKAGE, PACKAGE_DIR, ROOT, import_from_base, module_file, run_guarded
 
 # Run by a fresh interpreter: parsing the Snakefile changes the working directory and sys.path.
 _DUMP_RULES = r"""
@@ -53,16 +49,6 @@ def rules() -> dict[str, dict]:
     return parsed
 
 
-def module_file(name: str) -> Path | None:
-    """The file a dotted groupconv_atlas module name runs, or None if it names no module."""
-    parts = name.split(".")[1:]
-    base = PACKAGE_DIR.joinpath(*parts)
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def modules_run_by_import(name: str) -> list[Path]:
     """Importing `a.b.c` runs a/__init__.py, a/b/__init__.py and a/b/c(.py|/__init__.py)."""
     parts = name.split(".")
@@ -79,15 +65,8 @@ def _imports_in(nodes, module: str | None, is_package: bool) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if module is None:
-                    continue
-                anchor = module.split(".")
-                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
-            else:
-                base = node.module or ""
-            if base.split(".")[0] != PACKAGE:
+            base = import_from_base(node, module, is_package)
+            if base is None:
                 continue
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
