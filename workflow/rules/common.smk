@@ -367,7 +367,7 @@ if MODE == "replay":
         print(f"note: record {Path(NSIGHT_RECORD).name} lacks {len(_absent_captures)} of the "
               f"{len(NSIGHT_PAIRS)} configured Nsight captures (first: "
               f"{_absent_captures[0][0]}, {_absent_captures[0][1]}); the nsight table leaves "
-              "them out", file=sys.stderr)
+              "them out and shows the captures the record holds", file=sys.stderr)
     NSIGHT_PAIRS = [p for p in NSIGHT_PAIRS if p not in _absent_captures]
     # Captures the record holds beyond the configured pairs (a run that layered another nsight
     # section, e.g. config/nsight-nhwc.yaml) join the table too: the replay shows what was
