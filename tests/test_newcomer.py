@@ -55,12 +55,19 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
 
 # A whole replay stopped and resumed (~30 s on 2 cores): the integration set.
 @pytest.mark.integration
+def _ctrl_c_as_in_a_terminal():
+    """In the child before it runs Snakemake: SIGINT's default action, whatever the test
+    runner's own (an ignored signal stays ignored across exec, and Python then installs no
+    KeyboardInterrupt handler), as in a terminal where a person presses Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
     args = replay_arguments(ROOT / "records", CHECK_RECORD)
     # The interrupt must land while a compare_job runs. On a busy machine the small record's
-    # run can get past the job (or end) before the signal does; such a try tested nothing, so
-    # it is made again in a fresh copy, sooner after the job starts (a try that was interrupted
-    # is the only one the assertions below judge).
+    # run could get past the job before the signal does; such a try tests nothing, so it is
+    # made again in a fresh copy, sooner after the job starts (a try that was interrupted is the
+    # only one the assertions below judge).
     tries = []
     for attempt, delay_s in enumerate((0.5, 0.2, 0.0)):
         repo = copy_checkout(tmp_path / f"repo{attempt}")
@@ -68,7 +75,8 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
         # announces compare_job could arrive after the run had gone past it (or ended).
         proc = subprocess.Popen([*SNAKEMAKE, "atlas", *args], cwd=repo, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                preexec_fn=_ctrl_c_as_in_a_terminal)
         seen = []
         for line in proc.stdout:
             seen.append(line)
