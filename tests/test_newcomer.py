@@ -53,8 +53,6 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
     assert offenders == []
 
 
-# A whole replay stopped and resumed (~30 s on 2 cores): the integration set.
-@pytest.mark.integration
 def _ctrl_c_as_in_a_terminal():
     """In the child before it runs Snakemake: SIGINT's default action, whatever the test
     runner's own (an ignored signal stays ignored across exec, and Python then installs no
@@ -62,6 +60,8 @@ def _ctrl_c_as_in_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# A whole replay stopped and resumed (~30 s on 2 cores): the integration set.
+@pytest.mark.integration
 def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
     args = replay_arguments(ROOT / "records", CHECK_RECORD)
     # The interrupt must land while a compare_job runs. On a busy machine the small record's
