@@ -481,12 +481,16 @@ def _k8_tiles(s: Shape) -> list[tuple[int, int]]:
     return [(r, c) for v, r, c in K8_TILES if v == k8_vec(s)]
 
 
-def k8_variants(s: Shape) -> list[dict]:
-    """Every (rows, columns, block) the tuner measures on a shape, at the shape's vector width;
-    tiles no taller or wider than the map (1 always)."""
+def _strip_variants(s: Shape, tiles: list[tuple[int, int]]) -> list[dict]:
+    """Every (rows, columns, block) an NHWC kernel's tuner measures on a shape: its `tiles` no
+    taller or wider than the map (1 always), at each block size."""
     return [{"rows": rows, "cols": cols, "threads": threads}
-            for rows, cols in _k8_tiles(s) if _strip_fits(s, rows, cols)
-            for threads in NHWC_BLOCKS]
+            for rows, cols in tiles if _strip_fits(s, rows, cols) for threads in NHWC_BLOCKS]
+
+
+def k8_variants(s: Shape) -> list[dict]:
+    """k8's variants, at the shape's vector width."""
+    return _strip_variants(s, _k8_tiles(s))
 
 
 def k8_default_variant(s: Shape, sm_count: int) -> dict:
@@ -559,11 +563,8 @@ def _k9_tiles(s: Shape) -> list[tuple[int, int]]:
 
 
 def k9_variants(s: Shape) -> list[dict]:
-    """Every (rows, columns, block) the tuner measures on a shape, at the shape's vector widths;
-    tiles no taller or wider than the map (1 always)."""
-    return [{"rows": rows, "cols": cols, "threads": threads}
-            for rows, cols in _k9_tiles(s) if _strip_fits(s, rows, cols)
-            for threads in NHWC_BLOCKS]
+    """k9's variants, at the shape's vector widths."""
+    return _strip_variants(s, _k9_tiles(s))
 
 
 def k9_default_variant(s: Shape, sm_count: int) -> dict:
