@@ -6,7 +6,8 @@ import pytest
 
 from groupconv_atlas.runtime.dispatch import choose, verification_rows
 from groupconv_atlas.runtime.files import RecordError
-from groupconv_atlas.study.records import add_caveat, amend, check, snapshot
+from groupconv_atlas.study.record_check import check
+from groupconv_atlas.study.record_writing import add_caveat, amend, snapshot
 
 
 def test_dispatcher_picks_the_fastest_verified_implementation():

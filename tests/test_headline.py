@@ -5,7 +5,9 @@ import pandas as pd
 import pytest
 from groupconv_atlas.study.artifacts import aa_result
 from groupconv_atlas.study.headline import build_headline, channel_bin, footprint_bin, shape_groups
-from groupconv_atlas.study.stats import StatsConfig, summarize, with_torch_best
+from groupconv_atlas.study.comparisons import summarize
+from groupconv_atlas.study.medians import with_torch_best
+from groupconv_atlas.study.stats import StatsConfig
 
 CFG = StatsConfig(seed=3, resamples=2000)
 L2 = 1000

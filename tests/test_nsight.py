@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from groupconv_atlas.study import nsight
+from groupconv_atlas.study import nsight, nsight_reports
+from groupconv_atlas.study.nsight_metrics import launch_row, top_stalls
+from groupconv_atlas.study.nsight_reports import NsightError
+from groupconv_atlas.study.nsight_table import TABLE_COLUMNS, nsight_table
 from helpers import run_guarded
 from groupconv_atlas.runtime.kernels import support
 from groupconv_atlas.runtime.files import REPO_ROOT
@@ -44,16 +47,16 @@ def test_default_pairs_are_six_varied_shapes_where_k1_k2_k3_all_apply():
 
 
 def test_unsupported_pair_is_refused_before_anything_runs():
-    with pytest.raises(nsight.NsightError) as err:
+    with pytest.raises(NsightError) as err:
         nsight.nsight_pairs(SHAPES, [DEPTHWISE, CPG8], ["k1", "k2"])
     message = str(err.value)
     assert f"pair ({CPG8}, k2)" in message and "8 input channels per group" in message
 
 
 def test_unknown_shape_or_implementation_is_refused():
-    with pytest.raises(nsight.NsightError, match=r"pair \(no-such-shape, k1\): no shape"):
+    with pytest.raises(NsightError, match=r"pair \(no-such-shape, k1\): no shape"):
         nsight.nsight_pairs(SHAPES, ["no-such-shape"], ["k1"])
-    with pytest.raises(nsight.NsightError, match=rf"pair \({DEPTHWISE}, k99\): unknown"):
+    with pytest.raises(NsightError, match=rf"pair \({DEPTHWISE}, k99\): unknown"):
         nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k99"])
 
 
@@ -61,7 +64,7 @@ def test_extra_pairs_follow_the_product_once_each_and_are_checked_alike():
     extra = [[DEPTHWISE, "k6"], [DEPTHWISE, "k1"], ["cpg2-n32-c64-56x56-g32", "k5"]]
     pairs = nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], extra)
     assert pairs == [(DEPTHWISE, "k1"), (DEPTHWISE, "k6"), ("cpg2-n32-c64-56x56-g32", "k5")]
-    with pytest.raises(nsight.NsightError, match=rf"pair \({CPG8}, k6\): implementation does not"):
+    with pytest.raises(NsightError, match=rf"pair \({CPG8}, k6\): implementation does not"):
         nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], [[CPG8, "k6"]])
 
 
@@ -79,10 +82,10 @@ def test_kernel_entry_follows_the_shape():
     # takes any entry of the kernel, and the capture must still hold exactly one launch.
     assert nsight.kernel_entry("k5", BY_ID[DEPTHWISE]) == "k5_*"
     assert nsight.kernel_entry("k4", BY_ID[DEPTHWISE]) == "k4_*"
-    assert nsight.entry_regex("k5_*") == "^k5_"
-    assert nsight.entry_regex("k1_spatial") == "^k1_spatial$"
+    assert nsight_reports.entry_regex("k5_*") == "^k5_"
+    assert nsight_reports.entry_regex("k1_spatial") == "^k1_spatial$"
     one = {"kernel_name": "k5_tuned_tile_r2_c4", "kernel_name_demangled": "k5_tuned_tile_r2_c4"}
-    assert nsight._matches("k5_*", one) and not nsight._matches("k4_*", one)
+    assert nsight_reports._matches("k5_*", one) and not nsight_reports._matches("k4_*", one)
     cmd = nsight.ncu_command("ncu", "/tmp/cap", "k5_*", ["python3", "capture.py"])
     assert "-k regex:^k5_ --launch-count 1" in " ".join(cmd)
 
@@ -111,34 +114,34 @@ def test_ncu_command_for_pytorch_keeps_every_kernel_of_the_call():
 
 def test_missing_ncu_names_the_pair(monkeypatch):
     monkeypatch.setenv("PATH", "")
-    monkeypatch.setattr(nsight, "NCU_FALLBACK_GLOB", "/nonexistent/*/ncu")
-    with pytest.raises(nsight.NsightError, match=r"pair \(s, k1\): ncu \(Nsight Compute\) not"):
-        nsight.find_ncu(nsight.pair_name("s", "k1"))
+    monkeypatch.setattr(nsight_reports, "NCU_FALLBACK_GLOB", "/nonexistent/*/ncu")
+    with pytest.raises(NsightError, match=r"pair \(s, k1\): ncu \(Nsight Compute\) not"):
+        nsight_reports.find_ncu(nsight_reports.pair_name("s", "k1"))
 
 
 def test_ncu_reporting_no_kernel_names_the_pair_and_filter(tmp_path):
     output = "==PROF== Connected to process 740\n==WARNING== No kernels were profiled.\n"
-    with pytest.raises(nsight.NsightError) as err:
+    with pytest.raises(NsightError) as err:
         nsight.check_ncu_run(output, 0, tmp_path / "none.ncu-rep", "pair (s, k1)", "k1_spatial")
     assert "pair (s, k1)" in str(err.value)
     assert "regex:^k1_spatial$ matched no launch" in str(err.value)
 
 
 def test_ncu_failure_names_the_pair(tmp_path):
-    with pytest.raises(nsight.NsightError, match=r"pair \(s, k3\): ncu exited with 9"):
+    with pytest.raises(NsightError, match=r"pair \(s, k3\): ncu exited with 9"):
         nsight.check_ncu_run("==ERROR== boom", 9, tmp_path / "x.ncu-rep", "pair (s, k3)", None)
 
 
 # --- parsing real captures -----------------------------------------------------------------------
 
 def test_ncu_rep_fixture_parses_to_its_real_values():
-    launches = nsight.read_capture(CAPTURE, DEPTHWISE, "torch_tuned", None)
+    launches = nsight_reports.read_capture(CAPTURE, DEPTHWISE, "torch_tuned", None)
     assert len(launches) == 1
     launch = launches[0]
     assert launch["kernel_name"] == "conv_depthwise2d_forward_kernel"
     assert launch["kernel_name_demangled"].startswith(
         "void at::native::<unnamed>::conv_depthwise2d_forward_kernel<(int)3, float, int>")
-    row = nsight.launch_row(launch)
+    row = launch_row(launch)
     assert row["duration_ns"] == 20032.0
     assert row["registers_per_thread"] == 32.0
     assert row["shared_mem_per_block_bytes"] == 0.0  # static 0 + dynamic 0 (not the driver's 1 KiB)
@@ -151,8 +154,8 @@ def test_ncu_rep_fixture_parses_to_its_real_values():
 
 
 def test_raw_csv_fixture_parses_every_launch_in_base_units():
-    launches = nsight.launches_from_raw_csv((FIXTURES / "ncu.csv").read_text())
-    rows = [nsight.launch_row(launch) for launch in launches]
+    launches = nsight_reports.launches_from_raw_csv((FIXTURES / "ncu.csv").read_text())
+    rows = [launch_row(launch) for launch in launches]
     assert [r["duration_ns"] for r in rows] == [8480.0, 2496.0, 19968.0, 19840.0, 20128.0]
     assert [launch["kernel_name"].split("::")[1][:31] for launch in launches][2:] == \
         ["conv_depthwise2d_forward_kernel"] * 3
@@ -164,13 +167,13 @@ def test_raw_csv_fixture_parses_every_launch_in_base_units():
 def test_csv_units_are_scaled_to_bytes_and_nanoseconds():
     text = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"\n'
             '"","","usecond","Kbyte"\n"0","k1_spatial","2.50","1,024.5"\n')
-    row = nsight.launch_row(nsight.launches_from_raw_csv(text)[0])
+    row = launch_row(nsight_reports.launches_from_raw_csv(text)[0])
     assert row["duration_ns"] == 2500.0 and row["dram_bytes_read"] == 1024500.0
 
 
 def test_capture_without_the_filtered_kernel_names_the_pair_and_what_was_captured():
-    with pytest.raises(nsight.NsightError) as err:
-        nsight.read_capture(CAPTURE, DEPTHWISE, "k1", "k1_spatial")
+    with pytest.raises(NsightError) as err:
+        nsight_reports.read_capture(CAPTURE, DEPTHWISE, "k1", "k1_spatial")
     message = str(err.value)
     assert f"pair ({DEPTHWISE}, k1)" in message
     assert "regex:^k1_spatial$ matched no kernel" in message
@@ -180,14 +183,14 @@ def test_capture_without_the_filtered_kernel_names_the_pair_and_what_was_capture
 def test_empty_capture_holds_no_result(tmp_path):
     empty = tmp_path / "empty.ncu-rep"
     empty.write_bytes(b"")
-    with pytest.raises(nsight.NsightError,
+    with pytest.raises(NsightError,
                        match=rf"pair \({DEPTHWISE}, torch_tuned\): capture .* holds no result"):
-        nsight.read_capture(empty, DEPTHWISE, "torch_tuned", None)
+        nsight_reports.read_capture(empty, DEPTHWISE, "torch_tuned", None)
 
 
 def test_missing_capture_names_the_pair(tmp_path):
-    with pytest.raises(nsight.NsightError, match=r"pair \(s, k2\): capture .* does not exist"):
-        nsight.read_capture(tmp_path / "absent.ncu-rep", "s", "k2", "k2_shared_halo_cpg1")
+    with pytest.raises(NsightError, match=r"pair \(s, k2\): capture .* does not exist"):
+        nsight_reports.read_capture(tmp_path / "absent.ncu-rep", "s", "k2", "k2_shared_halo_cpg1")
 
 
 def test_top_stalls_rank_reasons_and_leave_out_issuing():
@@ -197,7 +200,7 @@ def test_top_stalls_rank_reasons_and_leave_out_issuing():
                "smsp__average_warp_latency_issue_stalled_wait.ratio": 1.5,
                "smsp__average_warp_latency_issue_stalled_mio_throttle.ratio": 0.5,
                "smsp__pcsamp_warps_issue_stalled_barrier": 99.0}
-    family, stalls = nsight.top_stalls(metrics)
+    family, stalls = top_stalls(metrics)
     assert family == "smsp__average_warp_latency_issue_stalled_*.ratio"
     assert [r for r, _ in stalls] == ["long_scoreboard", "barrier", "wait"]
     assert stalls[0][1] == pytest.approx(60.0)  # 6 of 10 cycles over all stall reasons
@@ -207,10 +210,10 @@ def test_top_stalls_fall_back_to_sampled_stalls():
     metrics = {"smsp__pcsamp_warps_issue_stalled_short_scoreboard": 30.0,
                "smsp__pcsamp_warps_issue_stalled_short_scoreboard_not_issued": 300.0,
                "smsp__pcsamp_warps_issue_stalled_math_pipe_throttle": 10.0}
-    family, stalls = nsight.top_stalls(metrics)
+    family, stalls = top_stalls(metrics)
     assert family == "smsp__pcsamp_warps_issue_stalled_*"
     assert stalls == [("short_scoreboard", 75.0), ("math_pipe_throttle", 25.0)]
-    row = nsight.launch_row({"kernel_name": "k", "kernel_name_demangled": "k", "metrics": metrics})
+    row = launch_row({"kernel_name": "k", "kernel_name_demangled": "k", "metrics": metrics})
     assert row["stall_1_reason"] == "short_scoreboard" and row["stall_3_reason"] is None
 
 
@@ -243,8 +246,8 @@ def test_table_carries_the_graph_device_median_beside_the_nsight_duration(tmp_pa
     timing_k2 = _timing_parquet(tmp_path / "k2.parquet", [
         (DEPTHWISE, "torch_tuned", "graph_device", 30.0)])
     captures = [(DEPTHWISE, "torch_tuned", str(CAPTURE)), (other, "torch_tuned", str(CAPTURE))]
-    table = nsight.nsight_table(captures, SHAPES, {"torch_tuned": [timing_k1, timing_k2]})
-    assert list(table.columns) == nsight.TABLE_COLUMNS
+    table = nsight_table(captures, SHAPES, {"torch_tuned": [timing_k1, timing_k2]})
+    assert list(table.columns) == TABLE_COLUMNS
     first = table.iloc[0]
     assert first.graph_device_median_us == 21.0 and first.graph_device_samples == 3
     assert first.duration_ns == 20032.0 and first.capture_duration_ns == 20032.0
@@ -271,7 +274,7 @@ def test_rates_follow_from_a_real_captures_counters_and_the_shape():
     shape_id, impl = RATE_PAIR
     shapes = load_frozen(RATE_RECORD / "raw" / "shapes.json")
     path = RATE_RECORD / "raw" / "nsight" / f"{shape_id}__{impl}.ncu-rep"
-    (row,) = nsight.nsight_table([(shape_id, impl, str(path))], shapes).itertuples(index=False)
+    (row,) = nsight_table([(shape_id, impl, str(path))], shapes).itertuples(index=False)
     shape = {s.id: s for s in shapes}[shape_id]
     outputs = shape.n * shape.c_out * shape.h * shape.w
     assert row.kernel_name.startswith("k6_depthwise_")
@@ -284,7 +287,7 @@ def test_rates_follow_from_a_real_captures_counters_and_the_shape():
 
 def test_a_pytorch_call_with_several_kernels_keeps_one_row_each_and_their_total():
     # The raw CSV page is read like a capture; this one holds five launches.
-    table = nsight.nsight_table([(DEPTHWISE, "torch_tuned", str(FIXTURES / "ncu.csv"))], SHAPES)
+    table = nsight_table([(DEPTHWISE, "torch_tuned", str(FIXTURES / "ncu.csv"))], SHAPES)
     assert table.launch_index.tolist() == [0, 1, 2, 3, 4]
     assert set(table.launches_in_capture) == {5}
     assert set(table.capture_duration_ns) == {8480.0 + 2496.0 + 19968.0 + 19840.0 + 20128.0}
@@ -296,15 +299,15 @@ def test_one_bad_capture_leaves_no_partial_table(tmp_path):
     out = tmp_path / "nsight.parquet"
     captures = [(DEPTHWISE, "torch_tuned", str(CAPTURE)),
                 ("cpg2-n32-c64-56x56-g32", "torch_tuned", str(empty))]
-    with pytest.raises(nsight.NsightError, match=r"pair \(cpg2-n32-c64-56x56-g32, torch_tuned\)"):
-        write_parquet(out, nsight.nsight_table(captures, SHAPES))
+    with pytest.raises(NsightError, match=r"pair \(cpg2-n32-c64-56x56-g32, torch_tuned\)"):
+        write_parquet(out, nsight_table(captures, SHAPES))
     assert not out.exists()
 
 
 def test_table_refuses_an_unsupported_pair():
     assert not support("k2", BY_ID[CPG8])[0]
-    with pytest.raises(nsight.NsightError, match=rf"pair \({CPG8}, k2\): implementation does not"):
-        nsight.nsight_table([(CPG8, "k2", str(CAPTURE))], SHAPES)
+    with pytest.raises(NsightError, match=rf"pair \({CPG8}, k2\): implementation does not"):
+        nsight_table([(CPG8, "k2", str(CAPTURE))], SHAPES)
 
 
 # --- profile_pair with a stand-in ncu: the subprocess path and the no-partial-capture rule -------
@@ -344,19 +347,19 @@ def test_profile_pair_moves_a_good_capture_into_place(tmp_path):
 
 
 def test_profile_pair_with_no_matching_kernel_leaves_no_capture(tmp_path):
-    with pytest.raises(nsight.NsightError, match=rf"pair \({DEPTHWISE}, k1\): ncu profiled no"):
+    with pytest.raises(NsightError, match=rf"pair \({DEPTHWISE}, k1\): ncu profiled no"):
         _profile(tmp_path, "k1", DEPTHWISE, _fake_ncu(tmp_path, copy=False))
     assert os.listdir(tmp_path / "out") == []
 
 
 def test_profile_pair_refuses_a_capture_of_the_wrong_kernel(tmp_path):
-    with pytest.raises(nsight.NsightError, match=re.escape("regex:^k1_spatial$ matched no kernel")):
+    with pytest.raises(NsightError, match=re.escape("regex:^k1_spatial$ matched no kernel")):
         _profile(tmp_path, "k1", DEPTHWISE, _fake_ncu(tmp_path, copy=True))
     assert os.listdir(tmp_path / "out") == []
 
 
 def test_profile_pair_refuses_an_unsupported_pair_without_running_ncu(tmp_path):
-    with pytest.raises(nsight.NsightError, match=rf"pair \({CPG8}, k2\): implementation does not"):
+    with pytest.raises(NsightError, match=rf"pair \({CPG8}, k2\): implementation does not"):
         _profile(tmp_path, "k2", CPG8, ncu="/nonexistent/ncu")
 
 
@@ -414,7 +417,7 @@ def test_real_capture_of_one_pair(tmp_path, impl):
         shape, impl, seed=nsight.capture_seed(SHAPES, shape.id, impl, 1), report_path=report,
         shapes_file=str(frozen), capture_script=REPO_ROOT / "workflow/scripts/nsight_capture.py",
         cubin=cubin, warmup=3)
-    table = nsight.nsight_table([(shape.id, impl, str(report))], SHAPES)
+    table = nsight_table([(shape.id, impl, str(report))], SHAPES)
     assert extra["kernels_captured"] == table.kernel_name.tolist()
     if impl == "k2":
         assert table.kernel_name.tolist() == ["k2_shared_halo_cpg4"]

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from groupconv_atlas.study import artifacts
+from groupconv_atlas.study.probe_summaries import network_targets, probes_block
 from groupconv_atlas.runtime.files import find_record, sha256_file
 from groupconv_atlas.study.records import replay_arguments
 from groupconv_atlas.study.report import probes_page
@@ -168,7 +169,7 @@ def _section(root: Path, plan: dict) -> dict:
     """What assemble_atlas.py makes of the plan: each planned output read as it stands."""
     docs = {n: json.loads((root / e["result"]).read_text()) for n, e in plan.items() if e["result"]}
     sha = {n: sha256_file(root / plan[n]["result"]) for n in docs}
-    return artifacts.clean(artifacts.probes_block(plan, docs, sha))
+    return artifacts.clean(probes_block(plan, docs, sha))
 
 
 def test_the_probes_section_holds_each_probe_outputs_figures(probe_repo):
@@ -298,7 +299,7 @@ def test_the_network_target_and_table_come_from_the_probes_summary():
            "summary_lines": network_lines(table, details)}
     plan = {"networks": {"snakemake_target": "network_probe", "raw": "r",
                          "result": "results/x/probes/networks.json", "reason": None}}
-    entry = artifacts.probes_block(plan, {"networks": doc}, {"networks": "0" * 64})["networks"]
+    entry = probes_block(plan, {"networks": doc}, {"networks": "0" * 64})["networks"]
     [target] = entry["targets"]
     assert not target["met"] and target["failing"] == ["a-n1"] and target["checked"] == 2
     assert "layers" not in entry["details"]["a-n1"] and entry["summary"] == doc["summary"]
@@ -309,9 +310,9 @@ def test_the_network_target_and_table_come_from_the_probes_summary():
     assert "17 of 52" in page and "5.00e-07" in page  # swapped convs, output difference
     # Without network c and with b's eager ratio the only one checked, the target holds.
     kept = [r for r in doc["summary"] if r["network"] == "b-n8"]
-    [target] = artifacts.network_targets(kept)
+    [target] = network_targets(kept)
     assert target["met"] and target["checked"] == 1
-    [target] = artifacts.network_targets([r for r in doc["summary"] if r["network"] == "c-n1"])
+    [target] = network_targets([r for r in doc["summary"] if r["network"] == "c-n1"])
     assert target["met"] and target["checked"] == 0 and "vacuously" in target["statement"]
 
 

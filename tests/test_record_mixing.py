@@ -21,8 +21,9 @@ import pytest
 from helpers import ROOT, SMOKE, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, copy_replayed, snakemake
 
 from groupconv_atlas.runtime.files import find_record
-from groupconv_atlas.study.records import (NSIGHT_RECORD_CHECK, RECORD_CHECK, index_record, mixing_error,
-                                           replay_arguments)
+from groupconv_atlas.study.record_mixing import NSIGHT_RECORD_CHECK, RECORD_CHECK, mixing_error
+from groupconv_atlas.study.record_writing import index_record
+from groupconv_atlas.study.records import replay_arguments
 
 NEWER = "h200-smoke-2026-11-30"
 RESULTS = Path("results") / SMOKE_DEVICE

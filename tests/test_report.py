@@ -228,13 +228,13 @@ def test_markdown_subset():
 
 
 def test_nsight_page_from_a_real_capture():
-    from groupconv_atlas.study import nsight
+    from groupconv_atlas.study.nsight_table import nsight_table
     from groupconv_atlas.study.shapes_table import load_shapes
 
     shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
     capture = REPO_ROOT / "tests" / "fixtures" / "ncu" / "ncu.csv"
-    table = nsight.nsight_table([("mobilenetv2-n32-c32-112x112-g32", "torch_tuned",
-                                  str(capture))], shapes)
+    table = nsight_table([("mobilenetv2-n32-c32-112x112-g32", "torch_tuned", str(capture))],
+                         shapes)
     page = report.nsight_page(table)
     assert page.count("<tr>") == len(table) + 1
     assert ">conv_depthwise2d_forward_kernel<" in page  # short name shown, full name in title

@@ -82,6 +82,7 @@ rule assemble_atlas:
         # report package's helpers through them.
         code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "files",
                   "jobs", "timing", "launch", "compare_records", "evidence", "headline", "plan",
+                  "comparisons", "medians", "headline_lines", "probe_summaries", "records",
                   *REPORT_PACKAGE_MODULES),
     output:
         atlas=f"{RESULTS}/atlas.json",

@@ -6,7 +6,7 @@ if MODE == "live":
         input:
             source="kernels/ceilings.cu",
             code=code("build", "gpu", "launch",
-                      "ceilings", "timing", "stats", "provenance", "files", "jobs"),
+                      "ceilings", "timing", "stats", "medians", "provenance", "files", "jobs"),
         output:
             ceilings=f"{RESULTS}/raw/ceilings.json",
             prov=prov("ceilings"),

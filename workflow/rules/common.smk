@@ -391,7 +391,7 @@ def nsight_profile_inputs(wildcards):
     inputs = {
         "shapes": f"{RESULTS}/shapes.json",
         "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "launch", "verify",
-                       "timing", "provenance", "files", "jobs"), "workflow/scripts/nsight_capture.py"],
+                       "nsight_reports", "provenance", "files", "jobs"), "workflow/scripts/nsight_capture.py"],
     }
     if wildcards.impl in _NSIGHT_KERNELS:
         inputs["cubin"] = raw(f"builds/{wildcards.impl}.cubin")
@@ -533,7 +533,7 @@ def record_check_inputs(record: str) -> dict:
     return {"manifest": f"{record}/record.json", "files": _record_files(record),
             "index": f"records/{_RECORD_INDEX}",
             "sources": _recorded_sources(record, workflow.basedir),
-            "code": code("records", "provenance", "files", "jobs")}
+            "code": code("record_check", "provenance", "files", "jobs")}
 
 
 def report_code() -> list[str]:

@@ -37,7 +37,7 @@ if MODE == "live":
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{RESULTS}/shapes.json",
             code=code("shapes_table", "timing_workers", "stats", "provenance", "files", "jobs",
-                      *RUNTIME_MODULES, *MOBILENET_MODULES),
+                      "comparisons", *RUNTIME_MODULES, *MOBILENET_MODULES),
         output:
             samples=raw("mobilenet/samples.parquet"),
             probe=raw("mobilenet/probe.json"),
@@ -63,7 +63,7 @@ rule mobilenet_stats:
         probe=raw("mobilenet/probe.json"),
         check=record_check(),
         code=code("timing_workers", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES,
-                  *MOBILENET_MODULES),
+                  "comparisons", *MOBILENET_MODULES),
     output:
         summary=f"{RESULTS}/mobilenet/summary.parquet",
         report=f"{RESULTS}/mobilenet/mobilenet.json",

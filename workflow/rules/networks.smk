@@ -32,7 +32,8 @@ if MODE == "live":
             cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
             tunings=tuning_records(KERNELS),
             dispatch_table=raw("dispatch/table.json"),
-            code=code("networks", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES),
+            code=code("networks", "stats", "comparisons", "provenance", "files", "jobs",
+                      *RUNTIME_MODULES),
         output:
             samples=raw("probes/{probe}/samples.parquet"),
             probe=raw("probes/{probe}/probe.json"),
@@ -60,7 +61,8 @@ rule probe_stats:
         probe=raw("probes/{probe}/probe.json"),
         check=record_check(),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("networks", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES),
+        code=code("networks", "stats", "comparisons", "provenance", "files", "jobs",
+                  *RUNTIME_MODULES),
     output:
         summary=f"{RESULTS}/probes/{{probe}}.parquet",
         report=f"{RESULTS}/probes/{{probe}}.json",

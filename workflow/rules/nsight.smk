@@ -45,6 +45,7 @@ rule nsight_table:
         check=record_check(),
         nsight_check=nsight_record_check(),
         code=code("nsight", "kernels", "shapes", "shapes_table", "verify", "stats", "timing",
+                  "nsight_reports", "nsight_metrics", "nsight_table",
                   "provenance", "files", "jobs"),
     output:
         table=f"{RESULTS}/nsight.parquet",

@@ -23,7 +23,7 @@ if MODE == "live":
             tunings=tuning_records(KERNELS),
             dispatch_table=raw("dispatch/table.json"),
             code=code("shapes_table", "overhead", "stats", "provenance", "files", "jobs",
-                      *RUNTIME_MODULES),
+                      "comparisons", *RUNTIME_MODULES),
         output:
             samples=raw("overhead/samples.parquet"),
             host=raw("overhead/host.parquet"),
@@ -50,7 +50,8 @@ rule overhead_stats:
         probe=raw("overhead/probe.json"),
         check=record_check(),
         # overhead.py holds the GPU measurement beside the statistics: its imports come along.
-        code=code("overhead", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES),
+        code=code("overhead", "stats", "comparisons", "provenance", "files", "jobs",
+                  *RUNTIME_MODULES),
     output:
         report=f"{RESULTS}/overhead.json",
         prov=prov("overhead_stats"),

@@ -11,9 +11,9 @@ PROBES_PAGE = f"{REPORT}/probes.html"
 # reStructuredText the landing page includes (reports/workflow.rst: `.. include::`).
 LANDING_TEXT = f"{REPORT}/landing-headline.rst"
 
-# stats imports kernels (and kernels imports shapes) inside one of its functions.
+# atlas_map imports kernels (and kernels imports shapes).
 REPORT_JOB_CODE = code("stats", "kernels", "shapes", "plan", "timing", "provenance", "files",
-                       "jobs", *REPORT_PACKAGE_MODULES)
+                       "jobs", "medians", *REPORT_PACKAGE_MODULES)
 
 
 rule report_assets:

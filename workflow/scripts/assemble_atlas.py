@@ -5,11 +5,13 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
-                                             map_details, probes_block)
+                                             map_details)
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
-from groupconv_atlas.study.stats import StatsConfig, with_torch_best
+from groupconv_atlas.study.medians import with_torch_best
+from groupconv_atlas.study.probe_summaries import probes_block
+from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "assemble_atlas.py")

@@ -7,7 +7,7 @@ from pathlib import Path
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import REPO_ROOT, RecordError
 from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.records import check, drift_warning, source_drift
+from groupconv_atlas.study.record_check import check, drift_warning, source_drift
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "check_record.py")

@@ -6,7 +6,8 @@ import pandas as pd
 
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.stats import StatsConfig, comparisons_for_job
+from groupconv_atlas.study.comparisons import comparisons_for_job
+from groupconv_atlas.study.stats import StatsConfig
 from groupconv_atlas.runtime.timing import BOUNDARIES, batch_medians
 
 smk = snakemake  # noqa: F821
@@ -18,7 +19,7 @@ status = {(r.shape_id, r.implementation): (r.status, r.reason)
           for r in verification.itertuples(index=False)}
 shape_ids = list(dict.fromkeys(verification["shape_id"]))
 # The job's metadata may name candidates and references; without them the first implementation
-# is the candidate (stats.job_pairs).
+# is the candidate (comparisons.job_pairs).
 meta = json.loads(Path(smk.input.meta).read_text())
 table = comparisons_for_job(batch_medians(samples), list(smk.params.implementations), status,
                             shape_ids, BOUNDARIES, cfg, meta)

@@ -8,7 +8,7 @@ from groupconv_atlas.study.compare_records import (agreement, comparison_page, r
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet, write_text
 from groupconv_atlas.runtime.files import RecordError
-from groupconv_atlas.study.records import check
+from groupconv_atlas.study.record_check import check
 from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
 """Snakemake job: every Nsight capture parsed into results/<device>/nsight.parquet, with the
 atlas's graph_device median beside each Nsight duration."""
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.nsight import nsight_table
+from groupconv_atlas.study.nsight_table import nsight_table
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen
 

@@ -141,7 +141,7 @@ SHORT_LATENCY_US = 10.0
 def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict | None
                    ) -> pd.DataFrame:
     """Each measured latency next to its roofline floor and the fraction of it achieved."""
-    from .stats import measured_medians
+    from .medians import measured_medians
 
     table = measured_medians(comparisons)
     if ceilings is None or table.empty:
@@ -175,13 +175,15 @@ def roofline_table(comparisons: pd.DataFrame, shapes_doc: dict, ceilings: dict |
 def roofline_block(roofline: pd.DataFrame, ceilings: dict | None) -> dict | None:
     """Geometric-mean fraction of the roofline per implementation and boundary, and the mean
     bandwidth fraction on shapes whose footprint exceeds twice the L2."""
+    from .stats import geometric_mean
+
     if ceilings is None or roofline.empty:
         return None
     per_impl = {}
     for (impl, boundary), grp in roofline.groupby(["implementation", "boundary"], sort=True):
         big = grp[grp["footprint_over_2x_l2"].astype(bool)]
         per_impl.setdefault(impl, {})[boundary] = {
-            "geomean_fraction_of_roofline": float(np.exp(np.log(grp["fraction_of_roofline"]).mean())),
+            "geomean_fraction_of_roofline": geometric_mean(grp["fraction_of_roofline"]),
             "shapes": int(len(grp)),
             "over_2x_l2_shapes": int(len(big)),
             "over_2x_l2_mean_bandwidth_fraction":

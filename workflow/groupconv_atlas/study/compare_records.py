@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..runtime.kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
-from .stats import CLASSES, StatsConfig, comparisons_for_job
+from .comparisons import comparisons_for_job
+from .stats import CLASSES, StatsConfig
 from ..runtime.timing import BOUNDARIES, batch_medians
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]

@@ -99,7 +99,7 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
 def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per (network, mode): original / converted with its interval and class (above 1: the
     converted network is faster)."""
-    from .stats import compare
+    from .comparisons import compare
     from ..runtime.timing import batch_medians
 
     medians = batch_medians(samples)
@@ -176,7 +176,7 @@ def summarize_unseen(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per geometry: dispatch and autotune against the fastest NCHW PyTorch reference measured
     there (torch_best_nchw) and against the fastest of every run (the best verified
     implementation, channels_last PyTorch included or not), each a paired interval."""
-    from .stats import compare
+    from .comparisons import compare
     from ..runtime.timing import batch_medians
 
     medians = batch_medians(samples)
@@ -207,12 +207,14 @@ def summarize_unseen(samples: pd.DataFrame, cfg) -> pd.DataFrame:
 
 
 def unseen_lines(table: pd.DataFrame) -> list[str]:
+    from .stats import geometric_mean
+
     lines = []
     for (candidate, against), part in table.groupby(["candidate", "against"], sort=True):
         ratios = part["ratio"].to_numpy()
         lines.append(
             f"{candidate} against {against} on {len(part)} unseen geometries: geometric mean "
-            f"{float(np.exp(np.log(ratios).mean())):.3f}, lowest {ratios.min():.3f} "
+            f"{geometric_mean(ratios):.3f}, lowest {ratios.min():.3f} "
             f"({part.iloc[int(ratios.argmin())]['geometry']}); "
             + ", ".join(f"{k} {v}" for k, v in part["class"].value_counts().sort_index().items())
             + ".")

@@ -85,7 +85,7 @@ def summarize(samples: pd.DataFrame, hosts: pd.DataFrame, cfg) -> dict:
     """Per shape: host us per call of op and torch (medians over repeats, and their ratio);
     sync_api latency torch / op with its interval and class; graph_device per-call latency of
     op and kernel and their paired difference per batch (median, range)."""
-    from .stats import compare
+    from .comparisons import compare
     from ..runtime.timing import batch_medians
 
     medians = batch_medians(samples)

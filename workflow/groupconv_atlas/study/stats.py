@@ -1,4 +1,6 @@
-"""Paired statistics over batch medians: ratios, intervals, classes, geometric means.
+"""Paired statistics over batch medians: the settings, the interval methods, the classes and the
+geometric means; the tables built with them are in study/comparisons (per shape, per
+comparison) and study/medians (medians across timing jobs, the derived references).
 
 Ratios are baseline / candidate per batch, so above 1 favours the candidate. Each batch's median
 is a robust summary of its samples; batches, not samples, are the unit of replication, because
@@ -17,6 +19,9 @@ so one process's cuDNN algorithm choice cannot decide a class on its own.
 Geometric means over shapes carry two intervals: a two-stage bootstrap (resample shapes, then
 batches within each drawn shape), which says how the mean depends on which shapes were chosen,
 and the batch-only "measurement noise" interval (shapes fixed, batches resampled).
+
+Every scipy bootstrap goes through bootstrap_interval (a median's interval, median_interval, too),
+and every geometric mean of plain values through geometric_mean (scipy.stats.gmean).
 """
 from __future__ import annotations
 
@@ -123,100 +128,43 @@ def paired_interval(baseline_medians: np.ndarray, candidate_medians: np.ndarray,
     def mean_log_ratio(b, c, axis=-1):
         return np.mean(b - c, axis=axis)
 
-    res = sstats.bootstrap((log_b, log_c), mean_log_ratio, paired=True, vectorized=True,
-                           n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
-                           method=method, rng=np.random.default_rng(cfg.seed))
-    low, high = res.confidence_interval
-    if not (np.isfinite(low) and np.isfinite(high)):  # BCa degenerate: fall back, stated here
-        res = sstats.bootstrap((log_b, log_c), mean_log_ratio, paired=True, vectorized=True,
-                               n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
-                               method="percentile", rng=np.random.default_rng(cfg.seed))
-        low, high = res.confidence_interval
+    low, high = bootstrap_interval((log_b, log_c), mean_log_ratio, method, cfg, paired=True)
     return point, float(np.exp(low)), float(np.exp(high))
 
 
-def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConfig) -> pd.DataFrame:
-    """One row per (shape, boundary) where both were timed: ratio, interval, class."""
-    rows = []
-    sub = medians[medians["implementation"].isin([candidate, baseline])]
-    if "process" not in sub:
-        sub = sub.assign(process=0)
-    for (shape_id, boundary), grp in sub.groupby(["shape_id", "boundary"], sort=True):
-        wide = grp.pivot(index="batch", columns="implementation", values="median_us")
-        if candidate not in wide or baseline not in wide:
-            continue
-        wide = wide.dropna()
-        flagged = grp.groupby("batch")["clock_flagged"].max()
-        processes = grp.groupby("batch")["process"].first().reindex(wide.index).to_numpy()
-        ratio, low, high = paired_interval(wide[baseline].to_numpy(), wide[candidate].to_numpy(),
-                                           cfg, processes)
-        rows.append({
-            "shape_id": shape_id, "candidate": candidate, "baseline": baseline,
-            "boundary": boundary, "ratio": ratio, "ci_low": low, "ci_high": high,
-            "class": classify(low, high, cfg.threshold),
-            "interval_method": interval_method(processes, cfg),
-            "batches": int(len(wide)),
-            "processes": int(len(np.unique(processes))),
-            "candidate_median_us": float(wide[candidate].median()),
-            "baseline_median_us": float(wide[baseline].median()),
-            "batch_ratios": [float(v) for v in (wide[baseline] / wide[candidate])],
-            "batch_processes": [int(v) for v in processes],
-            "candidate_batch_medians_us": [float(v) for v in wide[candidate]],
-            "baseline_batch_medians_us": [float(v) for v in wide[baseline]],
-            "clock_flagged_batches": int(flagged.sum()),
-        })
-    return pd.DataFrame(rows)
+def bootstrap_interval(data: tuple, statistic, method: str, cfg: StatsConfig,
+                       paired: bool = False) -> tuple[float, float]:
+    """The study's one bootstrap: scipy.stats.bootstrap's `method` interval of `statistic` over
+    `data` (vectorized), with the configured resamples, confidence level and seed. A fresh
+    generator per call, so each interval is reproducible alone. Where BCa degenerates (a
+    non-finite bound), the percentile interval stands in, as stated here."""
+    def interval(how: str):
+        return sstats.bootstrap(data, statistic, paired=paired, vectorized=True,
+                                n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
+                                method=how, rng=np.random.default_rng(cfg.seed)
+                                ).confidence_interval
+
+    low, high = interval(method)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        low, high = interval("percentile")
+    return low, high
 
 
-def job_pairs(implementations: list[str], meta: dict | None = None) -> list[tuple[str, str]]:
-    """The (candidate, reference) pairs a timing job measured. Its metadata may name roles
-    ("candidates", "references"): every candidate against every reference other than itself.
-    Without them (older records) the first implementation is the candidate, the rest references."""
-    meta = meta or {}
-    if "candidates" in meta or "references" in meta:
-        candidates, references = meta.get("candidates"), meta.get("references")
-        for key, value in (("candidates", candidates), ("references", references)):
-            if not isinstance(value, list) or not value:
-                raise ValueError(f"timing job {meta.get('job', '?')}: meta key {key!r} must be a "
-                                 f"non-empty list when roles are given, not {value!r}")
-        return [(c, r) for c in candidates for r in references if c != r]
-    return [(implementations[0], r) for r in implementations[1:]]
+def median_interval(values, cfg: StatsConfig) -> tuple[float, float, float]:
+    """Median of batch medians and its percentile-bootstrap interval over batches."""
+    values = np.asarray(values, dtype=float)
+    point = float(np.median(values))
+    if len(values) < 2 or np.ptp(values) == 0:
+        return point, point, point
+    low, high = bootstrap_interval((values,), lambda v, axis: np.median(v, axis=axis),
+                                   "percentile", cfg)
+    return point, float(low), float(high)
 
 
-def comparisons_for_job(medians: pd.DataFrame, implementations: list[str],
-                        status: dict[tuple[str, str], tuple[str, str]], shape_ids: list[str],
-                        boundaries: tuple[str, ...], cfg: StatsConfig,
-                        meta: dict | None = None) -> pd.DataFrame:
-    """Every (candidate, reference) pair of the job (job_pairs) on every shape: measured
-    comparisons, and UNSUPPORTED / INCORRECT rows where either side was not verified correct.
-    `status` maps (shape_id, implementation) to (status, reason)."""
-    from ..runtime.kernels import base_implementation
-
-    frames = []
-    for candidate, baseline in job_pairs(implementations, meta):
-        measured = compare(medians, candidate, baseline, cfg)
-        frames.append(measured)
-        done = set(measured["shape_id"]) if not measured.empty else set()
-        missing = []
-        for shape_id in shape_ids:
-            if shape_id in done:
-                continue
-            verdict, reason = "UNMEASURED", "verified correct but absent from the timing record"
-            for side, impl in (("candidate", candidate), ("baseline", baseline)):
-                st, why = status.get((shape_id, base_implementation(impl)), ("missing", "no record"))
-                if st != "correct":
-                    verdict = "UNSUPPORTED" if st == "unsupported" else "INCORRECT"
-                    reason = f"{side} {impl} {st}: {why}"
-                    break
-            for boundary in boundaries:
-                missing.append({"shape_id": shape_id, "candidate": candidate, "baseline": baseline,
-                                "boundary": boundary, "class": verdict, "reason": reason})
-        frames.append(pd.DataFrame(missing))
-    table = pd.concat([f for f in frames if not f.empty], ignore_index=True)
-    if "reason" not in table:
-        table["reason"] = None
-    return table.sort_values(["candidate", "baseline", "shape_id", "boundary"], kind="stable",
-                             ignore_index=True)
+def geometric_mean(values) -> float:
+    """exp(mean(log(values))), as scipy.stats.gmean computes it: the one geometric mean of plain
+    values (ratios, fractions) in the study."""
+    return float(sstats.gmean(np.asarray(values, dtype=float)))
 
 
 def _interval_bounds(means: np.ndarray, cfg: StatsConfig) -> tuple[float, float]:
@@ -266,136 +214,3 @@ def two_stage_geomean(log_ratio_matrix: list[np.ndarray], cfg: StatsConfig
             shape_means[order[start:start + count]] = logs[batches].mean(axis=1)
         start += count
     return (point, *_interval_bounds(shape_means.reshape(drawn.shape).mean(axis=1), cfg))
-
-
-def summarize(comparisons: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
-    """Per (candidate, baseline, boundary): geometric mean, its two-stage interval over shapes
-    (shape_ci_*), its measurement-noise interval (noise_ci_*; also under the older names ci_low /
-    ci_high, which earlier readers use) and counts by class."""
-    rows = []
-    if comparisons.empty:
-        return pd.DataFrame(rows)
-    for (cand, base, boundary), everything in comparisons.groupby(
-            ["candidate", "baseline", "boundary"], sort=True):
-        row = {"candidate": cand, "baseline": base, "boundary": boundary,
-               **geomean_block(everything, cfg)}
-        row["torch_best_chosen"] = None  # against a derived reference: which one each row is from
-        if base in DERIVED_REFERENCES:
-            chosen = everything["torch_best_choice"].value_counts()
-            row["torch_best_chosen"] = {ref: int(chosen.get(ref, 0)) for ref in
-                                        sorted(DERIVED_REFERENCES[base])
-                                        if ref in TORCH_BEST_NCHW_FROM or chosen.get(ref, 0)}
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def replication_units(rows: pd.DataFrame) -> list[np.ndarray]:
-    """Per measured row, the log ratios the geometric-mean intervals resample: its batches, or,
-    where its batches came from two or more processes, its per-process means (process is the
-    level above batches, as in paired_interval)."""
-    processes = rows["batch_processes"] if "batch_processes" in rows else [None] * len(rows)
-    units = []
-    for ratios, procs in zip(rows["batch_ratios"], processes):
-        logs = np.log(np.asarray(ratios, dtype=float))
-        if procs is not None and len(np.unique(np.asarray(procs))) >= 2:
-            logs = process_means(logs, np.asarray(procs))
-        units.append(logs)
-    return units
-
-
-def geomean_block(rows: pd.DataFrame, cfg: StatsConfig) -> dict:
-    """Geometric mean, both intervals and the class counts of some comparison rows (one
-    candidate, reference and boundary; any subset of shapes)."""
-    grp = rows[rows["class"].isin(CLASSES)]
-    logs = replication_units(grp)
-    gm, noise_low, noise_high = hierarchical_geomean(logs, cfg)
-    _, shape_low, shape_high = two_stage_geomean(logs, cfg)
-    counts = rows["class"].value_counts()
-    return {"geomean_ratio": gm, "shape_ci_low": shape_low, "shape_ci_high": shape_high,
-            "noise_ci_low": noise_low, "noise_ci_high": noise_high,
-            "ci_low": noise_low, "ci_high": noise_high,
-            "shapes_compared": int(len(grp)),
-            **{f"n_{c.lower()}": int(counts.get(c, 0))
-               for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")}}
-
-
-def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None
-                    ) -> pd.DataFrame:
-    """Add the derived references: torch_best, per shape and boundary whichever strict-FP32
-    PyTorch reference (either layout) has the lowest median over every job that timed it; and,
-    where a channels_last reference was timed, torch_best_nchw, the same among the NCHW two. A
-    candidate's rows against a derived reference are copies of its rows against the chosen one,
-    from whichever job measured them, with `torch_best_choice` naming it. Needs torch_default and
-    torch_tuned both timed somewhere; else the table is returned unchanged.
-    `reference_choice` (torch_best_choice's table) fixes torch_best's choice."""
-    if "torch_best_choice" not in comparisons:
-        comparisons = comparisons.assign(torch_best_choice=None)
-    derived = []
-    for name, among in DERIVED_REFERENCES.items():
-        if name == TORCH_BEST_NCHW and not (set(comparisons["baseline"])
-                                            & (set(TORCH_BEST_FROM) - set(among))):
-            continue
-        choice = (torch_best_choice(comparisons, among)
-                  if reference_choice is None or name != TORCH_BEST else reference_choice)
-        if choice.empty:
-            continue
-        pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
-        against = comparisons[comparisons["baseline"].isin(among)
-                              & ~comparisons["candidate"].isin(TORCH_BEST_FROM)]
-        chosen = [pick.get((s, b)) == r for s, b, r in
-                  zip(against["shape_id"], against["boundary"], against["baseline"])]
-        derived.append(against[chosen].assign(torch_best_choice=lambda f: f["baseline"],
-                                              baseline=name))
-    return pd.concat([comparisons, *derived], ignore_index=True) if derived else comparisons
-
-
-def torch_best_choice(comparisons: pd.DataFrame, among: tuple[str, ...] = TORCH_BEST_FROM
-                      ) -> pd.DataFrame:
-    """(shape_id, boundary, reference, median_us): the fastest of the references `among` that
-    were measured on the shape (ties to the earlier in `among`). Empty when the record has not
-    timed torch_default and torch_tuned both anywhere."""
-    med = measured_medians(comparisons)
-    med = med[med["implementation"].isin(among)]
-    if not set(TORCH_BEST_NCHW_FROM) <= set(med["implementation"]):
-        return pd.DataFrame(columns=["shape_id", "boundary", "reference", "median_us"])
-    # Ordering equal medians by `among` makes the choice deterministic.
-    med = med.assign(_order=med["implementation"].map({r: i for i, r in enumerate(among)}))
-    best = (med.sort_values(["shape_id", "boundary", "median_us", "_order"], kind="stable")
-            .drop_duplicates(["shape_id", "boundary"]))
-    return best.rename(columns={"implementation": "reference"})[
-        ["shape_id", "boundary", "reference", "median_us"]].reset_index(drop=True)
-
-
-def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """(job, shape, implementation, boundary, median) of every measured cell, A/A twins left out."""
-    measured = comparisons[comparisons["class"].isin(CLASSES)]
-    cols = ["job", "shape_id", "implementation", "boundary", "median_us"]
-    parts = [measured[["job", "shape_id", "candidate", "boundary", "candidate_median_us"]]
-             .set_axis(cols, axis=1),
-             measured[["job", "shape_id", "baseline", "boundary", "baseline_median_us"]]
-             .set_axis(cols, axis=1)]
-    both = pd.concat(parts, ignore_index=True)
-    # A twin is the A/A handle and torch_best a copy of another reference's row: neither is an
-    # implementation timed in its own right.
-    both = both[~both["implementation"].str.endswith("_twin")
-                & ~both["implementation"].isin(list(DERIVED_REFERENCES))]
-    return both.drop_duplicates(["job", "shape_id", "implementation", "boundary"])
-
-
-def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """Median latency per (shape, implementation, boundary) over every job that timed it."""
-    return _job_medians(comparisons).groupby(["shape_id", "implementation", "boundary"],
-                                             as_index=False, sort=True)["median_us"].median()
-
-
-def cross_job_spread(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """For an implementation timed by several jobs (each its own process): per (shape,
-    boundary) the slowest job's median over the fastest's. Noise alone keeps this near 1; a
-    choice made per process (cudnn.benchmark's algorithm) or a launch count L that differs
-    between jobs shows as a spread."""
-    med = _job_medians(comparisons)
-    spread = med.groupby(["implementation", "boundary", "shape_id"], sort=True)["median_us"].agg(
-        ["min", "max", "count"]).reset_index()
-    spread = spread[spread["count"] >= 2]
-    return spread.assign(spread=spread["max"] / spread["min"]).rename(
-        columns={"min": "fastest_job_median_us", "max": "slowest_job_median_us", "count": "jobs"})

@@ -4,12 +4,12 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from ...runtime.kernels import KERNELS, layout_of
 from ...runtime.shapes import Shape
 from ...runtime.timing import pooled_medians
+from ..stats import geometric_mean
 from .config import BASELINE_FOR_GEOMEAN, LAYOUT_BASELINES
 
 
@@ -41,8 +41,7 @@ def kernel_geomean_ratios(medians: pd.DataFrame, verification: pd.DataFrame, ker
         both = per_shape[[baseline, kernel]].dropna()
         both = both[both.index.isin(verified)]
         if not both.empty:
-            ratios[kernel] = (float(np.exp(np.log(both[baseline] / both[kernel]).mean())),
-                              int(len(both)))
+            ratios[kernel] = (geometric_mean(both[baseline] / both[kernel]), int(len(both)))
     return ratios
 
 

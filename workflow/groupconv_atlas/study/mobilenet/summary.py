@@ -8,9 +8,9 @@ from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sstats
 
-from ..stats import StatsConfig, compare
+from ..comparisons import compare
+from ..stats import StatsConfig, median_interval
 from ...runtime.timing import batch_medians
 from .config import (
     ANY_LAYOUT,
@@ -25,19 +25,6 @@ from .config import (
 LAYOUT_FREE_EXPERIMENTS = ("overhead",)
 NOT_MEASURED = ("not measured in this record: its samples hold no {title} reading (records "
                 "made before the probe measured channels_last hold contiguous NCHW only)")
-
-
-def median_interval(values, cfg: StatsConfig) -> tuple[float, float, float]:
-    """Median of batch medians and its percentile-bootstrap interval over batches."""
-    values = np.asarray(values, dtype=float)
-    point = float(np.median(values))
-    if len(values) < 2 or np.ptp(values) == 0:
-        return point, point, point
-    res = sstats.bootstrap((values,), lambda v, axis: np.median(v, axis=axis), vectorized=True,
-                           n_resamples=cfg.resamples, confidence_level=cfg.confidence_level,
-                           method="percentile", rng=np.random.default_rng(cfg.seed))
-    low, high = res.confidence_interval
-    return point, float(low), float(high)
 
 
 def with_layout(samples: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +52,7 @@ def reading_layouts(samples: pd.DataFrame) -> pd.Series:
 def summarize_samples(samples: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
     """One row per (reading, boundary), a reading being one experiment at one N in one layout:
     both medians with intervals, the paired ratio baseline / candidate over batch medians with
-    its interval and class (stats.compare). Layouts are never pooled: every statistic is of
+    its interval and class (comparisons.compare). Layouts are never pooled: every statistic is of
     one reading."""
     samples = with_layout(samples)
     layout_of_reading = reading_layouts(samples)

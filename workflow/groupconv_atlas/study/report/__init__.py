@@ -4,21 +4,24 @@ Parquet tables, provenance.json and the optional MobileNet, Nsight and machine-c
 replay renders the same bytes as the run it replays.
 
 Modules: style (colours, labels, formats, SVG settings, page CSS), axes (drawing blocks),
-figures, frames (nested records as tables), html_blocks (page building blocks), pages, atlas_map.
+figures, frames (nested records as tables), html_blocks (page building blocks), the pages
+(atlas_pages: the atlas's own; kernel_pages: Nsight, tuning, machine code; probe_pages: the
+probes), landing (the landing page's headline), atlas_map.
 The names below are re-exported so `from groupconv_atlas.study.report import X` keeps working;
 importing this package imports every module, so a job that imports it lists them all as code
 inputs."""
 from .atlas_map import MAP_DATA_MARKER, atlas_map_html, map_payload
+from .atlas_pages import (evidence_page, latency_page, per_shape_page, provenance_page,
+                          session_page, shapes_page, summary_page, verification_page)
 from .axes import ratio_ticks
 from .figures import (aa_figure, boundary_figure, forest_figure, forest_svgs, geomean_figure,
                       mobilenet_figure, note_figure, roofline_figure)
 from .frames import mobilenet_readings, tuning_frame
 from .html_blocks import (Markup, esc, fmt_number, frame_html, html_page, markdown_html,
                           short_kernel_name, table_html)
+from .kernel_pages import machine_code_page, nsight_page, tuning_page
 from .landing import landing_headline
-from .pages import (evidence_page, latency_page, machine_code_page, mobilenet_page, nsight_page,
-                    per_shape_page, probes_page, provenance_page, session_page, shapes_page,
-                    summary_page, tuning_page, verification_page)
+from .probe_pages import mobilenet_page, probes_page
 from .style import (BASELINE_LABELS, BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, PAGE_CSS, SVG_RC,
                     UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio, styled,
                     svg_bytes)

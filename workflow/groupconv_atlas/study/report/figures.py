@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from ..stats import CLASSES
+from ..stats import CLASSES, geometric_mean
 from .axes import (boundary_marker_legend, boundary_panel, class_legend, draw_forest,
                    draw_interval_rows, ratio_axis, ratio_limits)
 from .frames import mobilenet_readings
@@ -105,7 +105,7 @@ def roofline_figure(roofline: pd.DataFrame, shapes_doc: dict, ceilings: dict,
                    label="depthwise")
         ax.scatter(ai[~depthwise], achieved[~depthwise], s=11, marker="^", color="#D62728",
                    label="grouped")
-        frac = float(np.exp(np.log(grp["fraction_of_roofline"]).mean()))
+        frac = geometric_mean(grp["fraction_of_roofline"])
         ax.set_title(f"{impl}: {frac:.0%} of roofline", fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -101,6 +101,16 @@ def fmt_number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
+def fmt_or_none(value, fmt="{:.3f}"):
+    """A table cell: `value` formatted, or None (an empty cell) where it is missing."""
+    return None if value is None or pd.isna(value) else fmt.format(value)
+
+
+def int_or_none(value):
+    """A table cell: `value` as an int, or None (an empty cell) where it is missing."""
+    return None if value is None or pd.isna(value) else int(value)
+
+
 def frame_html(frame: pd.DataFrame) -> str:
     """A DataFrame as a table, numbers formatted, missing values as a dash."""
     rows = []

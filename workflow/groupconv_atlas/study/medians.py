@@ -1,0 +1,91 @@
+"""Medians across timing jobs: each implementation's latency per (shape, boundary) over every job
+that timed it (measured_medians), the spread between those jobs (cross_job_spread), and the
+derived references chosen by them (torch_best, torch_best_nchw: with_torch_best)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW,
+                    TORCH_BEST_NCHW_FROM)
+
+
+def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None
+                    ) -> pd.DataFrame:
+    """Add the derived references: torch_best, per shape and boundary whichever strict-FP32
+    PyTorch reference (either layout) has the lowest median over every job that timed it; and,
+    where a channels_last reference was timed, torch_best_nchw, the same among the NCHW two. A
+    candidate's rows against a derived reference are copies of its rows against the chosen one,
+    from whichever job measured them, with `torch_best_choice` naming it. Needs torch_default and
+    torch_tuned both timed somewhere; else the table is returned unchanged.
+    `reference_choice` (torch_best_choice's table) fixes torch_best's choice."""
+    if "torch_best_choice" not in comparisons:
+        comparisons = comparisons.assign(torch_best_choice=None)
+    derived = []
+    for name, among in DERIVED_REFERENCES.items():
+        if name == TORCH_BEST_NCHW and not (set(comparisons["baseline"])
+                                            & (set(TORCH_BEST_FROM) - set(among))):
+            continue
+        choice = (torch_best_choice(comparisons, among)
+                  if reference_choice is None or name != TORCH_BEST else reference_choice)
+        if choice.empty:
+            continue
+        pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
+        against = comparisons[comparisons["baseline"].isin(among)
+                              & ~comparisons["candidate"].isin(TORCH_BEST_FROM)]
+        chosen = [pick.get((s, b)) == r for s, b, r in
+                  zip(against["shape_id"], against["boundary"], against["baseline"])]
+        derived.append(against[chosen].assign(torch_best_choice=lambda f: f["baseline"],
+                                              baseline=name))
+    return pd.concat([comparisons, *derived], ignore_index=True) if derived else comparisons
+
+
+def torch_best_choice(comparisons: pd.DataFrame, among: tuple[str, ...] = TORCH_BEST_FROM
+                      ) -> pd.DataFrame:
+    """(shape_id, boundary, reference, median_us): the fastest of the references `among` that
+    were measured on the shape (ties to the earlier in `among`). Empty when the record has not
+    timed torch_default and torch_tuned both anywhere."""
+    med = measured_medians(comparisons)
+    med = med[med["implementation"].isin(among)]
+    if not set(TORCH_BEST_NCHW_FROM) <= set(med["implementation"]):
+        return pd.DataFrame(columns=["shape_id", "boundary", "reference", "median_us"])
+    # Ordering equal medians by `among` makes the choice deterministic.
+    med = med.assign(_order=med["implementation"].map({r: i for i, r in enumerate(among)}))
+    best = (med.sort_values(["shape_id", "boundary", "median_us", "_order"], kind="stable")
+            .drop_duplicates(["shape_id", "boundary"]))
+    return best.rename(columns={"implementation": "reference"})[
+        ["shape_id", "boundary", "reference", "median_us"]].reset_index(drop=True)
+
+
+def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """(job, shape, implementation, boundary, median) of every measured cell, A/A twins left out."""
+    measured = comparisons[comparisons["class"].isin(CLASSES)]
+    cols = ["job", "shape_id", "implementation", "boundary", "median_us"]
+    parts = [measured[["job", "shape_id", "candidate", "boundary", "candidate_median_us"]]
+             .set_axis(cols, axis=1),
+             measured[["job", "shape_id", "baseline", "boundary", "baseline_median_us"]]
+             .set_axis(cols, axis=1)]
+    both = pd.concat(parts, ignore_index=True)
+    # A twin is the A/A handle and torch_best a copy of another reference's row: neither is an
+    # implementation timed in its own right.
+    both = both[~both["implementation"].str.endswith("_twin")
+                & ~both["implementation"].isin(list(DERIVED_REFERENCES))]
+    return both.drop_duplicates(["job", "shape_id", "implementation", "boundary"])
+
+
+def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Median latency per (shape, implementation, boundary) over every job that timed it."""
+    return _job_medians(comparisons).groupby(["shape_id", "implementation", "boundary"],
+                                             as_index=False, sort=True)["median_us"].median()
+
+
+def cross_job_spread(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """For an implementation timed by several jobs (each its own process): per (shape,
+    boundary) the slowest job's median over the fastest's. Noise alone keeps this near 1; a
+    choice made per process (cudnn.benchmark's algorithm) or a launch count L that differs
+    between jobs shows as a spread."""
+    med = _job_medians(comparisons)
+    spread = med.groupby(["implementation", "boundary", "shape_id"], sort=True)["median_us"].agg(
+        ["min", "max", "count"]).reset_index()
+    spread = spread[spread["count"] >= 2]
+    return spread.assign(spread=spread["max"] / spread["min"]).rename(
+        columns={"min": "fastest_job_median_us", "max": "slowest_job_median_us", "count": "jobs"})

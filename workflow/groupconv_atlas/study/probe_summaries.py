@@ -1,0 +1,193 @@
+"""atlas.json's `probes` section, for the probes of the public op (overhead.smk, networks.smk):
+each probe's summary figures copied from its own output JSON (overhead.json,
+probes/unseen.json, probes/networks.json: no statistic is recomputed here) with that file named,
+or, for a probe the record (or the live run) lacks, an entry saying so. Each measured probe's
+targets are checked against those figures."""
+from __future__ import annotations
+
+import math
+
+PROBES = ("overhead", "unseen", "networks")
+# The targets the probes were built to check (thresholds, not measurements).
+IN_GRAPH_LIMIT_US = 0.1        # the op inside a CUDA graph within this of its bare kernel
+NETWORK_EAGER_MIN = 1.0        # eager original / converted on networks whose graph ratio >= this
+UNSEEN_DISPATCH_MIN = 0.97     # dispatch / torch_best (NCHW) never below this
+UNSEEN_AUTOTUNE_WITHIN = 0.05  # autotune's time at most this fraction above the best's
+
+
+def _not_measured(name: str, plan: dict) -> dict:
+    return {"measured": False, "status": "not measured",
+            "snakemake_target": plan.get("snakemake_target"), "raw": plan.get("raw"),
+            "reason": plan.get("reason") or f"the {name} probe was not measured"}
+
+
+def _target(target_id: str, text: str, met: bool, checked: int, failing: list[str],
+            statement: str) -> dict:
+    return {"id": target_id, "target": text, "met": bool(met), "checked": int(checked),
+            "failing": list(failing), "statement": statement}
+
+
+def _ratio_ok(value, minimum: float) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) \
+        and value >= minimum
+
+
+def overhead_targets(shapes: dict) -> list[dict]:
+    """Eager host cost per call of conv2d at most F.conv2d's on every shape; inside a CUDA graph
+    the op within IN_GRAPH_LIMIT_US of its bare kernel (median paired difference) on every
+    shape. `shapes` is overhead.json's `shapes`."""
+    host = {sid: (s["host_us_per_call"].get("op"), s["host_us_per_call"].get("torch"),
+                  s.get("host_op_over_torch")) for sid, s in shapes.items()}
+    slower = [sid for sid, (op, torch, _) in host.items()
+              if op is None or torch is None or not op <= torch]
+    text = "eager host µs per call of groupconv_atlas.conv2d ≤ F.conv2d's, on every shape"
+    worst = max(host, key=lambda sid: (host[sid][2] if host[sid][2] is not None else math.inf,
+                                       sid)) if host else None
+    if worst is None:
+        statement = f"Target: {text}. Not met: the probe holds no shape."
+    else:
+        op, torch, ratio = host[worst]
+        detail = (f"{worst}: {op:.2f} µs per g.conv2d call against {torch:.2f} µs per "
+                  f"F.conv2d call, {ratio:.3f}×")
+        statement = (f"Target: {text}. " + (
+            f"Met on all {len(host)} shapes (closest: {detail})." if not slower else
+            f"Not met: g.conv2d costs more per call on {len(slower)} of {len(host)} shapes "
+            f"(largest: {detail})."))
+    first = _target("eager_host_us_per_call", text, bool(host) and not slower, len(host),
+                    slower, statement)
+
+    added = {sid: s["graph_device"].get("op_minus_kernel_us") for sid, s in shapes.items()}
+    over = [sid for sid, d in added.items() if d is None or not abs(d) <= IN_GRAPH_LIMIT_US]
+    text = (f"inside a CUDA graph, g.conv2d within {IN_GRAPH_LIMIT_US:g} µs per call of its bare "
+            "kernel (median paired difference), on every shape")
+    largest = max(added, key=lambda sid: (abs(added[sid]) if added[sid] is not None
+                                          else math.inf, sid)) if added else None
+    if largest is None:
+        statement = f"Target: {text}. Not met: the probe holds no shape."
+    else:
+        detail = f"{largest}: {added[largest]:+.3f} µs" if added[largest] is not None \
+            else f"{largest}: no reading"
+        statement = (f"Target: {text}. " + (
+            f"Met on all {len(added)} shapes (largest difference: {detail})." if not over else
+            f"Not met on {len(over)} of {len(added)} shapes (largest difference: {detail})."))
+    second = _target("in_graph_op_minus_kernel_us", text, bool(added) and not over, len(added),
+                     over, statement)
+    return [first, second]
+
+
+def network_targets(summary: list[dict]) -> list[dict]:
+    """Eager original / converted at least NETWORK_EAGER_MIN on every network whose graph ratio
+    is at least NETWORK_EAGER_MIN. `summary` is probes/networks.json's `summary`."""
+    by = {}
+    for row in summary:
+        by.setdefault(row["network"], {})[row["mode"]] = row
+    graph_faster = [n for n, modes in by.items()
+                    if _ratio_ok((modes.get("graph") or {}).get("ratio"), NETWORK_EAGER_MIN)]
+    failing = [n for n in graph_faster
+               if not _ratio_ok((by[n].get("eager") or {}).get("ratio"), NETWORK_EAGER_MIN)]
+    text = (f"eager ratio original ÷ converted ≥ {NETWORK_EAGER_MIN:g} on every network whose "
+            f"graph ratio ≥ {NETWORK_EAGER_MIN:g}")
+
+    def reading(n):
+        eager = (by[n].get("eager") or {}).get("ratio")
+        return (f"{n}: graph {by[n]['graph']['ratio']:.3f}, eager "
+                + (f"{eager:.3f}" if eager is not None else "not measured"))
+
+    if not by:
+        statement = f"Target: {text}. Not met: the probe holds no network."
+    elif not graph_faster:
+        statement = (f"Target: {text}. Met vacuously: none of the {len(by)} networks has a graph "
+                     f"ratio ≥ {NETWORK_EAGER_MIN:g}.")
+    elif not failing:
+        lowest = min(graph_faster, key=lambda n: (by[n]["eager"]["ratio"], n))
+        statement = (f"Target: {text}. Met on all {len(graph_faster)} such networks of "
+                     f"{len(by)} (lowest eager: {reading(lowest)}).")
+    else:
+        statement = (f"Target: {text}. Not met on {len(failing)} of the {len(graph_faster)} such "
+                     f"networks: " + "; ".join(reading(n) for n in failing) + ".")
+    return [_target("network_eager_ratio", text, bool(by) and not failing, len(graph_faster),
+                    failing, statement)]
+
+
+def unseen_targets(summary: list[dict]) -> list[dict]:
+    """dispatch never below UNSEEN_DISPATCH_MIN x the fastest NCHW PyTorch reference
+    (torch_best_nchw); autotune's time at most UNSEEN_AUTOTUNE_WITHIN above the fastest NCHW run
+    (best_nchw: every implementation the probe verified and timed, PyTorch's NCHW references
+    included). `summary` is probes/unseen.json's `summary`."""
+    out = []
+    autotune_min = 1.0 / (1.0 + UNSEEN_AUTOTUNE_WITHIN)
+    for target_id, candidate, against, minimum, text in (
+            ("unseen_dispatch_vs_torch_best", "dispatch", "torch_best_nchw", UNSEEN_DISPATCH_MIN,
+             f"dispatch never below {UNSEEN_DISPATCH_MIN:g}× torch_best (the faster NCHW "
+             "PyTorch reference) on any unseen geometry"),
+            ("unseen_autotune_vs_best", "autotune", "best_nchw", autotune_min,
+             f"autotune within {UNSEEN_AUTOTUNE_WITHIN:.0%} of the best verified implementation "
+             f"(its time at most {1 + UNSEEN_AUTOTUNE_WITHIN:g}× the fastest NCHW run's: ratio "
+             f"≥ {autotune_min:.3f}) on every unseen geometry")):
+        rows = [r for r in summary if r["candidate"] == candidate and r["against"] == against]
+        failing = [r["geometry"] for r in rows if not _ratio_ok(r.get("ratio"), minimum)]
+        timed = [r for r in rows if r.get("ratio") is not None]
+        if not rows:
+            statement = f"Target: {text}. Not met: the probe holds no such reading."
+        else:
+            low = min(timed, key=lambda r: (r["ratio"], r["geometry"])) if timed else None
+            detail = (f"lowest {low['ratio']:.3f} [{low['ci_low']:.3f}, {low['ci_high']:.3f}] on "
+                      f"{low['geometry']}, against {low['reference']}") if low else "no ratio"
+            statement = (f"Target: {text}. " + (
+                f"Met on all {len(rows)} geometries ({detail})." if not failing else
+                f"Not met on {len(failing)} of {len(rows)} geometries ({detail})."))
+        out.append(_target(target_id, text, bool(rows) and not failing, len(rows), failing,
+                           statement))
+    return out
+
+
+def _without(mapping: dict, *keys: str) -> dict:
+    return {k: v for k, v in mapping.items() if k not in keys}
+
+
+def probe_figures(name: str, doc: dict) -> dict:
+    """The summary figures of one probe's output JSON, as they stand there (details trimmed of
+    the per-layer and per-trial lists, which stay in the file)."""
+    if name == "overhead":
+        return {"shapes": doc["shapes"], "resolved": doc.get("resolved", {})}
+    if name == "unseen":
+        return {"summary": doc["summary"],
+                "details": {g: {**d, "autotune": _without(d.get("autotune") or {}, "trials")}
+                            for g, d in doc.get("details", {}).items()}}
+    if name == "networks":
+        return {"summary": doc["summary"],
+                "details": {n: _without(d, "layers") for n, d in doc.get("details", {}).items()}}
+    raise ValueError(f"unknown probe {name!r}")
+
+
+def probe_targets(name: str, figures: dict) -> list[dict]:
+    if name == "overhead":
+        return overhead_targets(figures["shapes"])
+    if name == "unseen":
+        return unseen_targets(figures["summary"])
+    return network_targets(figures["summary"])
+
+
+def probes_block(plan: dict[str, dict], docs: dict[str, dict],
+                 source_sha256: dict[str, str]) -> dict:
+    """atlas.json's `probes`: per probe of `plan` ({name: {snakemake_target, raw, result,
+    reason}}, from artifacts.smk), its figures from `docs[name]` (the probe's output JSON, read
+    from plan[name]['result']) with that file's path and SHA-256, or an entry saying it was not
+    measured and why."""
+    out = {}
+    for name in [p for p in PROBES if p in plan] + sorted(set(plan) - set(PROBES)):
+        entry = plan[name]
+        doc = docs.get(name)
+        if doc is None:
+            out[name] = _not_measured(name, entry)
+            continue
+        figures = probe_figures(name, doc)
+        targets = probe_targets(name, figures)
+        out[name] = {"measured": True, "status": "measured",
+                     "snakemake_target": entry.get("snakemake_target"),
+                     "source": {"path": entry["result"], "sha256": source_sha256.get(name)},
+                     "raw": doc.get("sources", {}), "mode": doc.get("mode"),
+                     "settings": doc.get("settings", {}), **figures,
+                     "summary_lines": doc.get("summary_lines", []), "targets": targets,
+                     "targets_met": all(t["met"] for t in targets)}
+    return out

@@ -1,0 +1,241 @@
+"""The report's pages of the probes: the MobileNetV2 probe (its readings with the layouts side by
+side, and its record), and the probes of the public op (atlas.json's `probes` section)."""
+from __future__ import annotations
+
+import json
+
+from .frames import mobilenet_readings
+from .html_blocks import Markup, esc, fmt_or_none, html_page, int_or_none, table_html
+from .style import fmt_interval, fmt_ratio
+
+
+def _json_html(value, depth: int = 0) -> str:
+    """A JSON value of unknown shape, readable: dicts as field tables, lists of dicts as
+    tables, long nested structures cut at depth 3."""
+    if isinstance(value, dict):
+        if depth > 2:
+            return f"<code>{esc(json.dumps(value)[:400])}</code>"
+        return table_html(["field", "value"], [[k, Markup(_json_html(v, depth + 1))]
+                                              for k, v in value.items()])
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        columns = list(dict.fromkeys(k for v in value for k in v))
+        return table_html(columns, [[Markup(_json_html(v.get(c), depth + 1)) for c in columns]
+                                    for v in value])
+    if isinstance(value, list):
+        return esc(", ".join(map(str, value)))
+    return esc(value)
+
+
+def _median_with_interval(reading: dict, role: str) -> str:
+    return (f"{fmt_or_none(reading.get(f'{role}_median_us'))} "
+            + fmt_interval(reading.get(f"{role}_median_ci_low_us"),
+                           reading.get(f"{role}_median_ci_high_us")))
+
+
+def _layout_label(layouts: dict, layout: str) -> str:
+    return layouts.get(layout, {}).get("title", layout)
+
+
+def mobilenet_page(doc: dict) -> str:
+    """The readings, each (experiment, size, boundary) in every layout side by side (a layout
+    the record did not measure is a row saying so), then the probe's record per layout."""
+    readings = mobilenet_readings(doc)
+    layouts = doc.get("layouts", {})
+    missing = [layout for layout, entry in layouts.items() if not entry.get("measured")]
+    columns = ["experiment", "size", "boundary", "layout", "baseline", "candidate",
+               "baseline median us", "candidate median us", "ratio", "interval", "class",
+               "batches", "clock-flagged batches"]
+    rows, classes = [], []
+    groups = readings.groupby(["experiment", "size", "boundary"], sort=False) \
+        if not readings.empty else []
+    for (experiment, size, boundary), group in groups:
+        for r in group.to_dict("records"):
+            rows.append([experiment, size, boundary, _layout_label(layouts, r["layout"]),
+                         r.get("baseline"), r.get("candidate"),
+                         _median_with_interval(r, "baseline"),
+                         _median_with_interval(r, "candidate"), fmt_ratio(r.get("ratio")),
+                         fmt_interval(r.get("ci_low"), r.get("ci_high")), r.get("class"),
+                         int_or_none(r.get("batches")),
+                         int_or_none(r.get("clock_flagged_batches"))])
+            classes.append([None] * 10 + [f"cls-{r.get('class')}"] + [None] * 2)
+        if set(group["layout"]) & set(layouts):  # a per-layout reading: name the others
+            for layout in missing:
+                rows.append([experiment, size, boundary, _layout_label(layouts, layout),
+                             None, None, None, None, None, None, "not measured", None, None])
+                classes.append([None] * 13)
+    lines = "".join(f"<li><b>{esc(entry.get('title', layout))}</b>: "
+                    f"{'measured' if entry.get('measured') else esc(entry.get('note'))}</li>"
+                    for layout, entry in layouts.items())
+    probe = doc.get("probe", {})
+    record = _json_html({k: v for k, v in probe.items() if k != "layouts"})
+    for layout, entry in probe.get("layouts", {}).items():
+        record += (f"<h3>{esc(_layout_label(layouts, layout))}</h3>"
+                   + _json_html({k: v for k, v in entry.items() if k != "title"}))
+    body = ((f"<h2>Layouts</h2><ul>{lines}</ul>" if lines else "")
+            + table_html(columns, rows, classes, numeric=columns[6:10] + columns[11:])
+            + "<h2>Probe record</h2>" + record
+            + "<h2>Sources</h2>" + _json_html(doc.get("sources", {})))
+    return html_page("MobileNetV2 probe", body, esc(doc.get("ratio_definition", "")))
+
+
+# ---- the probes of the public op (atlas.json's `probes` section) ------------------------------
+
+PROBE_TITLES = {"overhead": "Call overhead: g.conv2d against F.conv2d",
+                "unseen": "Unseen geometries: dispatch and autotune against PyTorch",
+                "networks": "Whole networks: original against converted"}
+
+
+def _cls(value) -> str | None:
+    return f"cls-{value}" if value else None
+
+
+def _ratio_cell(row: dict | None) -> str | None:
+    if not row:
+        return None
+    return f"{fmt_ratio(row.get('ratio'))} {fmt_interval(row.get('ci_low'), row.get('ci_high'))}"
+
+
+def _targets_html(entry: dict) -> str:
+    items = "".join(
+        f'<li class="{"st-correct" if t["met"] else "st-incorrect"}"><b>'
+        f'{"met" if t["met"] else "not met"}</b>: {esc(t["statement"])}</li>'
+        for t in entry.get("targets", []))
+    return f"<ul>{items}</ul>" if items else ""
+
+
+def _overhead_table(entry: dict) -> str:
+    columns = ["shape", "op resolves to", "g.conv2d host us/call", "F.conv2d host us/call",
+               "bare kernel host us/call", "g.conv2d / F.conv2d (host)",
+               "in-graph g.conv2d us", "in-graph bare kernel us",
+               "in-graph difference us (median)", "difference per batch (range)",
+               "synchronized F.conv2d / g.conv2d", "class"]
+    rows, classes = [], []
+    resolved = entry.get("resolved", {})
+    for sid, s in entry.get("shapes", {}).items():
+        host, graph, sync = s["host_us_per_call"], s["graph_device"], s["sync_api"]
+        span = graph.get("op_minus_kernel_us_range") or [None, None]
+        rows.append([sid, (resolved.get(sid) or {}).get("resolves_to"),
+                     fmt_or_none(host.get("op"), "{:.2f}"),
+                     fmt_or_none(host.get("torch"), "{:.2f}"),
+                     fmt_or_none(host.get("kernel"), "{:.2f}"),
+                     fmt_ratio(s.get("host_op_over_torch")), fmt_or_none(graph.get("op_median_us")),
+                     fmt_or_none(graph.get("kernel_median_us")),
+                     fmt_or_none(graph.get("op_minus_kernel_us"), "{:+.3f}"),
+                     f"[{fmt_or_none(span[0], '{:+.3f}')}, {fmt_or_none(span[1], '{:+.3f}')}]",
+                     f"{fmt_ratio(sync.get('torch_over_op'))} "
+                     f"{fmt_interval(sync.get('ci_low'), sync.get('ci_high'))}", sync.get("class")])
+        classes.append([None] * 11 + [_cls(sync.get("class"))])
+    return table_html(columns, rows, classes, numeric=columns[2:11])
+
+
+def _unseen_table(entry: dict) -> str:
+    cells = {}
+    for r in entry.get("summary", []):
+        cells[(r["geometry"], r["candidate"], r["against"])] = r
+    geometries = list(dict.fromkeys(r["geometry"] for r in entry.get("summary", [])))
+    details = entry.get("details", {})
+    columns = ["geometry", "N, C_in, C_out, H, W, groups", "dispatch runs", "autotune chose",
+               "best kernel", "torch_best is", "dispatch vs torch_best", "class",
+               "autotune vs torch_best", "class", "best verified (NCHW)", "autotune vs best",
+               "class", "dispatch vs best", "class", "autotune vs torch_tuned_nhwc", "class"]
+    rows, classes = [], []
+    for g in geometries:
+        d = details.get(g, {})
+        picks = [("dispatch", "torch_best_nchw"), ("autotune", "torch_best_nchw"),
+                 ("autotune", "best_nchw"), ("dispatch", "best_nchw"),
+                 ("autotune", "torch_tuned_nhwc")]
+        found = [cells.get((g, c, a)) or {} for c, a in picks]
+        row = [g, ", ".join(map(str, d.get("geometry", []))) or None,
+               (d.get("dispatch") or {}).get("implementation"),
+               (d.get("autotune") or {}).get("implementation"), d.get("best_kernel"),
+               found[0].get("reference")]
+        cls = [None] * 6
+        for i, r in enumerate(found):
+            if i == 2:  # the best verified run, then autotune and dispatch against it
+                row.append(r.get("reference"))
+                cls.append(None)
+            row += [_ratio_cell(r), r.get("class")]
+            cls += [None, _cls(r.get("class"))]
+        rows.append(row)
+        classes.append(cls)
+    numeric = {"dispatch vs torch_best", "autotune vs torch_best", "autotune vs best",
+               "dispatch vs best", "autotune vs torch_tuned_nhwc"}
+    return table_html(columns, rows, classes, numeric=numeric)
+
+
+def _networks_table(entry: dict) -> str:
+    details = entry.get("details", {})
+    columns = ["network", "model", "N", "image", "mode", "original ÷ converted", "class",
+               "original median us", "converted median us", "batches", "convs swapped",
+               "top-1 agreement", "max |converted - original| / max |original|"]
+    rows, classes = [], []
+    for r in entry.get("summary", []):
+        d = details.get(r["network"], {})
+        out = d.get("output") or {}
+        scale = out.get("max_abs_output")
+        rel = (out["max_abs_difference"] / scale if scale and out.get("max_abs_difference")
+               is not None else out.get("max_abs_difference"))
+        rows.append([r["network"], d.get("model"), d.get("n"), d.get("image"), r["mode"],
+                     _ratio_cell(r), r.get("class"),
+                     fmt_or_none(r.get("baseline_median_us"), "{:.1f}"),
+                     fmt_or_none(r.get("candidate_median_us"), "{:.1f}"),
+                     int_or_none(r.get("batches")),
+                     f"{d['swapped']} of {d['convs']}" if "swapped" in d else None,
+                     fmt_or_none(out.get("top1_agreement")), fmt_or_none(rel, "{:.2e}")])
+        classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 6)
+    return table_html(columns, rows, classes, numeric=columns[5:6] + columns[7:10])
+
+
+_PROBE_TABLES = {"overhead": _overhead_table, "unseen": _unseen_table,
+                 "networks": _networks_table}
+_PROBE_NOTES = {
+    "overhead": ("Host us/call: median over repeats of back-to-back calls with no "
+                 "synchronisation between them (the eager cost of the call). In-graph: per-call "
+                 "latency inside a captured CUDA graph; the difference is the median over batches "
+                 "of the paired per-batch difference op - bare kernel. Synchronized: one call "
+                 "plus synchronize; ratio above 1 means g.conv2d is faster."),
+    "unseen": ("Each 'A vs B' is B's time / A's time at graph_device (above 1 A is faster), "
+               "with its paired interval. torch_best is the faster "
+               "of the NCHW PyTorch references; the best verified implementation is the fastest "
+               "NCHW run of the probe (the kernels autotuning verified, dispatch's and PyTorch's "
+               "NCHW references); torch_tuned_nhwc is PyTorch on channels_last, for reference."),
+    "networks": ("Ratio = original time / converted time (above 1 the converted network is "
+                 "faster): graph is a CUDA graph of one forward (graph_device), eager one "
+                 "forward plus synchronize (sync_api), compile the same under torch.compile. "
+                 "Output agreement: top-1 agreement and the largest output difference over the "
+                 "largest output, on the probe's input."),
+}
+
+
+def probes_page(probes: dict, evidence: dict) -> str:
+    """atlas.json's `probes`: per probe, its targets (each stated with whether the data meet
+    it), its table and the file its figures come from; a probe not measured says so and why."""
+    parts = []
+    order = [n for n in PROBE_TITLES if n in probes] + sorted(set(probes) - set(PROBE_TITLES))
+    for name in order:
+        entry = probes[name]
+        title = PROBE_TITLES.get(name, name)
+        target = entry.get("snakemake_target")
+        parts.append(f'<h2 id="probe-{esc(name)}">{esc(title)} '
+                     f"(<code>snakemake {esc(target)}</code>)</h2>")
+        if not entry.get("measured"):
+            parts.append(f'<p class="st-unsupported"><b>Not measured.</b> '
+                         f"{esc(entry.get('reason'))}</p>")
+            continue
+        source = entry.get("source") or {}
+        parts.append(_targets_html(entry))
+        parts.append(_PROBE_TABLES[name](entry) if name in _PROBE_TABLES else "")
+        parts.append(f'<p class="note">{esc(_PROBE_NOTES.get(name, ""))} Figures from '
+                     f"<code>{esc(source.get('path'))}</code> (SHA-256 <span class=\"mono\">"
+                     f"{esc(source.get('sha256'))}</span>), made from "
+                     + ", ".join(f"<code>{esc(s.get('path'))}</code>"
+                                 for s in (entry.get("raw") or {}).values())
+                     + f"; {esc(entry.get('mode'))} mode.</p>")
+    measured = [n for n in order if probes[n].get("measured")]
+    note = (f"{esc(evidence.get('statement'))}. The probes of the public op beyond the atlas's "
+            f"shapes: {len(measured)} of {len(probes)} measured here"
+            + (f" ({', '.join(map(esc, measured))})" if measured else "")
+            + ". Each target is checked against the probe's own summary figures, as atlas.json's "
+              "probes section holds them; a probe without raw data in the record is named, not "
+              "left out.")
+    return html_page("Probes of the public op", "".join(parts), note)
