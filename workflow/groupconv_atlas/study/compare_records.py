@@ -2,8 +2,9 @@
 re-classified from its own raw layer (timing samples, the timing jobs' implementation lists,
 verification) with one StatsConfig, set side by side.
 
-Only records/ is read, never a device's results/, so any checkout can compare any records. Cells
-are keyed by (shape, candidate, baseline, boundary), not by timing job: records name their jobs
+Only records/ is read, never a device's results/, so any checkout can compare any records; each
+file read is first checked against its record's manifest (records.checked_files). Cells are
+keyed by (shape, candidate, baseline, boundary), not by timing job: records name their jobs
 differently ("k3" in one, "k3-tuned" and "k3-default" in another)."""
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pandas as pd
 from ..runtime.kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
 from .comparisons import comparisons_for_job
+from .records import checked_files
 from .stats import CLASSES, StatsConfig
 from ..runtime.timing import BOUNDARIES, batch_medians
 
@@ -50,7 +52,7 @@ def kernel_sources(record_dir: str | Path) -> dict[str, str]:
     """{kernel: identity of the code it ran}: the SHA-256 of its .cu file and of every header it
     included, from the record's build records (one string, equal when the code is)."""
     sources = {}
-    for path in sorted(Path(record_dir, "raw", "builds").glob("*.json")):
+    for path in checked_files(sorted(Path(record_dir, "raw", "builds").glob("*.json"))):
         build = json.loads(path.read_text())
         headers = ",".join(f"{h}={d}" for h, d in sorted((build.get("header_sha256") or {}).items()))
         sources[build["kernel"]] = f"{build['source_sha256']}[{headers}]"
@@ -75,15 +77,15 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
     raw = Path(record_dir) / "raw"
     sources = kernel_sources(record_dir)
     verification = pd.concat([pd.read_parquet(p)
-                              for p in sorted(raw.glob("verification/*.parquet"))],
+                              for p in checked_files(sorted(raw.glob("verification/*.parquet")))],
                              ignore_index=True)
     status = {(r.shape_id, r.implementation): (r.status, r.reason)
               for r in verification.itertuples(index=False)}
     shape_ids = list(dict.fromkeys(verification["shape_id"]))
     frames = []
-    for meta_path in sorted(raw.glob("timing/*.json")):
+    for meta_path in checked_files(sorted(raw.glob("timing/*.json"))):
         meta = json.loads(meta_path.read_text())
-        samples = pd.read_parquet(meta_path.with_suffix(".parquet"))
+        samples = pd.read_parquet(*checked_files([meta_path.with_suffix(".parquet")]))
         table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
                                     shape_ids, BOUNDARIES, cfg, meta)
         table["job"] = meta_path.stem
@@ -243,7 +245,7 @@ def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[
 def sampling(record_dir: str | Path) -> str:
     """How a record sampled, from its timing metadata: "10 batches x 30 samples"."""
     settings = set()
-    for meta_path in sorted((Path(record_dir) / "raw" / "timing").glob("*.json")):
+    for meta_path in checked_files(sorted((Path(record_dir) / "raw" / "timing").glob("*.json"))):
         config = json.loads(meta_path.read_text()).get("config") or {}
         settings.add(f"{config.get('batches')} batches x {config.get('samples_per_batch')} "
                      "samples")
