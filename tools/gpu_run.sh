@@ -36,7 +36,9 @@ cfg=(--configfile config/config.yaml ${EXTRA_CONFIG:-})
 pack() {  # the new record and the run's logs, in parts of at most 15 MiB
   # (join with: cat record.tgz.part-* | tar xz)
   local new
-  new=$(ls -td records/*/ 2>/dev/null | head -1)
+  # The newest record of the device by its creation stamp, as the workflow picks it (not by
+  # file time, which a copy or checkout changes).
+  new=$(python3 -m groupconv_atlas.study.records newest "$device")
   tar czf /tmp/record.tgz "$new" records/INDEX.json "results/$device/logs" 2>/dev/null
   split -b 15M /tmp/record.tgz "$out/record.tgz.part-"
   # the run's own logs (and the smoke run's stage times) in one file
