@@ -20,6 +20,7 @@ from groupconv_atlas.runtime.files import find_record  # noqa: E402
 from groupconv_atlas.study.shapes_table import ShapeError, load_shapes  # noqa: E402
 
 from groupconv_atlas.study.config_check import config_errors as _config_errors  # noqa: E402
+from groupconv_atlas.study.config_check import resolve_kernel_lists as _resolve_kernel_lists  # noqa: E402
 
 # Errors that name the field first (and a misspelled key with the nearest known one); then
 # Snakemake's own validation, which fills the schema's defaults.
@@ -27,6 +28,7 @@ _problems = _config_errors(config)
 if _problems:
     raise WorkflowError("config " + "\nconfig ".join(_problems))
 validate(config, schema="../schemas/config.schema.yaml")
+_resolve_kernel_lists(config)  # `kernels: all` as the registry's list, the candidates from it
 
 try:
     SHAPES = load_shapes(config["shapes"])

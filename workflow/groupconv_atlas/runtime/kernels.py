@@ -110,9 +110,10 @@ KERNELS: dict[str, KernelSpec] = {
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it
 # (unseen.nearest_choice: an empty table, or no entry whose implementation supports it). A kernel
-# that supports every valid grouped 3x3 geometry (k0, k3, k4 or k5), so the fallback is never
-# refused; k5 because it is k4's register tile (its untuned rule is k4's, sized to fill every SM)
-# built with 8-byte loads for even W, where k0 and k3 compute one and four outputs per thread.
+# that supports every valid grouped 3x3 geometry, so the fallback is never refused
+# (test_kernels_registry checks it); among those, k5: k4's register tile (untuned, it takes k4's
+# rule, sized to fill every SM) built with 8-byte loads for even W, where the direct kernels
+# compute one or four outputs per thread.
 UNSEEN_FALLBACK = "k5"
 
 # PyTorch baselines: F.conv2d in strict FP32, cudnn.benchmark off (default) or on (tuned), on
