@@ -1,7 +1,7 @@
 """Print the figures quoted in closing notes, as a built atlas (live or replayed) holds them:
     python tools/atlas_figures.py [results/h200]
 A printer, not a second analysis: every figure is read from what the atlas wrote under
-results/<device>/ (atlas.json: the headline, A/A, cross-job spread, roofline ceilings, sessions
+results/<device>/ (atlas.json: the headline, A/A, cross-job spread, roofline ceilings, records
 compared, probes; summary.parquet: each candidate against each reference; comparisons.parquet:
 per-shape rows; roofline.parquet; nsight.parquet; mobilenet/mobilenet.json), and no statistic is
 computed here. No implementation is named here either: the artifacts name them. The one file
@@ -85,7 +85,8 @@ def certainty(atlas: dict) -> None:
               f"the threshold; widest {worst.get('shape_id', '-')}")
     agreement = ((atlas.get("headline") or {}).get("certainty") or {}).get("session_agreement")
     if agreement and agreement.get("available"):
-        print(f"# sessions compared: {' vs '.join(agreement['records'])} (atlas.json)")
+        print(f"# records compared, class by class (atlas.json): "
+              f"{' vs '.join(agreement['records'])}")
         for boundary, b in agreement["boundaries"].items():
             c = b["candidate"]
             print(f"{boundary:12s} classes agree in {b['classes_agree']} of {b['cells']} shared "
