@@ -145,7 +145,7 @@ def test_a_planted_import_against_the_page_is_reported():
                      f"{PACKAGE}.study.stats: the runtime imports nothing of the study"], found
     # An import that runs back up a half's layers, and the public face loading the study.
     assert violations(f"{PACKAGE}.runtime.kernels", "from .conv import conv2d\n")[0].endswith(
-        "runtime layer 2 imports layer 6, above it")
+        "runtime layer 4 imports layer 9, above it")
     assert violations(f"{PACKAGE}.study.stats", "from . import artifacts\n")[0].endswith(
         "study layer 3 imports layer 6, above it")
     assert "the public face loads the runtime alone" in violations(

@@ -1,12 +1,16 @@
-"""Configuration errors name the field first, and a misspelled key the nearest known one."""
+"""Configuration errors name the field first, a misspelled key the nearest known one and a
+kernel the registry does not hold the names it does; the kernel lists resolve from the registry,
+and every configuration a committed record replays with still validates."""
 import copy
+import json
 import subprocess
 import sys
 
 import yaml
 
-from groupconv_atlas.study.config_check import config_errors
 from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv_atlas.study.config_check import config_errors, resolve_kernel_lists
 
 BASE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
 
@@ -17,17 +21,59 @@ def _with(edit):
     return config_errors(config)
 
 
-def test_the_shipped_configurations_are_valid():
-    assert config_errors(BASE) == []
-    for layer in ("smoke", "gpu-run", "repeat-session", "nsight-gaps", "cudnn-cache-check"):
-        config = copy.deepcopy(BASE)
-        for key, value in (yaml.safe_load((REPO_ROOT / "config" / f"{layer}.yaml").read_text())
-                           or {}).items():
+def _layered(*layers: str) -> dict:
+    """config/config.yaml with further files layered on it, section by section."""
+    config = copy.deepcopy(BASE)
+    for layer in layers:
+        for key, value in (yaml.safe_load((REPO_ROOT / layer).read_text()) or {}).items():
             if isinstance(value, dict) and isinstance(config.get(key), dict):
                 config[key].update(value)
             else:
                 config[key] = value
-        assert config_errors(config) == [], layer
+    return config
+
+
+def test_the_shipped_configurations_are_valid():
+    assert config_errors(BASE) == []
+    for layer in ("smoke", "gpu-run", "repeat-session", "nsight-gaps", "nsight-nhwc",
+                  "cudnn-cache-check"):
+        assert config_errors(_layered(f"config/{layer}.yaml")) == [], layer
+
+
+def test_every_configuration_a_record_replays_with_is_valid_and_resolves():
+    # records/INDEX.json names the files `make replay` layers for each record; some of them
+    # (config/cudnn-cache-check.yaml) write the kernel lists out, as every config once did.
+    index = json.loads((REPO_ROOT / "records" / "INDEX.json").read_text())["records"]
+    for name, entry in index.items():
+        args = entry["replay"]
+        layers = [args[i + 1] for i, arg in enumerate(args) if arg == "--configfile"]
+        config = _layered(*layers)
+        assert config_errors(config) == [], name
+        resolved = resolve_kernel_lists(config)
+        assert resolved["kernels"] and set(resolved["kernels"]) <= set(KERNELS), name
+        assert resolved["timing"]["candidates"], name
+
+
+def test_kernels_all_is_the_registry_in_its_order_and_the_candidates_follow():
+    assert BASE["kernels"] == "all" and "candidates" not in BASE["timing"]
+    resolved = resolve_kernel_lists(copy.deepcopy(BASE))
+    # What config/config.yaml wrote out before the registry was the one list: k0 to k9, twice.
+    assert resolved["kernels"] == resolved["timing"]["candidates"] == list(KERNELS)
+    # Lists written out are kept as written; candidates follow a configuration's own kernels.
+    explicit = _layered("config/cudnn-cache-check.yaml")
+    assert resolve_kernel_lists(copy.deepcopy(explicit))["kernels"] == explicit["kernels"]
+    subset = copy.deepcopy(BASE)
+    subset.update(kernels=["k0", "k3"])
+    assert resolve_kernel_lists(subset)["timing"]["candidates"] == ["k0", "k3"]
+
+
+def test_a_kernel_the_registry_does_not_hold_is_refused_with_its_names():
+    assert _with(lambda c: c.update(kernels=["k0", "k99"])) == [
+        f"kernels.1: 'k99', not in the registry; its kernels: {', '.join(KERNELS)}"]
+    assert _with(lambda c: c.update(baselines=["torch_tuned", "torch_fast"]))[0].startswith(
+        "baselines.1: 'torch_fast', not in the registry; its baselines: torch_default,")
+    assert _with(lambda c: c.update(kernels="al")) == [
+        "kernels: 'al', must be all, or a list of kernel names"]
 
 
 def test_a_bad_value_names_its_field_in_the_first_line():

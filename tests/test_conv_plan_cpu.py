@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.runtime.conv")
+plans = pytest.importorskip("groupconv_atlas.runtime.call_plans")
 
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
@@ -40,14 +41,14 @@ class _Launcher:
 
 @pytest.fixture
 def runtime(monkeypatch):
-    monkeypatch.setattr(g, "check_call",
+    monkeypatch.setattr(plans, "check_call",
                         lambda x, w, groups, impl: geometry_shape(x.shape[0], x.shape[1],
                                                                   w.shape[0], x.shape[2],
                                                                   x.shape[3], groups))
-    monkeypatch.setattr(g.torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(g, "_current_device", lambda: None)  # a CPU tensor's device index
-    monkeypatch.setattr(g, "_raw_stream", lambda index: 0xCAFE)
-    return g._Runtime(launcher=_Launcher())
+    monkeypatch.setattr(plans.torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(plans, "_current_device", lambda: None)  # a CPU tensor's device index
+    monkeypatch.setattr(plans, "_raw_stream", lambda index: 0xCAFE)
+    return plans._Runtime(launcher=_Launcher())
 
 
 def _inputs(n, c_in, c_out, h, w, groups, weight_format=CL):

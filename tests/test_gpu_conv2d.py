@@ -15,11 +15,13 @@ torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.runtime.conv")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from groupconv_atlas.runtime.kernels import layout_of, pointer_alignment  # noqa: E402
+from groupconv_atlas.runtime.kernels import (BASELINES, KERNELS, layout_of,  # noqa: E402
+                                             pointer_alignment)
+from groupconv_atlas.runtime.torch_fallback import _baseline_call  # noqa: E402
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
 # The custom kernels that compute on channels_last tensors (k8, k9), from the registry.
-NHWC_KERNELS = [k for k in g.KERNELS if layout_of(k) == "nhwc"]
+NHWC_KERNELS = [k for k in KERNELS if layout_of(k) == "nhwc"]
 
 # "dispatch" and k5 at least (the brief of these tests); every shape of the atlas, at its real N.
 IMPLEMENTATIONS = ("dispatch", "k5")
@@ -658,9 +660,9 @@ def test_a_reference_call_is_strict_fp32_with_its_benchmark_setting_and_restores
 
     real = torch.nn.functional.conv2d
     monkeypatch.setattr(torch.nn.functional, "conv2d", recording_conv2d)
-    call = g._baseline_call(baseline, 8)
+    call = _baseline_call(baseline, 8)
     before = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
-    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not g.BASELINES[baseline]["benchmark"])
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not BASELINES[baseline]["benchmark"])
     torch.backends.cudnn.conv.fp32_precision = "tf32"
     x, w = torch.randn(2, 8, 5, 6), torch.randn(8, 1, 3, 3)
     try:
@@ -670,17 +672,17 @@ def test_a_reference_call_is_strict_fp32_with_its_benchmark_setting_and_restores
         after = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
     finally:
         torch.backends.cudnn.conv.fp32_precision = before[1]
-    assert seen == [(g.BASELINES[baseline]["benchmark"], "ieee")] * 2
-    assert after == (not g.BASELINES[baseline]["benchmark"], "tf32")
+    assert seen == [(BASELINES[baseline]["benchmark"], "ieee")] * 2
+    assert after == (not BASELINES[baseline]["benchmark"], "tf32")
     torch.testing.assert_close(y, real(x, w, None, 1, 1, 1, 8))
     # The caller's settings already the reference's (the path that sets nothing): the same flags
     # inside, the same after.
-    monkeypatch.setattr(torch.backends.cudnn, "benchmark", g.BASELINES[baseline]["benchmark"])
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", BASELINES[baseline]["benchmark"])
     torch.backends.cudnn.conv.fp32_precision = "ieee"
     try:
         torch.testing.assert_close(call(x, w), y)
         after = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
     finally:
         torch.backends.cudnn.conv.fp32_precision = before[1]
-    assert seen[-1] == (g.BASELINES[baseline]["benchmark"], "ieee")
-    assert after == (g.BASELINES[baseline]["benchmark"], "ieee")
+    assert seen[-1] == (BASELINES[baseline]["benchmark"], "ieee")
+    assert after == (BASELINES[baseline]["benchmark"], "ieee")

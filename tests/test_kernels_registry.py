@@ -201,3 +201,26 @@ def test_nhwc_kernels_state_the_pointer_alignment_their_vectors_need():
     assert pointer_alignment("k9", by_id["cpg2-n32-c64-56x56-g32"]) == (8, 8)
     assert pointer_alignment("k8", by_id["mobilenetv2-n1-c144-56x56-g144"]) == (16, 4)
     assert pointer_alignment("k5", by_id["resnext50-32x4d-n32-c128-56x56-g32"]) == (4, 4)
+
+
+def test_the_unseen_fallback_never_refuses_a_geometry_and_computes_on_nchw():
+    # unseen.nearest_choice runs it when no measured geometry can stand in for a call's: the
+    # frozen shapes and a few no table would hold (1x1 maps, odd widths, wide groups).
+    from groupconv_atlas.runtime.kernels import UNSEEN_FALLBACK
+    from groupconv_atlas.runtime.shapes import geometry_shape
+
+    spec = KERNELS[UNSEEN_FALLBACK]
+    assert spec.layout == "nchw"
+    odd = [geometry_shape(1, 1, 1, 1, 1, 1), geometry_shape(3, 6, 12, 1, 4097, 3),
+           geometry_shape(2, 512, 512, 5, 3, 4), geometry_shape(1, 96, 288, 9, 9, 96)]
+    assert all(spec.supports(s)[0] for s in [*SHAPES, *odd])
+
+
+def test_each_kernels_entries_are_its_specs_own():
+    for name, spec in KERNELS.items():
+        names = entries(name)
+        assert names and len(set(names)) == len(names), name
+        if spec.entry_names is not None:
+            assert names == spec.entry_names(), name
+        else:  # one entry: the one its launch names
+            assert len(names) == 1, name

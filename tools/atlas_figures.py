@@ -1,263 +1,197 @@
-"""Print the figures quoted in closing notes from a built atlas (live or replayed):
+"""Print the figures quoted in closing notes, as a built atlas (live or replayed) holds them:
     python tools/atlas_figures.py [results/h200]
-The headline's sentences (atlas.json), geometric means split by depthwise / grouped shapes with
-their two-stage interval over shapes, the per-shape best custom kernel, how far
-torch_tuned and torch_default differ (inside one timing job, or across jobs), what k5's tuning
-stage gained over k4's rule of thumb, where sync_api and graph_device disagree, bandwidth on
-over-2xL2 shapes, the dispatcher's classes and the shapes it does not win, the fastest custom
-kernel's roofline fraction, the Nsight k1-vs-k2 durations and instruction counts and the tuned
-kernels' captures (after `make nsight`), the cross-record comparison (after `snakemake
-compare_records`), the replayed record's stage times (with its smoke run and timed rerun, where
-its device logs hold them) and the MobileNet readings."""
+A printer, not a second analysis: every figure is read from what the atlas wrote under
+results/<device>/ (atlas.json: the headline, A/A, cross-job spread, roofline ceilings, records
+compared, probes; summary.parquet: each candidate against each reference; comparisons.parquet:
+per-shape rows; roofline.parquet; nsight.parquet; mobilenet/mobilenet.json), and no statistic is
+computed here. No implementation is named here either: the artifacts name them. The one file
+read from the record itself, its stage times, is first checked against the record's manifest
+(runtime.files.check_inputs), as every job that reads a record checks it."""
 import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from groupconv_atlas.study.compare_records import agreement
-from groupconv_atlas.study.report import tuning_frame
-from groupconv_atlas.study.stats import StatsConfig, two_stage_geomean
-from groupconv_atlas.runtime.timing import pooled_medians
+from groupconv_atlas.runtime.files import REPO_ROOT, check_inputs
+from groupconv_atlas.runtime.kernels import DISPATCH
+from groupconv_atlas.runtime.timing import BOUNDARIES
 
-CLASSES = ["WIN", "LOSS", "TIE", "INCONCLUSIVE"]
-
-
-def geomean(values) -> float:
-    return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
+pd.set_option("display.width", 250)
+pd.set_option("display.max_columns", 40)
+pd.set_option("display.max_rows", 500)
 
 
-def over_shapes(rows: pd.DataFrame, cfg: StatsConfig) -> str:
-    """Geometric mean of the rows' ratios with its two-stage interval (shapes, then batches)."""
-    if rows.empty:
-        return "n/a"
-    gm, low, high = two_stage_geomean([np.log(np.asarray(r, dtype=float))
-                                       for r in rows["batch_ratios"]], cfg)
-    return f"{gm:.3f} [{low:.3f}, {high:.3f}]"
+def interval(row: dict, low: str = "shape_ci_low", high: str = "shape_ci_high") -> str:
+    return f"{row['geomean_ratio']:.3f} [{row[low]:.3f}, {row[high]:.3f}]"
 
 
-def host_overhead(comp: pd.DataFrame, cand: str, small_us: float = 10.0) -> None:
-    """Where sync_api (host launch included) tells a different story from graph_device."""
-    sub = comp[(comp.candidate == cand) & (comp.baseline == "torch_tuned")]
-    graph = sub[sub.boundary == "graph_device"].set_index("shape_id")
-    sync = sub[sub.boundary == "sync_api"].set_index("shape_id").reindex(graph.index)
-    small = graph.index[graph.candidate_median_us < small_us]
-    print(f"# {cand} vs torch_tuned, graph_device against sync_api")
-    print(f"WIN at graph_device but not at sync_api: "
-          f"{((graph['class'] == 'WIN') & (sync['class'] != 'WIN')).sum()} shapes; the reverse: "
-          f"{((sync['class'] == 'WIN') & (graph['class'] != 'WIN')).sum()}")
-    print(f"{len(small)} shapes under {small_us:g} us at graph_device: geomean "
-          f"{geomean(graph.loc[small, 'ratio']):.3f} (graph) {geomean(sync.loc[small, 'ratio']):.3f}"
-          f" (sync); their median sync_api latency {sync.loc[small, 'candidate_median_us'].median():.1f}"
-          f" us ({cand}) vs {sync.loc[small, 'baseline_median_us'].median():.1f} us (torch_tuned);"
-          f" the other {len(graph) - len(small)} shapes: "
-          f"{geomean(graph.drop(index=small)['ratio']):.3f} (graph)")
+def classes(row: dict, of: str = "shapes_compared") -> str:
+    """W/L/T/I counts of the shapes compared, then those left out and why."""
+    left = "".join(f", {name} {row[f'n_{name}']}" for name in ("unsupported", "incorrect")
+                   if row.get(f"n_{name}"))
+    return (f"W{row['n_win']} L{row['n_loss']} T{row['n_tie']} I{row['n_inconclusive']} of "
+            f"{row[of]}{left}")
 
 
-def session_comparison(path: Path) -> None:
-    """What compare_records wrote, summed as its page sums it (compare_records.agreement: cells
-    whose code is the same in every record), with and without the dispatcher; the kinds of flip."""
-    wide = pd.read_parquet(path)
-    names = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
-    print(f"# records compared: {' vs '.join(names)} ({path})")
-    for label, part in (("all cells", wide), ("without the dispatcher",
-                                              wide[wide.candidate != "dispatch"])):
-        for r in agreement(part).to_dict("records"):
-            print(f"{label:24s} {r['boundary']:13s} {r['cells']:5d} cells of the same code, "
-                  f"classes agree {r['share_classes_agree']:.1%}, intervals overlap "
-                  f"{r['share_intervals_overlap']:.1%}, {r['class_flips']} flips, "
-                  f"{r['reversals']} reversals ({r['code_changed']} left out: code changed)")
-    same = wide[wide.same_code]
-    flips = same[~same.classes_agree]
-    kinds = flips.groupby([f"{n}:class" for n in names]).size().sort_values(ascending=False)
-    print("flip kinds:", kinds.to_dict())
-    print(flips[flips.reversal][["shape_id", "candidate", "baseline", "boundary",
-                                 *[f"{n}:ratio" for n in names]]].round(3).to_string())
-    # A kernel whose code changed between the records: how its speed-up over tuned PyTorch moved
-    # (the later record's ratio over the earlier one's, per shape timed in both).
-    changed = wide[~wide.same_code & (wide.candidate != "dispatch")
-                   & (wide.baseline == "torch_tuned") & (wide.boundary == "graph_device")]
-    for cand, part in changed.groupby("candidate"):
-        moved = (part[f"{names[-1]}:ratio"] / part[f"{names[0]}:ratio"]).dropna()
-        moved.index = part.loc[moved.index, "shape_id"]
-        if moved.empty:
+def headline(atlas: dict) -> None:
+    head = atlas.get("headline") or {}
+    print("# headline (atlas.json)")
+    for line in head.get("summary_lines", []):
+        print(f"- {line}")
+    for label, part in (("", head), (" (NCHW PyTorch only)", head.get("nchw_only") or {})):
+        if not part:
             continue
-        print(f"{cand} (code changed): ratio over torch_tuned, {names[-1]} / {names[0]}, "
-              f"graph_device: geomean {geomean(moved):.3f} over {len(moved)} shapes; "
-              f"lowest {moved.idxmin()} {moved.min():.2f}, highest {moved.idxmax()} "
-              f"{moved.max():.2f}")
+        print(f"# against {part['reference']}{label}, by group: geometric mean [interval over "
+              "shapes], classes")
+        for boundary, b in part["boundaries"].items():
+            for who, groups in ((head["candidate"], b), (DISPATCH, b["dispatch"]),
+                                ("best custom", b["best_custom"])):
+                for key in ("by_kind", "by_channels_per_group", "by_footprint"):
+                    print(f"{boundary:12s} {who:11s} {key.removeprefix('by_')}: " + "; ".join(
+                        f"{g['group']} {interval(g)} {classes(g, 'shapes')}" for g in groups[key]))
+        if not label:
+            for boundary, b in part["boundaries"].items():
+                print(f"{boundary:12s} best custom kernel per shape, by kind: "
+                      f"{b['best_custom']['by_kind_layouts']}")
+                print(f"{boundary:12s} fastest verified implementation per shape: "
+                      f"{b['fastest_counts']}")
+
+
+def candidates(summary: pd.DataFrame) -> None:
+    print("# each candidate against each reference (summary.parquet): geometric mean [interval "
+          "over shapes], classes")
+    for baseline, rows in summary.groupby("baseline", sort=False):
+        print(f"## against {baseline}")
+        for candidate, per in rows.groupby("candidate", sort=False):
+            print(f"{candidate:9s} " + " | ".join(f"{r['boundary']} {interval(r)} {classes(r)}"
+                                                   for r in per.to_dict("records")))
+
+
+def certainty(atlas: dict) -> None:
+    aa = atlas["aa"]
+    print(f"# A/A: {aa['implementation']} against a second handle to itself (atlas.json aa): "
+          f"passed {aa['passed']}")
+    for boundary, b in aa["by_boundary"].items():
+        print(f"{boundary:12s} intervals excluding 1: {b['exclude_one']} of "
+              f"{b['exclude_one_pairs']} (largest deviation "
+              f"{b['exclude_one_largest_deviation']:.4f}); WIN or LOSS {b['win_or_loss']} of "
+              f"{b['pairs']}")
+    print("# spread of an implementation's median across timing jobs (atlas.json cross_job_spread)")
+    for s in atlas.get("cross_job_spread", []):
+        worst = s["worst"][0] if s["worst"] else {}
+        print(f"{s['implementation']:19s} {s['boundary']:12s} max {s['max_spread']:.3f} over "
+              f"{s['max_jobs']} jobs; {s['shapes_over_threshold']} of {s['shapes']} shapes over "
+              f"the threshold; widest {worst.get('shape_id', '-')}")
+    agreement = ((atlas.get("headline") or {}).get("certainty") or {}).get("session_agreement")
+    if agreement and agreement.get("available"):
+        print(f"# records compared, class by class (atlas.json): "
+              f"{' vs '.join(agreement['records'])}")
+        for boundary, b in agreement["boundaries"].items():
+            c = b["candidate"]
+            print(f"{boundary:12s} classes agree in {b['classes_agree']} of {b['cells']} shared "
+                  f"cells ({b['share_classes_agree']:.1%}), {b['reversals']} reversals; the "
+                  f"headline candidate's cells: {c['classes_agree']} of {c['cells']}")
+
+
+def dispatcher(summary: pd.DataFrame, comparisons: pd.DataFrame) -> None:
+    print("# the dispatcher: classes per reference (summary.parquet); the shapes it does not win "
+          f"at {BOUNDARIES[0]} (comparisons.parquet)")
+    for r in summary[summary.candidate == DISPATCH].to_dict("records"):
+        print(f"{r['boundary']:12s} {r['baseline']}: {classes(r)}")
+    lost = comparisons[(comparisons.candidate == DISPATCH) & (comparisons["class"] != "WIN")
+                       & (comparisons.boundary == BOUNDARIES[0])]
+    for baseline, rows in lost.groupby("baseline", sort=False):
+        print(f"## against {baseline}")
+        for s in rows.to_dict("records"):
+            print(f"  {s['shape_id']}: {s['ratio']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}] "
+                  f"{s['class']}")
+
+
+def roofline(atlas: dict, table: pd.DataFrame) -> None:
+    ceilings = atlas["roofline"]["ceilings"]
+    print(f"# roofline (atlas.json): DRAM {ceilings['dram_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s,"
+          f" FMA {ceilings['fma_flops_per_s'] / 1e12:.1f} TFLOP/s, {ceilings['sm_count']} SMs; per "
+          "implementation the geometric mean fraction of its roofline, and the mean fraction of "
+          "the DRAM bandwidth on shapes over twice the L2")
+    for impl, by in atlas["roofline"]["by_implementation"].items():
+        print(f"{impl:19s} " + "  ".join(
+            f"{boundary} {b['geomean_fraction_of_roofline']:.3f} / "
+            f"{b['over_2x_l2_mean_bandwidth_fraction']:.3f} ({b['over_2x_l2_shapes']} shapes)"
+            for boundary, b in by.items()))
+    big = table[table.footprint_over_2x_l2.astype(bool)]
+    for boundary, rows in big.groupby("boundary", sort=False):
+        print(f"# fraction of the DRAM bandwidth on shapes over twice the L2, {boundary} "
+              "(roofline.parquet)")
+        print(rows.pivot(index="shape_id", columns="implementation",
+                         values="achieved_bandwidth_fraction").round(2).to_string())
+
+
+def nsight(path: Path) -> None:
+    if not path.is_file():
+        print(f"# Nsight: no {path.name} (snakemake nsight)")
+        return
+    captures = pd.read_parquet(path)
+    print(f"# Nsight captures ({path.name}, from {', '.join(captures.record.unique())})")
+    print(captures[["shape_id", "implementation", "kernel_name", "launch_index", "duration_ns",
+                    "dram_bytes_per_s", "thread_instructions_per_output", "instructions_executed",
+                    "sm_throughput_pct", "achieved_occupancy_pct", "registers_per_thread",
+                    "grid_size_blocks", "shared_bank_conflicts", "stall_1_reason",
+                    "stall_1_pct_of_stalls"]].round(2).to_string(index=False))
+
+
+def probes(atlas: dict) -> None:
+    for name, probe in (atlas.get("probes") or {}).items():
+        print(f"# probe {name} (atlas.json probes): {probe.get('status')}")
+        for line in probe.get("summary_lines") or []:
+            print(f"- {line}")
+
+
+def mobilenet(path: Path) -> None:
+    if not path.is_file():
+        return
+    doc = json.loads(path.read_text())
+    print("# MobileNet readings: original / substituted, each in its layout (mobilenet.json)")
+    for experiment, per_n in doc["readings"].items():
+        for n, boundaries in per_n.items():
+            for boundary, layouts in boundaries.items():
+                for layout, r in layouts.items():
+                    print(f"{experiment} {n} {boundary} {layout}: {r['ratio']:.3f} "
+                          f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
+                          f"({r['baseline_median_us']:.1f} vs {r['candidate_median_us']:.1f} us)")
+    for entry in doc.get("layouts", {}).values():
+        if not entry["measured"]:
+            print(f"{entry['title']}: {entry['note']}")
 
 
 def pipeline_times(record: Path) -> None:
-    """The live run's wall time and its timing jobs' seconds inside samples (raw/stage_times.json),
-    the smoke run's wall time and the timed rerun after a k3 edit, where the record's device logs
-    hold them."""
+    """The record's live run: its wall time and each stage's jobs (raw/stage_times.json)."""
     stages = record / "raw" / "stage_times.json"
     if not stages.is_file():
         return
+    check_inputs([stages])
     doc = json.loads(stages.read_text())
-    print(f"# pipeline ({record.name}): live atlas {doc['workflow_wall_s']} s")
+    print(f"# pipeline ({record.name}, raw/stage_times.json): live atlas "
+          f"{doc['workflow_wall_s']} s")
     for row in doc["stages"]:
         print(f"  {row['stage']:<20} {row['jobs']:>3} jobs {row['job_wall_s_sum']:>7.1f} s "
               f"(span {row['span_s']:.1f} s)")
-    inside = sum(j["seconds_inside_samples"] for j in doc.get("timing_jobs", []))
-    print(f"  timing jobs: {inside:.1f} s inside their samples")
-    smoke = record / "device-logs" / "smoke-run-stage-times.json"
-    if smoke.is_file():
-        print(f"smoke run: {json.loads(smoke.read_text())['workflow_wall_s']} s")
-    run_log = record / "device-logs" / "run.log"
-    if run_log.is_file():
-        for line in run_log.read_text().splitlines():
-            if "rerun after a k3 edit" in line:
-                print(line.lstrip("= "))
 
 
 def main(results: Path) -> None:
-    shapes = pd.read_parquet(results / "shapes.parquet").set_index("id")
-    depthwise = set(shapes.index[shapes["cin_per_group"] == 1])
-    comp = pd.read_parquet(results / "comparisons.parquet")
-    comp = comp[comp["class"].isin(CLASSES)]
-    kernels = sorted(c for c in comp.candidate.unique() if c.startswith("k"))
     atlas = json.loads((results / "atlas.json").read_text())
-    cfg = StatsConfig(**atlas["config"]["statistics"])
-    print("# headline (atlas.json)")
-    for line in (atlas.get("headline") or {}).get("summary_lines", []):
-        print(f"- {line}")
-    for reference in ("torch_best", "torch_tuned"):
-        if reference not in set(comp.baseline):
-            continue
-        print(f"# candidate vs {reference}: geometric mean [two-stage interval over shapes] "
-              "over all / depthwise / grouped shapes")
-        for cand in [*kernels, "dispatch"]:
-            for boundary in ("graph_device", "sync_api"):
-                sub = comp[(comp.candidate == cand) & (comp.baseline == reference)
-                           & (comp.boundary == boundary)]
-                if sub.empty:
-                    continue
-                dw = sub[sub.shape_id.isin(depthwise)]
-                gr = sub[~sub.shape_id.isin(depthwise)]
-                print(f"{cand:9s} {boundary:12s} all {over_shapes(sub, cfg)} (n={len(sub)})  "
-                      f"depthwise {over_shapes(dw, cfg)} (n={len(dw)})  "
-                      f"grouped {over_shapes(gr, cfg)} (n={len(gr)})")
-    host_overhead(comp, "k5" if "k5" in kernels else kernels[-1])
-    print("# per-shape best custom kernel vs torch_tuned")
-    for boundary in ("graph_device", "sync_api"):
-        sub = comp[comp.candidate.isin(kernels) & (comp.baseline == "torch_tuned")
-                   & (comp.boundary == boundary)]
-        best = sub.loc[sub.groupby("shape_id").ratio.idxmax()]
-        print(f"{boundary}: {geomean(best.ratio):.3f}; best kernel counts "
-              f"{best.candidate.value_counts().to_dict()}")
-    timing = sorted((results.parent.parent / "records").glob("*/raw/timing/*.parquet"))
-    print("# torch_tuned / torch_default graph_device medians inside one timing job")
-    for path in timing:
-        raw = pd.read_parquet(path)
-        raw = raw[raw.boundary == "graph_device"]
-        if not {"torch_tuned", "torch_default"} <= set(raw.implementation):
-            continue
-        med = pooled_medians(raw).pivot(index="shape_id", columns="implementation",
-                                        values="median_us")
-        ratio = med.torch_tuned / med.torch_default
-        print(f"{path.parent.parent.parent.name}/{path.stem}: max |tuned/default - 1| "
-              f"{(ratio - 1).abs().max():.4f} over {len(ratio)} shapes")
-    record = results.parent.parent / "records" / atlas["evidence"]["record"] if atlas[
-        "evidence"].get("record") else None
-    if record is not None and (record / "raw" / "timing").is_dir():
-        print(f"# {record.name}: torch_default / torch_tuned graph_device medians across jobs")
-        medians = {}
-        for path in sorted((record / "raw" / "timing").glob("*.parquet")):
-            raw = pd.read_parquet(path)
-            raw = raw[raw.boundary == "graph_device"]
-            for impl in ("torch_default", "torch_tuned"):
-                if impl in set(raw.implementation):
-                    pooled = pooled_medians(raw[raw.implementation == impl])
-                    medians.setdefault(impl, pooled.set_index("shape_id").median_us)
-        if len(medians) == 2:
-            ratio = (medians["torch_default"] / medians["torch_tuned"]).sort_values()
-            print(f"tuned faster by >5% on {(ratio > 1.05).sum()} shapes, slower by >5% on "
-                  f"{(ratio < 1 / 1.05).sum()}; extremes:")
-            print(pd.concat([ratio.head(4), ratio.tail(4)]).round(3).to_string())
-        # The tuning stage's records (older records: k5's build record held them).
-        tunings = {p.stem: json.loads(p.read_text())
-                   for p in sorted((record / "raw" / "tuning").glob("*.json"))}
-        build = record / "raw" / "builds" / "k5.json"
-        if not tunings and build.is_file():
-            tunings = {"k5": json.loads(build.read_text())["tuning"]}
-        for kernel, doc in tunings.items():
-            gain = tuning_frame({kernel: {"tuning": doc}})["gain"].dropna()
-            wrong = sum(t["status"] != "correct" for t in doc["trials"])
-            print(f"# {kernel} tuning: {len(doc['trials'])} trials, {wrong} incorrect, "
-                  f"{len(doc['choices'])} shapes tuned; tuned over its untuned rule per shape: "
-                  f"geomean {geomean(gain):.3f}, max {gain.max():.3f} over {len(gain)} shapes"
-                  + (f"; wall {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""))
-    print("# dispatcher at graph_device: classes per reference; shapes it does not win")
-    disp = comp[(comp.candidate == "dispatch") & (comp.boundary == "graph_device")]
-    for reference, rows in disp.groupby("baseline", sort=True):
-        print(f"{reference}: {rows['class'].value_counts().to_dict()}")
-        for r in rows[rows["class"] != "WIN"].to_dict("records"):
-            print(f"  {r['shape_id']}: {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
-                  f"{r['class']}")
-    roof = pd.read_parquet(results / "roofline.parquet")
-    graph_roof = roof[(roof.boundary == "graph_device") & roof.implementation.isin(kernels)]
-    if graph_roof.fraction_of_roofline.notna().any():
-        best = graph_roof.loc[graph_roof.groupby("shape_id").median_us.idxmin()]
-        # The graph-launch floor (measured with the ceilings, given under 10 us) as a third ceiling.
-        with_floor = np.maximum(best.floor_us, best.launch_floor_us.fillna(0)) / best.median_us
-        print(f"# fastest custom kernel per shape, graph_device: roofline fraction geomean "
-              f"{geomean(best.fraction_of_roofline):.3f} ({best.bound.value_counts().to_dict()}); "
-              f"with the graph-launch floor as a third ceiling {geomean(with_floor):.3f}")
-    big = roof[roof.footprint_over_2x_l2.astype(bool) & (roof.boundary == "graph_device")]
-    if not big.empty:
-        print("# fraction of measured DRAM bandwidth on shapes over twice the L2 (graph_device)")
-        table = big.pivot(index="shape_id", columns="implementation",
-                          values="achieved_bandwidth_fraction")
-        print(table.round(2).to_string())
-        print("mean:", table.mean().round(3).to_dict())
-    nsight_path = results / "nsight.parquet"
-    if nsight_path.is_file():
-        ns = pd.read_parquet(nsight_path)
-        study = ns[ns.implementation.isin(["k1", "k2"])]
-        print("# Nsight: k1 vs k2")
-        if study.empty:
-            print("no k1 or k2 capture in this Nsight table")
-        else:
-            print(study.pivot(index="shape_id", columns="implementation",
-                              values=["duration_ns", "instructions_executed",
-                                      "shared_bank_conflicts", "achieved_occupancy_pct"]).to_string())
-        ours = ns[ns.implementation.isin(["k4", "k5", "k6", "k7"])]
-        if not ours.empty and "thread_instructions_per_output" in ours:
-            # share of the DRAM bandwidth the replayed record's ceilings measured
-            dram = atlas["roofline"]["ceilings"]["dram_bandwidth_bytes_per_s"]
-            print("# Nsight: the tuned kernels' captures (rates from their counters; "
-                  "dram_share: of the measured DRAM bandwidth)")
-            print(ours.assign(dram_tb_per_s=ours.dram_bytes_per_s / 1e12,
-                              dram_share=ours.dram_bytes_per_s / dram, us=ours.duration_ns / 1e3)
-                  [["shape_id", "kernel_name", "us", "dram_tb_per_s", "dram_share",
-                    "thread_instructions_per_output", "sm_throughput_pct",
-                    "achieved_occupancy_pct", "registers_per_thread", "grid_size_blocks",
-                    "stall_1_reason", "stall_1_pct_of_stalls", "stall_2_reason"]]
-                  .round(2).to_string(index=False))
-    compared = results.parent / "comparisons" / "records.parquet"
-    if compared.is_file():
-        session_comparison(compared)
-    record = atlas["evidence"].get("record")
-    if record:
-        pipeline_times(Path("records") / record)
-    mobile = results / "mobilenet" / "mobilenet.json"
-    if mobile.is_file():
-        doc = json.loads(mobile.read_text())
-        print("# MobileNet readings: original / substituted, each in its layout")
-        for experiment, per_n in doc["readings"].items():
-            for n, boundaries in per_n.items():
-                for boundary, layouts in boundaries.items():
-                    for layout, r in layouts.items():
-                        print(f"{experiment} {n} {boundary} {layout}: {r['ratio']:.3f} "
-                              f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
-                              f"({r['baseline_median_us']:.1f} vs "
-                              f"{r['candidate_median_us']:.1f} us)")
-        for entry in doc.get("layouts", {}).values():
-            if not entry["measured"]:
-                print(f"{entry['title']}: {entry['note']}")
+    summary = pd.read_parquet(results / "summary.parquet")
+    print(f"# {atlas['evidence']['statement']}")
+    headline(atlas)
+    candidates(summary)
+    certainty(atlas)
+    dispatcher(summary, pd.read_parquet(results / "comparisons.parquet"))
+    roofline(atlas, pd.read_parquet(results / "roofline.parquet"))
+    nsight(results / "nsight.parquet")
+    probes(atlas)
+    mobilenet(results / "mobilenet" / "mobilenet.json")
+    if atlas["evidence"].get("record"):
+        pipeline_times(REPO_ROOT / "records" / atlas["evidence"]["record"])
 
 
 if __name__ == "__main__":

@@ -71,11 +71,13 @@ gate() {  # GATE_KERNEL failed its GPU tests: the atlas runs without it, by a co
   # shellcheck disable=SC2086
   python3 - "$kernel" "$file" config/config.yaml ${EXTRA_CONFIG:-} <<'PY'
 import sys, yaml
+from groupconv_atlas.study.config_check import resolve_kernel_lists
 kernel, path, *layers = sys.argv[1:]
 merged = {}
 for layer in layers:  # later files win per section, as Snakemake layers them
     for key, value in (yaml.safe_load(open(layer)) or {}).items():
         merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+resolve_kernel_lists(merged)  # `kernels: all` as the registry's list, the candidates from it
 drop = lambda names: [n for n in names if n != kernel]
 nsight = merged.get("nsight", {})
 gated = {"kernels": drop(merged["kernels"]),

@@ -80,7 +80,7 @@ rule assemble_atlas:
         template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py runs: artifacts builds the evidence and headline, and reaches the
         # report package's helpers through them.
-        code=code("shapes", "kernels", "stats", "ceilings", "artifacts", "provenance", "files",
+        code=code("shapes", *KERNEL_MODULES, "stats", "ceilings", "artifacts", "provenance", "files",
                   "jobs", "timing", "launch", "compare_records", "evidence", "headline", "plan",
                   "comparisons", "medians", "headline_lines", "probe_summaries", "records",
                   *REPORT_PACKAGE_MODULES),

@@ -7,7 +7,7 @@ if MODE == "live":
     rule build_kernel:
         input:
             sources=kernel_sources,
-            code=code("kernels", "shapes", "build", "provenance", "files", "jobs"),
+            code=code(*KERNEL_MODULES, "shapes", "build", "provenance", "files", "jobs"),
         output:
             cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
             record=f"{RESULTS}/raw/builds/{{kernel}}.json",

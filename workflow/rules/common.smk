@@ -20,6 +20,7 @@ from groupconv_atlas.runtime.files import find_record  # noqa: E402
 from groupconv_atlas.study.shapes_table import ShapeError, load_shapes  # noqa: E402
 
 from groupconv_atlas.study.config_check import config_errors as _config_errors  # noqa: E402
+from groupconv_atlas.study.config_check import resolve_kernel_lists as _resolve_kernel_lists  # noqa: E402
 
 # Errors that name the field first (and a misspelled key with the nearest known one); then
 # Snakemake's own validation, which fills the schema's defaults.
@@ -27,6 +28,7 @@ _problems = _config_errors(config)
 if _problems:
     raise WorkflowError("config " + "\nconfig ".join(_problems))
 validate(config, schema="../schemas/config.schema.yaml")
+_resolve_kernel_lists(config)  # `kernels: all` as the registry's list, the candidates from it
 
 try:
     SHAPES = load_shapes(config["shapes"])
@@ -177,10 +179,15 @@ def code(*modules: str) -> list[str]:
     return list(dict.fromkeys(files))
 
 
+# The kernel registry and the modules it is built from (each kernel's launch geometry): a job
+# that imports the registry lists them all.
+KERNEL_MODULES = ("kernels", "source_tables", "nchw_tile_kernels", "nchw_row_kernels",
+                  "nhwc_strip_kernels")
 # What the public conv2d runs (a job that calls it lists these): the op, its launch path, its
 # launch tables and its choice for unseen geometries (autotuning verifies and times).
-RUNTIME_MODULES = ("conv", "kernels", "shapes", "gpu", "launch", "files", "unseen", "tuning",
-                   "verify", "timing", "build", "conversion")
+RUNTIME_MODULES = ("conv", *KERNEL_MODULES, "shapes", "gpu", "launch", "files", "unseen", "tuning",
+                   "verify", "timing", "build", "conversion", "call_checks", "call_plans",
+                   "launch_tables", "cubin_cache", "torch_fallback")
 
 
 def recorded_jobs(record: str | None = None) -> dict[str, dict[str, list[str]]]:
@@ -390,7 +397,7 @@ def nsight_profile_inputs(wildcards):
     """A custom kernel's capture depends on its cubin and sources; a PyTorch one on neither."""
     inputs = {
         "shapes": f"{RESULTS}/shapes.json",
-        "code": [*code("nsight", "kernels", "shapes", "shapes_table", "gpu", "launch", "verify",
+        "code": [*code("nsight", *KERNEL_MODULES, "shapes", "shapes_table", "gpu", "launch", "verify",
                        "nsight_reports", "provenance", "files", "jobs"), "workflow/scripts/nsight_capture.py"],
     }
     if wildcards.impl in _NSIGHT_KERNELS:

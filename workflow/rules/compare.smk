@@ -16,7 +16,7 @@ rule compare_records:
     input:
         unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
                                                          .get("records"))),
-        code=code("kernels", "shapes", "timing", "stats", "records", "provenance", "files", "jobs",
+        code=code(*KERNEL_MODULES, "shapes", "timing", "stats", "records", "provenance", "files", "jobs",
                   "comparisons", "medians", "record_check",
                   "plan", "compare_records") + report_code(),
     output:

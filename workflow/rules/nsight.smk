@@ -44,7 +44,7 @@ rule nsight_table:
         shapes=f"{RESULTS}/shapes.json",
         check=record_check(),
         nsight_check=nsight_record_check(),
-        code=code("nsight", "kernels", "shapes", "shapes_table", "verify", "stats", "timing",
+        code=code("nsight", *KERNEL_MODULES, "shapes", "shapes_table", "verify", "stats", "timing",
                   "nsight_reports", "nsight_metrics", "nsight_table",
                   "provenance", "files", "jobs"),
     output:

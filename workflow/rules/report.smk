@@ -12,7 +12,7 @@ PROBES_PAGE = f"{REPORT}/probes.html"
 LANDING_TEXT = f"{REPORT}/landing-headline.rst"
 
 # atlas_map imports kernels (and kernels imports shapes).
-REPORT_JOB_CODE = code("stats", "kernels", "shapes", "plan", "timing", "provenance", "files",
+REPORT_JOB_CODE = code("stats", *KERNEL_MODULES, "shapes", "plan", "timing", "provenance", "files",
                        "jobs", "medians", *REPORT_PACKAGE_MODULES)
 
 

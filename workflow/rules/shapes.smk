@@ -5,7 +5,7 @@ rule freeze_shapes:
     input:
         shapes=config["shapes"],
         schema="workflow/schemas/shapes.schema.yaml",
-        code=code("shapes", "shapes_table", "kernels", "provenance", "files", "jobs"),
+        code=code("shapes", "shapes_table", *KERNEL_MODULES, "provenance", "files", "jobs"),
     output:
         parquet=f"{RESULTS}/shapes.parquet",
         json=f"{RESULTS}/shapes.json",

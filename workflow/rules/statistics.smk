@@ -7,7 +7,7 @@ rule compare_job:
         meta=raw("timing/{job}.json"),
         verification=job_verification,
         check=record_check(),
-        code=code("kernels", "shapes", "timing", "stats", "comparisons", "provenance", "files",
+        code=code(*KERNEL_MODULES, "shapes", "timing", "stats", "comparisons", "provenance", "files",
                   "jobs"),
     output:
         table=f"{RESULTS}/stats/{{job}}.parquet",

@@ -41,7 +41,7 @@ if MODE == "live":
         input:
             shapes=f"{RESULTS}/shapes.json",
             samples=f"{RESULTS}/raw/timing/{job_timing_torch_tuned()}.parquet",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "launch", "timing", "stats",
+            code=code("shapes", "shapes_table", *KERNEL_MODULES, "gpu", "launch", "timing", "stats",
                       "crosscheck", "provenance", "files", "jobs"),
         output:
             crosscheck=f"{RESULTS}/raw/crosscheck.json",

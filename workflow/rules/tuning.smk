@@ -10,7 +10,7 @@ if MODE == "live":
             shapes=f"{RESULTS}/shapes.json",
             build=f"{RESULTS}/raw/builds/{{kernel}}.json",
             cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
-            code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
+            code=code("shapes", "shapes_table", *KERNEL_MODULES, "gpu", "launch",
                       "verify", "timing", "stats",
                       "tuning", "provenance", "files", "jobs"),
         output:

@@ -6,7 +6,7 @@ if MODE == "live":
         input:
             shapes=f"{RESULTS}/shapes.json",
             builds=verification_builds,
-            code=code("shapes", "shapes_table", "kernels", "gpu", "launch",
+            code=code("shapes", "shapes_table", *KERNEL_MODULES, "gpu", "launch",
                       "verify", "provenance", "files", "jobs"),
         output:
             table=f"{RESULTS}/raw/verification/{{impl}}.parquet",

@@ -1,7 +1,10 @@
-"""The kernel runtime a PyTorch user imports: the kernel registry and tile tables (kernels), the
-Shape (shapes), nvcc builds and the cubin cache (build), the launch plan and its C shim (launch),
-the session and launcher (gpu), the dispatcher's table (dispatch), the public op (conv: conv2d,
-GroupConv2d, configure; conversion: convert) and its choice on an unseen geometry (unseen), with
-the primitives autotuning measures through, which the study's stages use too (verify, tuning,
+"""The kernel runtime a PyTorch user imports: the kernel registry (kernels) over each kernel's
+launch geometry (nchw_tile_kernels, nchw_row_kernels, nhwc_strip_kernels) and the tables its
+source defines (source_tables), the Shape (shapes), nvcc builds (build), the launch plan and its C
+shim (launch), the session and launcher (gpu), the dispatcher's table (dispatch), the public op
+(conv: conv2d, GroupConv2d, configure; conversion: convert) with its argument checks
+(call_checks), per-call plans (call_plans), launch tables (launch_tables), cubin cache
+(cubin_cache), PyTorch path (torch_fallback) and choice on an unseen geometry (unseen), the
+primitives autotuning measures through, which the study's stages use too (verify, tuning,
 timing), and the files it reads (files: hashes, committed records checked). Nothing here imports
 the study (groupconv_atlas.study)."""

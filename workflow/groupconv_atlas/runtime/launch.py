@@ -38,8 +38,8 @@ LOG = logging.getLogger("groupconv_atlas")
 SHIM_SOURCE = Path(__file__).with_name("launch_shim.c")
 SHIM_MODULE = "groupconv_launch_shim"
 
-# Kernel argument formats, as the kernel registry writes them (kernels.Launch.arg_format), as
-# struct codes: a device pointer, a 32-bit int, a 64-bit int, a float.
+# Kernel argument formats, as the kernel registry writes them (source_tables.Launch.arg_format),
+# as struct codes: a device pointer, a 32-bit int, a 64-bit int, a float.
 _FORMAT = {"P": "Q", "i": "i", "q": "q", "f": "f"}
 
 
@@ -299,7 +299,7 @@ def kernel_plan(cubin: str | Path, entry: str, grid, block, arg_format: str,
 
 
 def plan_for(cubin: str | Path, launch, handle: str = "main") -> LaunchPlan:
-    """The plan of a registry launch (kernels.Launch) from its kernel's cubin, in the current
+    """The plan of a registry launch (source_tables.Launch) from its kernel's cubin, in the current
     context, its scalars packed (so `launch3` takes the three pointers alone)."""
     return LaunchPlan(MODULES.function(cubin, launch.entry, handle), tuple(launch.grid),
                       tuple(launch.block), launch.arg_format, launch.entry,

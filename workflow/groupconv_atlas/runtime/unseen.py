@@ -23,7 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .kernels import BASELINES, KERNELS
+from .kernels import BASELINES, KERNELS, UNSEEN_FALLBACK
 
 # Weights of each feature's log2 distance.
 WEIGHTS = {"cin_per_group": 4.0, "cout_per_group": 2.0, "map": 1.0, "footprint": 1.0,
@@ -52,8 +52,9 @@ def distance(a, b) -> float:
 def nearest_choice(shape, table: dict, tunings: dict, layout: str = "nchw"
                    ) -> tuple[str, dict | None, str]:
     """(implementation, variant or None, reason) for `shape` from the nearest geometry of the
-    `layout`'s dispatch table whose implementation supports it; when the table is empty, the
-    fallback of the layout (NCHW: k5's untuned rule; channels_last: tuned PyTorch)."""
+    `layout`'s dispatch table whose implementation supports it; when none does, the fallback of
+    the layout (NCHW: the registry's UNSEEN_FALLBACK kernel, untuned; channels_last: tuned
+    PyTorch)."""
     ranked = sorted(table.items(), key=lambda kv: (distance(shape.geometry, kv[0]), kv[0]))
     for geometry, impl in ranked:
         if impl in BASELINES:
@@ -74,7 +75,8 @@ def nearest_choice(shape, table: dict, tunings: dict, layout: str = "nchw"
     if layout == "nhwc":
         return "torch_tuned_nhwc", None, ("no measured channels_last geometry to go by: PyTorch "
                                           "on channels_last, cudnn.benchmark on")
-    return "k5", None, "no measured geometry to go by: k5's untuned rule"
+    return UNSEEN_FALLBACK, None, (f"no measured geometry to go by: {UNSEEN_FALLBACK}'s untuned "
+                                   "rule")
 
 
 def autotune_enabled(setting: bool | None) -> bool:

@@ -1,7 +1,10 @@
-"""The configuration checked against its schema (workflow/schemas/config.schema.yaml), with
-errors that name the field first: `statistics.threshold: -1, must be > 0`, and an unknown or
-misspelled key with the nearest known one. jsonschema finds the errors (it is what Snakemake's
-own `validate` uses, which then fills the schema's defaults); this module only words them."""
+"""The configuration checked against its schema (workflow/schemas/config.schema.yaml) and the
+registry, with errors that name the field first: `statistics.threshold: -1, must be > 0`, an
+unknown or misspelled key with the nearest known one, a kernel the registry does not hold with
+the names it does. jsonschema finds the schema's errors (it is what Snakemake's own `validate`
+uses, which then fills the schema's defaults); this module only words them. And what the kernel
+lists mean: `kernels: all` is the registry's list, an absent `timing.candidates` the configured
+kernels (resolve_kernel_lists), so the kernel list is written once, in runtime.kernels."""
 from __future__ import annotations
 
 import difflib
@@ -38,6 +41,8 @@ def _describe(err) -> list[str]:
                 if key not in instance]
     if kind in _BOUNDS:
         return [f"{field}: {instance!r}, must be {_BOUNDS[kind]} {value}"]
+    if kind in ("anyOf", "oneOf") and "description" in err.schema:
+        return [f"{field}: {instance!r}, must be {err.schema['description']}"]
     if kind == "enum":
         return [f"{field}: {instance!r}, must be one of {', '.join(map(str, value))}"]
     if kind == "type":
@@ -47,25 +52,46 @@ def _describe(err) -> list[str]:
     return [f"{field or 'config'}: {err.message}"]
 
 
-def with_registry(schema: dict) -> dict:
-    """The schema with the names the registry knows (runtime.kernels) as the enums of
-    `kernels` and `baselines`: the kernel list is written once, in the registry."""
+ALL_KERNELS = "all"  # `kernels: all`: every kernel of the registry, in its order
+
+
+def registry_errors(config: dict) -> list[str]:
+    """Each kernel or baseline the configuration lists that the registry (runtime.kernels) does
+    not hold, with the names it does."""
     from ..runtime.kernels import BASELINES, KERNELS
 
-    props = schema.get("properties", {})
-    for key, names in (("kernels", KERNELS), ("baselines", BASELINES)):
-        if key in props:
-            props[key]["items"] = {**props[key].get("items", {}), "enum": list(names)}
-    return schema
+    lines = []
+    for key, known in (("kernels", KERNELS), ("baselines", BASELINES)):
+        names = config.get(key)
+        if not isinstance(names, list):  # absent, `all`, or a value the schema refuses
+            continue
+        lines += [f"{key}.{i}: {name!r}, not in the registry; its {key}: {', '.join(known)}"
+                  for i, name in enumerate(names) if name not in known]
+    return lines
 
 
 def config_errors(config: dict, schema_path: str | Path = SCHEMA) -> list[str]:
-    """Every schema violation of `config` as one line naming its field; unknown keys first (a
-    misspelled key also shows as a missing one: the unknown key is the cause)."""
+    """Every schema violation of `config` as one line naming its field, unknown keys first (a
+    misspelled key also shows as a missing one: the unknown key is the cause), then every name
+    the registry does not hold."""
     from jsonschema import Draft202012Validator
 
-    schema = with_registry(yaml.safe_load(Path(schema_path).read_text()))
+    schema = yaml.safe_load(Path(schema_path).read_text())
     errors = sorted(Draft202012Validator(schema).iter_errors(config),
                     key=lambda e: (e.validator != "additionalProperties",
                                    e.validator == "required", list(map(str, e.absolute_path))))
-    return [line for err in errors for line in _describe(err)]
+    return [line for err in errors for line in _describe(err)] + registry_errors(config)
+
+
+def resolve_kernel_lists(config: dict) -> dict:
+    """`config` (checked) with its kernel lists spelled out, in place: `kernels: all` as the
+    registry's kernels in its order, an absent `timing.candidates` as the configured kernels.
+    Every stage reads these lists, as older configurations (and records' replays) write them."""
+    from ..runtime.kernels import KERNELS
+
+    if config.get("kernels") == ALL_KERNELS:
+        config["kernels"] = list(KERNELS)
+    timing = config.get("timing")
+    if isinstance(timing, dict) and "candidates" not in timing:
+        timing["candidates"] = list(config["kernels"])
+    return config

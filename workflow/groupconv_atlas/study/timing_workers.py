@@ -132,11 +132,11 @@ def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
     for PyTorch's references (their call is F.conv2d, the bound run itself) and for a kernel
     timed beside its A/A twin (the twin has no public name: both sides of the A/A stay the bound
     launch, so they differ in nothing but the handle)."""
-    from ..runtime.kernels import twin_name
+    from ..runtime.kernels import KERNELS, twin_name
 
     if twin_name(impl) in impls:
         return None
-    if impl == "dispatch" or impl in conv.KERNELS:
+    if impl == "dispatch" or impl in KERNELS:
         from ..runtime.gpu import in_layout
         from ..runtime.kernels import layout_of
 

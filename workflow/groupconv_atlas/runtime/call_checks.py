@@ -1,0 +1,108 @@
+"""The op's argument checks: which implementations `conv2d` accepts, a call's layout, whether an
+implementation computes a geometry (`support`, no GPU needed), and `check_call`, which names the
+first field of a call that does not fit the fixed experiment or the implementation's support
+(`UnsupportedConv`)."""
+from __future__ import annotations
+
+import torch
+
+from .kernels import BASELINES, DISPATCH, KERNELS, layout_of
+from .kernels import support as implementation_support
+from .shapes import geometry_shape
+
+# The strict-FP32 references, in both layouts (a call's tensors must be in the reference's).
+STRICT_BASELINES = [b for b, spec in BASELINES.items() if not spec["tf32"]]
+LAYOUT_WORDS = {"nchw": "contiguous NCHW", "nhwc": "channels_last (NHWC)"}
+
+
+class UnsupportedConv(ValueError):
+    """The call is outside the fixed experiment or the implementation's support; the message
+    names the field."""
+
+
+def implementations() -> list[str]:
+    """Names `conv2d` accepts: every custom kernel, the strict-FP32 PyTorch baselines and the
+    dispatcher."""
+    return [*KERNELS, *STRICT_BASELINES, DISPATCH]
+
+
+def call_layout(x, weight=None) -> str | None:
+    """The layout of a call's input: "nchw" (contiguous; a tensor contiguous in both formats
+    counts as NCHW), "nhwc" (channels_last), None (neither)."""
+    if x.is_contiguous():
+        return "nchw"
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return "nhwc"
+    return None
+
+
+def support(implementation: str, n: int, c_in: int, c_out: int, h: int, w: int,
+            groups: int) -> tuple[bool, str]:
+    """Whether `implementation` computes this geometry, and why (no GPU needed)."""
+    if implementation not in implementations():
+        return False, (f"implementation: unknown {implementation!r}; known: "
+                       f"{', '.join(implementations())}")
+    for name, value in (("n", n), ("c_in", c_in), ("c_out", c_out), ("h", h), ("w", w),
+                        ("groups", groups)):
+        if int(value) < 1:
+            return False, f"{name}: {value}, must be at least 1"
+    if c_in % groups or c_out % groups:
+        return False, f"groups: {groups} does not divide c_in={c_in} and c_out={c_out}"
+    return implementation_support(implementation, geometry_shape(n, c_in, c_out, h, w, groups))
+
+
+def check_call(x, weight, groups: int, implementation: str):
+    """The call's Shape, or UnsupportedConv naming the first field that does not fit. The call's
+    own fields (implementation, groups, sizes, kernel, channels, dtype, layout) come before the
+    device, so a wrong call is named as such on any machine."""
+    if implementation not in implementations():
+        raise UnsupportedConv(f"implementation: unknown {implementation!r}; known: "
+                              f"{', '.join(implementations())}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise UnsupportedConv(f"groups: {groups!r}, must be a positive int")
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedConv(f"{name}: {type(t).__name__}, must be a torch.Tensor")
+        if t.dim() != 4:
+            raise UnsupportedConv(f"{name}: {t.dim()} dimensions {tuple(t.shape)}, must be 4 "
+                                  "(NCHW input, OIHW weight)")
+    n, c_in, h, w = (int(v) for v in x.shape)
+    c_out = int(weight.shape[0])
+    if tuple(weight.shape[2:]) != (3, 3):
+        raise UnsupportedConv(f"weight: kernel {tuple(weight.shape[2:])}, must be 3x3")
+    if c_in % groups:
+        raise UnsupportedConv(f"groups: {groups} does not divide x's {c_in} channels")
+    if c_out % groups:
+        raise UnsupportedConv(f"groups: {groups} does not divide weight's {c_out} output channels")
+    if int(weight.shape[1]) != c_in // groups:
+        raise UnsupportedConv(f"weight: {int(weight.shape[1])} input channels per group, must be "
+                              f"C_in/groups = {c_in // groups}")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.dtype != torch.float32:
+            raise UnsupportedConv(f"{name}: dtype {t.dtype}, must be torch.float32")
+    layout = call_layout(x)
+    if layout is None:
+        raise UnsupportedConv(f"x: strides {x.stride()} are neither contiguous NCHW nor "
+                              "channels_last: call .contiguous() (or .contiguous(memory_format="
+                              "torch.channels_last)) first")
+    if call_layout(weight) is None:
+        raise UnsupportedConv(f"weight: strides {weight.stride()} are neither contiguous nor "
+                              "channels_last")
+    if implementation != DISPATCH and layout_of(implementation) != layout:
+        raise UnsupportedConv(
+            f"x: {LAYOUT_WORDS[layout]}, but {implementation} computes on "
+            f"{LAYOUT_WORDS[layout_of(implementation)]}; on {LAYOUT_WORDS[layout]} tensors use "
+            + ", ".join(i for i in implementations() if i == DISPATCH or layout_of(i) == layout))
+    # The weight may be in either layout: k8 (depthwise) reads a (C, 1, 3, 3) weight, whose
+    # memory is the same in both; k9 reads channels_last (OHWI) memory, and the plan converts a
+    # weight that is not (_Runtime._plan); PyTorch takes either.
+    for name, t in (("x", x), ("weight", weight)):
+        if t.device.type != "cuda":
+            raise UnsupportedConv(f"{name}: on {t.device}, must be on a CUDA GPU")
+    if weight.device != x.device:
+        raise UnsupportedConv(f"weight: on {weight.device}, x on {x.device}: must be one GPU")
+    shape = geometry_shape(n, c_in, c_out, h, w, groups)
+    ok, why = implementation_support(implementation, shape)
+    if not ok:
+        raise UnsupportedConv(f"implementation: {implementation} does not support {shape.id}: {why}")
+    return shape

@@ -1,0 +1,155 @@
+"""The launch geometry of k0-k5, the NCHW kernels that compute from global memory through
+registers (k2: a shared halo tile): each kernel's support predicate, its tiles (read from its
+source), for the tuned k5 its variants and untuned rule, the entries its cubin exports, and its
+launch (entry, grid, block, scalars) on a shape. The registry (kernels.KERNELS) puts them
+together. Pure Python: nothing here needs a GPU."""
+from __future__ import annotations
+
+from .shapes import DILATION, PADDING, STRIDE, Shape
+from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, _blocks,
+                            _ceil_div, tile_table)
+
+
+def _next_pow2(v: int) -> int:
+    p = 1
+    while p < v:
+        p *= 2
+    return p
+
+
+def _always(_shape: Shape) -> tuple[bool, str]:
+    return True, "general grouped 3x3: any C_in, C_out divisible by groups"
+
+
+def _supports_k1(s: Shape) -> tuple[bool, str]:
+    # k1 indexes inside one H x W map with int (h * W + w), and its grid has one block per tile.
+    if s.h * s.w >= INT32_LIMIT:
+        return False, (f"an H x W map of {s.h * s.w} elements: k1 indexes inside a map with "
+                       "32-bit int, so maps must hold fewer than 2**31 elements")
+    blocks = _launch_k1(s).grid[0]
+    if blocks > MAX_GRID_X:
+        return False, f"{blocks} blocks: more than the grid's 2**31 - 1"
+    return _always(s)
+
+
+def _launch_k0(s: Shape) -> Launch:
+    total = s.output_elems
+    return Launch(
+        "k0_direct", (_blocks(total), 1, 1), (THREADS_PER_BLOCK, 1, 1), "PPPiiiiiiiiiii",
+        (s.n, s.c_in, s.c_out, s.h, s.w, s.groups, s.h_out, s.w_out, STRIDE, PADDING, DILATION),
+    )
+
+
+def k1_block(s: Shape) -> tuple[int, int]:
+    """Block width follows W so narrow maps do not idle most of a warp; height fills 256 threads."""
+    bx = 32 if s.w > 16 else 16 if s.w > 8 else 8
+    by = min(THREADS_PER_BLOCK // bx, _next_pow2(s.h))
+    return bx, by
+
+
+def _launch_k1(s: Shape) -> Launch:
+    bx, by = k1_block(s)
+    blocks = s.n * s.c_out * _ceil_div(s.h, by) * _ceil_div(s.w, bx)
+    return Launch("k1_spatial", (blocks, 1, 1), (bx, by, 1), "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+K2_TILE_W, K2_TILE_H = 32, 8
+K2_CHANNELS_PER_GROUP = (1, 2, 4)
+
+
+def _supports_k2(s: Shape) -> tuple[bool, str]:
+    blocks = s.n * s.c_out * _ceil_div(s.h, K2_TILE_H) * _ceil_div(s.w, K2_TILE_W)
+    if blocks > MAX_GRID_X:
+        return False, f"{blocks} blocks: more than the grid's 2**31 - 1"
+    if s.cin_per_group in K2_CHANNELS_PER_GROUP:
+        return True, f"{s.cin_per_group} input channel(s) per group staged in shared memory"
+    return False, (f"{s.cin_per_group} input channels per group: k2 is built for 1, 2 or 4 "
+                   "(its shared tile holds C_in/groups channels)")
+
+
+def _launch_k2(s: Shape) -> Launch:
+    blocks = s.n * s.c_out * _ceil_div(s.h, K2_TILE_H) * _ceil_div(s.w, K2_TILE_W)
+    return Launch(f"k2_shared_halo_cpg{s.cin_per_group}", (blocks, 1, 1), (K2_TILE_W, K2_TILE_H, 1),
+                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+def k2_entries() -> list[str]:
+    """Every entry k2's cubin exports: one per channels-per-group count it is built for."""
+    return [f"k2_shared_halo_cpg{c}" for c in K2_CHANNELS_PER_GROUP]
+
+
+def _launch_k3(s: Shape) -> Launch:
+    total = s.n * s.c_out * s.h * _ceil_div(s.w, 4)
+    return Launch("k3_four_wide", (_blocks(total), 1, 1), (THREADS_PER_BLOCK, 1, 1), "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+# k4 tiles (rows, output channels per thread), most outputs per thread first, as listed in the
+# kernel source. A shape takes the first tile whose channel block divides C_out/groups, whose rows
+# fit the map, and that still launches enough threads to fill the GPU (a quarter of each SM's 2048
+# threads on every SM); small shapes fall through to smaller tiles.
+K4_TILES = tile_table("kernels/k4_register_tile.cu", "K4_ENTRY")
+K4_THREADS_PER_SM = 512
+
+
+def k4_tile(s: Shape, sm_count: int) -> tuple[int, int]:
+    for rows, cob in K4_TILES:
+        if s.cout_per_group % cob or (rows > 1 and rows > s.h):
+            continue
+        threads = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
+        if threads >= sm_count * K4_THREADS_PER_SM:
+            return rows, cob
+    return 1, 1
+
+
+def _launch_k4(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    rows, cob = k4_tile(s, sm_count)
+    total = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
+    return Launch(f"k4_register_tile_r{rows}_c{cob}", (_blocks(total), 1, 1),
+                  (THREADS_PER_BLOCK, 1, 1), "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+def k4_entries() -> list[str]:
+    """Every entry k4's cubin exports: one per tile of its table."""
+    return [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
+
+
+# k5: k4's tile over a wider family, chosen per shape by measurement (runtime.tuning), not
+# by a rule of thumb. Tiles that spill registers under ptxas (rows 2 x 16 and rows 4 x 8
+# channels) are left out of the source; the build record lists each entry's registers and spills.
+K5_TILES = tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
+K5_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
+
+
+def k5_variants(s: Shape) -> list[dict]:
+    """Every (tile, block) the tuner measures on a shape: channel blocks that divide
+    C_out/groups, row blocks no taller than the map (rows 1 always)."""
+    return [{"rows": rows, "cob": cob, "threads": threads}
+            for rows, cob in K5_TILES
+            if s.cout_per_group % cob == 0 and (rows == 1 or rows <= s.h)
+            for threads in K5_BLOCKS]
+
+
+def k5_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback (a geometry the tuning stage did not see): k4's rule of thumb."""
+    rows, cob = k4_tile(s, sm_count)
+    return {"rows": rows, "cob": cob, "threads": THREADS_PER_BLOCK}
+
+
+def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k5_default_variant(s, sm_count)
+    rows, cob, threads = int(v["rows"]), int(v["cob"]), int(v["threads"])
+    if (rows, cob) not in K5_TILES or threads not in K5_BLOCKS or s.cout_per_group % cob:
+        raise ValueError(f"k5 variant {v} does not fit shape {s.id} "
+                         f"(C_out/groups = {s.cout_per_group})")
+    total = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
+    return Launch(f"k5_tuned_tile_r{rows}_c{cob}",
+                  (min(_ceil_div(total, threads), MAX_GRID_X), 1, 1), (threads, 1, 1),
+                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+def k5_entries() -> list[str]:
+    """Every entry k5's cubin exports: one per tile of its table."""
+    return [f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES]

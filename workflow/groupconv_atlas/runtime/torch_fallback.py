@@ -1,0 +1,62 @@
+"""The op's PyTorch path: a strict-FP32 PyTorch reference as the op's call (F.conv2d with the
+reference's cudnn.benchmark and TF32 off, the caller's settings back afterwards), and strict FP32
+around autotuning, through PyTorch's C-level accessors of those settings."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .kernels import BASELINES
+
+
+def _precision_flag():
+    """(get, set, strict value) of cuDNN convolutions' TF32 switch, through PyTorch's own C-level
+    accessors, in whichever API gpu.strict_fp32 uses (a few tenths of a microsecond a pair; the
+    torch.backends properties cost several microseconds, which a call on a small map notices)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        backend, op = conv.__dict__.get("backend", "cuda"), conv.__dict__.get("op", "conv")
+        getter, setter = torch._C._get_fp32_precision_getter, torch._C._set_fp32_precision_setter
+        return (lambda: getter(backend, op)), (lambda value: setter(backend, op, value)), "ieee"
+    return torch._C._get_cudnn_allow_tf32, torch._C._set_cudnn_allow_tf32, False
+
+
+_GET_P, _SET_P, _STRICT_P = _precision_flag()
+_GET_B, _SET_B = torch._C._get_cudnn_benchmark, torch._C._set_cudnn_benchmark
+
+
+def _baseline_call(baseline: str, groups: int):
+    """A strict-FP32 PyTorch reference as the op's call: F.conv2d with the reference's
+    cudnn.benchmark and TF32 off, the caller's settings back afterwards (_precision_flag's
+    accessors: no context manager per call). The tensors are the caller's, in the layout they
+    came in (check_call matched the reference's layout to theirs)."""
+    conv2d_, benchmark = torch.nn.functional.conv2d, BASELINES[baseline]["benchmark"]
+
+    def run_baseline(x, weight):
+        saved_b, saved_p = _GET_B(), _GET_P()
+        if saved_b == benchmark and saved_p == _STRICT_P:
+            # The caller's settings are the reference's already (a strict-FP32 program): nothing
+            # to set or restore, so the call costs what F.conv2d costs plus two reads.
+            return conv2d_(x, weight, None, 1, 1, 1, groups)
+        _SET_B(benchmark)
+        _SET_P(_STRICT_P)
+        try:
+            return conv2d_(x, weight, None, 1, 1, 1, groups)
+        finally:
+            _SET_B(saved_b)
+            _SET_P(saved_p)
+    return run_baseline
+
+
+@contextlib.contextmanager
+def _strict_fp32_call():
+    """Work in strict FP32 (autotuning a geometry): TF32 off in cuDNN convolutions; the caller's
+    cudnn.benchmark and TF32 settings come back afterwards."""
+    saved_b, saved_p = _GET_B(), _GET_P()
+    _SET_P(_STRICT_P)
+    try:
+        yield
+    finally:
+        _SET_B(saved_b)
+        _SET_P(saved_p)
