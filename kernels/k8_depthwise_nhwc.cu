@@ -64,18 +64,6 @@ __device__ __forceinline__ void k8_weights(const float* __restrict__ wt, int c0,
     }
 }
 
-// Work item -> (n, first output row, first output column, first channel). Channel vectors vary
-// fastest (coalesced loads along C), then column strips, row strips and images.
-__device__ __forceinline__ void k8_item(long long item, int vectors, int strips_w, int strips_h,
-                                        int& n, int& strip_h, int& strip_w, int& vector) {
-    vector = (int)(item % vectors);
-    long long rest = item / vectors;
-    strip_w = (int)(rest % strips_w);
-    rest /= strips_w;
-    strip_h = (int)(rest % strips_h);
-    n = (int)(rest / strips_h);
-}
-
 template <int VEC, int ROWS, int COLS>
 __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
                                                   const float* __restrict__ wt,
@@ -89,8 +77,10 @@ __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
     const long long row_stride = (long long)W * C_in;  // floats between vertically adjacent pixels
     for (long long item = blockIdx.x * (long long)blockDim.x + threadIdx.x; item < items;
          item += (long long)gridDim.x * blockDim.x) {
-        int n, strip_h, strip_w, vector;
-        k8_item(item, vectors, strips_w, strips_h, n, strip_h, strip_w, vector);
+        // Work item -> (channel vector, column strip, row strip, image): channel vectors vary
+        // fastest (coalesced loads along C), then column strips, row strips and images.
+        int vector, strip_w, strip_h, n;
+        split_index(item, vectors, strips_w, strips_h, vector, strip_w, strip_h, n);
         const int c0 = vector * VEC, h0 = strip_h * ROWS, w0 = strip_w * COLS;
         K8Vec<VEC> k[9];
         k8_weights<VEC>(wt, c0, k);

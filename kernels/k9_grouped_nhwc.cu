@@ -98,14 +98,10 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
     const long long w_out = 9LL * cin_pg;          // floats between output channels of wt
     for (long long item = blockIdx.x * (long long)blockDim.x + threadIdx.x; item < items;
          item += (long long)gridDim.x * blockDim.x) {
-        // Work item -> (n, row strip, column strip, output vector): output vectors vary fastest
-        // (coalesced stores along C), then column strips, row strips and images.
-        const int vector = (int)(item % vectors);
-        long long rest = item / vectors;
-        const int strip_w = (int)(rest % strips_w);
-        rest /= strips_w;
-        const int strip_h = (int)(rest % strips_h);
-        const int n = (int)(rest / strips_h);
+        // Work item -> (output vector, column strip, row strip, image): output vectors vary
+        // fastest (coalesced stores along C), then column strips, row strips and images.
+        int vector, strip_w, strip_h, n;
+        split_index(item, vectors, strips_w, strips_h, vector, strip_w, strip_h, n);
         const int g = vector / group_vectors;
         const int ci_base = g * cin_pg;   // the group's first input channel
         const int co0 = vector * OVEC;    // the vector's first output channel

@@ -67,16 +67,26 @@ def split_resources(text: str) -> dict[str, list[str]]:
 def split_attributes(text: str) -> dict[str, list[str]]:
     """`cuobjdump -elf` text -> {function: the lines of its .nv.info.<function> section}. Only
     these sections: the others hold the debug line tables (source lines, build folder) or
-    symbol-table positions."""
+    symbol-table positions. EIATTR_PARAM_CBANK's first value is the index of the ELF section
+    that holds the parameters, which moves when -lineinfo adds a debug section (.debug_str, once
+    a source has an inlined helper): it is replaced by a placeholder; its second value (the
+    parameters' size and offset) is kept."""
     functions: dict[str, list[str]] = {}
     current = None
+    attribute = None
     for line in text.splitlines():
         if m := _INFO_SECTION_RE.match(line):
             current = functions.setdefault(m.group(1), [])
         elif not line.strip() or not line[0].isspace():
             current = None
         elif current is not None:
-            current.append(line.strip())
+            line = line.strip()
+            if line.startswith("Attribute:"):
+                attribute = line.split(None, 1)[1] if " " in line or "\t" in line else ""
+            elif line.startswith("Value:") and attribute == "EIATTR_PARAM_CBANK":
+                values = line.split()[1:]
+                line = "Value:\t<section> " + " ".join(values[1:])
+            current.append(line)
     return functions
 
 
