@@ -7,12 +7,13 @@
 // strip of OUTS outputs for COB output channels, reading each staged input once per strip for
 // all COB channels. A tile of a whole small map holds several images, so the block has work for
 // every thread. Each plane (image, channel) is staged apart with its halo rows, so rows outside
-// the map are staged as zeros and only the columns need masking. Groups whose weights do not fit at once (24 or 32 channels)
-// are staged a chunk of input channels at a time, the outputs accumulating in registers.
-#include <cuda_pipeline.h>
+// the map are staged as zeros and only the columns need masking. Groups whose weights do not fit
+// at once (24 or 32 channels) are staged a chunk of input channels at a time, the outputs
+// accumulating in registers.
 #include <stdint.h>
 
 #include "common.cuh"
+#include "stage.cuh"
 
 // Floats of padding before each channel's staged rows (the w-1 read stays in the region; a
 // multiple of 4 keeps 16-byte alignment meaningful).
@@ -128,9 +129,9 @@ __device__ __forceinline__ void k7_stage(float* tile, float* wsh, const float* x
         const int p = k / vmax, v = k - p * vmax;
         const int i = p / count, c = c0 + p % count;
         const int phase = k7_phase(t, i, c);
-        const int head = min((4 - ((phase + t.zero_head) & 3)) & 3, t.n_elems);
-        if (v >= (t.n_elems - head) >> 2) continue;
-        const int e = t.zero_head + head + 4 * v;
+        const StageSplit split = stage_split(phase + t.zero_head, t.n_elems);
+        if (v >= split.vectors) continue;
+        const int e = t.zero_head + split.head + 4 * v;
         __pipeline_memcpy_async(tile + p * t.region + K7_PAD + phase + e,
                                 x + (t.first_e0 + k7_plane_of(t, i, c) * t.plane + e), 16);
     }
@@ -140,17 +141,14 @@ __device__ __forceinline__ void k7_stage(float* tile, float* wsh, const float* x
         const int p = k / 6, s = k - p * 6;
         const int i = p / count, c = c0 + p % count;
         const int phase = k7_phase(t, i, c);
-        const int head = min((4 - ((phase + t.zero_head) & 3)) & 3, t.n_elems);
-        const int tail_from = head + 4 * ((t.n_elems - head) >> 2);
-        const int r = s < 3 ? s : tail_from + (s - 3);
-        if (s < 3 ? r >= head : r >= t.n_elems) continue;
+        const StageSplit split = stage_split(phase + t.zero_head, t.n_elems);
+        const int r = s < 3 ? s : split.tail_from + (s - 3);
+        if (s < 3 ? r >= split.head : r >= t.n_elems) continue;
         const int e = t.zero_head + r;
         __pipeline_memcpy_async(tile + p * t.region + K7_PAD + phase + e,
                                 x + (t.first_e0 + k7_plane_of(t, i, c) * t.plane + e), 4);
     }
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-    __syncthreads();
+    stage_complete();
 }
 
 // Add the products of staged input channels c0 .. c0+count-1 to item (q, col): a strip of OUTS
@@ -260,8 +258,9 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
         const int images_here = min(images, N - n0);
         const int h0 = row_block * rows;
         const int rows_here = min(rows, H - h0);
-        const long long first_e0 = ((long long)n0 * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
-        const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative value is still mod 4
+        const long long first_e0 =
+            ((long long)n0 * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
+        const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative is still mod 4
         const int zero_head = h0 == 0 ? W : 0;                         // the row above row 0
         const int zero_tail_from = (min(h0 + rows_here + 1, H) - (h0 - 1)) * W;  // rows past H
         const int staged = (rows_here + 2) * W;

@@ -38,7 +38,9 @@ _INFO_SECTION_RE = re.compile(r"^\.nv\.info\.(\S+)\s*$")
 
 
 def split_sass(text: str) -> dict[str, list[str]]:
-    """`cuobjdump -sass` text -> {function: its lines}, trailing blanks stripped."""
+    """`cuobjdump -sass` text -> {function: its lines}, each line's runs of blanks made one space:
+    cuobjdump pads every line to the function's longest instruction, so one longer instruction
+    would otherwise make the first line differ instead of its own."""
     functions: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
@@ -46,7 +48,7 @@ def split_sass(text: str) -> dict[str, list[str]]:
             current = functions.setdefault(m.group(1), [])
             continue
         if current is not None and line.strip():
-            current.append(line.rstrip())
+            current.append(" ".join(line.split()))
     return functions
 
 
