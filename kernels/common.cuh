@@ -22,3 +22,21 @@ __device__ __forceinline__ void split_index(long long index, int n0, int n1, int
     c2 = (int)(rest % n2);
     outer = (int)(rest / n2);
 }
+
+// The stores of a ROWS x COLS tile of output pixels whose first is (h0, w0) in an H x W map of a
+// channels_last (NHWC) image: pixel (r, c) is at y_n + (h0 + r) * row + (w0 + c) * C (row: floats
+// between vertically adjacent pixels; C: between horizontally adjacent ones), and
+// store(r, c, address) writes it. Pixels past the map's bottom or right edge are not stored.
+template <int ROWS, int COLS, typename Store>
+__device__ __forceinline__ void store_nhwc_tile(float* y_n, long long row, int C, int h0, int w0,
+                                                int H, int W, Store store) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        if (h0 + r >= H) break;
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) {
+            if (w0 + c >= W) break;
+            store(r, c, y_n + (long long)(h0 + r) * row + (long long)(w0 + c) * C);
+        }
+    }
+}
