@@ -84,7 +84,7 @@ def split_attributes(text: str) -> dict[str, list[str]]:
         elif current is not None:
             line = line.strip()
             if line.startswith("Attribute:"):
-                attribute = line.split(None, 1)[1] if " " in line or "\t" in line else ""
+                attribute = line.partition(":")[2].strip()
             elif line.startswith("Value:") and attribute == "EIATTR_PARAM_CBANK":
                 values = line.split()[1:]
                 line = "Value:\t<section> " + " ".join(values[1:])
