@@ -12,8 +12,9 @@ Prints one line per kernel, "identical" or "differs" with the first differing fu
 differs there, and exits 1 when any kernel differs (or one of the record's is missing), 2 when
 the comparison cannot say (another nvcc than the record's, or other flags). A kernel source edit
 that leaves every line "identical" leaves the record's measurements valid for the tree: the GPU
-ran exactly this machine code. Needs nvcc and cuobjdump (the nvidia-cuda-cuobjdump and
-nvidia-cuda-nvdisasm pip packages, or the CUDA toolkit's), no GPU."""
+ran exactly this machine code. The registered kernels only: a record keeps no cubin of
+kernels/ceilings.cu (raw/ceilings.json holds its hash). Needs nvcc and cuobjdump (the
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm pip packages, or the CUDA toolkit's), no GPU."""
 from __future__ import annotations
 
 import argparse
@@ -170,6 +171,10 @@ def compare_record(record: Path, only: list[str] | None = None, out=print) -> in
                 continue
             arch = meta.get("target_arch", build.DEFAULT_ARCH)
             flags = list(build.nvcc_flags(arch))
+            if not cubin.is_file():
+                out(f"{kernel}: cannot compare: record {record.name} has no {cubin.name}")
+                unknown = True
+                continue
             if meta.get("nvcc") != here or meta.get("nvcc_flags") != flags:
                 out(f"{kernel}: cannot compare: the record built it with {meta.get('nvcc')} "
                     f"{' '.join(meta.get('nvcc_flags') or [])}, this tree builds with {here} "
@@ -177,7 +182,13 @@ def compare_record(record: Path, only: list[str] | None = None, out=print) -> in
                 unknown = True
                 continue
             built = Path(tmp) / f"{kernel}.cubin"
-            build.compile_kernel(kernel, built, arch=arch)
+            try:
+                build.compile_kernel(kernel, built, arch=arch)
+            except build.BuildError as exc:
+                out(f"{kernel}: differs: the tree's source does not build: "
+                    f"{str(exc).strip().splitlines()[-1]}")
+                differs = True
+                continue
             ours = machine_code(built, exe)
             difference = first_difference(machine_code(cubin, exe), ours)
             if difference is None:
