@@ -12,12 +12,8 @@ extern "C" __global__ void k0_direct(const float* __restrict__ x, const float* _
     const long long total = (long long)N * C_out * H_out * W_out;
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (long long)gridDim.x * blockDim.x) {
-        const int w_o = (int)(idx % W_out);
-        long long rest = idx / W_out;
-        const int h_o = (int)(rest % H_out);
-        rest /= H_out;
-        const int c_o = (int)(rest % C_out);
-        const int n = (int)(rest / C_out);
+        int w_o, h_o, c_o, n;
+        split_index(idx, W_out, H_out, C_out, w_o, h_o, c_o, n);
         const int g = c_o / cout_per_group;
 
         float acc = 0.0f;

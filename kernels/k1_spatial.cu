@@ -10,13 +10,8 @@ extern "C" __global__ void k1_spatial(const float* __restrict__ x, const float* 
                                       int W, int groups) {
     const int tiles_w = (W + blockDim.x - 1) / blockDim.x;
     const int tiles_h = (H + blockDim.y - 1) / blockDim.y;
-    long long block = blockIdx.x;
-    const int tile_w = (int)(block % tiles_w);
-    block /= tiles_w;
-    const int tile_h = (int)(block % tiles_h);
-    block /= tiles_h;
-    const int c_o = (int)(block % C_out);
-    const int n = (int)(block / C_out);
+    int tile_w, tile_h, c_o, n;
+    split_index(blockIdx.x, tiles_w, tiles_h, C_out, tile_w, tile_h, c_o, n);
     if (n >= N) return;
 
     const int w_o = tile_w * blockDim.x + threadIdx.x;

@@ -16,13 +16,8 @@ __device__ void k2_shared_halo(const float* __restrict__ x, const float* __restr
     __shared__ float tile[CIN_PER_GROUP][K2_TILE_H + 2][K2_TILE_W + 2];
     const int tiles_w = (W + K2_TILE_W - 1) / K2_TILE_W;
     const int tiles_h = (H + K2_TILE_H - 1) / K2_TILE_H;
-    long long block = blockIdx.x;
-    const int tile_w = (int)(block % tiles_w);
-    block /= tiles_w;
-    const int tile_h = (int)(block % tiles_h);
-    block /= tiles_h;
-    const int c_o = (int)(block % C_out);
-    const int n = (int)(block / C_out);
+    int tile_w, tile_h, c_o, n;
+    split_index(blockIdx.x, tiles_w, tiles_h, C_out, tile_w, tile_h, c_o, n);
     if (n >= N) return;  // uniform across the block, so no thread skips the barrier alone
 
     const int g = c_o / (C_out / groups);

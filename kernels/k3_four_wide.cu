@@ -15,12 +15,8 @@ extern "C" __global__ void k3_four_wide(const float* __restrict__ x, const float
     const int cout_per_group = C_out / groups;
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (long long)gridDim.x * blockDim.x) {
-        const int q = (int)(idx % quads);
-        long long rest = idx / quads;
-        const int h_o = (int)(rest % H);
-        rest /= H;
-        const int c_o = (int)(rest % C_out);
-        const int n = (int)(rest / C_out);
+        int q, h_o, c_o, n;
+        split_index(idx, quads, H, C_out, q, h_o, c_o, n);
         const int g = c_o / cout_per_group;
         const int w_first = 4 * q;
 

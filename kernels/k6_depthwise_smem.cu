@@ -6,10 +6,10 @@
 // OUTS outputs from shared memory. A tile spans as many planes as fit, so maps of a few rows
 // still give every block a full tile, and rows of a neighbouring plane are never used: each
 // output row masks the row above (h = 0) and below (h = H-1) itself.
-#include <cuda_pipeline.h>
 #include <stdint.h>
 
 #include "common.cuh"
+#include "stage.cuh"
 
 // Floats of padding before the staged rows: the w-1 read of the first element stays inside the
 // array, and a multiple of 4 keeps the array's 16-byte alignment meaningful.
@@ -25,13 +25,6 @@ __device__ __forceinline__ int k6_tile_rows(int W) {
     return rows;
 }
 
-// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; depthwise only:
-// groups == C_in (one input channel per group), any channel multiplier C_out/groups; x at least
-// 4-byte aligned (any float pointer); W <= (TILE_FLOATS - 8 - (COLS - 1)) / 3. Other shapes return without
-// writing (the host's support predicate refuses them first). Index types: element offsets, tall
-// rows and tiles are 64-bit (no 2**31-element limit); planes are int (N*C_out < 2**31, checked:
-// beyond it the kernel writes nothing); offsets inside a tile are int. Any grid size is correct:
-// blocks stride over the tiles.
 // The in-plane row h and plane p of tall row r0 + j0, from those of r0 (h_r0 < H, p_r0).
 __device__ __forceinline__ void k6_row_plane(int h_r0, int p_r0, int j0, int H, int& h, int& p) {
     h = h_r0 + j0;
@@ -57,6 +50,13 @@ __device__ __forceinline__ void k6_weights(const float* __restrict__ wt, int out
 // With COLS > 1 each shared-memory word a thread loads serves up to 3 of its outputs across and
 // the row bookkeeping is paid once per COLS outputs (fewer instructions per output: the
 // single-column form is issue-bound on large maps).
+// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; depthwise only:
+// groups == C_in (one input channel per group), any channel multiplier C_out/groups; x at least
+// 4-byte aligned (any float pointer); W <= (TILE_FLOATS - 8 - (COLS - 1)) / 3. Other shapes
+// return without writing (the host's support predicate refuses them first). Index types: element
+// offsets, tall rows and tiles are 64-bit (no 2**31-element limit); planes are int
+// (N*C_out < 2**31, checked: beyond it the kernel writes nothing); offsets inside a tile are int.
+// Any grid size is correct: blocks stride over the tiles.
 template <int TILE_FLOATS, int OUTS, int COLS>
 __device__ void k6_depthwise(const float* __restrict__ x, const float* __restrict__ wt,
                              float* __restrict__ y, int N, int C_in, int C_out, int H, int W,
@@ -103,17 +103,14 @@ __device__ void k6_depthwise(const float* __restrict__ x, const float* __restric
         const float* src = x + lo;
         float* dst = tile + base + zero_head;
         const int n_elems = (int)(hi - lo);
-        const int head = min((int)((4 - ((x_word + lo) & 3)) & 3), n_elems);
-        const int vecs = (n_elems - head) >> 2;
-        const int tail_from = head + 4 * vecs;
-        for (int v = tid; v < vecs; v += threads)
-            __pipeline_memcpy_async(dst + head + 4 * v, src + head + 4 * v, 16);
-        for (int i = tid; i < head; i += threads) __pipeline_memcpy_async(dst + i, src + i, 4);
-        for (int i = tail_from + tid; i < n_elems; i += threads)
+        const StageSplit split = stage_split(x_word + lo, n_elems);
+        for (int v = tid; v < split.vectors; v += threads)
+            __pipeline_memcpy_async(dst + split.head + 4 * v, src + split.head + 4 * v, 16);
+        for (int i = tid; i < split.head; i += threads)
             __pipeline_memcpy_async(dst + i, src + i, 4);
-        __pipeline_commit();
-        __pipeline_wait_prior(0);
-        __syncthreads();
+        for (int i = split.tail_from + tid; i < n_elems; i += threads)
+            __pipeline_memcpy_async(dst + i, src + i, 4);
+        stage_complete();
 
         const int p_r0 = (int)(r0 / H);  // plane and in-plane row of tall row r0
         const int h_r0 = (int)(r0 - (long long)p_r0 * H);

@@ -7,12 +7,13 @@
 // strip of OUTS outputs for COB output channels, reading each staged input once per strip for
 // all COB channels. A tile of a whole small map holds several images, so the block has work for
 // every thread. Each plane (image, channel) is staged apart with its halo rows, so rows outside
-// the map are staged as zeros and only the columns need masking. Groups whose weights do not fit at once (24 or 32 channels)
-// are staged a chunk of input channels at a time, the outputs accumulating in registers.
-#include <cuda_pipeline.h>
+// the map are staged as zeros and only the columns need masking. Groups whose weights do not fit
+// at once (24 or 32 channels) are staged a chunk of input channels at a time, the outputs
+// accumulating in registers.
 #include <stdint.h>
 
 #include "common.cuh"
+#include "stage.cuh"
 
 // Floats of padding before each channel's staged rows (the w-1 read stays in the region; a
 // multiple of 4 keeps 16-byte alignment meaningful).
@@ -59,6 +60,154 @@ __device__ __forceinline__ int k7_images(int N, int H, int W, int rows, int chun
     const int need = ((H + 2) * W + 2 * K7_PAD + 3) & ~3;
     const int fit = TILE_FLOATS / (chunk * need);
     return max(1, min(N, min(threads / per_image, fit)));
+}
+
+// A block's current tile -- images n0 .. n0+images_here-1 of group g, output rows h0 ..
+// h0+rows_here-1 at full width -- with the shape and launch values its staging, accumulating and
+// storing read (k7_grouped derives them; the functions below take them from here). Plane (i, c)
+// -- image n0+i, input channel c of the group -- sits in region p = i*count + (c - c0) of the
+// tile: its row h0-1+j (j = 0 .. rows_here+1) at tile[p*region + K7_PAD + phase + j*W ...],
+// phase = the 16-byte phase of that row in x (k7_phase). Its row h0-1 is element
+// first_e0 + k7_plane_of(i, c)*plane of x.
+struct K7Tile {
+    int C_in, C_out, H, W;
+    int cpg, cout_pg;       // input and output channels per group
+    int region;             // floats of the tile per staged plane
+    long long plane;        // H * W
+    int plane_phase;        // how far one plane moves the 16-byte phase in x
+    int g, n0, images_here, h0, rows_here;
+    long long first_e0;
+    int phase0;             // the 16-byte phase of first_e0 in x
+    // Per plane, in floats from its row h0-1: zeros below zero_head (the row above row 0) and
+    // from zero_tail_from (rows past H); n_elems copied from x between them; zeros in all.
+    int zero_head, zero_tail_from, n_elems, zeros;
+    int strips;             // strips of OUTS rows a column of the tile has
+    int per_image;          // items of one image: channel blocks x strips
+};
+
+// Plane (i, c)'s distance in x from the tile's first plane, in planes.
+__device__ __forceinline__ long long k7_plane_of(const K7Tile& t, int i, int c) {
+    return (long long)i * t.C_in + c;
+}
+
+// The 16-byte phase in x of plane (i, c)'s row h0-1.
+__device__ __forceinline__ int k7_phase(const K7Tile& t, int i, int c) {
+    return (int)((t.phase0 + k7_plane_of(t, i, c) * t.plane_phase) & 3);
+}
+
+// Item q of the tile: image i, channel block cb (output channels cb*COB .. of the group) and the
+// shared row j0 above its strip's first output row.
+template <int OUTS>
+__device__ __forceinline__ void k7_item(const K7Tile& t, int q, int& i, int& cb, int& j0) {
+    i = q / t.per_image;
+    const int rest = q - i * t.per_image;
+    cb = rest / t.strips;
+    j0 = (rest - cb * t.strips) * OUTS;
+}
+
+// Stage input channels c0 .. c0+count-1 of the group (of every image of the tile) and their
+// weights; on return every copy has landed and every thread sees them. The loops run over all
+// planes at once, so small maps keep every thread copying.
+__device__ __forceinline__ void k7_stage(float* tile, float* wsh, const float* x, const float* wt,
+                                         const K7Tile& t, int c0, int count, int tid,
+                                         int threads) {
+    __syncthreads();  // every thread is done reading what the tile held
+    for (int i = tid; i < count * 9 * t.cout_pg; i += threads) {
+        const int co = i % t.cout_pg, tap_ci = i / t.cout_pg;  // i = (ci*9 + tap)*cout_pg + co
+        const int tap = tap_ci % 9, ci = tap_ci / 9;
+        wsh[i] = __ldg(wt + ((long long)(t.g * t.cout_pg + co) * t.cpg + c0 + ci) * 9 + tap);
+    }
+    const int planes = t.images_here * count;
+    for (int k = tid; k < planes * t.zeros; k += threads) {
+        const int p = k / t.zeros, z = k - p * t.zeros;
+        const int at = z < t.zero_head ? z : t.zero_tail_from + (z - t.zero_head);
+        tile[p * t.region + K7_PAD + k7_phase(t, p / count, c0 + p % count) + at] = 0.0f;
+    }
+    // 16-byte copies: plane p's vector v, where v < its count (which depends on its phase)
+    const int vmax = t.n_elems >> 2;
+    for (int k = tid; k < planes * vmax; k += threads) {
+        const int p = k / vmax, v = k - p * vmax;
+        const int i = p / count, c = c0 + p % count;
+        const int phase = k7_phase(t, i, c);
+        const StageSplit split = stage_split(phase + t.zero_head, t.n_elems);
+        if (v >= split.vectors) continue;
+        const int e = t.zero_head + split.head + 4 * v;
+        __pipeline_memcpy_async(tile + p * t.region + K7_PAD + phase + e,
+                                x + (t.first_e0 + k7_plane_of(t, i, c) * t.plane + e), 16);
+    }
+    // 4-byte copies: up to 3 elements before a plane's first 16-byte boundary and up to 3
+    // after its last
+    for (int k = tid; k < planes * 6; k += threads) {
+        const int p = k / 6, s = k - p * 6;
+        const int i = p / count, c = c0 + p % count;
+        const int phase = k7_phase(t, i, c);
+        const StageSplit split = stage_split(phase + t.zero_head, t.n_elems);
+        const int r = s < 3 ? s : split.tail_from + (s - 3);
+        if (s < 3 ? r >= split.head : r >= t.n_elems) continue;
+        const int e = t.zero_head + r;
+        __pipeline_memcpy_async(tile + p * t.region + K7_PAD + phase + e,
+                                x + (t.first_e0 + k7_plane_of(t, i, c) * t.plane + e), 4);
+    }
+    stage_complete();
+}
+
+// Add the products of staged input channels c0 .. c0+count-1 to item (q, col): a strip of OUTS
+// rows at column col for COB output channels of one image.
+template <int OUTS, int COB>
+__device__ __forceinline__ void k7_accumulate(float (&acc)[OUTS][COB], const float* tile,
+                                              const float* wsh, const K7Tile& t, int q, int col,
+                                              int c0, int count) {
+    int i, cb, j0;  // j0: the shared row above the strip's first output row
+    k7_item<OUTS>(t, q, i, cb, j0);
+    const int co0 = cb * COB;  // first output channel of the block, in the group
+    for (int c = 0; c < count; ++c) {
+        const int base = (i * count + c) * t.region + K7_PAD + k7_phase(t, i, c0 + c);
+        // Window: rows j0 .. j0+OUTS+1 (clamped to staged rows: the clamped ones feed only
+        // outputs past the tile's end, never written), columns col-1 .. col+1.
+        float win[OUTS + 2][3];
+#pragma unroll
+        for (int r = 0; r < OUTS + 2; ++r) {
+            const int at = base + min(j0 + r, t.rows_here + 1) * t.W + col;
+            const float left = tile[at - 1], mid = tile[at], right = tile[at + 1];
+            win[r][0] = col > 0 ? left : 0.0f;
+            win[r][1] = mid;
+            win[r][2] = col + 1 < t.W ? right : 0.0f;
+        }
+        const float4* w_c = reinterpret_cast<const float4*>(wsh + c * 9 * t.cout_pg + co0);
+#pragma unroll
+        for (int kh = 0; kh < 3; ++kh)
+#pragma unroll
+            for (int kw = 0; kw < 3; ++kw)
+#pragma unroll
+                for (int o4 = 0; o4 < COB / 4; ++o4) {
+                    const float4 wv = w_c[((kh * 3 + kw) * t.cout_pg) / 4 + o4];
+#pragma unroll
+                    for (int r = 0; r < OUTS; ++r) {
+                        const float v = win[r + kh][kw];
+                        acc[r][4 * o4 + 0] = fmaf(v, wv.x, acc[r][4 * o4 + 0]);
+                        acc[r][4 * o4 + 1] = fmaf(v, wv.y, acc[r][4 * o4 + 1]);
+                        acc[r][4 * o4 + 2] = fmaf(v, wv.z, acc[r][4 * o4 + 2]);
+                        acc[r][4 * o4 + 3] = fmaf(v, wv.w, acc[r][4 * o4 + 3]);
+                    }
+                }
+    }
+}
+
+// Write item (q, col)'s outputs: the strip's rows inside the tile, COB channels each.
+template <int OUTS, int COB>
+__device__ __forceinline__ void k7_store(float* y, const float (&acc)[OUTS][COB], const K7Tile& t,
+                                         int q, int col) {
+    int i, cb, j0;
+    k7_item<OUTS>(t, q, i, cb, j0);
+#pragma unroll
+    for (int r = 0; r < OUTS; ++r) {
+        if (j0 + r >= t.rows_here) break;
+        const int h = t.h0 + j0 + r;
+#pragma unroll
+        for (int o = 0; o < COB; ++o)
+            y[nchw_offset(t.n0 + i, t.g * t.cout_pg + cb * COB + o, h, col, t.C_out, t.H, t.W)] =
+                acc[r][o];
+    }
 }
 
 // Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; C_in/groups <= 32,
@@ -109,12 +258,9 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
         const int images_here = min(images, N - n0);
         const int h0 = row_block * rows;
         const int rows_here = min(rows, H - h0);
-        // Plane (i, c) -- image n0+i, input channel c of the group -- sits in region
-        // p = i*count + (c - c0) of the tile: its row h0-1+j (j = 0 .. rows_here+1) at
-        // tile[p*region + K7_PAD + phase + j*W ...], phase = the 16-byte phase of that row in x.
-        // Its row h0-1 is element first_e0 + (i*C_in + c)*plane of x.
-        const long long first_e0 = ((long long)n0 * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
-        const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative value is still mod 4
+        const long long first_e0 =
+            ((long long)n0 * C_in + (long long)g * cpg) * plane + (long long)(h0 - 1) * W;
+        const int phase0 = (int)((x_word + first_e0) & 3);  // & 3 of a negative is still mod 4
         const int zero_head = h0 == 0 ? W : 0;                         // the row above row 0
         const int zero_tail_from = (min(h0 + rows_here + 1, H) - (h0 - 1)) * W;  // rows past H
         const int staged = (rows_here + 2) * W;
@@ -123,113 +269,16 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
         const int strips = (rows_here + OUTS - 1) / OUTS;
         const int per_image = channel_blocks * strips;
         const int q_end = images_here * per_image;
-        // the plane's offset in x from the tile's first plane, and its 16-byte phase
-        auto plane_of = [&](int i, int c) { return (long long)i * C_in + c; };
-        auto phase_of = [&](int i, int c) { return (int)((phase0 + plane_of(i, c) * plane_phase) & 3); };
-
-        // Stage input channels c0 .. c0+count-1 of the group (of every image of the tile) and
-        // their weights; on return every copy has landed and every thread sees them. The loops
-        // run over all planes at once, so small maps keep every thread copying.
-        auto stage = [&](int c0, int count) {
-            __syncthreads();  // every thread is done reading what the tile held
-            for (int i = tid; i < count * 9 * cout_pg; i += threads) {
-                const int co = i % cout_pg, tap_ci = i / cout_pg;  // i = (ci*9 + tap)*cout_pg + co
-                const int tap = tap_ci % 9, ci = tap_ci / 9;
-                wsh[i] = __ldg(wt + ((long long)(g * cout_pg + co) * cpg + c0 + ci) * 9 + tap);
-            }
-            const int planes = images_here * count;
-            for (int k = tid; k < planes * zeros; k += threads) {
-                const int p = k / zeros, z = k - p * zeros;
-                const int at = z < zero_head ? z : zero_tail_from + (z - zero_head);
-                tile[p * region + K7_PAD + phase_of(p / count, c0 + p % count) + at] = 0.0f;
-            }
-            // 16-byte copies: plane p's vector v, where v < its count (which depends on its phase)
-            const int vmax = n_elems >> 2;
-            for (int k = tid; k < planes * vmax; k += threads) {
-                const int p = k / vmax, v = k - p * vmax;
-                const int i = p / count, c = c0 + p % count;
-                const int phase = phase_of(i, c);
-                const int head = min((4 - ((phase + zero_head) & 3)) & 3, n_elems);
-                if (v >= (n_elems - head) >> 2) continue;
-                const int e = zero_head + head + 4 * v;
-                __pipeline_memcpy_async(tile + p * region + K7_PAD + phase + e,
-                                        x + (first_e0 + plane_of(i, c) * plane + e), 16);
-            }
-            // 4-byte copies: up to 3 elements before a plane's first 16-byte boundary and up to 3
-            // after its last
-            for (int k = tid; k < planes * 6; k += threads) {
-                const int p = k / 6, s = k - p * 6;
-                const int i = p / count, c = c0 + p % count;
-                const int phase = phase_of(i, c);
-                const int head = min((4 - ((phase + zero_head) & 3)) & 3, n_elems);
-                const int tail_from = head + 4 * ((n_elems - head) >> 2);
-                const int r = s < 3 ? s : tail_from + (s - 3);
-                if (s < 3 ? r >= head : r >= n_elems) continue;
-                const int e = zero_head + r;
-                __pipeline_memcpy_async(tile + p * region + K7_PAD + phase + e,
-                                        x + (first_e0 + plane_of(i, c) * plane + e), 4);
-            }
-            __pipeline_commit();
-            __pipeline_wait_prior(0);
-            __syncthreads();
-        };
-
-        // Add the products of staged input channels c0 .. c0+count-1 to item (q, col): a strip of
-        // OUTS rows at column col for COB output channels of one image.
-        auto accumulate = [&](float (&acc)[OUTS][COB], int q, int col, int c0, int count) {
-            const int i = q / per_image, rest = q - i * per_image;
-            const int cb = rest / strips;
-            const int j0 = (rest - cb * strips) * OUTS;  // shared row above the strip's first output row
-            const int co0 = cb * COB;                    // first output channel of the block, in the group
-            for (int c = 0; c < count; ++c) {
-                const int base = (i * count + c) * region + K7_PAD + phase_of(i, c0 + c);
-                // Window: rows j0 .. j0+OUTS+1 (clamped to staged rows: the clamped ones feed
-                // only outputs past the tile's end, never written), columns col-1 .. col+1.
-                float win[OUTS + 2][3];
-#pragma unroll
-                for (int r = 0; r < OUTS + 2; ++r) {
-                    const int at = base + min(j0 + r, rows_here + 1) * W + col;
-                    const float left = tile[at - 1], mid = tile[at], right = tile[at + 1];
-                    win[r][0] = col > 0 ? left : 0.0f;
-                    win[r][1] = mid;
-                    win[r][2] = col + 1 < W ? right : 0.0f;
-                }
-                const float4* w_c = reinterpret_cast<const float4*>(wsh + c * 9 * cout_pg + co0);
-#pragma unroll
-                for (int kh = 0; kh < 3; ++kh)
-#pragma unroll
-                    for (int kw = 0; kw < 3; ++kw)
-#pragma unroll
-                        for (int o4 = 0; o4 < COB / 4; ++o4) {
-                            const float4 wv = w_c[((kh * 3 + kw) * cout_pg) / 4 + o4];
-#pragma unroll
-                            for (int r = 0; r < OUTS; ++r) {
-                                const float v = win[r + kh][kw];
-                                acc[r][4 * o4 + 0] = fmaf(v, wv.x, acc[r][4 * o4 + 0]);
-                                acc[r][4 * o4 + 1] = fmaf(v, wv.y, acc[r][4 * o4 + 1]);
-                                acc[r][4 * o4 + 2] = fmaf(v, wv.z, acc[r][4 * o4 + 2]);
-                                acc[r][4 * o4 + 3] = fmaf(v, wv.w, acc[r][4 * o4 + 3]);
-                            }
-                        }
-            }
-        };
-
-        auto store = [&](const float (&acc)[OUTS][COB], int q, int col) {
-            const int i = q / per_image, rest = q - i * per_image;
-            const int cb = rest / strips;
-            const int j0 = (rest - cb * strips) * OUTS;
-#pragma unroll
-            for (int r = 0; r < OUTS; ++r) {
-                if (j0 + r >= rows_here) break;
-                const int h = h0 + j0 + r;
-#pragma unroll
-                for (int o = 0; o < COB; ++o)
-                    y[nchw_offset(n0 + i, g * cout_pg + cb * COB + o, h, col, C_out, H, W)] = acc[r][o];
-            }
-        };
+        const K7Tile tl{.C_in = C_in, .C_out = C_out, .H = H, .W = W, .cpg = cpg,
+                        .cout_pg = cout_pg, .region = region, .plane = plane,
+                        .plane_phase = plane_phase, .g = g, .n0 = n0, .images_here = images_here,
+                        .h0 = h0, .rows_here = rows_here, .first_e0 = first_e0, .phase0 = phase0,
+                        .zero_head = zero_head, .zero_tail_from = zero_tail_from,
+                        .n_elems = n_elems, .zeros = zeros, .strips = strips,
+                        .per_image = per_image};
 
         if (!CHUNKED) {
-            stage(0, cpg);
+            k7_stage(tile, wsh, x, wt, tl, 0, cpg, tid, threads);
             int col = col_first;
             for (int q = q_first; q < q_end;) {
                 float acc[OUTS][COB];
@@ -237,8 +286,8 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                 for (int r = 0; r < OUTS; ++r)
 #pragma unroll
                     for (int o = 0; o < COB; ++o) acc[r][o] = 0.0f;
-                accumulate(acc, q, col, 0, cpg);
-                store(acc, q, col);
+                k7_accumulate<OUTS, COB>(acc, tile, wsh, tl, q, col, 0, cpg);
+                k7_store<OUTS, COB>(y, acc, tl, q, col);
                 col += col_step;
                 q += q_step;
                 if (col >= W) {
@@ -261,10 +310,10 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                     for (int o = 0; o < COB; ++o) acc[r][o] = 0.0f;
                 for (int c0 = 0; c0 < cpg; c0 += chunk) {
                     const int count = min(chunk, cpg - c0);
-                    stage(c0, count);
-                    if (mine) accumulate(acc, q, col, c0, count);
+                    k7_stage(tile, wsh, x, wt, tl, c0, count, tid, threads);
+                    if (mine) k7_accumulate<OUTS, COB>(acc, tile, wsh, tl, q, col, c0, count);
                 }
-                if (mine) store(acc, q, col);
+                if (mine) k7_store<OUTS, COB>(y, acc, tl, q, col);
             }
         }
     }

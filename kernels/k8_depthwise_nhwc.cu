@@ -6,15 +6,8 @@
 // serve up to 9 outputs each, and its 9 weights per channel are loaded once per tile.
 #include "common.cuh"
 
-// Assumptions at the signature (the host's support predicate refuses the rest):
-// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; depthwise with channel multiplier 1:
-//   groups == C_in == C_out.
-// - x: N x H x W x C, y: N x H x W x C, both contiguous channels_last (the channel stride is 1);
-//   w: C x 3 x 3 (a (C, 1, 3, 3) depthwise weight has this memory in NCHW and channels_last).
-// - VEC = 4: C % 4 == 0 and x, y 16-byte aligned (the host checks the pointers); VEC = 1: any C,
-//   any 4-byte aligned pointers.
-// - Index types: element offsets are 64-bit; N * H * W * C may exceed 2**31. The per-thread work
-//   item is 64-bit and any grid size is correct (threads stride over the items).
+// VEC adjacent channels of one pixel (or their weights): one 16- or 4-byte access, and a
+// lane-by-lane FMA.
 template <int VEC>
 struct K8Vec;
 
@@ -64,18 +57,15 @@ __device__ __forceinline__ void k8_weights(const float* __restrict__ wt, int c0,
     }
 }
 
-// Work item -> (n, first output row, first output column, first channel). Channel vectors vary
-// fastest (coalesced loads along C), then column strips, row strips and images.
-__device__ __forceinline__ void k8_item(long long item, int vectors, int strips_w, int strips_h,
-                                        int& n, int& strip_h, int& strip_w, int& vector) {
-    vector = (int)(item % vectors);
-    long long rest = item / vectors;
-    strip_w = (int)(rest % strips_w);
-    rest /= strips_w;
-    strip_h = (int)(rest % strips_h);
-    n = (int)(rest / strips_h);
-}
-
+// Assumptions at the signature (the host's support predicate refuses the rest):
+// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; depthwise with channel multiplier 1:
+//   groups == C_in == C_out.
+// - x: N x H x W x C, y: N x H x W x C, both contiguous channels_last (the channel stride is 1);
+//   w: C x 3 x 3 (a (C, 1, 3, 3) depthwise weight has this memory in NCHW and channels_last).
+// - VEC = 4: C % 4 == 0 and x, y 16-byte aligned (the host checks the pointers); VEC = 1: any C,
+//   any 4-byte aligned pointers.
+// - Index types: element offsets are 64-bit; N * H * W * C may exceed 2**31. The per-thread work
+//   item is 64-bit and any grid size is correct (threads stride over the items).
 template <int VEC, int ROWS, int COLS>
 __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
                                                   const float* __restrict__ wt,
@@ -89,8 +79,10 @@ __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
     const long long row_stride = (long long)W * C_in;  // floats between vertically adjacent pixels
     for (long long item = blockIdx.x * (long long)blockDim.x + threadIdx.x; item < items;
          item += (long long)gridDim.x * blockDim.x) {
-        int n, strip_h, strip_w, vector;
-        k8_item(item, vectors, strips_w, strips_h, n, strip_h, strip_w, vector);
+        // Work item -> (channel vector, column strip, row strip, image): channel vectors vary
+        // fastest (coalesced loads along C), then column strips, row strips and images.
+        int vector, strip_w, strip_h, n;
+        split_index(item, vectors, strips_w, strips_h, vector, strip_w, strip_h, n);
         const int c0 = vector * VEC, h0 = strip_h * ROWS, w0 = strip_w * COLS;
         K8Vec<VEC> k[9];
         k8_weights<VEC>(wt, c0, k);
@@ -123,16 +115,9 @@ __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
                     for (int kw = 0; kw < 3; ++kw) acc[r][c].fma(in[c + kw], k[kh * 3 + kw]);
             }
         }
-        float* y_n = y + (long long)n * H * row_stride + c0;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            if (h0 + r >= H) break;
-#pragma unroll
-            for (int c = 0; c < COLS; ++c) {
-                if (w0 + c >= W) break;
-                acc[r][c].store(y_n + (long long)(h0 + r) * row_stride + (long long)(w0 + c) * C_in);
-            }
-        }
+        store_nhwc_tile<ROWS, COLS>(y + (long long)n * H * row_stride + c0, row_stride, C_in, h0,
+                                    w0, H, W,
+                                    [&](int r, int c, float* p) { acc[r][c].store(p); });
     }
 }
 

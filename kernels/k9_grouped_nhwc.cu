@@ -30,22 +30,6 @@
 #define K9_MAX_CPG 32
 #define K9_MAX_COUT_PG 32
 
-// Assumptions at the signature (the host's support predicate and conv2d's plan refuse the rest):
-// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; grouped with 2 <= C_in/groups <=
-//   K9_MAX_CPG and 1 <= C_out/groups <= K9_MAX_COUT_PG.
-// - x: N x H x W x C_in, y: N x H x W x C_out, both contiguous channels_last (the channel stride
-//   is 1); wt: C_out x 3 x 3 x C_in/groups, the memory of a channels_last (C_out, C_in/groups,
-//   3, 3) weight (OHWI): wt[co][kh][kw][ci] is input channel g * C_in/groups + ci of output
-//   channel co's group g = co / (C_out/groups).
-// - OVEC divides C_out/groups, IVEC divides C_in/groups (the entry the host picks; the kernel
-//   returns without writing otherwise). Vector accesses: x and wt are read IVEC floats at a
-//   time, y written OVEC floats at a time, so x and wt must be 4 * IVEC-byte aligned and y
-//   4 * OVEC-byte aligned (the host checks x's and the weight's pointers; y is its own fresh
-//   allocation). Every vector's element offset is then a multiple of its width: offsets are
-//   pixel * C + (a multiple of the group size) + (a multiple of the vector).
-// - Index types: element offsets are 64-bit; N * H * W * C may exceed 2**31. The work item is
-//   64-bit and any grid size is correct (threads stride over the items).
-
 // IVEC (or OVEC) consecutive floats: one 16-, 8- or 4-byte access.
 template <int V>
 __device__ __forceinline__ void k9_load(const float* __restrict__ p, float (&v)[V]) {
@@ -77,6 +61,21 @@ __device__ __forceinline__ void k9_store(float* __restrict__ p, const float (&v)
     }
 }
 
+// Assumptions at the signature (the host's support predicate and conv2d's plan refuse the rest):
+// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; grouped with 2 <= C_in/groups <=
+//   K9_MAX_CPG and 1 <= C_out/groups <= K9_MAX_COUT_PG.
+// - x: N x H x W x C_in, y: N x H x W x C_out, both contiguous channels_last (the channel stride
+//   is 1); wt: C_out x 3 x 3 x C_in/groups, the memory of a channels_last (C_out, C_in/groups,
+//   3, 3) weight (OHWI): wt[co][kh][kw][ci] is input channel g * C_in/groups + ci of output
+//   channel co's group g = co / (C_out/groups).
+// - OVEC divides C_out/groups, IVEC divides C_in/groups (the entry the host picks; the kernel
+//   returns without writing otherwise). Vector accesses: x and wt are read IVEC floats at a
+//   time, y written OVEC floats at a time, so x and wt must be 4 * IVEC-byte aligned and y
+//   4 * OVEC-byte aligned (the host checks x's and the weight's pointers; y is its own fresh
+//   allocation). Every vector's element offset is then a multiple of its width: offsets are
+//   pixel * C + (a multiple of the group size) + (a multiple of the vector).
+// - Index types: element offsets are 64-bit; N * H * W * C may exceed 2**31. The work item is
+//   64-bit and any grid size is correct (threads stride over the items).
 template <int OVEC, int IVEC, int ROWS, int COLS>
 __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
                                                 const float* __restrict__ wt,
@@ -98,14 +97,10 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
     const long long w_out = 9LL * cin_pg;          // floats between output channels of wt
     for (long long item = blockIdx.x * (long long)blockDim.x + threadIdx.x; item < items;
          item += (long long)gridDim.x * blockDim.x) {
-        // Work item -> (n, row strip, column strip, output vector): output vectors vary fastest
-        // (coalesced stores along C), then column strips, row strips and images.
-        const int vector = (int)(item % vectors);
-        long long rest = item / vectors;
-        const int strip_w = (int)(rest % strips_w);
-        rest /= strips_w;
-        const int strip_h = (int)(rest % strips_h);
-        const int n = (int)(rest / strips_h);
+        // Work item -> (output vector, column strip, row strip, image): output vectors vary
+        // fastest (coalesced stores along C), then column strips, row strips and images.
+        int vector, strip_w, strip_h, n;
+        split_index(item, vectors, strips_w, strips_h, vector, strip_w, strip_h, n);
         const int g = vector / group_vectors;
         const int ci_base = g * cin_pg;   // the group's first input channel
         const int co0 = vector * OVEC;    // the vector's first output channel
@@ -159,17 +154,8 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
                 }
             }
         }
-        float* y_n = y + (long long)n * H * y_row + co0;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            if (h0 + r >= H) break;
-#pragma unroll
-            for (int c = 0; c < COLS; ++c) {
-                if (w0 + c >= W) break;
-                k9_store<OVEC>(y_n + (long long)(h0 + r) * y_row + (long long)(w0 + c) * C_out,
-                               acc[r][c]);
-            }
-        }
+        store_nhwc_tile<ROWS, COLS>(y + (long long)n * H * y_row + co0, y_row, C_out, h0, w0, H, W,
+                                    [&](int r, int c, float* p) { k9_store<OVEC>(p, acc[r][c]); });
     }
 }
 

@@ -31,12 +31,8 @@ __device__ __forceinline__ void register_tile(const float* __restrict__ x,
 
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (long long)gridDim.x * blockDim.x) {
-        const int q = (int)(idx % quads);
-        long long rest = idx / quads;
-        const int row_block = (int)(rest % row_blocks);
-        rest /= row_blocks;
-        const int channel_block = (int)(rest % channel_blocks);
-        const int n = (int)(rest / channel_blocks);
+        int q, row_block, channel_block, n;
+        split_index(idx, quads, row_blocks, channel_blocks, q, row_block, channel_block, n);
         const int c_o0 = channel_block * COB;
         const int g = c_o0 / cout_per_group;
         const int h_first = row_block * ROWS;

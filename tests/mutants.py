@@ -107,11 +107,11 @@ MUTANTS = (
            ("resnext50-32x4d-n32-c128-56x56-g32",), REGISTER_TILE, ("channel_block_over_1",)),
     # k7 (untuned: its default tile): the 16-byte copies of a tile's second and later images read
     # the first image's planes; the chunked entry reads every chunk's weights from the first.
-    Mutant("k7_later_images_read_the_first", "k7", "plane_of(i, c) * plane + e), 16);",
-           "(long long)c * plane + e), 16);", ("regnety-400mf-n32-c440-7x7-g55",),
+    Mutant("k7_later_images_read_the_first", "k7", "k7_plane_of(t, i, c) * t.plane + e), 16);",
+           "(long long)c * t.plane + e), 16);", ("regnety-400mf-n32-c440-7x7-g55",),
            needs=("k7_images_over_1",)),
-    Mutant("k7_every_chunk_gets_the_first_weights", "k7", "* cpg + c0 + ci) * 9 + tap);",
-           "* cpg + ci) * 9 + tap);", ("resnext101-32x8d-n32-c1024-14x14-g32",),
+    Mutant("k7_every_chunk_gets_the_first_weights", "k7", "* t.cpg + c0 + ci) * 9 + tap);",
+           "* t.cpg + ci) * 9 + tap);", ("resnext101-32x8d-n32-c1024-14x14-g32",),
            needs=("k7_chunked",)),
     # k8 (channels_last depthwise): the right edge's zero padding dropped (its last column reads
     # the next pixel row); every lane of a channel vector given the first channel's weights; the

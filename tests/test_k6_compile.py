@@ -1,15 +1,21 @@
 """k6 (kernels/k6_depthwise_smem.cu) without a GPU: every entry compiles for sm_90 with no spills
 and no local memory, and a numpy emulation of the kernel's index and tiling logic -- the same
 integer arithmetic over every (block, thread), for strips of one column and blocks of several --
-shows on the frozen shapes' geometry that each output is written exactly once, from the right inputs and weights, with every
-16-byte copy aligned on both sides and every shared-memory access inside the tile.
+shows on the frozen shapes' geometry that each output is written exactly once, from the right
+inputs and weights, with every 16-byte copy aligned on both sides and every shared-memory access
+inside the tile. The same for k7 (kernels/k7_grouped_smem.cu) below.
 
 The emulation tracks *which element of x* each shared-memory word holds (ZERO for a zero-filled
 or masked word, UNSTAGED for a word no copy wrote), so a wrong offset shows as a wrong index,
-not as a numerically small error."""
+not as a numerically small error.
+
+The kernels' constants (pads, limits, the weight array) and tile tables are the host's: read from
+the sources by groupconv_atlas.runtime.kernels (kernel_define, tile_table), not copied here. So
+is the tile sizing (rows per tile, k7's chunk and images per tile): the host's functions, which
+mirror the kernels' and size the grid; the emulation runs them through the kernel's index logic,
+so a sizing the kernel's layout cannot hold shows here as an access outside the tile."""
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import subprocess
@@ -19,22 +25,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from groupconv_atlas.runtime import kernels
+from groupconv_atlas.runtime.shapes import Shape, geometry_shape
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO / "kernels" / "k6_depthwise_smem.cu"
-PAD = 4  # K6_PAD in the source
+SOURCE = REPO / kernels.KERNELS["k6"].source
+PAD = kernels.K6_PAD  # K6_PAD, read from the source
 ZERO = -1
 UNSTAGED = -2
-BLOCKS = (128, 256)  # block sizes the entries' __launch_bounds__(256) allows and the tuner uses
+BLOCKS = kernels.K6_BLOCKS  # what the entries' __launch_bounds__(256) allows and the tuner uses
 # (TILE_FLOATS, OUTS, COLS) of every K6_ENTRY line (one column), then every K6_ENTRY_COLS line
-TILES = tuple((int(f), int(o), 1) for f, o in
-              re.findall(r"^K6_ENTRY\((\d+),\s*(\d+)\)", SOURCE.read_text(), re.MULTILINE)) + \
-    tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
-        r"^K6_ENTRY_COLS\((\d+),\s*(\d+),\s*(\d+)\)", SOURCE.read_text(), re.MULTILINE))
-
-
-def entry_name(tile_floats: int, outs: int, cols: int) -> str:
-    return f"k6_depthwise_f{tile_floats}_o{outs}" + (f"_c{cols}" if cols > 1 else "")
+TILES = kernels.K6_TILES
+entry_name = kernels.k6_entry
+tile_rows = kernels.k6_tile_rows  # k6_tile_rows: (tile_floats, outs, w, cols) -> tall rows
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,10 @@ class Geometry:
     def tall_rows(self) -> int:
         return self.n * self.c_in * self.h
 
-
-def tile_rows(tile_floats: int, outs: int, w: int, cols: int = 1) -> int:
-    """k6_tile_rows."""
-    rows = (tile_floats - 2 * PAD - (cols - 1)) // w - 2
-    if rows >= outs:
-        rows -= rows % outs
-    return rows
+    @property
+    def shape(self) -> Shape:
+        """The host's Shape of this geometry, for its sizing functions."""
+        return geometry_shape(self.n, self.c_in, self.c_out, self.h, self.w, self.groups)
 
 
 def stage(g: Geometry, tile_floats: int, rows: int, r0: int, x_word: int) -> tuple[int, np.ndarray]:
@@ -406,7 +406,7 @@ def test_every_output_written_once_on_frozen_geometry(shape_id):
 def test_tiles_cover_every_frozen_width():
     """The largest tile fits every frozen width, so k6's support is every depthwise shape."""
     widths = {g.w for g in FROZEN.values()}
-    assert max(widths) <= max((f - 2 * PAD - (c - 1)) // 3 for f, _, c in TILES)
+    assert max(widths) <= kernels.k6_max_width()
     assert all(fitting_tiles(w) for w in widths)
 
 
@@ -430,42 +430,25 @@ def test_k6_compiles_without_spills_or_local_memory(tmp_path):
 
 # ---- k7 (kernels/k7_grouped_smem.cu): grouped shapes, a few input channels per group ----------
 
-K7_SOURCE = REPO / "kernels" / "k7_grouped_smem.cu"
-K7_PAD = 4
-K7_MAX_CPG = K7_MAX_COUT_PG = 32
-K7_WEIGHT_FLOATS = 2304
-# (TILE_FLOATS, OUTS, COB) of every K7_ENTRY line, in source order
-K7_TILES = tuple((int(f), int(o), int(c)) for f, o, c in re.findall(
-    r"^K7_ENTRY\((\d+),\s*(\d+),\s*(\d+),\s*\d+\)", K7_SOURCE.read_text(), re.MULTILINE))
-
-
-def k7_chunk(cpg: int, cout_pg: int) -> int:
-    return min(cpg, K7_WEIGHT_FLOATS // (9 * cout_pg))
+K7_SOURCE = REPO / kernels.KERNELS["k7"].source
+# The kernel's #defines, read from the source
+K7_PAD = kernels.K7_PAD
+K7_MAX_CPG, K7_MAX_COUT_PG = kernels.K7_MAX_CPG, kernels.K7_MAX_COUT_PG
+K7_WEIGHT_FLOATS = kernels.K7_WEIGHT_FLOATS
+K7_BLOCKS = kernels.K7_BLOCKS
+K7_TILES = kernels.K7_TILES  # (TILE_FLOATS, OUTS, COB) of every K7_ENTRY line, in source order
 
 
 def k7_region(tile_floats: int, planes: int) -> int:
+    """k7_region: the floats of the tile each staged plane gets (the host computes it inside
+    k7_tile_rows, for one image's planes; the emulation also needs it for several images')."""
     return (tile_floats // planes) & ~3
-
-
-def k7_geometry_region(g: "Geometry", tile_floats: int) -> int:
-    """A plane's region with one image per tile (what decides the rows)."""
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    return k7_region(tile_floats, k7_chunk(cpg, cout_pg))
-
-
-def k7_tile_rows(outs: int, region: int, h: int, w: int) -> int:
-    rows = (region - 2 * K7_PAD) // w - 2
-    if rows >= h:
-        return h
-    if rows >= outs:
-        rows -= rows % outs
-    return rows
 
 
 def k7_fits(g: Geometry, tile_floats: int, outs: int, cob: int) -> bool:
     cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
     return (cpg <= K7_MAX_CPG and cout_pg <= K7_MAX_COUT_PG and cout_pg % cob == 0
-            and k7_tile_rows(outs, k7_geometry_region(g, tile_floats), g.h, g.w) >= 1)
+            and kernels.k7_tile_rows(g.shape, tile_floats, outs) >= 1)
 
 
 @dataclass
@@ -481,14 +464,11 @@ class K7Layout:
 
 
 def k7_layout(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int) -> K7Layout:
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    chunk = k7_chunk(cpg, cout_pg)
-    rows = k7_tile_rows(outs, k7_region(tile_floats, chunk), g.h, g.w)
-    images = 1
-    if rows >= g.h:  # k7_images
-        per_image = (cout_pg // cob) * -(-g.h // outs) * g.w
-        need = ((g.h + 2) * g.w + 2 * K7_PAD + 3) & ~3
-        images = max(1, min(g.n, threads // per_image, tile_floats // (chunk * need)))
+    s = g.shape
+    chunk = kernels.k7_chunk(s)
+    rows = kernels.k7_tile_rows(s, tile_floats, outs)
+    images = kernels.k7_images(s, tile_floats, outs, cob, threads)
+    # the kernel's tile count: image blocks x groups x row blocks
     tiles = -(-g.n // images) * g.groups * -(-g.h // rows)
     return K7Layout(tile_floats, chunk, rows, images, k7_region(tile_floats, images * chunk),
                     tiles)
@@ -831,7 +811,7 @@ def test_k7_every_output_written_once_on_frozen_geometry(shape_id):
     g = K7_FROZEN[shape_id]
     cout_pg = g.c_out // g.groups
     for tile_floats, outs, cob in [v for v in K7_TILES if k7_fits(g, *v)]:
-        for threads in BLOCKS:
+        for threads in K7_BLOCKS:
             lay = k7_layout(g, tile_floats, outs, cob, threads)
             assert K7_PAD + 3 + (lay.rows + 2) * g.w < lay.region
             row_blocks = -(-g.h // lay.rows)
@@ -868,20 +848,20 @@ def test_k7_compiles_without_spills_or_local_memory(tmp_path):
     report = res.stdout + res.stderr
     entries = re.findall(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, "
                          r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert {e[0] for e in entries} == {f"k7_grouped_f{f}_o{o}_c{c}{chunked}" for f, o, c in K7_TILES
-                                       for chunked in ("", "_chunked")}
+    assert {e[0] for e in entries} == {kernels.k7_entry(f, o, c, chunked) for f, o, c in K7_TILES
+                                       for chunked in (False, True)}
     for name, stack, spill_st, spill_ld in entries:
         assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
     smem = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes smem", report, re.S))
     for f, o, c in K7_TILES:
-        for chunked in ("", "_chunked"):
-            assert int(smem[f"k7_grouped_f{f}_o{o}_c{c}{chunked}"]) == 4 * (f + K7_WEIGHT_FLOATS)
+        for chunked in (False, True):
+            assert int(smem[kernels.k7_entry(f, o, c, chunked)]) == 4 * (f + K7_WEIGHT_FLOATS)
 
 
 def test_k7_host_launch_matches_the_kernels_layout():
     """The host's grid and entry for every frozen k7 shape and variant are the kernel's tile
-    count (as the emulation derives it) and the entry that takes the shape's group."""
-    from groupconv_atlas.runtime import kernels
+    count (the emulated kernel's, over the host's rows and images per tile) and the entry that
+    takes the shape's group."""
     from groupconv_atlas.study.shapes_table import load_shapes
 
     for s in load_shapes(REPO / "config" / "shapes.yaml"):
