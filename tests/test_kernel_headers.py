@@ -1,47 +1,25 @@
-"""A kernel's registered headers (KernelSpec.headers) are the files its source includes, directly
-or through another header: they are what an edit must rebuild (the build rule's inputs) and what a
-build record hashes (header_sha256, read by a replay's source-drift warning), so a header the
-source includes and the registry omits is an edit neither would notice."""
-import re
-from pathlib import Path
-
-import pytest
-
-from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR
-
-_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-
-# kernels/stage.cuh (the staging shared by k6 and k7) is not in the registry yet: k6's and k7's
-# KernelSpec need headers=(*KERNEL_HEADERS, "kernels/stage.cuh"). Strict: once the registry
-# lists it, these pass and the marker must go.
-AWAITING_REGISTRY = {"k6", "k7"}
+"""A kernel's headers (KernelSpec.headers) are read off its source's #includes, through other
+headers too: they are what an edit must rebuild (the build rule's inputs) and what a build record
+hashes (header_sha256, read by a replay's source-drift warning), so a header the source includes
+and the registry omitted would be an edit neither noticed."""
+from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv_atlas.runtime.source_tables import included_headers
 
 
-def included_headers(source: str) -> set[str]:
-    """Repository paths of the headers a kernel source includes with quotes, transitively (they
-    resolve in kernels/, the build's -I)."""
-    found: set[str] = set()
-    pending = [Path(source).name]
-    while pending:
-        text = (KERNELS_DIR / pending.pop()).read_text()
-        for name in _QUOTED_INCLUDE.findall(text):
-            path = f"kernels/{name}"
-            if path not in found:
-                found.add(path)
-                pending.append(name)
-    return found
+def test_includes_are_followed_through_headers(tmp_path):
+    (tmp_path / "top.cu").write_text('#include "a.cuh"\n#include <cuda_fp16.h>\n')
+    (tmp_path / "a.cuh").write_text('#pragma once\n  #  include "b.cuh"\n')
+    (tmp_path / "b.cuh").write_text('#pragma once\n#include "a.cuh"\n')  # a cycle ends
+    (tmp_path / "unused.cuh").write_text("")
+    assert included_headers("kernels/top.cu", tmp_path) == ("kernels/a.cuh", "kernels/b.cuh")
 
 
-def test_includes_are_followed_through_headers():
-    assert included_headers(KERNELS["k4"].source) == {"kernels/register_tile.cuh",
-                                                      "kernels/common.cuh"}
-
-
-@pytest.mark.parametrize("kernel", [
-    pytest.param(k, marks=pytest.mark.xfail(
-        strict=True, reason="kernels/stage.cuh awaits its entry in the k6 and k7 KernelSpecs"))
-    if k in AWAITING_REGISTRY else k
-    for k in KERNELS])
-def test_registered_headers_are_the_included_ones(kernel):
-    spec = KERNELS[kernel]
-    assert included_headers(spec.source) == set(spec.headers)
+def test_the_registry_hashes_and_rebuilds_on_every_included_header():
+    # What the sources include today, so a header silently dropped from a kernel shows here.
+    assert KERNELS["k4"].headers == ("kernels/common.cuh", "kernels/register_tile.cuh")
+    assert KERNELS["k5"].headers == ("kernels/common.cuh", "kernels/register_tile.cuh")
+    for kernel in ("k6", "k7"):
+        assert KERNELS[kernel].headers == ("kernels/common.cuh", "kernels/stage.cuh")
+    for spec in KERNELS.values():
+        assert "kernels/common.cuh" in spec.headers, spec.name
+        assert spec.inputs == [spec.source, *spec.headers]

@@ -24,10 +24,7 @@ from .nhwc_strip_kernels import (_k8_alignment, _k9_alignment, _launch_k8, _laun
                                  k8_variants, k9_default_variant, k9_entries, k9_variants)
 from .shapes import Shape
 from .source_tables import *  # noqa: F401,F403
-from .source_tables import Launch
-
-KERNEL_HEADERS = ("kernels/common.cuh",)
-REGISTER_TILE_HEADERS = ("kernels/common.cuh", "kernels/register_tile.cuh")
+from .source_tables import Launch, included_headers
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,6 @@ class KernelSpec:
     launch: Callable[..., Launch]
     # A tuned kernel lists the launch variants its tuning stage measures per shape.
     variants: Callable[[Shape], list[dict]] | None = None
-    headers: tuple[str, ...] = KERNEL_HEADERS
     # Launches whose tile rule depends on how many SMs the GPU has take `sm_count`.
     needs_sm_count: bool = False
     # A tuned kernel's launch parameters (the keys of its variants) and its untuned fallback,
@@ -60,6 +56,11 @@ class KernelSpec:
     entry_names: Callable[[], list[str]] | None = None
 
     @property
+    def headers(self) -> tuple[str, ...]:
+        """The headers the source includes (kernels/common.cuh, ...), read off its #includes."""
+        return included_headers(self.source)
+
+    @property
     def inputs(self) -> list[str]:
         """Files whose edit must rebuild this kernel."""
         return [self.source, *self.headers]
@@ -76,11 +77,11 @@ KERNELS: dict[str, KernelSpec] = {
                      _always, _launch_k3),
     "k4": KernelSpec("k4", "kernels/k4_register_tile.cu",
                      "register tile: rows x 4 outputs x channel block per thread",
-                     _always, _launch_k4, headers=REGISTER_TILE_HEADERS, needs_sm_count=True,
+                     _always, _launch_k4, needs_sm_count=True,
                      entry_names=k4_entries),
     "k5": KernelSpec("k5", "kernels/k5_tuned_tile.cu",
                      "register tile, tile and block size tuned per shape by measurement",
-                     _always, _launch_k5, k5_variants, headers=REGISTER_TILE_HEADERS,
+                     _always, _launch_k5, k5_variants,
                      needs_sm_count=True, variant_keys=("rows", "cob", "threads"),
                      default_variant=k5_default_variant, entry_names=k5_entries),
     "k6": KernelSpec("k6", "kernels/k6_depthwise_smem.cu",

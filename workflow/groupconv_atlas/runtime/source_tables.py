@@ -39,6 +39,26 @@ def kernel_define(source: str, name: str) -> int:
     return int(found[0])
 
 
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def included_headers(source: str, folder: Path | None = None) -> tuple[str, ...]:
+    """The headers a kernel source includes with quotes, directly or through another header, as
+    repository paths (kernels/<name>), sorted: what an edit must rebuild and what a build record
+    hashes, read from the source rather than listed beside it (a list drifts from the #includes).
+    They resolve in the kernels' folder, which is the build's -I."""
+    folder = folder or KERNELS_DIR
+    found: set[str] = set()
+    pending = [Path(source).name]
+    while pending:
+        text = (folder / pending.pop()).read_text()
+        for name in _QUOTED_INCLUDE.findall(text):
+            if f"kernels/{name}" not in found:
+                found.add(f"kernels/{name}")
+                pending.append(name)
+    return tuple(sorted(found))
+
+
 def tile_table(source: str, macro: str, fields: int = 2) -> tuple[tuple[int, ...], ...]:
     """The tiles a kernel source instantiates with `macro(A, B, ...)`: the first `fields`
     integer arguments of each line, in source order (further arguments are not part of the tile).
