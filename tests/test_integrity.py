@@ -205,7 +205,8 @@ def _rewrite_file_and_manifest(record: Path) -> None:
 
 def test_the_index_refuses_a_manifest_rewritten_with_its_file(tmp_path):
     record = _record_copy(tmp_path)
-    assert check(record)["files_checked"] == 47
+    listed = json.loads((record / "record.json").read_text())["files"]
+    assert len(listed) > 40 and check(record)["files_checked"] == len(listed)
     _rewrite_file_and_manifest(record)
     with pytest.raises(RecordError, match=r"record\.json .* does not match .*INDEX\.json"):
         check(record)

@@ -2,7 +2,7 @@
 record measured. Fast: the comparison on planted differences, in SASS text and in two tiny
 kernels compiled with the build stage's flags. Integration: every kernel of the tree against
 the newest record's cubins (compiles all ten, about a minute on 2 cores)."""
-import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -11,13 +11,11 @@ from pathlib import Path
 import pytest
 
 from groupconv_atlas.runtime import build
+from groupconv_atlas.study import machine_code_identity as smc
 from groupconv_atlas.study import sass
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "same_machine_code.py"
-_spec = importlib.util.spec_from_file_location("same_machine_code", TOOL)
-smc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(smc)
 
 
 def have_tools() -> str | None:
@@ -173,3 +171,68 @@ def test_the_tree_compiles_to_the_newest_records_machine_code():
     lines = res.stdout.strip().splitlines()[1:]
     assert lines and all(": identical (" in line or "not in record" in line for line in lines), \
         res.stdout
+
+
+def _drift_fixture(tmp_path):
+    """A tree with k0's source and a record whose k0 build hashed an older source and header."""
+    from groupconv_atlas.runtime.files import sha256_file
+    from groupconv_atlas.study.record_writing import snapshot
+
+    tree = tmp_path / "tree"
+    (tree / "kernels").mkdir(parents=True)
+    (tree / "kernels" / "k0_direct.cu").write_text("// recorded\n")
+    (tree / "kernels" / "common.cuh").write_text("// header\n")
+    results = tmp_path / "results"
+    (results / "raw" / "builds").mkdir(parents=True)
+    (results / "provenance").mkdir()
+    (results / "shapes.json").write_text('{"sha256": "x"}')
+    (results / "raw" / "builds" / "k0.json").write_text(json.dumps({
+        "kernel": "k0", "source": "kernels/k0_direct.cu",
+        "source_sha256": sha256_file(tree / "kernels" / "k0_direct.cu"),
+        "header_sha256": {"kernels/common.cuh": sha256_file(tree / "kernels" / "common.cuh")}}))
+    snapshot(results, tmp_path / "records" / "dev-1", "dev", {})
+    return tree, tmp_path / "records" / "dev-1"
+
+
+def _identical(tree, files):
+    from groupconv_atlas.runtime.files import sha256_file
+    return [{"kernel": "k0", "verdict": "identical", "detail": "", "functions": 1,
+             "files": {rel: sha256_file(tree / rel) for rel in files}}]
+
+
+def test_a_vouched_refactor_is_not_drift_and_a_later_edit_is(tmp_path):
+    from groupconv_atlas.study.record_check import check, recorded_sources, source_drift
+
+    tree, record = _drift_fixture(tmp_path)
+    assert source_drift(record, tree) == []
+    (tree / "kernels" / "k0_direct.cu").write_text("// refactored, same machine code\n")
+    (tree / "kernels" / "stage.cuh").write_text("// a header the record's build did not have\n")
+    assert [d["file"] for d in source_drift(record, tree)] == ["kernels/k0_direct.cu"]
+
+    files = ["kernels/k0_direct.cu", "kernels/common.cuh", "kernels/stage.cuh"]
+    smc.vouch(record, _identical(tree, files), "nvcc 13.0")
+    assert check(record)["amendments"][0]["files"] == ["raw/same_machine_code.json"]
+    assert source_drift(record, tree) == []
+    assert "kernels/stage.cuh" in recorded_sources(record, tree)  # an edit reruns the check
+
+    (tree / "kernels" / "stage.cuh").write_text("// edited after the vouch\n")
+    assert [(d["file"], d["recorded_sha256"]) for d in source_drift(record, tree)] == \
+        [("kernels/stage.cuh", None)]
+    (tree / "kernels" / "k0_direct.cu").write_text("// recorded\n")  # back to the record's bytes
+    assert "kernels/k0_direct.cu" not in {d["file"] for d in source_drift(record, tree)}
+
+
+def test_nothing_is_vouched_unless_every_kernel_is_identical(tmp_path):
+    tree, record = _drift_fixture(tmp_path)
+    results = _identical(tree, ["kernels/k0_direct.cu"])
+    results.append({"kernel": "k1", "verdict": "differs", "detail": "k1: sass line 3",
+                    "functions": 0, "files": {}})
+    manifest = (record / "record.json").read_bytes()
+    with pytest.raises(ValueError, match="nothing vouched"):
+        smc.vouch(record, results, "nvcc 13.0")
+    assert not (record / "raw" / "same_machine_code.json").exists()
+    assert (record / "record.json").read_bytes() == manifest
+    results[1]["verdict"] = "cannot compare"
+    assert smc.exit_status(results) == 2
+    with pytest.raises(ValueError):
+        smc.vouch(record, results, "nvcc 13.0")

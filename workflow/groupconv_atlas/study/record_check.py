@@ -135,22 +135,36 @@ def shape_set_difference(record_dir: str | Path, shapes: list) -> str | None:
     return f"the configured shapes differ from those record {Path(record_dir).name} measured: " + "; ".join(parts)
 
 
+# Source hashes vouched for by tools/same_machine_code.py: sources edited after the record (a
+# refactor) that compile to the machine code of its cubins. {"kernels": {kernel: {file: [sha256]}}}
+SAME_MACHINE_CODE = "raw/same_machine_code.json"
+
+
 def source_drift(record_dir: str | Path, repo_root: str | Path) -> list[dict]:
     """Kernel sources (and headers) whose working-tree bytes differ from those the record's
-    builds compiled: a replay shows the recorded kernels, not the edited ones."""
+    builds compiled: a replay shows the recorded kernels, not the edited ones. A file whose
+    working-tree hash the record vouches for (SAME_MACHINE_CODE) is not drift: the kernel built
+    from it has the recorded machine code."""
+    vouched_path = Path(record_dir, SAME_MACHINE_CODE)
+    vouched = json.loads(vouched_path.read_text())["kernels"] if vouched_path.is_file() else {}
     drift = []
     for build in sorted(Path(record_dir, "raw", "builds").glob("*.json")):
         meta = json.loads(build.read_text())
+        kernel = meta.get("kernel", build.stem)
         files = {meta["source"]: meta.get("source_sha256")} if meta.get("source") else {}
         files.update(meta.get("header_sha256") or {})
+        # A header the tree's source includes and the record's build did not (kernels/stage.cuh)
+        # is vouched for too, or drifts.
+        files.update({rel: None for rel in vouched.get(kernel, {}) if rel not in files})
         for rel, recorded in sorted(files.items()):
-            if recorded is None:
-                continue
             path = Path(repo_root) / rel
             now = sha256_file(path) if path.is_file() else None
-            if now != recorded:
-                drift.append({"kernel": meta.get("kernel", build.stem), "file": rel,
-                              "recorded_sha256": recorded, "working_tree_sha256": now})
+            if now == recorded or (now is not None and now in vouched.get(kernel, {}).get(rel, [])):
+                continue
+            if recorded is None and rel not in vouched.get(kernel, {}):
+                continue
+            drift.append({"kernel": kernel, "file": rel,
+                          "recorded_sha256": recorded, "working_tree_sha256": now})
     return drift
 
 
@@ -171,4 +185,8 @@ def recorded_sources(record_dir: str | Path, repo_root: str | Path) -> list[str]
         meta = json.loads(build.read_text())
         paths.update([meta["source"]] if meta.get("source") else [])
         paths.update(meta.get("header_sha256") or {})
+    vouched = Path(record_dir, SAME_MACHINE_CODE)
+    if vouched.is_file():
+        paths.update(rel for files in json.loads(vouched.read_text())["kernels"].values()
+                     for rel in files)
     return sorted(p for p in paths if (Path(repo_root) / p).is_file())
