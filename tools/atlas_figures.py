@@ -89,6 +89,14 @@ def session_comparison(path: Path) -> None:
               f"{moved.max():.2f}")
 
 
+def run_wall(doc: dict) -> str:
+    """A stage-times document's wall time: the `snakemake atlas` call's (records made before the
+    stage_times rule), else its jobs' span."""
+    if doc.get("workflow_wall_s") is not None:
+        return f"live atlas {doc['workflow_wall_s']} s"
+    return f"jobs span {doc.get('jobs_span_s')} s (first job's start to the last job's end)"
+
+
 def pipeline_times(record: Path) -> None:
     """The live run's wall time and its timing jobs' seconds inside samples (raw/stage_times.json),
     the smoke run's wall time and the timed rerun after a k3 edit, where the record's device logs
@@ -97,7 +105,7 @@ def pipeline_times(record: Path) -> None:
     if not stages.is_file():
         return
     doc = json.loads(stages.read_text())
-    print(f"# pipeline ({record.name}): live atlas {doc['workflow_wall_s']} s")
+    print(f"# pipeline ({record.name}): {run_wall(doc)}")
     for row in doc["stages"]:
         print(f"  {row['stage']:<20} {row['jobs']:>3} jobs {row['job_wall_s_sum']:>7.1f} s "
               f"(span {row['span_s']:.1f} s)")
@@ -105,7 +113,7 @@ def pipeline_times(record: Path) -> None:
     print(f"  timing jobs: {inside:.1f} s inside their samples")
     smoke = record / "device-logs" / "smoke-run-stage-times.json"
     if smoke.is_file():
-        print(f"smoke run: {json.loads(smoke.read_text())['workflow_wall_s']} s")
+        print(f"smoke run: {run_wall(json.loads(smoke.read_text()))}")
     run_log = record / "device-logs" / "run.log"
     if run_log.is_file():
         for line in run_log.read_text().splitlines():
