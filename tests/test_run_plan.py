@@ -310,7 +310,9 @@ def test_a_bad_timing_section_and_a_missing_shape_file_are_refused_naming_the_fi
 
 def test_a_replay_refuses_stage_times_naming_where_the_record_keeps_them(smoke):
     with pytest.raises(PlanError, match=f"replays record {SMOKE_RECORD}; .* are in "
-                                        f"records/{SMOKE_RECORD}/raw/stage_times.json"):
+                                        f"records/{SMOKE_RECORD}/raw/stage_times.json "
+                                        f"\\(`python tools/stage_times.py "
+                                        f"records/{SMOKE_RECORD}` prints them\\)$"):
         smoke.stage_times_in_a_replay(None)
 
 

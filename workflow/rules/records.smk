@@ -7,7 +7,7 @@ from groupconv_atlas.study.records import shape_set_difference as _shape_set_dif
 from groupconv_atlas.study.records import source_drift as _source_drift
 
 # Records: a replay checks the committed record's hashes first; a live run can be snapshotted
-# into records/<device>-<date>/ to be committed.
+# into records/<device>-<date>/ to be committed, with its wall time per stage (stage_times).
 
 # One record's outputs per results folder: while the workflow is read, before any job runs (and in
 # a dry run too), a replay into a folder that holds another record's replay (its record-check.json
@@ -68,9 +68,10 @@ if PLAN.replays_record:
 
 
 if PLAN.measures_on_gpu:
-    # Wall time per stage of this live run, into its raw layer (the snapshot carries it into the
-    # record): after the atlas, from every job's provenance and log in the results folder.
+
     rule stage_times:
+        """Wall time per stage of this live run, into its raw layer (the snapshot carries it into
+        the record): after the atlas, from every job's provenance and log in the results folder."""
         input:
             atlas_index=PLAN.atlas.provenance_complete,
             timing=[PLAN.raw(f"timing/{job}.parquet") for job in PLAN.timing_jobs],

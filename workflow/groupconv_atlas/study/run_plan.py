@@ -237,7 +237,7 @@ class RunPlan:
         raise PlanError(f"snakemake stage_times: times the jobs of a live run, and this run "
                         f"replays record {self.record_name}; the times of the live run that "
                         f"made it, where measured, are in {self.raw('stage_times.json')} "
-                        "(python tools/stage_times.py prints them)")
+                        f"(`python tools/stage_times.py {self.record}` prints them)")
 
     # ---- what the atlas reads ----
 
