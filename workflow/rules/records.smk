@@ -79,9 +79,6 @@ if PLAN.measures_on_gpu:
         output:
             times=PLAN.raw("stage_times.json"),
             prov=PLAN.prov("stage_times"),
-        params:
-            provenance=f"{PLAN.results}/provenance",
-            logs=f"{PLAN.results}/logs",
         log:
             f"{PLAN.results}/logs/stage_times.log",
         conda:
