@@ -35,7 +35,7 @@ rule atlas:
     render what `snakemake --report` shows."""
     default_target: True
     input:
-        ATLAS_ARTIFACTS,
-        REPORT_ASSETS,
-        optional_report_assets,
-        comparison_assets,
+        PLAN.atlas.artifacts,
+        PLAN.atlas.report_assets,
+        PLAN.atlas.optional_report_assets,
+        PLAN.atlas.comparison_assets,

@@ -180,7 +180,7 @@ def test_no_import_cycles():
 
 
 def test_no_module_name_is_in_both_halves():
-    # The rules' code(...) finds a module's half by its name (workflow/rules/common.smk).
+    # The rules' code(...) finds a module's half by its name (study/code_inputs.py).
     names = {half: {p.relative_to(PACKAGE_DIR / half).with_suffix("").as_posix()
                     for p in (PACKAGE_DIR / half).rglob("*.py")} - {"__init__"}
              for half in HALVES}

@@ -25,7 +25,7 @@ def built(smoke_replay):
     results = root / "results" / DEVICE
     if not (results / "report" / "atlas-map.html").exists():
         pytest.fail("`snakemake` did not build the atlas map: the Snakefile must include "
-                    "workflow/rules/report.smk and the atlas target request REPORT_ASSETS")
+                    "workflow/rules/report.smk and the atlas target request PLAN.atlas.report_assets")
     return {"map": results / "report" / "atlas-map.html",
             "details": json.loads((results / "map-details.json").read_text())}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from groupconv_atlas.study.compare_records import (KEY, agreement, committed_records, compare_inputs,
-                                                   record_cells, side_by_side)
+from groupconv_atlas.study.compare_records import KEY, agreement, record_cells, side_by_side
+from groupconv_atlas.study.plan import committed_records, compare_inputs
 from groupconv_atlas.study.report.html_blocks import unpacked_page
 from groupconv_atlas.study.stats import CLASSES, StatsConfig
 from helpers import run_guarded

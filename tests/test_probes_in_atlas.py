@@ -46,7 +46,7 @@ HELD = [p for p in PROBES if held(PROBE_RECORD, p)]
 DEVICE = json.loads((PROBE_RECORD / "record.json").read_text())["device"]
 REPLAY = replay_arguments(ROOT / "records", PROBE_RECORD.name)
 
-# The workflow's probe plan (artifacts.smk's PROBE_PLAN, what assemble_atlas gets), read with
+# The workflow's probe plan (PLAN.atlas.probe_plan, what assemble_atlas gets), read with
 # Snakemake's own parser in a fresh interpreter (parsing changes the working directory).
 _DUMP_PLAN = r"""
 import json, sys
@@ -60,7 +60,7 @@ with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
     workflow = api.workflow(resource_settings=ResourceSettings(cores=1),
                             config_settings=ConfigSettings(config=config),
                             snakefile=root / "Snakefile", workdir=root)._workflow
-    json.dump(workflow.globals["PROBE_PLAN"], sys.stdout)
+    json.dump(workflow.globals["PLAN"].atlas.probe_plan, sys.stdout)
 """
 
 

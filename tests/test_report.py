@@ -59,7 +59,7 @@ def test_report_holds_every_page_with_a_caption_in_its_category(replay):
     by_name = {entry["name"]: entry for entry in results.values()}
     missing = [name for name in ALWAYS if name not in by_name]
     assert not missing, (f"the report lacks {missing}: the atlas target (Snakefile) must request "
-                         "REPORT_ASSETS and optional_report_assets from workflow/rules/report.smk")
+                         "PLAN.atlas.report_assets and optional_report_assets (study/atlas_plan.py)")
     forests = [e for e in results.values() if e["name"].endswith(".svg") and "__vs__" in e["name"]]
     assert forests and all(set(e["labels"]) == {"candidate", "baseline", "boundary"}
                            for e in forests)

@@ -1,8 +1,9 @@
 """Every job lists the package modules it runs as `code` inputs, so that editing one reruns it.
 
-The rules are read with Snakemake's own parser (its API, in replay mode, in a separate process);
-each rule's script is then read with `ast`, and its imports of groupconv_atlas are followed
-through the package, imports inside functions included (they run when the job calls them). A
+The rules are read with Snakemake's own parser (its API, in a separate process), in replay mode
+and in live mode (the GPU stages' rules exist only there; parsing needs no GPU); each rule's
+script is then read with `ast`, and its imports of groupconv_atlas are followed through the
+package, imports inside functions included (they run when the job calls them). A
 module that runs but is not listed means an edit to it would leave the job's outputs stale."""
 import ast
 import json
@@ -19,10 +20,10 @@ from pathlib import Path
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
 
-root = Path(sys.argv[1])
+root, mode = Path(sys.argv[1]), sys.argv[2]
 with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
     workflow = api.workflow(resource_settings=ResourceSettings(cores=1),
-                            config_settings=ConfigSettings(config={"mode": "replay"}),
+                            config_settings=ConfigSettings(config={"mode": mode}),
                             snakefile=root / "Snakefile", workdir=root)._workflow
     rules = {}
     for rule in workflow.rules:
@@ -39,13 +40,15 @@ json.dump(rules, sys.stdout)
 """
 
 
-@pytest.fixture(scope="module")
-def rules() -> dict[str, dict]:
-    res = run_guarded([sys.executable, "-c", _DUMP_RULES, str(ROOT)], ROOT)
+@pytest.fixture(scope="module", params=["replay", "live"])
+def rules(request) -> dict[str, dict]:
+    res = run_guarded([sys.executable, "-c", _DUMP_RULES, str(ROOT), request.param], ROOT)
     if res.returncode != 0:
         pytest.fail(f"Snakemake could not parse the workflow:\n{res.stderr[-4000:]}")
     parsed = json.loads(res.stdout)
     assert parsed, "the workflow has no rule with a script"
+    if request.param == "live":  # the GPU stages' rules are read too
+        assert {"build_kernel", "time_job", "nsight_profile", "stage_times"} <= set(parsed), parsed
     return parsed
 
 
@@ -133,11 +136,18 @@ def test_every_code_input_is_a_file(rules):
                          f"the rule's code(...) list): {missing}")
 
 
+# Jobs that deliberately list no code: an edit of the package must not rerun them.
+NOT_RERUN_BY_AN_EDIT = {
+    # It copies a live run into records/ once: rerun, it would rewrite a committed record.
+    "snapshot_record",
+}
+
+
 def test_every_module_a_job_runs_is_among_its_code_inputs(rules):
     unlisted = {}
     for name, rule in sorted(rules.items()):
         script = Path(rule["script"])
-        if ROOT / "workflow" / "scripts" not in script.parents:
+        if ROOT / "workflow" / "scripts" not in script.parents or name in NOT_RERUN_BY_AN_EDIT:
             continue
         listed = {(ROOT / c).resolve() for c in rule["code"]}
         run = package_modules_run(script)

@@ -16,6 +16,7 @@ import pandas as pd
 from groupconv_atlas.runtime.files import REPO_ROOT, check_inputs
 from groupconv_atlas.runtime.kernels import DISPATCH
 from groupconv_atlas.runtime.timing import BOUNDARIES
+from groupconv_atlas.study.stage_times import summary_lines
 
 pd.set_option("display.width", 250)
 pd.set_option("display.max_columns", 40)
@@ -165,17 +166,14 @@ def mobilenet(path: Path) -> None:
 
 
 def pipeline_times(record: Path) -> None:
-    """The record's live run: its wall time and each stage's jobs (raw/stage_times.json)."""
+    """The record's live run: its wall time and each stage's jobs (raw/stage_times.json, checked
+    against the record's manifest first, printed as tools/stage_times.py prints it)."""
     stages = record / "raw" / "stage_times.json"
     if not stages.is_file():
         return
     check_inputs([stages])
-    doc = json.loads(stages.read_text())
-    print(f"# pipeline ({record.name}, raw/stage_times.json): live atlas "
-          f"{doc['workflow_wall_s']} s")
-    for row in doc["stages"]:
-        print(f"  {row['stage']:<20} {row['jobs']:>3} jobs {row['job_wall_s_sum']:>7.1f} s "
-              f"(span {row['span_s']:.1f} s)")
+    print(f"# pipeline ({record.name}, raw/stage_times.json)")
+    print("\n".join(summary_lines(json.loads(stages.read_text()))))
 
 
 def main(results: Path) -> None:

@@ -2,20 +2,20 @@
 # with PyCUDA, record registers, shared and local memory, spills and the cubin's SHA-256. Only
 # compiles: a tuned kernel's launch choice is the tuning stage's (tuning.smk).
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule build_kernel:
         input:
-            sources=kernel_sources,
-            code=code(*KERNEL_MODULES, "shapes", "build", "provenance", "files", "jobs"),
+            sources=PLAN.kernel_sources,
+            code=code("build", "jobs", "provenance"),
         output:
-            cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
-            record=f"{RESULTS}/raw/builds/{{kernel}}.json",
-            prov=prov("build_kernel", "{kernel}"),
+            cubin=f"{PLAN.results}/raw/builds/{{kernel}}.cubin",
+            record=f"{PLAN.results}/raw/builds/{{kernel}}.json",
+            prov=PLAN.prov("build_kernel", "{kernel}"),
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/build_kernel-{{kernel}}.log",
+            f"{PLAN.results}/logs/build_kernel-{{kernel}}.log",
         conda:
             "../../envs/gpu.yaml"
         script:

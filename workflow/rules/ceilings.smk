@@ -1,20 +1,19 @@
 # The roofline's ceilings (live only): DRAM bandwidth and FP32 FMA rate, measured on the GPU.
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule ceilings:
         input:
             source="kernels/ceilings.cu",
-            code=code("build", "gpu", "launch",
-                      "ceilings", "timing", "stats", "medians", "provenance", "files", "jobs"),
+            code=code("build", "ceilings", "gpu", "jobs", "provenance"),
         output:
-            ceilings=f"{RESULTS}/raw/ceilings.json",
-            prov=prov("ceilings"),
-        threads: MEASURE_THREADS
+            ceilings=f"{PLAN.results}/raw/ceilings.json",
+            prov=PLAN.prov("ceilings"),
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/ceilings.log",
+            f"{PLAN.results}/logs/ceilings.log",
         conda:
             "../../envs/gpu.yaml"
         script:

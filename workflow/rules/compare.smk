@@ -3,22 +3,16 @@
 # `snakemake compare_records`. Reads records/ only, never a device's results/. Which records:
 # config compare.records (empty or absent: every committed record), checked only when this rule
 # is wanted, so a checkout with one record runs every other target; `atlas` includes the page
-# when the configured records are all committed (comparison_assets in common.smk).
-# Uses from common.smk: config, code().
-from pathlib import Path
+# when the configured records are all committed (PLAN.atlas.comparison_assets). Reads config, PLAN
+# and code() (common.smk).
 
-from groupconv_atlas.study import compare_records as _compare
-
-COMPARISONS = "results/comparisons"
+COMPARISONS = PLAN.atlas.comparisons
 
 
 rule compare_records:
     input:
-        unpack(lambda wildcards: _compare.compare_inputs((config.get("compare") or {})
-                                                         .get("records"))),
-        code=code(*KERNEL_MODULES, "shapes", "timing", "stats", "records", "provenance", "files", "jobs",
-                  "comparisons", "medians", "record_check",
-                  "plan", "compare_records") + report_code(),
+        unpack(PLAN.atlas.compare_inputs),
+        code=code("compare_records", "files", "jobs", "provenance", "records", "stats"),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",

@@ -3,54 +3,48 @@
 # NCHW and channels_last (GPU job, live only), then paired statistics per layout (CPU job; in
 # replay it reads the committed record's raw/mobilenet/ files; a record made before channels_last
 # was measured replays its NCHW readings and names channels_last as not measured).
-# Uses from common.smk: config, RESULTS, MODE, raw(), prov(), code(), record_check().
+# Reads config, PLAN and code() (common.smk).
 
-
-# The probe's package, listed module by module so an edit to any of them reruns the probe, and
-# the dispatcher module whose LAYOUTS the probe measures.
-MOBILENET_MODULES = (*(f"mobilenet/{m}" for m in ("__init__", "config", "surgery", "choice",
-                                                  "checks", "probe", "summary")), "dispatch")
 # Timing jobs whose graph_device medians choose each layer's kernel.
-MOBILENET_TIMING_JOBS = jobs_of(KERNELS)
+MOBILENET_TIMING_JOBS = PLAN.jobs_of(PLAN.kernels)
 # Every kernel's build: the atlas may choose any of them (of the model's layout) for a layer.
-MOBILENET_CUBINS = [raw(f"builds/{kernel}.cubin") for kernel in KERNELS]
-MOBILENET_BUILDS = [raw(f"builds/{kernel}.json") for kernel in KERNELS]
-MOBILENET_VERIFICATION = [raw(f"verification/{kernel}.parquet") for kernel in KERNELS]
-MOBILENET_TIMING_TABLES = [raw(f"timing/{job}.parquet") for job in MOBILENET_TIMING_JOBS]
+MOBILENET_CUBINS = [PLAN.raw(f"builds/{kernel}.cubin") for kernel in PLAN.kernels]
+MOBILENET_BUILDS = [PLAN.raw(f"builds/{kernel}.json") for kernel in PLAN.kernels]
+MOBILENET_VERIFICATION = [PLAN.raw(f"verification/{kernel}.parquet") for kernel in PLAN.kernels]
+MOBILENET_TIMING_TABLES = [PLAN.raw(f"timing/{job}.parquet") for job in MOBILENET_TIMING_JOBS]
 
 
 rule mobilenet_probe:
     """The MobileNetV2 probe's summary and report (live on a GPU, else from the record)."""
     input:
-        f"{RESULTS}/mobilenet/summary.parquet",
-        f"{RESULTS}/mobilenet/mobilenet.json",
+        f"{PLAN.results}/mobilenet/summary.parquet",
+        f"{PLAN.results}/mobilenet/mobilenet.json",
 
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule mobilenet_measure:
         input:
             cubins=MOBILENET_CUBINS,
             builds=MOBILENET_BUILDS,
-            tunings=tuning_records(KERNELS),
+            tunings=PLAN.tuning_records(PLAN.kernels),
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
-            shapes=f"{RESULTS}/shapes.json",
-            code=code("shapes_table", "timing_workers", "stats", "provenance", "files", "jobs",
-                      "comparisons", *RUNTIME_MODULES, *MOBILENET_MODULES),
+            shapes=f"{PLAN.results}/shapes.json",
+            code=code("gpu", "jobs", "mobilenet/__init__", "provenance", "shapes_table"),
         output:
-            samples=raw("mobilenet/samples.parquet"),
-            probe=raw("mobilenet/probe.json"),
-            prov=prov("mobilenet_measure"),
+            samples=PLAN.raw("mobilenet/samples.parquet"),
+            probe=PLAN.raw("mobilenet/probe.json"),
+            prov=PLAN.prov("mobilenet_measure"),
         params:
             mobilenet=config["mobilenet"],
-            timing=timing_params(),
-            kernels=KERNELS,
-        threads: MEASURE_THREADS
+            timing=PLAN.timing_params(),
+            kernels=PLAN.kernels,
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/mobilenet_measure.log",
+            f"{PLAN.results}/logs/mobilenet_measure.log",
         conda:
             "../../envs/gpu.yaml"
         script:
@@ -59,20 +53,19 @@ if MODE == "live":
 
 rule mobilenet_stats:
     input:
-        samples=raw("mobilenet/samples.parquet"),
-        probe=raw("mobilenet/probe.json"),
-        check=record_check(),
-        code=code("timing_workers", "stats", "provenance", "files", "jobs", *RUNTIME_MODULES,
-                  "comparisons", *MOBILENET_MODULES),
+        samples=PLAN.raw("mobilenet/samples.parquet"),
+        probe=PLAN.raw("mobilenet/probe.json"),
+        check=PLAN.record_check(),
+        code=code("files", "jobs", "mobilenet/__init__", "provenance", "stats"),
     output:
-        summary=f"{RESULTS}/mobilenet/summary.parquet",
-        report=f"{RESULTS}/mobilenet/mobilenet.json",
-        prov=prov("mobilenet_stats"),
+        summary=f"{PLAN.results}/mobilenet/summary.parquet",
+        report=f"{PLAN.results}/mobilenet/mobilenet.json",
+        prov=PLAN.prov("mobilenet_stats"),
     params:
         statistics=config["statistics"],
-        mode=MODE,
+        mode=PLAN.mode,
     log:
-        f"{RESULTS}/logs/mobilenet_stats.log",
+        f"{PLAN.results}/logs/mobilenet_stats.log",
     conda:
         "../../envs/cpu.yaml"
     script:

@@ -3,52 +3,48 @@
 # realistic geometries the atlas did not measure (snakemake unseen_probe). Each: a GPU job (live
 # only) writes raw samples, a CPU job their statistics (in replay from the committed record).
 # Each probe's JSON joins atlas.json and the report's probes page when the record holds its raw
-# samples (replay) or probes.with_atlas names it (live): PROBE_PLAN in artifacts.smk.
-# Uses from common.smk: config, RESULTS, MODE, KERNELS, raw(), prov(), code(), record_check(),
-# tuning_records(), timing_params(), RUNTIME_MODULES.
-
-PROBES = {"networks": "network_probe", "unseen": "unseen_probe"}
+# samples (replay) or probes.with_atlas names it (live): PLAN.atlas.probe_plan. Reads config, PLAN,
+# code() and plan_input() (common.smk).
 
 
 rule network_probe:
     """Whole networks, original against converted (live on a GPU, else from the record)."""
     input:
-        recorded_probe("probes/networks/samples.parquet", f"{RESULTS}/probes/networks.json",
-                       "network_probe"),
+        plan_input(PLAN.recorded_probe, "probes/networks/samples.parquet",
+                   f"{PLAN.results}/probes/networks.json", "network_probe"),
 
 
 rule unseen_probe:
     """Unseen geometries: dispatch and autotune against PyTorch (live, else from the record)."""
     input:
-        recorded_probe("probes/unseen/samples.parquet", f"{RESULTS}/probes/unseen.json",
-                       "unseen_probe"),
+        plan_input(PLAN.recorded_probe, "probes/unseen/samples.parquet",
+                   f"{PLAN.results}/probes/unseen.json", "unseen_probe"),
 
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule probe_measure:
         input:
-            builds=[raw(f"builds/{k}.json") for k in KERNELS],
-            cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
-            tunings=tuning_records(KERNELS),
-            dispatch_table=raw("dispatch/table.json"),
-            code=code("networks", "stats", "comparisons", "provenance", "files", "jobs",
-                      *RUNTIME_MODULES),
+            builds=[PLAN.raw(f"builds/{k}.json") for k in PLAN.kernels],
+            cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
+            tunings=PLAN.tuning_records(PLAN.kernels),
+            dispatch_table=PLAN.raw("dispatch/table.json"),
+            code=code("gpu", "jobs", "networks", "provenance", "timing"),
         output:
-            samples=raw("probes/{probe}/samples.parquet"),
-            probe=raw("probes/{probe}/probe.json"),
-            prov=prov("probe_measure", "{probe}"),
+            samples=PLAN.raw("probes/{probe}/samples.parquet"),
+            probe=PLAN.raw("probes/{probe}/probe.json"),
+            prov=PLAN.prov("probe_measure", "{probe}"),
         wildcard_constraints:
             probe="networks|unseen",
         params:
             settings=lambda wildcards: config[wildcards.probe],
             probe=lambda wildcards: wildcards.probe,
-            timing=timing_params(),
-        threads: MEASURE_THREADS
+            timing=PLAN.timing_params(),
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/probe_measure-{{probe}}.log",
+            f"{PLAN.results}/logs/probe_measure-{{probe}}.log",
         conda:
             "../../envs/gpu.yaml"
         script:
@@ -57,24 +53,23 @@ if MODE == "live":
 
 rule probe_stats:
     input:
-        samples=raw("probes/{probe}/samples.parquet"),
-        probe=raw("probes/{probe}/probe.json"),
-        check=record_check(),
+        samples=PLAN.raw("probes/{probe}/samples.parquet"),
+        probe=PLAN.raw("probes/{probe}/probe.json"),
+        check=PLAN.record_check(),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("networks", "stats", "comparisons", "provenance", "files", "jobs",
-                  *RUNTIME_MODULES),
+        code=code("files", "jobs", "networks", "provenance", "stats"),
     output:
-        summary=f"{RESULTS}/probes/{{probe}}.parquet",
-        report=f"{RESULTS}/probes/{{probe}}.json",
-        prov=prov("probe_stats", "{probe}"),
+        summary=f"{PLAN.results}/probes/{{probe}}.parquet",
+        report=f"{PLAN.results}/probes/{{probe}}.json",
+        prov=PLAN.prov("probe_stats", "{probe}"),
     wildcard_constraints:
         probe="networks|unseen",
     params:
         statistics=config["statistics"],
         probe=lambda wildcards: wildcards.probe,
-        mode=MODE,
+        mode=PLAN.mode,
     log:
-        f"{RESULTS}/logs/probe_stats-{{probe}}.log",
+        f"{PLAN.results}/logs/probe_stats-{{probe}}.log",
     conda:
         "../../envs/cpu.yaml"
     script:

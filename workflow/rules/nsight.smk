@@ -1,36 +1,39 @@
 # Evidence: Nsight Compute captures of chosen (shape, implementation) pairs and the machine code
 # (SASS) of every built kernel, each parsed into one table. Target: `snakemake nsight`.
 # Captures run live only (GPU); in replay the captures and cubins come from the record and only
-# the tables are rebuilt. Uses from common.smk: config, SHAPES, KERNELS, RESULTS, MODE, RECORD,
-# TIMING_JOBS, raw(), nsight_raw(), prov(), code(), record_check(), nsight_record_check().
+# the tables are rebuilt. Which pairs, from which record: PLAN.nsight (study/nsight_plan.py).
+# Reads config, PLAN and code() (common.smk).
 
 
 rule nsight:
     """Nsight Compute table of the configured pairs and the SASS table of every kernel."""
     input:
-        f"{RESULTS}/nsight.parquet",
-        f"{RESULTS}/machine_code.parquet",
+        f"{PLAN.results}/nsight.parquet",
+        f"{PLAN.results}/machine_code.parquet",
     localrule: True
 
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule nsight_profile:
         input:
-            unpack(nsight_profile_inputs),
+            unpack(PLAN.nsight.profile_inputs),
+            # nsight_profile.py runs nsight_capture.py under Nsight Compute: what both import.
+            code=[*code("gpu", "jobs", "kernels", "nsight", "shapes_table"),
+                  "workflow/scripts/nsight_capture.py"],
         output:
-            report=raw("nsight/{shape}__{impl}.ncu-rep"),
-            prov=prov("nsight_profile", "{shape}__{impl}"),
+            report=PLAN.raw("nsight/{shape}__{impl}.ncu-rep"),
+            prov=PLAN.prov("nsight_profile", "{shape}__{impl}"),
         params:
-            seed=nsight_check_seed,
+            seed=PLAN.nsight.check_seed,
             warmup=config["nsight"]["warmup_launches"],
         wildcard_constraints:
             shape=r"[a-z0-9][a-z0-9._-]*",
-        threads: MEASURE_THREADS
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/nsight_profile-{{shape}}__{{impl}}.log",
+            f"{PLAN.results}/logs/nsight_profile-{{shape}}__{{impl}}.log",
         conda:
             "../../envs/gpu.yaml"
         script:
@@ -39,23 +42,21 @@ if MODE == "live":
 
 rule nsight_table:
     input:
-        captures=NSIGHT_CAPTURES,
-        timing=sorted({p for paths in NSIGHT_TIMING.values() for p in paths}),
-        shapes=f"{RESULTS}/shapes.json",
-        check=record_check(),
-        nsight_check=nsight_record_check(),
-        code=code("nsight", *KERNEL_MODULES, "shapes", "shapes_table", "verify", "stats", "timing",
-                  "nsight_reports", "nsight_metrics", "nsight_table",
-                  "provenance", "files", "jobs"),
+        captures=PLAN.nsight.captures,
+        timing=PLAN.nsight.timing_inputs(),
+        shapes=f"{PLAN.results}/shapes.json",
+        check=PLAN.record_check(),
+        nsight_check=PLAN.nsight.record_check(),
+        code=code("jobs", "nsight", "provenance", "shapes_table"),
     output:
-        table=f"{RESULTS}/nsight.parquet",
-        prov=prov("nsight_table"),
+        table=f"{PLAN.results}/nsight.parquet",
+        prov=PLAN.prov("nsight_table"),
     params:
-        pairs=[list(p) for p in NSIGHT_PAIRS],
-        timing=NSIGHT_TIMING,
-        record=Path(NSIGHT_RECORD).name if MODE == "replay" else "live",
+        pairs=[list(p) for p in PLAN.nsight.pairs],
+        timing=PLAN.nsight.timing,
+        record=PLAN.nsight.record_name,
     log:
-        f"{RESULTS}/logs/nsight_table.log",
+        f"{PLAN.results}/logs/nsight_table.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -64,18 +65,18 @@ rule nsight_table:
 
 rule machine_code:
     input:
-        cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
-        records=[raw(f"builds/{k}.json") for k in KERNELS],
-        check=record_check(),
-        code=code("sass", "provenance", "files", "jobs"),
+        cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
+        records=[PLAN.raw(f"builds/{k}.json") for k in PLAN.kernels],
+        check=PLAN.record_check(),
+        code=code("jobs", "provenance", "sass"),
     output:
-        table=f"{RESULTS}/machine_code.parquet",
-        sass=[f"{RESULTS}/sass/{k}.sass" for k in KERNELS],
-        prov=prov("machine_code"),
+        table=f"{PLAN.results}/machine_code.parquet",
+        sass=[f"{PLAN.results}/sass/{k}.sass" for k in PLAN.kernels],
+        prov=PLAN.prov("machine_code"),
     params:
-        kernels=KERNELS,
+        kernels=PLAN.kernels,
     log:
-        f"{RESULTS}/logs/machine_code.log",
+        f"{PLAN.results}/logs/machine_code.log",
     conda:
         "../../envs/cpu.yaml"
     script:

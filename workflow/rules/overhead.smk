@@ -2,41 +2,40 @@
 # F.conv2d per call on the host, synchronized, and inside a CUDA graph against its bare kernel
 # (GPU job, live only), then its statistics (CPU job; in replay from the committed record).
 # overhead.json joins atlas.json and the report's probes page when the record holds raw/overhead/
-# (replay) or probes.with_atlas names it (live): PROBE_PLAN in artifacts.smk.
-# Uses from common.smk: config, RESULTS, MODE, KERNELS, raw(), prov(), code(), record_check(),
-# tuning_records(), timing_params().
+# (replay) or probes.with_atlas names it (live): PLAN.atlas.probe_plan. Reads config, PLAN, code()
+# and plan_input() (common.smk).
 
 
 rule overhead_probe:
     """The call-overhead benchmark's summary (live on a GPU, else from the record)."""
     input:
-        recorded_probe("overhead/samples.parquet", f"{RESULTS}/overhead.json", "overhead_probe"),
+        plan_input(PLAN.recorded_probe, "overhead/samples.parquet", f"{PLAN.results}/overhead.json",
+                   "overhead_probe"),
 
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule overhead_measure:
         input:
-            shapes=f"{RESULTS}/shapes.json",
-            builds=[raw(f"builds/{k}.json") for k in KERNELS],
-            cubins=[raw(f"builds/{k}.cubin") for k in KERNELS],
-            tunings=tuning_records(KERNELS),
-            dispatch_table=raw("dispatch/table.json"),
-            code=code("shapes_table", "overhead", "stats", "provenance", "files", "jobs",
-                      "comparisons", *RUNTIME_MODULES),
+            shapes=f"{PLAN.results}/shapes.json",
+            builds=[PLAN.raw(f"builds/{k}.json") for k in PLAN.kernels],
+            cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
+            tunings=PLAN.tuning_records(PLAN.kernels),
+            dispatch_table=PLAN.raw("dispatch/table.json"),
+            code=code("gpu", "jobs", "overhead", "provenance", "shapes_table", "timing"),
         output:
-            samples=raw("overhead/samples.parquet"),
-            host=raw("overhead/host.parquet"),
-            probe=raw("overhead/probe.json"),
-            prov=prov("overhead_measure"),
+            samples=PLAN.raw("overhead/samples.parquet"),
+            host=PLAN.raw("overhead/host.parquet"),
+            probe=PLAN.raw("overhead/probe.json"),
+            prov=PLAN.prov("overhead_measure"),
         params:
             overhead=config["overhead"],
-            timing=timing_params(),
-        threads: MEASURE_THREADS
+            timing=PLAN.timing_params(),
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/overhead_measure.log",
+            f"{PLAN.results}/logs/overhead_measure.log",
         conda:
             "../../envs/gpu.yaml"
         script:
@@ -45,21 +44,20 @@ if MODE == "live":
 
 rule overhead_stats:
     input:
-        samples=raw("overhead/samples.parquet"),
-        host=raw("overhead/host.parquet"),
-        probe=raw("overhead/probe.json"),
-        check=record_check(),
+        samples=PLAN.raw("overhead/samples.parquet"),
+        host=PLAN.raw("overhead/host.parquet"),
+        probe=PLAN.raw("overhead/probe.json"),
+        check=PLAN.record_check(),
         # overhead.py holds the GPU measurement beside the statistics: its imports come along.
-        code=code("overhead", "stats", "comparisons", "provenance", "files", "jobs",
-                  *RUNTIME_MODULES),
+        code=code("files", "jobs", "overhead", "provenance", "stats"),
     output:
-        report=f"{RESULTS}/overhead.json",
-        prov=prov("overhead_stats"),
+        report=f"{PLAN.results}/overhead.json",
+        prov=PLAN.prov("overhead_stats"),
     params:
         statistics=config["statistics"],
-        mode=MODE,
+        mode=PLAN.mode,
     log:
-        f"{RESULTS}/logs/overhead_stats.log",
+        f"{PLAN.results}/logs/overhead_stats.log",
     conda:
         "../../envs/cpu.yaml"
     script:

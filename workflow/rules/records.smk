@@ -1,91 +1,107 @@
 from datetime import date
 
-from groupconv_atlas.runtime.files import INDEX as _RECORD_INDEX
-from groupconv_atlas.study.record_check import drift_warning as _drift_warning
-from groupconv_atlas.study.record_mixing import mixing_error as _mixing_error
-from groupconv_atlas.study.record_check import recorded_sources as _recorded_sources
-from groupconv_atlas.study.records import record_files as _record_files
+from groupconv_atlas.study.records import drift_warning as _drift_warning
+from groupconv_atlas.study.records import mixing_error as _mixing_error
 from groupconv_atlas.study.records import replay_arguments as _replay_arguments
-from groupconv_atlas.study.record_check import shape_set_difference as _shape_set_difference
-from groupconv_atlas.study.record_check import source_drift as _source_drift
+from groupconv_atlas.study.records import shape_set_difference as _shape_set_difference
+from groupconv_atlas.study.records import source_drift as _source_drift
 
 # Records: a replay checks the committed record's hashes first; a live run can be snapshotted
-# into records/<device>-<date>/ to be committed.
+# into records/<device>-<date>/ to be committed, with its wall time per stage (stage_times).
 
 # One record's outputs per results folder: while the workflow is read, before any job runs (and in
 # a dry run too), a replay into a folder that holds another record's replay (its record-check.json
 # names the record) or a live run's measurements (raw/), and a live run into a replayed folder, are
 # refused, saying what the folder holds and the arguments that go on with it.
-_mixing = _mixing_error(RESULTS, MODE, record=RECORD and Path(RECORD).name,
-                        nsight_record=NSIGHT_RECORD and Path(NSIGHT_RECORD).name,
-                        setting=config["record"], device=DEVICE)
+_mixing = _mixing_error(PLAN.results, PLAN.mode, record=PLAN.record_name,
+                        nsight_record=PLAN.nsight.record and Path(PLAN.nsight.record).name,
+                        setting=config["record"], device=PLAN.device)
 if _mixing:
     raise WorkflowError(_mixing)
 
-if MODE == "replay":
+if PLAN.replays_record:
     # Checked while the DAG is built, so a record that cannot replay this shape set stops the run
     # before any job starts and before any artifact is deleted.
-    _difference = _shape_set_difference(RECORD, SHAPES)
+    _difference = _shape_set_difference(PLAN.record, PLAN.shapes)
     if _difference:
         try:
-            _arguments = " ".join(_replay_arguments("records", Path(RECORD).name))
-            _how = (f"replay it with `make replay RECORD={Path(RECORD).name}` "
+            _arguments = " ".join(_replay_arguments("records", PLAN.record_name))
+            _how = (f"replay it with `make replay RECORD={PLAN.record_name}` "
                     f"(snakemake atlas {_arguments})")
         except LookupError:
             _how = "set `shapes:` to the set it measured"
         raise WorkflowError(f"config shapes={config['shapes']}: {_difference}. A replay shows "
                             f"only what its record measured: {_how}, or measure live on a GPU.")
     # Editing a kernel changes nothing in a replay: say so on every run, not only in the evidence.
-    _drift = _drift_warning(Path(RECORD).name, _source_drift(RECORD, workflow.basedir))
+    _drift = _drift_warning(PLAN.record_name, _source_drift(PLAN.record, workflow.basedir))
     if _drift:
         print(f"warning: {_drift}", file=sys.stderr)
 
     rule check_record:
         input:
-            **record_check_inputs(RECORD),
+            **PLAN.record_check_inputs(PLAN.record),
         output:
-            check=f"{RESULTS}/record-check.json",
-            prov=prov("check_record"),
+            check=f"{PLAN.results}/record-check.json",
+            prov=PLAN.prov("check_record"),
         log:
-            f"{RESULTS}/logs/check_record.log",
+            f"{PLAN.results}/logs/check_record.log",
         conda:
             "../../envs/cpu.yaml"
         script:
             "../scripts/check_record.py"
 
-    if NSIGHT_RECORD != RECORD:
+    if PLAN.nsight.borrows_record:
 
         rule check_nsight_record:
             """The record the Nsight captures replay from, when it is not the main one."""
             input:
-                **record_check_inputs(NSIGHT_RECORD),
+                **PLAN.record_check_inputs(PLAN.nsight.record),
             output:
-                check=f"{RESULTS}/nsight-record-check.json",
-                prov=prov("check_nsight_record"),
+                check=f"{PLAN.results}/nsight-record-check.json",
+                prov=PLAN.prov("check_nsight_record"),
             log:
-                f"{RESULTS}/logs/check_nsight_record.log",
+                f"{PLAN.results}/logs/check_nsight_record.log",
             conda:
                 "../../envs/cpu.yaml"
             script:
                 "../scripts/check_record.py"
 
 
-if MODE == "live":
-    SNAPSHOT = f"records/{DEVICE}-{config.get('record_name') or date.today().isoformat()}"
+if PLAN.measures_on_gpu:
+
+    rule stage_times:
+        """Wall time per stage of this live run, into its raw layer (the snapshot carries it into
+        the record): after the atlas, from every job's provenance and log in the results folder."""
+        input:
+            atlas_index=PLAN.atlas.provenance_complete,
+            timing=[PLAN.raw(f"timing/{job}.parquet") for job in PLAN.timing_jobs],
+            code=code("jobs", "provenance", "stage_times"),
+        output:
+            times=PLAN.raw("stage_times.json"),
+            prov=PLAN.prov("stage_times"),
+        log:
+            f"{PLAN.results}/logs/stage_times.log",
+        conda:
+            "../../envs/cpu.yaml"
+        script:
+            "../scripts/stage_times.py"
+
+    SNAPSHOT = f"records/{PLAN.device}-{config.get('record_name') or date.today().isoformat()}"
 
     rule snapshot_record:
         """Copy this live run's raw layer and job provenance into records/ (then commit it)."""
         input:
-            atlas=f"{RESULTS}/atlas.json",
-            artifacts=ATLAS_ARTIFACTS,
-            mobilenet=f"{RESULTS}/mobilenet/mobilenet.json",
-            optional=snapshot_optional_stages,
+            atlas=f"{PLAN.results}/atlas.json",
+            artifacts=PLAN.atlas.artifacts,
+            mobilenet=f"{PLAN.results}/mobilenet/mobilenet.json",
+            optional=PLAN.atlas.snapshot_optional_stages,
+            stage_times=PLAN.raw("stage_times.json"),
         output:
             f"{SNAPSHOT}/record.json",
         params:
             # The results folder the run wrote: the one holding its atlas.json.
             results=lambda wildcards, input: str(Path(input.atlas).parent),
-            device=DEVICE,
+            device=PLAN.device,
             # How to replay the record: the config files this run layered on config/config.yaml,
             # entered in records/INDEX.json (`make replay RECORD=<name>` reads them).
             replay=[a for f in workflow.overwrite_configfiles
@@ -94,7 +110,7 @@ if MODE == "live":
                                                   if Path(f).resolve().is_relative_to(Path.cwd())
                                                   else f))],
         log:
-            f"{RESULTS}/logs/snapshot_record.log",
+            f"{PLAN.results}/logs/snapshot_record.log",
         conda:
             "../../envs/cpu.yaml"
         script:
@@ -105,4 +121,9 @@ else:
     rule snapshot_record:
         """In a replay: says that a snapshot needs a live run (see the live rule above)."""
         input:
-            snapshot_needs_a_live_run,
+            plan_input(PLAN.snapshot_in_a_replay),
+
+    rule stage_times:
+        """In a replay: says that stage times are a live run's (see the live rule above)."""
+        input:
+            plan_input(PLAN.stage_times_in_a_replay),

@@ -2,25 +2,23 @@
 # figures (SVG), tables (HTML) and the self-contained atlas map. The MobileNet probe, Nsight and
 # machine-code stages join the report only when their table already exists, so a run without them
 # still reports; the probes page always renders (from atlas.json), naming the probes not measured.
-# Target: `snakemake report_assets`. Uses from common.smk: config, RESULTS, REPORT, prov(), code(),
-# raw(), REPORT_ASSETS, optional_report_assets(), forest_outputs(), FOREST_FIGURES,
-# tuned_build_records() and the optional stages' tables; from artifacts.smk: PROBE_RESULTS.
+# Target: `snakemake report_assets`. Which pages and figures: PLAN.atlas (study/atlas_plan.py).
+# Reads config, PLAN and code() (common.smk).
 
-# The probes page (report_probes): listed in REPORT_ASSETS (common.smk), so `atlas` renders it.
+REPORT = PLAN.atlas.report_dir
+# The probes page (report_probes): listed in PLAN.atlas.report_assets, so `atlas` renders it.
 PROBES_PAGE = f"{REPORT}/probes.html"
 # reStructuredText the landing page includes (reports/workflow.rst: `.. include::`).
 LANDING_TEXT = f"{REPORT}/landing-headline.rst"
-
-# atlas_map imports kernels (and kernels imports shapes).
-REPORT_JOB_CODE = code("stats", *KERNEL_MODULES, "shapes", "plan", "timing", "provenance", "files",
-                       "jobs", "medians", *REPORT_PACKAGE_MODULES)
+# Every report job imports the report package (whose __init__ imports all its modules).
+REPORT_JOB_CODE = code("jobs", "provenance", "report/__init__")
 
 
 rule report_assets:
     """Every figure, table and the map that `snakemake --report` includes."""
     input:
-        REPORT_ASSETS,
-        optional_report_assets,
+        PLAN.atlas.report_assets,
+        PLAN.atlas.optional_report_assets,
     localrule: True
 
 
@@ -28,18 +26,18 @@ rule report_map:
     input:
         # The atlas's own files, offered as downloads in the report (csv/parquet/json are not
         # displayed there, only linked).
-        atlas=report(f"{RESULTS}/atlas.json", caption="../report/download.rst",
+        atlas=report(f"{PLAN.results}/atlas.json", caption="../report/download.rst",
                      category="Provenance", subcategory="Downloads"),
-        details=report(f"{RESULTS}/map-details.json", caption="../report/download.rst",
+        details=report(f"{PLAN.results}/map-details.json", caption="../report/download.rst",
                        category="Provenance", subcategory="Downloads"),
         template="workflow/templates/atlas_map.html",
         code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/atlas-map.html", caption="../report/atlas_map.rst",
                     category="Atlas map", subcategory="Map"),
-        prov=prov("report_map"),
+        prov=PLAN.prov("report_map"),
     log:
-        f"{RESULTS}/logs/report_map.log",
+        f"{PLAN.results}/logs/report_map.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -48,11 +46,11 @@ rule report_map:
 
 rule report_figures:
     input:
-        atlas=f"{RESULTS}/atlas.json",
-        shapes=f"{RESULTS}/shapes.json",
-        summary=f"{RESULTS}/summary.parquet",
-        comparisons=f"{RESULTS}/comparisons.parquet",
-        roofline=f"{RESULTS}/roofline.parquet",
+        atlas=f"{PLAN.results}/atlas.json",
+        shapes=f"{PLAN.results}/shapes.json",
+        summary=f"{PLAN.results}/summary.parquet",
+        comparisons=f"{PLAN.results}/comparisons.parquet",
+        roofline=f"{PLAN.results}/roofline.parquet",
         code=REPORT_JOB_CODE,
     output:
         geomeans=report(f"{REPORT}/geomeans.svg", caption="../report/geomeans.rst",
@@ -63,14 +61,18 @@ rule report_figures:
                   category="Comparisons", subcategory="A/A calibration"),
         boundaries=report(f"{REPORT}/boundaries.svg", caption="../report/boundaries.rst",
                           category="Timing boundaries"),
-        forest=forest_outputs(),
-        prov=prov("report_figures"),
+        forest=[report(PLAN.atlas.forest_figure(cand, base, boundary),
+                       caption="../report/forest.rst", category="Comparisons",
+                       subcategory="Per-shape ratios",
+                       labels={"candidate": cand, "baseline": base, "boundary": boundary})
+                for cand, base, boundary in PLAN.atlas.forest_figures],
+        prov=PLAN.prov("report_figures"),
     params:
-        forest=[list(f) for f in FOREST_FIGURES],
+        forest=[list(f) for f in PLAN.atlas.forest_figures],
     # The forest figures render in parallel, one process per core.
-    threads: RUN_CORES
+    threads: PLAN.run_cores
     log:
-        f"{RESULTS}/logs/report_figures.log",
+        f"{PLAN.results}/logs/report_figures.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -79,17 +81,17 @@ rule report_figures:
 
 rule report_tables:
     input:
-        atlas=f"{RESULTS}/atlas.json",
-        shapes=f"{RESULTS}/shapes.json",
-        summary=report(f"{RESULTS}/summary.parquet", caption="../report/download.rst",
+        atlas=f"{PLAN.results}/atlas.json",
+        shapes=f"{PLAN.results}/shapes.json",
+        summary=report(f"{PLAN.results}/summary.parquet", caption="../report/download.rst",
                        category="Provenance", subcategory="Downloads"),
-        comparisons=report(f"{RESULTS}/comparisons.parquet", caption="../report/download.rst",
+        comparisons=report(f"{PLAN.results}/comparisons.parquet", caption="../report/download.rst",
                            category="Provenance", subcategory="Downloads"),
-        verification=report(f"{RESULTS}/verification.parquet",
+        verification=report(f"{PLAN.results}/verification.parquet",
                             caption="../report/download.rst", category="Provenance",
                             subcategory="Downloads"),
-        evidence=f"{RESULTS}/current-evidence.md",
-        provenance=report(f"{RESULTS}/provenance.json", caption="../report/download.rst",
+        evidence=f"{PLAN.results}/current-evidence.md",
+        provenance=report(f"{PLAN.results}/provenance.json", caption="../report/download.rst",
                           category="Provenance", subcategory="Downloads"),
         code=REPORT_JOB_CODE,
     output:
@@ -112,9 +114,9 @@ rule report_tables:
                           category="Provenance", subcategory="Artifacts"),
         session=report(f"{REPORT}/session.html", caption="../report/session.rst",
                        category="Provenance", subcategory="Artifacts"),
-        prov=prov("report_tables"),
+        prov=PLAN.prov("report_tables"),
     log:
-        f"{RESULTS}/logs/report_tables.log",
+        f"{PLAN.results}/logs/report_tables.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -123,17 +125,17 @@ rule report_tables:
 
 rule report_mobilenet:
     input:
-        probe=MOBILENET_REPORT,
-        atlas=f"{RESULTS}/atlas.json",
+        probe=PLAN.atlas.mobilenet_report,
+        atlas=f"{PLAN.results}/atlas.json",
         code=REPORT_JOB_CODE,
     output:
         figure=report(f"{REPORT}/mobilenet.svg", caption="../report/mobilenet_figure.rst",
                       category="MobileNet probe"),
         table=report(f"{REPORT}/mobilenet.html", caption="../report/mobilenet_table.rst",
                      category="MobileNet probe"),
-        prov=prov("report_mobilenet"),
+        prov=PLAN.prov("report_mobilenet"),
     log:
-        f"{RESULTS}/logs/report_mobilenet.log",
+        f"{PLAN.results}/logs/report_mobilenet.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -144,17 +146,17 @@ rule report_probes:
     """The probes of the public op (atlas.json's `probes` section): always rendered, so a probe
     the record lacks is named there as not measured."""
     input:
-        atlas=f"{RESULTS}/atlas.json",
-        # The probes' own outputs (PROBE_RESULTS, artifacts.smk), offered as downloads.
+        atlas=f"{PLAN.results}/atlas.json",
+        # The probes' own outputs (PLAN.atlas.probe_results), offered as downloads.
         probes=[report(p, caption="../report/download.rst", category="Provenance",
-                       subcategory="Downloads") for p in PROBE_RESULTS],
+                       subcategory="Downloads") for p in PLAN.atlas.probe_results],
         code=REPORT_JOB_CODE,
     output:
         page=report(PROBES_PAGE, caption="../report/probes.rst",
                     category="Probes of the public op"),
-        prov=prov("report_probes"),
+        prov=PLAN.prov("report_probes"),
     log:
-        f"{RESULTS}/logs/report_probes.log",
+        f"{PLAN.results}/logs/report_probes.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -165,13 +167,13 @@ rule report_landing:
     """The headline for the report's landing page (reports/workflow.rst includes it): the
     atlas's own summary lines, with the record and mode they come from."""
     input:
-        atlas=f"{RESULTS}/atlas.json",
+        atlas=f"{PLAN.results}/atlas.json",
         code=REPORT_JOB_CODE,
     output:
         text=LANDING_TEXT,
-        prov=prov("report_landing"),
+        prov=PLAN.prov("report_landing"),
     log:
-        f"{RESULTS}/logs/report_landing.log",
+        f"{PLAN.results}/logs/report_landing.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -180,13 +182,13 @@ rule report_landing:
 
 rule report_nsight:
     input:
-        table=NSIGHT_TABLE,
+        table=PLAN.atlas.nsight_table,
         code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/nsight.html", caption="../report/nsight.rst", category="Nsight"),
-        prov=prov("report_nsight"),
+        prov=PLAN.prov("report_nsight"),
     log:
-        f"{RESULTS}/logs/report_nsight.log",
+        f"{PLAN.results}/logs/report_nsight.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -195,14 +197,14 @@ rule report_nsight:
 
 rule report_machine_code:
     input:
-        table=MACHINE_CODE_TABLE,
+        table=PLAN.atlas.machine_code_table,
         code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/machine-code.html", caption="../report/machine_code.rst",
                     category="Machine code"),
-        prov=prov("report_machine_code"),
+        prov=PLAN.prov("report_machine_code"),
     log:
-        f"{RESULTS}/logs/report_machine_code.log",
+        f"{PLAN.results}/logs/report_machine_code.log",
     conda:
         "../../envs/cpu.yaml"
     script:
@@ -211,14 +213,14 @@ rule report_machine_code:
 
 rule report_tuning:
     input:
-        builds=tuned_build_records,
+        builds=PLAN.atlas.tuned_build_records,
         code=REPORT_JOB_CODE,
     output:
         page=report(f"{REPORT}/tuning.html", caption="../report/tuning.rst",
                     category="Kernels", subcategory="Tuning stage"),
-        prov=prov("report_tuning"),
+        prov=PLAN.prov("report_tuning"),
     log:
-        f"{RESULTS}/logs/report_tuning.log",
+        f"{PLAN.results}/logs/report_tuning.log",
     conda:
         "../../envs/cpu.yaml"
     script:

@@ -5,15 +5,15 @@ rule freeze_shapes:
     input:
         shapes=config["shapes"],
         schema="workflow/schemas/shapes.schema.yaml",
-        code=code("shapes", "shapes_table", *KERNEL_MODULES, "provenance", "files", "jobs"),
+        code=code("jobs", "provenance", "shapes_table"),
     output:
-        parquet=f"{RESULTS}/shapes.parquet",
-        json=f"{RESULTS}/shapes.json",
-        prov=prov("freeze_shapes"),
+        parquet=f"{PLAN.results}/shapes.parquet",
+        json=f"{PLAN.results}/shapes.json",
+        prov=PLAN.prov("freeze_shapes"),
     params:
-        implementations=IMPLEMENTATIONS,
+        implementations=PLAN.implementations,
     log:
-        f"{RESULTS}/logs/freeze_shapes.log",
+        f"{PLAN.results}/logs/freeze_shapes.log",
     conda:
         "../../envs/cpu.yaml"
     script:

@@ -3,20 +3,19 @@
 
 rule compare_job:
     input:
-        samples=raw("timing/{job}.parquet"),
-        meta=raw("timing/{job}.json"),
-        verification=job_verification,
-        check=record_check(),
-        code=code(*KERNEL_MODULES, "shapes", "timing", "stats", "comparisons", "provenance", "files",
-                  "jobs"),
+        samples=PLAN.raw("timing/{job}.parquet"),
+        meta=PLAN.raw("timing/{job}.json"),
+        verification=PLAN.job_verification,
+        check=PLAN.record_check(),
+        code=code("jobs", "provenance", "stats", "timing"),
     output:
-        table=f"{RESULTS}/stats/{{job}}.parquet",
-        prov=prov("compare_job", "{job}"),
+        table=f"{PLAN.results}/stats/{{job}}.parquet",
+        prov=PLAN.prov("compare_job", "{job}"),
     params:
-        implementations=job_implementations_param,
+        implementations=PLAN.implementations_of,
         statistics=config["statistics"],
     log:
-        f"{RESULTS}/logs/compare_job-{{job}}.log",
+        f"{PLAN.results}/logs/compare_job-{{job}}.log",
     conda:
         "../../envs/cpu.yaml"
     script:

@@ -4,33 +4,32 @@
 # processes that take its batches in turn; only implementations verified correct on a shape are
 # timed there.
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule time_job:
         input:
-            unpack(dispatch_inputs),
-            shapes=f"{RESULTS}/shapes.json",
-            verification=job_verification,
-            builds=timing_builds,
-            tunings=timing_tunings,
-            # conv: sync_api times custom kernels through the public op.
-            code=code("shapes_table", "timing_workers", "provenance", "files", "jobs",
-                      *RUNTIME_MODULES),
+            unpack(PLAN.dispatch_inputs),
+            shapes=f"{PLAN.results}/shapes.json",
+            verification=PLAN.job_verification,
+            builds=PLAN.timing_builds,
+            tunings=PLAN.timing_tunings,
+            code=code("gpu", "jobs", "kernels", "provenance", "shapes_table", "timing",
+                      "timing_workers"),
         output:
-            samples=f"{RESULTS}/raw/timing/{{job}}.parquet",
-            meta=f"{RESULTS}/raw/timing/{{job}}.json",
-            prov=prov("time_job", "{job}"),
+            samples=f"{PLAN.results}/raw/timing/{{job}}.parquet",
+            meta=f"{PLAN.results}/raw/timing/{{job}}.json",
+            prov=PLAN.prov("time_job", "{job}"),
         params:
-            implementations=job_implementations_param,
-            roles=lambda wildcards: job_roles(wildcards.job),
+            implementations=PLAN.implementations_of,
+            roles=PLAN.roles_of,
             processes=config["timing"]["processes"],
-            timing=timing_params(),
-            measured_alone=MEASURE_ALONE,
-        threads: MEASURE_THREADS
+            timing=PLAN.timing_params(),
+            measured_alone=PLAN.measure_alone,
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/time_job-{{job}}.log",
+            f"{PLAN.results}/logs/time_job-{{job}}.log",
         conda:
             "../../envs/gpu.yaml"
         script:
@@ -39,22 +38,21 @@ if MODE == "live":
     rule crosscheck:
         """tuned PyTorch's graph_device median against triton's do_bench_cudagraph."""
         input:
-            shapes=f"{RESULTS}/shapes.json",
-            samples=f"{RESULTS}/raw/timing/{job_timing_torch_tuned()}.parquet",
-            code=code("shapes", "shapes_table", *KERNEL_MODULES, "gpu", "launch", "timing", "stats",
-                      "crosscheck", "provenance", "files", "jobs"),
+            shapes=f"{PLAN.results}/shapes.json",
+            samples=f"{PLAN.results}/raw/timing/{PLAN.torch_tuned_job()}.parquet",
+            code=code("crosscheck", "gpu", "jobs", "provenance", "shapes_table", "timing"),
         output:
-            crosscheck=f"{RESULTS}/raw/crosscheck.json",
-            prov=prov("crosscheck"),
+            crosscheck=f"{PLAN.results}/raw/crosscheck.json",
+            prov=PLAN.prov("crosscheck"),
         params:
             shape_ids=config["crosscheck"]["shapes"],
             seed=config["timing"]["seed"],
-            timing=timing_params(),
-        threads: MEASURE_THREADS
+            timing=PLAN.timing_params(),
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/crosscheck.log",
+            f"{PLAN.results}/logs/crosscheck.log",
         conda:
             "../../envs/gpu.yaml"
         script:
@@ -64,18 +62,17 @@ if MODE == "live":
         """Per shape, the fastest implementation verified there, from the candidates' raw
         timings (not the statistics, so a threshold edit does not re-time the dispatcher)."""
         input:
-            samples=expand(f"{RESULTS}/raw/timing/{{job}}.parquet",
-                           job=jobs_of(config["timing"]["candidates"])),
-            verification=expand(raw("verification/{impl}.parquet"), impl=IMPLEMENTATIONS),
-            shapes=f"{RESULTS}/shapes.json",
-            code=code("stats", "timing", "dispatch", "shapes", "shapes_table", "provenance", "files",
-                      "jobs"),
+            samples=expand(f"{PLAN.results}/raw/timing/{{job}}.parquet",
+                           job=PLAN.jobs_of(config["timing"]["candidates"])),
+            verification=expand(PLAN.raw("verification/{impl}.parquet"), impl=PLAN.implementations),
+            shapes=f"{PLAN.results}/shapes.json",
+            code=code("dispatch", "jobs", "provenance", "shapes_table", "timing"),
         output:
-            table=f"{RESULTS}/raw/dispatch/table.json",
-            verification=f"{RESULTS}/raw/verification/dispatch.parquet",
-            prov=prov("dispatch_table"),
+            table=f"{PLAN.results}/raw/dispatch/table.json",
+            verification=f"{PLAN.results}/raw/verification/dispatch.parquet",
+            prov=PLAN.prov("dispatch_table"),
         log:
-            f"{RESULTS}/logs/dispatch_table.log",
+            f"{PLAN.results}/logs/dispatch_table.log",
         conda:
             "../../envs/cpu.yaml"
         script:

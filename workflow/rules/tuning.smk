@@ -3,26 +3,24 @@
 # verifies a launch, the correct ones are timed with the atlas's graph_device sampler, and the
 # fastest is that geometry's launch (raw/tuning/<kernel>.json, read by every later stage).
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule tune_kernel:
         input:
-            shapes=f"{RESULTS}/shapes.json",
-            build=f"{RESULTS}/raw/builds/{{kernel}}.json",
-            cubin=f"{RESULTS}/raw/builds/{{kernel}}.cubin",
-            code=code("shapes", "shapes_table", *KERNEL_MODULES, "gpu", "launch",
-                      "verify", "timing", "stats",
-                      "tuning", "provenance", "files", "jobs"),
+            shapes=f"{PLAN.results}/shapes.json",
+            build=f"{PLAN.results}/raw/builds/{{kernel}}.json",
+            cubin=f"{PLAN.results}/raw/builds/{{kernel}}.cubin",
+            code=code("gpu", "jobs", "provenance", "shapes_table", "timing", "tuning"),
         output:
-            record=f"{RESULTS}/raw/tuning/{{kernel}}.json",
-            prov=prov("tune_kernel", "{kernel}"),
+            record=f"{PLAN.results}/raw/tuning/{{kernel}}.json",
+            prov=PLAN.prov("tune_kernel", "{kernel}"),
         params:
-            tuning=tuning_settings(),
-        threads: MEASURE_THREADS
+            tuning=PLAN.tuning_settings(),
+        threads: PLAN.measure_threads
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/tune_kernel-{{kernel}}.log",
+            f"{PLAN.results}/logs/tune_kernel-{{kernel}}.log",
         conda:
             "../../envs/gpu.yaml"
         script:

@@ -1,16 +1,15 @@
 # Stage 3 (live only): every implementation on every shape, before anything is timed.
 
-if MODE == "live":
+if PLAN.measures_on_gpu:
 
     rule verify:
         input:
-            shapes=f"{RESULTS}/shapes.json",
-            builds=verification_builds,
-            code=code("shapes", "shapes_table", *KERNEL_MODULES, "gpu", "launch",
-                      "verify", "provenance", "files", "jobs"),
+            shapes=f"{PLAN.results}/shapes.json",
+            builds=PLAN.verification_builds,
+            code=code("gpu", "jobs", "provenance", "shapes_table", "verify"),
         output:
-            table=f"{RESULTS}/raw/verification/{{impl}}.parquet",
-            prov=prov("verify", "{impl}"),
+            table=f"{PLAN.results}/raw/verification/{{impl}}.parquet",
+            prov=PLAN.prov("verify", "{impl}"),
         params:
             seed=config["verification"]["seed"],
             points=config["verification"]["fp64_points"],
@@ -18,7 +17,7 @@ if MODE == "live":
         resources:
             gpu=1,
         log:
-            f"{RESULTS}/logs/verify-{{impl}}.log",
+            f"{PLAN.results}/logs/verify-{{impl}}.log",
         conda:
             "../../envs/gpu.yaml"
         script:

@@ -25,29 +25,6 @@ KEY = ["shape_id", "candidate", "baseline", "boundary"]
 PER_RECORD = ["class", "ratio", "ci_low", "ci_high", "batches", "samples_per_batch", "job", "code"]
 
 
-def committed_records(records_dir: str | Path = "records") -> list[str]:
-    """Every record folder with a manifest, by name."""
-    return sorted(p.parent.name for p in Path(records_dir).glob("*/record.json"))
-
-
-def compare_inputs(names: list[str] | None, records_dir: str = "records") -> dict[str, list[str]]:
-    """The compare_records job's inputs: each record's manifest, in the order named (`names`, or
-    every committed record when empty), and the raw files its cells are computed from, so an
-    amended record reruns. Refuses an unknown record or fewer than two."""
-    committed = committed_records(records_dir)
-    names = list(names or committed)
-    unknown = [n for n in names if n not in committed]
-    if unknown:
-        raise LookupError(f"config compare.records: no committed record {', '.join(unknown)}; "
-                          f"committed: {', '.join(committed) or 'none'}")
-    if len(names) < 2:
-        raise LookupError(f"compare_records needs two or more records, got {names}")
-    raw = [str(p) for n in names for pattern in ("timing/*.json", "timing/*.parquet",
-                                                 "verification/*.parquet")
-           for p in sorted(Path(records_dir, n, "raw").glob(pattern))]
-    return {"manifests": [f"{records_dir}/{n}/record.json" for n in names], "raw": raw}
-
-
 def kernel_sources(record_dir: str | Path) -> dict[str, str]:
     """{kernel: identity of the code it ran}: the SHA-256 of its .cu file and of every header it
     included, from the record's build records (one string, equal when the code is)."""

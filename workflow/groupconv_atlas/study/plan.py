@@ -1,6 +1,7 @@
-"""Job planning: which timing jobs a configuration asks for, which jobs a record measured, and
-what each job compares. Pure Python on plain data, imported while Snakemake builds the DAG (so it
-imports no renderer, no torch and no PyCUDA), and tested on its own."""
+"""Job planning: which timing jobs a configuration asks for, which jobs a record measured, what
+each job compares, and which records the cross-record comparison reads. Pure Python on plain
+data, imported while Snakemake builds the DAG (so it imports no renderer, no torch and no
+PyCUDA), and tested on its own."""
 from __future__ import annotations
 
 import json
@@ -122,6 +123,29 @@ def jobs_of(jobs: dict[str, Roles], candidates) -> list[str]:
 def job_kernels(roles: Roles) -> list[str]:
     """The custom kernels a job launches (twins included, as their base kernel)."""
     return sorted({base_implementation(i) for i in implementations(roles)} & set(KERNELS))
+
+
+def committed_records(records_dir: str | Path = "records") -> list[str]:
+    """Every record folder with a manifest, by name."""
+    return sorted(p.parent.name for p in Path(records_dir).glob("*/record.json"))
+
+
+def compare_inputs(names: list[str] | None, records_dir: str = "records") -> dict[str, list[str]]:
+    """The compare_records job's inputs: each record's manifest, in the order named (`names`, or
+    every committed record when empty), and the raw files its cells are computed from, so an
+    amended record reruns. Refuses an unknown record or fewer than two."""
+    committed = committed_records(records_dir)
+    names = list(names or committed)
+    unknown = [n for n in names if n not in committed]
+    if unknown:
+        raise LookupError(f"config compare.records: no committed record {', '.join(unknown)}; "
+                          f"committed: {', '.join(committed) or 'none'}")
+    if len(names) < 2:
+        raise LookupError(f"compare_records needs two or more records, got {names}")
+    raw = [str(p) for n in names for pattern in ("timing/*.json", "timing/*.parquet",
+                                                 "verification/*.parquet")
+           for p in sorted(Path(records_dir, n, "raw").glob(pattern))]
+    return {"manifests": [f"{records_dir}/{n}/record.json" for n in names], "raw": raw}
 
 
 def figure_stem(candidate: str, baseline: str, boundary: str) -> str:

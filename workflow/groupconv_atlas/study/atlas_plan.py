@@ -1,0 +1,219 @@
+"""The atlas part of a run's plan (artifacts.smk, report.smk, compare.smk): what assemble_atlas
+reads (the optional readings, the probes), the provenance it indexes, the report's pages and
+figures, the cross-record page, and everything `atlas` makes. Built by RunPlan
+(study/run_plan.py), which it reads for the mode, the record, the jobs and the raw layer's paths."""
+from __future__ import annotations
+
+from ..runtime.timing import BOUNDARIES
+from . import plan
+
+# The probes of the public op (overhead.smk, networks.smk) that join atlas.json's `probes` section
+# where there is something to read: a replay takes each probe whose raw samples its record holds,
+# a live run the probes `probes.with_atlas` names (none by default: each has its own target).
+# atlas.json says of every other probe that it was not measured, and why.
+ATLAS_PROBES = {
+    "overhead": {"snakemake_target": "overhead_probe", "raw": "overhead",
+                 "files": ["samples.parquet", "host.parquet", "probe.json"],
+                 "result": "overhead.json"},
+    "unseen": {"snakemake_target": "unseen_probe", "raw": "probes/unseen",
+               "files": ["samples.parquet", "probe.json"], "result": "probes/unseen.json"},
+    "networks": {"snakemake_target": "network_probe", "raw": "probes/networks",
+                 "files": ["samples.parquet", "probe.json"], "result": "probes/networks.json"},
+}
+# The atlas's tables (assemble_atlas), beside its index and the index of everything it made.
+ATLAS_TABLES = ["atlas.json", "map-details.json", "summary.parquet", "comparisons.parquet",
+                "verification.parquet", "roofline.parquet", "current-evidence.md"]
+# What the report renders on every run (report.smk): these, then a forest figure per comparison
+# the timing jobs make and boundary, then the pages.
+REPORT_FIGURES = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "roofline.svg",
+                  "aa-calibration.svg", "boundaries.svg"]
+REPORT_PAGES = ["comparisons-summary.html", "comparisons-per-shape.html", "verification.html",
+                "shapes.html", "latency.html", "provenance.html", "session.html",
+                "probes.html",  # the probes of the public op (report_probes)
+                "landing-headline.rst"]  # the landing page's headline (report_landing)
+# The cross-record comparison's folder: it reads records/ only, never a device's results.
+COMPARISONS = "results/comparisons"
+
+
+class AtlasPlan:
+    """What `atlas` makes and reads beyond the raw layer. `run` is the RunPlan this belongs to;
+    the notes it has to print join the run's."""
+
+    def __init__(self, run, notes: list[str]):
+        self.run = run
+        results = run.results
+        self.tables = [f"{results}/{t}" for t in ATLAS_TABLES]
+        self.index = f"{results}/provenance.json"
+        self.provenance_complete = f"{results}/provenance-complete.json"
+        self.artifacts = [*self.tables, self.index, self.provenance_complete]
+        self.probe_plan = {name: self._probe_plan(name, probe, notes)
+                           for name, probe in ATLAS_PROBES.items()}
+        # The probe outputs the atlas (assemble_atlas, and through atlas.json the report) waits
+        # for.
+        self.probe_results = [e["result"] for e in self.probe_plan.values() if e["result"]]
+        self.comparisons = COMPARISONS
+
+        self.report_dir = f"{results}/report"
+        # Optional stages' tables, made by their own targets (mobilenet_probe, nsight).
+        self.mobilenet_report = f"{results}/mobilenet/mobilenet.json"
+        self.nsight_table = f"{results}/nsight.parquet"
+        self.machine_code_table = f"{results}/machine_code.parquet"
+        # (candidate, baseline, boundary) of every forest figure: each pair a timing job compares
+        # (not the A/A one; in a replay, the jobs the record measured), at each boundary.
+        self.forest_figures = [(cand, base, boundary)
+                               for cand, base in plan.comparison_pairs(run.jobs)
+                               for boundary in BOUNDARIES]
+        self.report_assets = [*(f"{self.report_dir}/{f}" for f in REPORT_FIGURES),
+                              *(self.forest_figure(*f) for f in self.forest_figures),
+                              *(f"{self.report_dir}/{p}" for p in REPORT_PAGES)]
+
+    # ---- what assemble_atlas reads ----
+
+    def crosscheck_reading(self) -> list[str]:
+        """The timer cross-check joins atlas.json when configured (live) or recorded (replay); an
+        empty crosscheck.shapes leaves it out of a live run (a repeat measurement session)."""
+        run = self.run
+        if run.measures_on_gpu and not run.config.get("crosscheck", {}).get("shapes"):
+            return []
+        return run.optional_raw("crosscheck.json")
+
+    def mobilenet_readings(self) -> list[str]:
+        """The MobileNet probe's readings join atlas.json when measured (live) or recorded."""
+        run = self.run
+        if run.measures_on_gpu or run.at(run.raw("mobilenet/probe.json")).is_file():
+            return [self.mobilenet_report]
+        return []
+
+    def _probe_plan(self, name: str, probe: dict, notes: list[str]) -> dict:
+        """What assemble_atlas reads for one probe: its output JSON (`result`), or none and why."""
+        run = self.run
+        entry = {"snakemake_target": probe["snakemake_target"], "raw": run.raw(probe["raw"]),
+                 "result": None, "reason": None}
+        result = f"{run.results}/{probe['result']}"
+        if run.measures_on_gpu:
+            if name in (run.config.get("probes") or {}).get("with_atlas", []):
+                return {**entry, "result": result}
+            return {**entry, "reason": f"not measured by this live run: probes.with_atlas does "
+                                       f"not name {name} (snakemake {probe['snakemake_target']} "
+                                       "measures it on its own)"}
+        missing = [f for f in probe["files"]
+                   if not run.at(run.raw(f"{probe['raw']}/{f}")).is_file()]
+        if not missing:
+            return {**entry, "result": result}
+        if len(missing) < len(probe["files"]):
+            notes.append(f"record {run.record_name} holds only part of raw/{probe['raw']}/ (no "
+                         f"{', '.join(missing)}); atlas.json names the {name} probe as not "
+                         "measured")
+            held = f"holds raw/{probe['raw']}/ without {', '.join(missing)}"
+        else:
+            held = f"holds no raw/{probe['raw']}/"
+        return {**entry, "reason": f"not measured in record {run.record_name}: it {held} "
+                                   f"(snakemake {probe['snakemake_target']} measures it live on "
+                                   "a GPU)"}
+
+    def session_agreement_input(self, wildcards=None) -> list[str]:
+        """The side-by-side cells assemble_atlas reads for the headline's session agreement, when
+        the atlas includes the cross-record comparison."""
+        return [f"{COMPARISONS}/records.parquet"] if self.comparison_assets() else []
+
+    # ---- provenance ----
+
+    def all_jobs_provenance(self) -> list[str]:
+        """Provenance of every job this mode runs for the atlas (replay adds the record's own)."""
+        run, prov = self.run, self.run.prov
+        jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
+        jobs += [prov("compare_job", j) for j in run.timing_jobs]
+        if run.measures_on_gpu:
+            jobs += [prov("ceilings")] + [prov("crosscheck") for _ in self.crosscheck_reading()]
+            jobs += [prov("dispatch_table")] if run.jobs_of(["dispatch"]) else []
+            jobs += [prov("mobilenet_measure"), prov("mobilenet_stats")]
+            jobs += [prov("build_kernel", k) for k in run.kernels]
+            jobs += [prov("tune_kernel", k) for k in run.tuned_kernels]
+            jobs += [prov("verify", i) for i in run.implementations]
+            jobs += [prov("time_job", j) for j in run.timing_jobs]
+        else:
+            jobs += [prov("check_record")]
+            jobs += [prov("mobilenet_stats")] if self.mobilenet_readings() else []
+        return jobs
+
+    def gpu_job_provenance(self) -> list[str]:
+        """The provenance of one GPU job of the run (a verification job): it names the GPU."""
+        run = self.run
+        if run.measures_on_gpu:
+            return [run.prov("verify", run.implementations[0])]
+        found = sorted(run.at(run.record, "provenance").glob("verify-*.json"))
+        return [f"{run.record}/provenance/{found[0].name}"] if found else []
+
+    def record_provenance(self) -> list[str]:
+        """The measuring jobs' provenance, as committed in the record (replay only)."""
+        run = self.run
+        if not run.replays_record:
+            return []
+        return sorted(f"{run.record}/provenance/{p.name}"
+                      for p in run.at(run.record, "provenance").glob("*.json"))
+
+    # ---- the report and what `atlas` makes ----
+
+    def forest_figure(self, candidate: str, baseline: str, boundary: str) -> str:
+        return f"{self.report_dir}/forest/{plan.figure_stem(candidate, baseline, boundary)}.svg"
+
+    def stage_ready(self, table: str, raw_inputs: list[str]) -> bool:
+        """An optional stage joins the report when the raw files its table is made from exist: a
+        replay rebuilds the table from the record, a live run reports the stage once it has run."""
+        run = self.run
+        if not raw_inputs or not all(run.at(f).exists() for f in raw_inputs):
+            return False
+        return run.replays_record or run.at(table).exists()
+
+    def optional_report_assets(self, wildcards=None) -> list[str]:
+        """Pages of the optional stages whose inputs are there when the DAG is built."""
+        run, report, assets = self.run, self.report_dir, []
+        if self.stage_ready(self.mobilenet_report, [run.raw("mobilenet/samples.parquet"),
+                                                    run.raw("mobilenet/probe.json")]):
+            assets += [f"{report}/mobilenet.svg", f"{report}/mobilenet.html"]
+        if self.stage_ready(self.nsight_table, run.nsight.captures):
+            assets.append(f"{report}/nsight.html")
+        if self.stage_ready(self.machine_code_table,
+                            [run.raw(f"builds/{k}.cubin") for k in run.kernels]):
+            assets.append(f"{report}/machine-code.html")
+        if self.tuned_build_records():
+            assets.append(f"{report}/tuning.html")
+        return assets
+
+    def tuned_build_records(self, wildcards=None) -> list[str]:
+        """The tuning records of the tuned kernels (k5); older records kept the tuning stage's
+        output inside the kernel's build record, which then stands in."""
+        run, records = self.run, []
+        for kernel in run.tuned_kernels:
+            records += run.tuning_records([kernel]) or [run.raw(f"builds/{kernel}.json")]
+        return records
+
+    def snapshot_optional_stages(self, wildcards=None) -> list[str]:
+        """Nsight captures join a snapshot when this run made them (`snakemake nsight` first): a
+        run without `snakemake nsight` leaves them out, and its replay says so."""
+        made = any(self.run.at(c).is_file() for c in self.run.nsight.captures)
+        return [self.nsight_table] if made else []
+
+    def compare_inputs(self, wildcards=None) -> dict[str, list[str]]:
+        """compare_records' inputs: the configured records' manifests and raw files; refuses
+        (LookupError) an unknown record or fewer than two."""
+        return plan.compare_inputs((self.run.config.get("compare") or {}).get("records"),
+                                   str(self.run.at("records")))
+
+    def comparison_assets(self, wildcards=None) -> list[str]:
+        """The cross-record page joins `atlas` (and the report) when compare.records names two or
+        more committed records: flips between sessions are the atlas's most important caveat."""
+        if not (self.run.config.get("compare") or {}).get("with_atlas", True):
+            return []
+        try:
+            self.compare_inputs()
+        except LookupError:
+            return []
+        return [f"{COMPARISONS}/records.html"]
+
+    def complete_targets(self, wildcards=None) -> list[str]:
+        """Everything `atlas` makes besides provenance-complete.json: its tables, the report's
+        pages and figures, the optional stages' pages and the cross-record page. The jobs behind
+        them (tables, SASS, Nsight, tuning records) are found from their job records."""
+        return [*self.tables, *self.report_assets, *self.optional_report_assets(),
+                *self.comparison_assets()]

@@ -1,0 +1,106 @@
+"""The Nsight part of a run's plan (nsight.smk): the (shape, implementation) pairs captured live,
+or in a replay the captures the record holds, the record they come from and the timing records
+beside them. Built by RunPlan (study/run_plan.py), which it reads for the mode, the record and the
+raw layer's paths."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..runtime.files import find_record
+from ..runtime.kernels import KERNELS
+from . import plan
+from .nsight import capture_seed, capture_stem, nsight_pairs, timing_jobs_for
+
+
+class NsightPlan:
+    """What `snakemake nsight` captures (live) or tabulates from a record (replay). `run` is the
+    RunPlan this belongs to; the notes it has to print join the run's."""
+
+    def __init__(self, run, notes: list[str]):
+        self.run = run
+        section = run.config["nsight"]
+        # Checked here, so an unknown or unsupported pair fails before any job runs.
+        pairs = nsight_pairs(run.shapes, section["shapes"], section["implementations"],
+                             section.get("pairs", []))
+        # A replay of "newest" whose record has no captures replays those of the newest record of
+        # this device that has them, checked and named like the main record.
+        self.record = run.record
+        if run.replays_record and run.config["record"] == "newest" and not any(
+                run.at(run.record, "raw", "nsight").glob("*.ncu-rep")):
+            try:
+                found = find_record(run.at("records"), "newest", run.device,
+                                    having="raw/nsight/*.ncu-rep")
+                self.record = f"records/{found.name}"
+                notes.append(f"record {Path(run.record).name} has no Nsight captures; the nsight "
+                             f"table replays those of {found.name}")
+            except LookupError:
+                pass
+        if run.replays_record:
+            # As for the atlas, a replay shows what its record captured and names what it lacks.
+            absent = [p for p in pairs if not run.at(self.capture(p)).is_file()]
+            if absent:
+                # One short line: it prints on every Snakemake call (the config's nsight section
+                # names every pair; the record's raw/nsight/ holds what was captured).
+                notes.append(f"record {Path(self.record).name} lacks {len(absent)} of the "
+                             f"{len(pairs)} configured Nsight captures (first: {absent[0][0]}, "
+                             f"{absent[0][1]}); the nsight table leaves them out and shows the "
+                             "captures the record holds")
+            pairs = [p for p in pairs if p not in absent]
+            # Captures the record holds beyond the configured pairs (a run that layered another
+            # nsight section, e.g. config/nsight-nhwc.yaml) join the table too: the replay shows
+            # what was captured, checked like every configured pair.
+            recorded = sorted(tuple(c.stem.split("__", 1)) for c in
+                              run.at(self.raw("nsight")).glob("*__*.ncu-rep"))
+            pairs += nsight_pairs(run.shapes, [], [], [p for p in recorded if p not in pairs])
+        self.pairs = pairs
+        self.captures = [self.capture(p) for p in pairs]
+        # The timing records holding each profiled implementation's graph_device samples; one
+        # that a record lacks leaves that latency null.
+        jobs = run.jobs if not self.borrows_record else plan.recorded_jobs(run.at(self.record))
+        implementations = {job: plan.implementations(roles) for job, roles in jobs.items()}
+        self.timing = {
+            impl: [self.raw(f"timing/{job}.parquet")
+                   for job in timing_jobs_for(impl, implementations)
+                   if run.measures_on_gpu or run.at(self.raw(f"timing/{job}.parquet")).is_file()]
+            for impl in dict.fromkeys(impl for _, impl in pairs)
+        }
+
+    @property
+    def borrows_record(self) -> bool:
+        """A replay whose captures come from another record than the one it replays."""
+        return self.record != self.run.record
+
+    @property
+    def record_name(self) -> str:
+        """The record the captures come from, or "live"."""
+        return Path(self.record).name if self.run.replays_record else "live"
+
+    def raw(self, path: str) -> str:
+        return self.run.raw(path) if self.run.measures_on_gpu else f"{self.record}/raw/{path}"
+
+    def capture(self, pair: tuple[str, str]) -> str:
+        return self.raw(f"nsight/{capture_stem(*pair)}.ncu-rep")
+
+    def record_check(self) -> list[str]:
+        """The other record's hashes are checked too when the captures come from it."""
+        return [f"{self.run.results}/nsight-record-check.json"] if self.borrows_record else []
+
+    def timing_inputs(self) -> list[str]:
+        return sorted({p for paths in self.timing.values() for p in paths})
+
+    def profile_inputs(self, wildcards) -> dict:
+        """A custom kernel's capture depends on its cubin and sources; a PyTorch one on neither."""
+        run = self.run
+        inputs = {"shapes": f"{run.results}/shapes.json"}
+        if wildcards.impl in KERNELS:
+            inputs["cubin"] = run.raw(f"builds/{wildcards.impl}.cubin")
+            inputs["sources"] = KERNELS[wildcards.impl].inputs
+            if KERNELS[wildcards.impl].variants is not None:  # the tuning stage's choice
+                inputs["tuning"] = run.raw(f"tuning/{wildcards.impl}.json")
+        return inputs
+
+    def check_seed(self, wildcards) -> int:
+        """Verification's seed for this pair, so the capture sees the inputs verification
+        checked."""
+        return capture_seed(self.run.shapes, wildcards.shape, wildcards.impl,
+                            self.run.config["verification"]["seed"])
