@@ -298,3 +298,29 @@ def test_shared_constants_are_defined_once():
                     if name:
                         found[name].add(f"{path.relative_to(PACKAGE_DIR).as_posix()} ({target.id})")
     assert found == {name: {f"{where} ({name})"} for name, where in once.items()}, found
+
+
+# A module a reader takes in at one sitting, and a common.smk that holds only the configuration
+# checks and the plan (the DAG's decisions live in study/run_plan, tested without Snakemake).
+MODULE_LINE_LIMIT = 400
+COMMON_SMK_LINE_LIMIT = 120
+
+
+def oversized(paths, limit: int, root: Path = ROOT) -> list[str]:
+    return [f"{p.relative_to(root)}: {n} lines" for p in paths
+            if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_no_package_module_is_over_the_limit_and_common_smk_stays_small():
+    modules = sorted(PACKAGE_DIR.rglob("*.py"))
+    assert len(modules) > 50
+    assert oversized(modules, MODULE_LINE_LIMIT) == []
+    assert oversized([ROOT / "workflow" / "rules" / "common.smk"], COMMON_SMK_LINE_LIMIT - 1) == []
+
+
+def test_the_size_check_names_an_oversized_file(tmp_path):
+    big = tmp_path / "big.py"
+    big.write_text("x = 1\n" * (MODULE_LINE_LIMIT + 1))
+    assert oversized([big], MODULE_LINE_LIMIT, tmp_path) == [f"big.py: {MODULE_LINE_LIMIT + 1} lines"]
+    big.write_text("x = 1\n" * MODULE_LINE_LIMIT)
+    assert oversized([big], MODULE_LINE_LIMIT, tmp_path) == []

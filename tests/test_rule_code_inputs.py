@@ -21,9 +21,12 @@ from snakemake.api import SnakemakeApi
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
 
 root, mode = Path(sys.argv[1]), sys.argv[2]
+# live into a results folder of its own: results/h200 may hold a replay, into which a
+# live run is refused (records never mix)
+config = {"mode": mode, **({"device": "h200-parse"} if mode == "live" else {})}
 with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
     workflow = api.workflow(resource_settings=ResourceSettings(cores=1),
-                            config_settings=ConfigSettings(config={"mode": mode}),
+                            config_settings=ConfigSettings(config=config),
                             snakefile=root / "Snakefile", workdir=root)._workflow
     rules = {}
     for rule in workflow.rules:

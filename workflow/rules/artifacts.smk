@@ -26,7 +26,8 @@ rule assemble_atlas:
         template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py imports; artifacts brings the evidence, the headline and the
         # report package's helpers along (code() follows imports).
-        code=code("artifacts", "jobs", "files", "provenance", "stats"),
+        code=code("artifacts", "jobs", "files", "provenance", "stats", "medians",
+                  "probe_summaries"),
     output:
         atlas=f"{PLAN.results}/atlas.json",
         details=f"{PLAN.results}/map-details.json",

@@ -13,7 +13,6 @@ from groupconv_atlas.study import plan as _plan  # noqa: E402
 # not whichever one is installed.
 _plan.jobs_import_from(workflow.basedir)
 from groupconv_atlas.study.config_check import config_errors as _config_errors  # noqa: E402
-from groupconv_atlas.study.config_check import resolve_kernel_lists as _resolve_kernel_lists  # noqa: E402
 from groupconv_atlas.study.plan import PlanError  # noqa: E402
 from groupconv_atlas.study.run_plan import RunPlan  # noqa: E402
 
@@ -23,7 +22,6 @@ _problems = _config_errors(config)
 if _problems:
     raise WorkflowError("config " + "\nconfig ".join(_problems))
 validate(config, schema="../schemas/config.schema.yaml")
-_resolve_kernel_lists(config)  # `kernels: all` as the registry's list, the candidates from it
 
 
 def _total_cores() -> int | None:

@@ -12,7 +12,7 @@ COMPARISONS = PLAN.atlas.comparisons
 rule compare_records:
     input:
         unpack(PLAN.atlas.compare_inputs),
-        code=code("compare_records", "files", "jobs", "provenance", "records", "stats"),
+        code=code("compare_records", "files", "jobs", "provenance", "record_check", "stats"),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",

@@ -47,7 +47,7 @@ rule nsight_table:
         shapes=f"{PLAN.results}/shapes.json",
         check=PLAN.record_check(),
         nsight_check=PLAN.nsight.record_check(),
-        code=code("jobs", "nsight", "provenance", "shapes_table"),
+        code=code("jobs", "nsight_table", "provenance", "shapes_table"),
     output:
         table=f"{PLAN.results}/nsight.parquet",
         prov=PLAN.prov("nsight_table"),

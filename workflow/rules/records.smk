@@ -1,10 +1,10 @@
 from datetime import date
 
-from groupconv_atlas.study.records import drift_warning as _drift_warning
-from groupconv_atlas.study.records import mixing_error as _mixing_error
+from groupconv_atlas.study.record_check import drift_warning as _drift_warning
+from groupconv_atlas.study.record_check import shape_set_difference as _shape_set_difference
+from groupconv_atlas.study.record_check import source_drift as _source_drift
+from groupconv_atlas.study.record_mixing import mixing_error as _mixing_error
 from groupconv_atlas.study.records import replay_arguments as _replay_arguments
-from groupconv_atlas.study.records import shape_set_difference as _shape_set_difference
-from groupconv_atlas.study.records import source_drift as _source_drift
 
 # Records: a replay checks the committed record's hashes first; a live run can be snapshotted
 # into records/<device>-<date>/ to be committed, with its wall time per stage (stage_times).

@@ -21,9 +21,11 @@ from ..runtime.files import INDEX, find_record
 from . import plan
 from .atlas_plan import AtlasPlan
 from .code_inputs import code_files
+from .config_check import resolve_kernel_lists
 from .nsight_plan import NsightPlan
 from .plan import PlanError
-from .records import record_files, recorded_sources
+from .record_check import recorded_sources
+from .records import record_files
 from .shapes_table import ShapeError, load_shapes
 
 
@@ -47,6 +49,9 @@ class RunPlan:
         `cores` is Snakemake's total (None on a cluster, which sets none). Mode "auto" measures
         live where `gpu_available()` says so, else replays."""
         root = Path(basedir)
+        # `kernels: all` as the registry's list and the candidates from it, in `config` itself:
+        # every rule reads the lists spelled out, as older configurations write them.
+        resolve_kernel_lists(config)
         try:
             shapes = load_shapes(_from_root(root, config["shapes"]))
         except (ShapeError, OSError) as err:
@@ -265,7 +270,7 @@ class RunPlan:
                           for f in record_files(self.at(record))],
                 "index": f"records/{INDEX}",
                 "sources": recorded_sources(self.at(record), self.root),
-                "code": self.code("records", "provenance", "files", "jobs")}
+                "code": self.code("record_check", "provenance", "files", "jobs")}
 
     # ---- the rules' wildcards ----
 
