@@ -28,3 +28,11 @@ extern "C" __global__ void fma_throughput(float* __restrict__ out, int iteration
 // The graph-launch floor: a kernel that does nothing, replayed many times in one CUDA graph; its
 // per-launch time is the least any kernel launched that way can take.
 extern "C" __global__ void empty_launch() {}
+
+// A launch's cost on the op's own path: a kernel that does nothing, with a convolution kernel's
+// parameter list (k3's: three pointers, six ints), so the host packs and launches what a real
+// convolution launch does (the MobileNet probe's overhead reading).
+extern "C" __global__ void empty_conv_launch(const float* __restrict__ x,
+                                             const float* __restrict__ w, float* __restrict__ y,
+                                             int n, int c_in, int c_out, int h, int w_in,
+                                             int groups) {}

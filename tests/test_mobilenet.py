@@ -317,14 +317,15 @@ def test_timing_config_takes_the_atlas_settings_with_the_probes_batches():
     assert cfg.graph_min_replay_us == timing["graph_min_replay_us"]
 
 
-def synthetic_samples(layouts=("nchw", "nhwc")) -> pd.DataFrame:
+def synthetic_samples(layouts=("nchw", "nhwc"), empty="launcher_empty_kernel") -> pd.DataFrame:
     """SYNTHETIC TEST INPUT, not a measurement: the substituted block and network take half the
     original's time on NCHW and 0.8 of it on channels_last, whose originals are faster (as with
-    cuDNN's NHWC depthwise kernels); the PyCUDA empty launch takes 4 us against 6 us."""
+    cuDNN's NHWC depthwise kernels); the empty launch (`empty`: on the op's path, or an older
+    record's PyCUDA launch) takes 4 us against 6 us."""
     rng = np.random.default_rng(7)
     rows = []
     plan = [("overhead", "overhead", "any", None,
-             {"torch_add_one_element": 6.0, "pycuda_empty_kernel": 4.0})]
+             {"torch_add_one_element": 6.0, empty: 4.0})]
     speed = {"nchw": (1.0, 2.0), "nhwc": (2.4, 1.25)}  # original speed-up, ratio
     for layout in layouts:
         faster, ratio = speed[layout]
@@ -379,7 +380,7 @@ def test_summary_of_synthetic_samples_per_layout():
         40 / 2.4, rel=0.02)
     overhead = got[("overhead", "sync_api")]
     assert (overhead["baseline"], overhead["candidate"]) == ("torch_add_one_element",
-                                                              "pycuda_empty_kernel")
+                                                              "launcher_empty_kernel")
     assert overhead["ratio"] == pytest.approx(1.5, rel=0.02) and pd.isna(overhead["n"])
     assert overhead["layout"] == "any"
     assert got[("network-nhwc-n4", "graph_device")]["n"] == 4
@@ -393,6 +394,18 @@ def test_summary_of_synthetic_samples_per_layout():
         1.5, rel=0.02)
     assert {k: v["measured"] for k, v in report["layouts"].items()} == {"nchw": True,
                                                                         "nhwc": True}
+
+
+def test_an_older_records_pycuda_empty_launch_is_summarised_and_named_as_measured():
+    cfg = StatsConfig(resamples=2000)
+    summary = mobilenet.summarize_samples(synthetic_samples(empty="pycuda_empty_kernel"), cfg)
+    overhead = summary[summary["experiment"] == "overhead"].to_dict("records")
+    assert [(r["baseline"], r["candidate"]) for r in overhead] == [
+        ("torch_add_one_element", "pycuda_empty_kernel")]
+    assert overhead[0]["ratio"] == pytest.approx(1.5, rel=0.02)
+    assert mobilenet.empty_launch_words({"pycuda_empty_kernel": "..."}) == "empty PyCUDA launch"
+    assert mobilenet.empty_launch_words({"launcher_empty_kernel": "..."}) == \
+        "empty launch on the op's path"
 
 
 def test_a_record_without_the_layout_column_replays_nchw_and_names_channels_last():

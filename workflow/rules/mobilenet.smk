@@ -31,7 +31,8 @@ if PLAN.measures_on_gpu:
             verification=MOBILENET_VERIFICATION,
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{PLAN.results}/shapes.json",
-            code=code("gpu", "jobs", "mobilenet/__init__", "provenance", "shapes_table"),
+            ceilings_source="kernels/ceilings.cu",  # the overhead reading's empty kernel
+            code=code("build", "gpu", "jobs", "mobilenet/__init__", "provenance", "shapes_table"),
         output:
             samples=PLAN.raw("mobilenet/samples.parquet"),
             probe=PLAN.raw("mobilenet/probe.json"),

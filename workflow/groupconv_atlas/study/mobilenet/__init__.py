@@ -11,8 +11,9 @@
   own kernel) and channels_last (model and input converted once, outside every timed region;
   PyTorch then runs cuDNN's NHWC kernels), the original against the substituted model in the
   same layout. Every reading is of one layout; statistics never pool them.
-- Overhead: an empty PyCUDA launch against a one-element PyTorch operation, each synchronized:
-  what the sync_api boundary pays per launch on either side.
+- Overhead: an empty kernel launched as conv2d launches its kernels (the launcher's plan) against
+  a one-element PyTorch operation, each synchronized: what the sync_api boundary pays per launch
+  on either side. (Records made before measured an empty PyCUDA launch, and are read as such.)
 
 The GPU job (`run_probe`) writes raw samples only; the CPU job (`summarize_samples`,
 `probe_report`) turns them into ratios with intervals. torch, PyCUDA and torchvision are imported

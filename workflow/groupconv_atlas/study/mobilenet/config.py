@@ -29,8 +29,20 @@ LAYOUT_KERNEL_KEYS = {"nchw": ("block_kernel", "default_kernel"),
 COMPARISONS = {
     "block": ("original", "substituted"),
     "network": ("original", "substituted"),
-    "overhead": ("torch_add_one_element", "pycuda_empty_kernel"),
+    "overhead": ("torch_add_one_element", "launcher_empty_kernel"),
 }
+# Records made before the overhead reading launched through the op's launch path measured an
+# empty PyCUDA launch instead (prepared_async_call): their overhead candidate, named as measured.
+EARLIER_CANDIDATES = {"launcher_empty_kernel": ("pycuda_empty_kernel",)}
+# How a figure names the overhead reading's empty launch, by what the record measured.
+EMPTY_LAUNCH_WORDS = {"launcher_empty_kernel": "empty launch on the op's path",
+                      "pycuda_empty_kernel": "empty PyCUDA launch"}
+
+
+def empty_launch_words(overhead: dict) -> str:
+    """The words for the empty launch of a probe record's overhead definitions."""
+    return next((words for name, words in EMPTY_LAUNCH_WORDS.items() if name in overhead),
+                "empty launch")
 SAMPLE_COLUMNS = ["reading", "experiment", "layout", "n", "implementation", "boundary", "batch",
                   "sample", "latency_us", "sm_clock_mhz", "temperature_c", "clock_flagged",
                   "launches_per_replay", "order_in_batch"]
@@ -40,11 +52,6 @@ SUMMARY_COLUMNS = ["reading", "experiment", "layout", "n", "boundary", "baseline
                    "candidate_median_ci_high_us", "ratio", "ci_low", "ci_high", "class",
                    "batches", "clock_flagged_batches", "batch_ratios"]
 
-# Same parameter list as k3, so the host packs what a real launch packs; the body does nothing.
-EMPTY_KERNEL_SOURCE = """
-__global__ void empty_kernel(const float* x, const float* w, float* y, int n, int c_in,
-                             int c_out, int h, int w_in, int groups) {}
-"""
 
 
 def reading_name(experiment: str, layout: str, n: int) -> str:

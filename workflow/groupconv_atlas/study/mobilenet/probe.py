@@ -28,7 +28,6 @@ from .config import (
     BLOCK_INDEX,
     BLOCK_INPUT_CHW,
     DEVICE,
-    EMPTY_KERNEL_SOURCE,
     IMAGE_CHW,
     LAYOUT_TITLES,
     LAYOUTS,
@@ -68,28 +67,30 @@ def time_variants(session, runs: dict[str, Callable], reading: str, experiment: 
     return rows, info
 
 
-def empty_launch_runs(session) -> tuple[dict[str, Callable], object]:
-    """An empty PyCUDA kernel launch and a one-element PyTorch add_ (a real kernel launch; an
-    add_ on zero elements launches nothing). Returns the runs and the SourceModule, which the
-    caller keeps alive while the runs are used."""
-    from pycuda.compiler import SourceModule
+def empty_launch_runs(session, ceilings_cubin) -> dict[str, Callable]:
+    """An empty kernel launched as the op launches a convolution kernel (the launcher's plan, its
+    scalars packed once, `launch3` with the three pointers: the C shim where it built), and a
+    one-element PyTorch add_ (a real kernel launch; an add_ on zero elements launches nothing).
+    The empty kernel is kernels/ceilings.cu's empty_conv_launch, with k3's parameter list."""
+    from ...runtime.launch import plan_for
+    from ...runtime.source_tables import Launch
 
     torch = session.torch
-    module = SourceModule(EMPTY_KERNEL_SOURCE)  # wrapped in extern "C" by PyCUDA
-    fn = module.get_function("empty_kernel")
-    fn.prepare("PPPiiiiii")
-    stream = session.stream
+    plan = plan_for(ceilings_cubin, Launch("empty_conv_launch", (1, 1, 1), (1, 1, 1),
+                                           "PPPiiiiii", (1, 1, 1, 1, 1, 1)))
+    launch3 = plan.launch3
+    stream = session.stream.handle
     with session.on_stream():
         one_element = torch.zeros(1, device=DEVICE, dtype=torch.float32)
 
-    def pycuda_empty_kernel():
-        fn.prepared_async_call((1, 1, 1), (1, 1, 1), stream, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    def launcher_empty_kernel():
+        launch3(stream, 0, 0, 0)
 
     def torch_add_one_element():
         one_element.add_(1.0)
 
-    return {"pycuda_empty_kernel": pycuda_empty_kernel,
-            "torch_add_one_element": torch_add_one_element}, module
+    return {"launcher_empty_kernel": launcher_empty_kernel,
+            "torch_add_one_element": torch_add_one_element}
 
 
 def build_mobilenet_v2(seed: int):
@@ -120,12 +121,12 @@ class Bench:
                              self.clocks, self.rng, boundaries, layout=layout)
 
 
-def probe_overhead(bench: Bench) -> tuple[list[dict], dict]:
-    bench.progress("[mobilenet] overhead: empty PyCUDA launch vs one-element PyTorch add_")
-    runs, keep_alive = empty_launch_runs(bench.session)
+def probe_overhead(bench: Bench, ceilings_cubin) -> tuple[list[dict], dict]:
+    bench.progress("[mobilenet] overhead: an empty launch on the op's path vs one-element "
+                   "PyTorch add_")
+    runs = empty_launch_runs(bench.session, ceilings_cubin)
     rows, info = bench.time(runs, "overhead", "overhead", None, ("sync_api",),
                             layout=ANY_LAYOUT)
-    del runs, keep_alive
     return rows, {"readings": {"overhead": info}}
 
 
@@ -231,8 +232,9 @@ def probe_layouts(bench: Bench, network, cfg: ProbeConfig, make_module,
 
 
 OVERHEAD_DEFINITIONS = {
-    "pycuda_empty_kernel": "PyCUDA prepared_async_call of an empty kernel with k3's parameter "
-                           "list, grid 1, block 1",
+    "launcher_empty_kernel": "an empty kernel with k3's parameter list (kernels/ceilings.cu "
+                             "empty_conv_launch), grid 1, block 1, launched as conv2d launches "
+                             "its kernels (the launcher's plan, launch3)",
     "torch_add_one_element": "torch add_(1.0) on a one-element CUDA tensor (one elementwise "
                              "kernel launch)",
     "boundary": "sync_api",
@@ -241,7 +243,7 @@ OVERHEAD_DEFINITIONS = {
 
 def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFrame,
               verification: pd.DataFrame, kernels: list[str], cfg: ProbeConfig,
-              timing: TimingConfig, progress=print) -> tuple[pd.DataFrame, dict]:
+              timing: TimingConfig, ceilings_cubin, progress=print) -> tuple[pd.DataFrame, dict]:
     """The whole probe on the GPU: (raw samples, record of checks, replacements, agreement).
     Replaced convolutions are the public GroupConv2d, through the stage's own launcher (the
     tuning stage's launches, looked up by geometry), as the atlas timed them. The block and the
@@ -279,7 +281,7 @@ def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFr
     if missing:
         raise KeyError(f"no cubin for the block kernels {', '.join(missing)}: the rule's inputs "
                        f"hold {', '.join(launcher.cubins)} (config kernels)")
-    overhead_rows, overhead = probe_overhead(bench)
+    overhead_rows, overhead = probe_overhead(bench, ceilings_cubin)
     with session.on_stream():
         network = build_mobilenet_v2(cfg.seed).to(DEVICE)
     session.synchronize()

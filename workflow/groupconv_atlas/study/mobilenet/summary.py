@@ -15,6 +15,7 @@ from ...runtime.timing import batch_medians
 from .config import (
     ANY_LAYOUT,
     COMPARISONS,
+    EARLIER_CANDIDATES,
     LAYOUT_SHORT,
     LAYOUT_TITLES,
     LAYOUTS,
@@ -65,6 +66,10 @@ def summarize_samples(samples: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
         mine = medians[medians["shape_id"].isin(readings)]
         if mine.empty:
             continue
+        # An older record's candidate, named as it was measured.
+        measured = set(mine["implementation"])
+        candidate = next((c for c in (candidate, *EARLIER_CANDIDATES.get(candidate, ()))
+                          if c in measured), candidate)
         for row in compare(mine, candidate, baseline, cfg).to_dict("records"):
             for role, impl in (("baseline", baseline), ("candidate", candidate)):
                 values = mine.loc[(mine["shape_id"] == row["shape_id"])

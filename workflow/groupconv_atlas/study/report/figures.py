@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
+from ..mobilenet.config import empty_launch_words
 from ..stats import CLASSES, geometric_mean
 from .axes import (boundary_marker_legend, boundary_panel, class_legend, draw_forest,
                    draw_interval_rows, ratio_axis, ratio_limits)
@@ -259,10 +260,12 @@ def mobilenet_figure(doc: dict, threshold: float) -> Figure:
     ax = fig.subplots()
     draw_interval_rows(ax, labels, series, threshold)
     missing = [short.get(lay, lay) for lay, entry in layouts.items() if not entry.get("measured")]
+    launch = empty_launch_words(doc.get("probe", {}).get("overhead", {}))
     ax.set_title("MobileNetV2 probe: original / substituted time (overhead: PyTorch one-element "
-                 "op / empty PyCUDA launch)\noriginal and substituted in the same layout"
+                 f"op / {launch})\noriginal and substituted in the same layout"
                  + (f"; {', '.join(missing)}: not measured in this record" if missing else ""),
                  fontsize=9, pad=30)
-    ax.set_xlabel("ratio (log scale); > 1: the substituted model (or the PyCUDA launch) faster")
+    ax.set_xlabel("ratio (log scale); > 1: the substituted model (or the "
+                  f"{launch.removeprefix('empty ')}) faster")
     boundary_marker_legend(ax, threshold, markers)
     return fig
