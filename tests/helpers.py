@@ -95,3 +95,37 @@ def import_from_base(node, module: str | None, is_package: bool) -> str | None:
     else:
         base = node.module or ""
     return base if base.split(".")[0] == PACKAGE else None
+
+
+# The opening of a script a fresh interpreter runs to read the workflow through Snakemake's API
+# (parsing the Snakefile changes the working directory and sys.path): argv root and mode; a live
+# parse goes to a results folder of its own, since results/h200 may hold a replay, into which a
+# live run is refused (records never mix). The script goes on with `api` and `workflow_api`.
+OPEN_WORKFLOW = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
+
+root, mode = Path(sys.argv[1]), sys.argv[2]
+config = {"mode": mode, **({"device": "h200-parse"} if mode == "live" else {})}
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1),
+                                config_settings=ConfigSettings(config=config),
+                                snakefile=root / "Snakefile", workdir=root)
+"""
+
+
+def machine_code_tools_missing() -> str | None:
+    """Why SASS cannot be read here (nvcc to build, cuobjdump and nvdisasm to read), or None."""
+    from groupconv_atlas.study import sass
+
+    if shutil.which("nvcc") is None:
+        return "nvcc not on PATH"
+    try:
+        sass.find_cuobjdump()
+    except sass.SassError as exc:
+        return str(exc)
+    if sass._find_tool("nvdisasm") is None:
+        return "nvdisasm (pip nvidia-cuda-nvdisasm) not found: cuobjdump -sass needs it"
+    return None

@@ -11,23 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import PACKAGE, PACKAGE_DIR, ROOT, import_from_base, module_file, run_guarded
+from helpers import (OPEN_WORKFLOW, PACKAGE, PACKAGE_DIR, ROOT, import_from_base, module_file,
+                     run_guarded)
 
-# Run by a fresh interpreter: parsing the Snakefile changes the working directory and sys.path.
-_DUMP_RULES = r"""
-import json, sys
-from pathlib import Path
-from snakemake.api import SnakemakeApi
-from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
-
-root, mode = Path(sys.argv[1]), sys.argv[2]
-# live into a results folder of its own: results/h200 may hold a replay, into which a
-# live run is refused (records never mix)
-config = {"mode": mode, **({"device": "h200-parse"} if mode == "live" else {})}
-with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
-    workflow = api.workflow(resource_settings=ResourceSettings(cores=1),
-                            config_settings=ConfigSettings(config=config),
-                            snakefile=root / "Snakefile", workdir=root)._workflow
+# Run by a fresh interpreter (helpers.OPEN_WORKFLOW): each rule's script and code inputs.
+_DUMP_RULES = OPEN_WORKFLOW + r"""
+    workflow = workflow_api._workflow
     rules = {}
     for rule in workflow.rules:
         if not rule.script:

@@ -12,7 +12,7 @@ from snakemake.utils import update_config, validate
 
 from groupconv_atlas.study.plan import PlanError
 from groupconv_atlas.study.run_plan import RunPlan
-from helpers import ROOT, SMOKE_RECORD, run_guarded
+from helpers import OPEN_WORKFLOW, ROOT, SMOKE_RECORD, run_guarded
 
 SMOKE_PAIRS_CONFIGURED = 4  # config/smoke.yaml: one shape, the four nsight implementations
 
@@ -317,20 +317,7 @@ def test_a_replay_refuses_stage_times_naming_where_the_record_keeps_them(smoke):
 # --- building the DAG --------------------------------------------------------------------------
 
 # Run by a fresh interpreter: what building the DAG imports, for `atlas` replayed and live.
-_DAG_IMPORTS = r"""
-import json, sys
-from pathlib import Path
-from snakemake.api import SnakemakeApi
-from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
-
-root, mode = Path(sys.argv[1]), sys.argv[2]
-# live into a results folder of its own: results/h200 may hold a replay, into which a
-# live run is refused (records never mix)
-config = {"mode": mode, **({"device": "h200-parse"} if mode == "live" else {})}
-with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
-    workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1),
-                                config_settings=ConfigSettings(config=config),
-                                snakefile=root / "Snakefile", workdir=root)
+_DAG_IMPORTS = OPEN_WORKFLOW + r"""
     workflow_api.dag(DAGSettings(targets={"atlas"}, forceall=True))
     workflow = workflow_api._workflow
     workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)

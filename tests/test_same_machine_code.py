@@ -3,12 +3,12 @@ record measured. Fast: the comparison on planted differences, in SASS text and i
 kernels compiled with the build stage's flags. Integration: every kernel of the tree against
 the newest record's cubins (compiles all ten, about a minute on 2 cores)."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import machine_code_tools_missing
 
 from groupconv_atlas.runtime import build
 from groupconv_atlas.study import machine_code_identity as smc
@@ -17,16 +17,6 @@ from groupconv_atlas.study import sass
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "same_machine_code.py"
 
-
-def have_tools() -> str | None:
-    """Why the compiling tests cannot run here, or None."""
-    if shutil.which("nvcc") is None:
-        return "nvcc not on PATH"
-    try:
-        sass.find_cuobjdump()
-    except sass.SassError as exc:
-        return str(exc)
-    return None
 
 
 def code(sass_text: str, resources: str = "", elf: str = "") -> dict:
@@ -138,7 +128,8 @@ def compiled(folder: Path, expression: str, helper: str = "") -> Path:
     return folder / "scale.cubin"
 
 
-@pytest.mark.skipif(have_tools() is not None, reason=str(have_tools()))
+@pytest.mark.skipif(machine_code_tools_missing() is not None,
+                    reason=str(machine_code_tools_missing()))
 def test_compiled_kernels_differ_only_where_their_code_does(tmp_path):
     """The same source built in another folder, or with its expression moved into an inlined
     helper (which adds a debug section and moves the parameters' section index), is the same
@@ -157,7 +148,8 @@ def test_compiled_kernels_differ_only_where_their_code_does(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(have_tools() is not None, reason=str(have_tools()))
+@pytest.mark.skipif(machine_code_tools_missing() is not None,
+                    reason=str(machine_code_tools_missing()))
 def test_the_tree_compiles_to_the_newest_records_machine_code():
     """Every kernel source of the tree compiles to the machine code of the newest record's
     cubins, so that record's measurements are those of the tree's kernels. A kernel edit meant to

@@ -6,11 +6,11 @@ for sm_90; <kernel>.build.json is that build's record. Regenerate both together 
 edit: compile_kernel(k, "k.cubin"), json.dump(record), `cuobjdump -sass k.cubin > k.sass`.
 """
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import machine_code_tools_missing
 from groupconv_atlas.study import sass
 from groupconv_atlas.runtime.kernels import entries
 
@@ -117,19 +117,11 @@ def test_record_of_another_build_is_refused(tmp_path):
         sass.check_record_matches("k1", cubin, fixture_record("k1"))
 
 
-def _tools_missing() -> str | None:
-    if shutil.which("nvcc") is None:
-        return "nvcc not on PATH"
-    try:
-        sass.find_cuobjdump()
-    except sass.SassError as exc:
-        return str(exc)
-    if sass._find_tool("nvdisasm") is None:
-        return "nvdisasm (pip nvidia-cuda-nvdisasm) not found: cuobjdump -sass needs it"
     return None
 
 
-@pytest.mark.skipif(_tools_missing() is not None, reason=str(_tools_missing()))
+@pytest.mark.skipif(machine_code_tools_missing() is not None,
+                    reason=str(machine_code_tools_missing()))
 def test_cuobjdump_of_a_fresh_build_parses_like_the_fixture(tmp_path):
     from groupconv_atlas.runtime.build import compile_kernel
 
