@@ -101,6 +101,8 @@ def check_inputs(paths) -> dict[str, int]:
             if expected is None:
                 raise RecordError(f"record {record.name}: {rel} is read but not listed in its "
                                   f"{MANIFEST}; refusing to use it")
+            if not path.is_file():
+                raise RecordError(f"record {record.name}: {rel} is listed but missing")
             actual = sha256_file(path)
             if actual != expected:
                 raise RecordError(f"record {record.name}: {rel} does not match its hash (expected "

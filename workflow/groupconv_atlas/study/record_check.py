@@ -14,7 +14,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from ..runtime.files import INDEX, MANIFEST, RecordError, check_manifest_anchor, sha256_file
+from ..runtime.files import (INDEX, MANIFEST, RecordError, check_inputs, check_manifest_anchor,
+                             sha256_file)
 
 
 # ---- git: each record file against its blob in the commit checked out ----
@@ -89,14 +90,12 @@ def check(record_dir: str | Path, use_git: bool = True) -> dict:
     if not manifest_path.is_file():
         raise RecordError(f"{manifest_path}: missing manifest")
     manifest = json.loads(manifest_path.read_text())
-    for rel, expected in sorted(manifest["files"].items()):
-        path = record_dir / rel
-        if not path.is_file():
-            raise RecordError(f"record {record_dir.name}: {rel} is listed but missing")
-        actual = sha256_file(path)
-        if actual != expected:
-            raise RecordError(f"record {record_dir.name}: {rel} does not match its hash "
-                              f"(expected {expected[:12]}…, found {actual[:12]}…); refusing to replay")
+    # Every listed file through the one record reader's check (each file against the manifest,
+    # the manifest against records/INDEX.json), which each job reading a record runs again.
+    checked = check_inputs([record_dir / rel for rel in sorted(manifest["files"])])
+    if checked.get(record_dir.name, 0) != len(manifest["files"]):
+        raise RecordError(f"record {record_dir.name}: not in a folder named records/, so its "
+                          "files cannot be checked against its manifest; refusing to replay")
     manifest_sha = check_manifest_anchor(record_dir)
     git = _check_git(record_dir, sorted(manifest["files"])) if use_git else {"checked": False}
     return {"record": record_dir.name, "files_checked": len(manifest["files"]),
