@@ -13,6 +13,8 @@ rule assemble_atlas:
         shapes=f"{PLAN.results}/shapes.json",
         stats=expand(f"{PLAN.results}/stats/{{job}}.parquet", job=PLAN.timing_jobs),
         timing_meta=expand(PLAN.raw("timing/{job}.json"), job=PLAN.timing_jobs),
+        # the floor runs' samples (study/floors.py) sit in the jobs' raw tables
+        samples=expand(PLAN.raw("timing/{job}.parquet"), job=PLAN.timing_jobs),
         verification=expand(PLAN.raw("verification/{impl}.parquet"), impl=PLAN.implementations),
         builds=expand(PLAN.raw("builds/{kernel}.json"), kernel=PLAN.kernels),
         ceilings=PLAN.optional_raw("ceilings.json"),
@@ -26,7 +28,7 @@ rule assemble_atlas:
         template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py imports; artifacts brings the evidence, the headline and the
         # report package's helpers along (code() follows imports).
-        code=code("artifacts", "jobs", "files", "provenance", "stats", "medians",
+        code=code("artifacts", "floors", "jobs", "files", "provenance", "stats", "medians",
                   "probe_summaries"),
     output:
         atlas=f"{PLAN.results}/atlas.json",

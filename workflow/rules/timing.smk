@@ -13,7 +13,8 @@ if PLAN.measures_on_gpu:
             verification=PLAN.job_verification,
             builds=PLAN.timing_builds,
             tunings=PLAN.timing_tunings,
-            code=code("gpu", "jobs", "kernels", "provenance", "shapes_table", "timing",
+            floor_source="kernels/floor_copy.cu",
+            code=code("build", "gpu", "jobs", "kernels", "provenance", "shapes_table", "timing",
                       "timing_workers"),
         output:
             samples=f"{PLAN.results}/raw/timing/{{job}}.parquet",
@@ -25,6 +26,7 @@ if PLAN.measures_on_gpu:
             processes=config["timing"]["processes"],
             timing=PLAN.timing_params(),
             measured_alone=PLAN.measure_alone,
+            floor=PLAN.times_floor,
         threads: PLAN.measure_threads
         resources:
             gpu=1,

@@ -6,6 +6,7 @@ import pandas as pd
 
 from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
                                              map_details)
+from groupconv_atlas.study.floors import floor_table, read_floor_samples
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
@@ -65,11 +66,14 @@ for name, entry in probe_plan.items():
         probe_docs[name] = load_json(entry["result"])
         probe_sha256[name] = sha256_file(entry["result"])
 probes = probes_block(probe_plan, probe_docs, probe_sha256)
+# The shapes' measured floor, from the floor runs' raw samples (records made before it have none).
+floors = floor_table(read_floor_samples(smk.input.samples))
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
-                                          mobilenet, agreement_cells, gpu_environment, probes)
-details = map_details(shapes_doc, comparisons, verification, evidence)
+                                          mobilenet, agreement_cells, gpu_environment, probes,
+                                          floors)
+details = map_details(shapes_doc, comparisons, verification, evidence, floors)
 
 write_parquet(smk.output.summary, summary)
 write_parquet(smk.output.comparisons, comparisons)

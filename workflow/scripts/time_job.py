@@ -1,9 +1,11 @@
 """Snakemake job (GPU machine): one timing job (candidates interleaved with references) in
 timing.processes worker processes whose batches alternate."""
 import time
+from pathlib import Path
 
 import pandas as pd
 
+from groupconv_atlas.runtime.build import compile_kernel_source
 from groupconv_atlas.runtime.gpu import launcher_inputs
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.kernels import base_implementation
@@ -28,10 +30,21 @@ if "dispatch_table" in smk.input.keys():
     dispatch = smk.input.dispatch_table
     builds = sorted({*builds, *smk.input.all_builds})
     tunings = sorted({*tunings, *smk.input.all_tunings})
+# The shapes' floor (study/floors.py), built here with the atlas's flags: a same-bytes copy and
+# an empty launch sampled beside the implementations in this job's own processes.
+floor_cubin, floor_build = None, None
+if smk.params.floor:
+    floor_cubin = Path(smk.output.meta).with_suffix(".floor.cubin")
+    floor_build = compile_kernel_source(smk.input.floor_source, floor_cubin)
 t0 = time.perf_counter()
 samples, info = time_job(shapes, impls_for, cfg, smk.params.processes,
-                         launcher_inputs(builds, tunings, dispatch), progress=job.progress)
+                         launcher_inputs(builds, tunings, dispatch), progress=job.progress,
+                         floor_cubin=None if floor_cubin is None else str(floor_cubin))
 wall_s = time.perf_counter() - t0
+if floor_cubin is not None:
+    info["floor_build"] = {"source": smk.input.floor_source,
+                           **{k: floor_build[k] for k in ("nvcc_flags", "cubin_sha256")}}
+    floor_cubin.unlink()
 write_parquet(smk.output.samples, samples)
 flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
 meta = {"job": smk.wildcards.job, "implementations": impls, **roles,

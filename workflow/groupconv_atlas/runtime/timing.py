@@ -95,12 +95,16 @@ class PairedSampler:
 
     def __init__(self, session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
                  clocks: ClockReader, flush=None, boundaries: tuple[str, ...] = BOUNDARIES,
-                 api_runs: dict[str, Callable[[], object]] | None = None):
+                 api_runs: dict[str, Callable[[], object]] | None = None,
+                 unpaced: tuple[str, ...] = ()):
         """`api_runs` replaces a run at sync_api (the call a user makes, where it differs from
-        the launch captured at graph_device)."""
+        the launch captured at graph_device). `unpaced` names runs sampled like the others but
+        left out of choosing L (the floor's copy and empty launch: far faster than any
+        convolution, they would lengthen every replay of the shape)."""
         self.session, self.runs, self.cfg, self.clocks = session, runs, cfg, clocks
         self.flush, self.boundaries = flush, boundaries
         self.api_runs = {**runs, **(api_runs or {})}
+        self.unpaced = frozenset(unpaced)
         torch = session.torch
         self.start_ev = torch.cuda.Event(enable_timing=True)
         self.end_ev = torch.cuda.Event(enable_timing=True)
@@ -133,9 +137,9 @@ class PairedSampler:
             self.estimates = {name: float(np.median([self._replay_us(g) for _ in range(5)]))
                               for name, g in singles.items()}
             del singles
-            if self.flush is None:  # a cold-L2 sample must be a single launch after the flush
-                self.launches = launches_per_replay(min(self.estimates.values()),
-                                                    max(self.estimates.values()), self.cfg)
+            paced = [us for name, us in self.estimates.items() if name not in self.unpaced]
+            if self.flush is None and paced:  # a cold-L2 sample: one launch after the flush
+                self.launches = launches_per_replay(min(paced), max(paced), self.cfg)
             self.graphs = {name: self._capture(run, self.launches)
                            for name, run in self.runs.items()}
         return self

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import roofline_block, roofline_table
+from .floors import floor_block, geomean_over_floor, with_floor
 from .headline import build_headline
 from .comparisons import summarize
 from .medians import cross_job_spread, with_torch_best
@@ -135,15 +136,35 @@ def _cell(row) -> dict:
             "baseline_batch_medians_us", "clock_flagged_batches")
     cell = {k: row[k] for k in keys}
     # Newer columns, absent from tables made before them.
-    for key in ("interval_method", "processes", "torch_best_choice"):
+    for key in ("interval_method", "processes", "torch_best_choice", "candidate_over_floor",
+                "baseline_over_floor"):
         value = row.get(key)
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             cell[key] = value
     return cell
 
 
+def _floor_cells(comparisons: pd.DataFrame, floors: pd.DataFrame | None) -> pd.DataFrame:
+    """`comparisons` with each measured side's time over its shape's floor
+    (candidate_over_floor, baseline_over_floor); unchanged where no floor was measured (older
+    records), so their artifacts keep their bytes."""
+    if floors is None or floors.empty:
+        return comparisons
+    out = with_floor(comparisons, floors, "candidate_median_us", "candidate_over_floor")
+    out["baseline_over_floor"] = out["baseline_median_us"].astype(float) / out["measured_floor_us"]
+    return out
+
+
 def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.DataFrame,
-                evidence: dict) -> dict:
+                evidence: dict, floors: pd.DataFrame | None = None) -> dict:
+    """Every cell of the map. With `floors` (floors.floor_table), each measured cell also gives
+    both sides' time over the shape's floor, and each shape its floor per boundary."""
+    comparisons = _floor_cells(comparisons, floors)
+    floor_of: dict[str, dict] = {}
+    if floors is not None and not floors.empty:
+        for r in floors.to_dict("records"):
+            floor_of.setdefault(r["shape_id"], {})[r["boundary"]] = {
+                k: r[k] for k in ("floor_copy_us", "floor_launch_us", "measured_floor_us")}
     ver = {}
     for r in verification.to_dict("records"):
         ver.setdefault(r["shape_id"], {})[r["implementation"]] = {
@@ -158,7 +179,8 @@ def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.Da
     for entry in shapes_doc["shapes"]:
         sid = entry["id"]
         shapes.append({**entry, "verification": ver.get(sid, {}),
-                       "comparisons": cells.get(sid, {})})
+                       "comparisons": cells.get(sid, {}),
+                       **({"floor": floor_of[sid]} if sid in floor_of else {})})
     return {"schema": SCHEMA, "evidence": evidence, "shape_set_sha256": shapes_doc["sha256"],
             "comparisons": sorted({f"{c}:{b}" for c, b in
                                    zip(comparisons["candidate"], comparisons["baseline"])}),
@@ -169,17 +191,24 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
                    stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float,
                    ceilings: dict | None = None, crosscheck: dict | None = None,
                    mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None,
-                   gpu_environment: dict | None = None, probes: dict | None = None
+                   gpu_environment: dict | None = None, probes: dict | None = None,
+                   floors: pd.DataFrame | None = None
                    ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """atlas.json, the summary table and the roofline table. `comparisons` should already carry
     the torch_best rows (medians.with_torch_best), so that comparisons.parquet and map-details.json
     show them too; they are added here when missing. `agreement_cells` is compare_records'
     side-by-side table, when the build has one. `probes` is probe_summaries.probes_block's
-    section (the probes of the public op), or None for callers made before it."""
+    section (the probes of the public op), or None for callers made before it. `floors`
+    (floors.floor_table) adds time over the measured floor to the summary and roofline tables
+    and a `floor` section; without it (older records) none of them changes."""
     if "torch_best" not in set(comparisons["baseline"]):
         comparisons = with_torch_best(comparisons)
     summary = summarize(comparisons, stats_cfg)
     roofline = roofline_table(comparisons, shapes_doc, ceilings)
+    measured_floor = floors is not None and not floors.empty
+    if measured_floor:
+        roofline = with_floor(roofline, floors)
+        summary = _summary_over_floor(summary, _floor_cells(comparisons, floors))
     if not summary.empty:
         summary.insert(0, "job", ["aa" if b.endswith("_twin") else c
                                   for c, b in zip(summary["candidate"], summary["baseline"])])
@@ -219,7 +248,23 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
     }
     if probes is not None:
         doc["probes"] = probes
+    if measured_floor:
+        from ..runtime.kernels import BASELINES, KERNELS
+
+        doc["floor"] = floor_block(roofline, shapes_doc, session.get("l2_bytes"), list(KERNELS),
+                                   [b for b, spec in BASELINES.items() if not spec["tf32"]])
     return clean(doc), summary, roofline
+
+
+def _summary_over_floor(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Per comparison, the geometric mean over its measured shapes of each side's time over
+    the shape's floor (candidate_over_floor_geomean, baseline_over_floor_geomean)."""
+    if summary.empty:
+        return summary
+    means = cells.groupby(["candidate", "baseline", "boundary"], sort=True).agg(
+        candidate_over_floor_geomean=("candidate_over_floor", geomean_over_floor),
+        baseline_over_floor_geomean=("baseline_over_floor", geomean_over_floor)).reset_index()
+    return summary.merge(means, on=["candidate", "baseline", "boundary"], how="left")
 
 
 def spread_block(comparisons: pd.DataFrame, threshold: float, worst: int = 3) -> list[dict]:

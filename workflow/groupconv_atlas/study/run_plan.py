@@ -173,6 +173,13 @@ class RunPlan:
         """The timing jobs (not the A/A one) that time any of `candidates` as a candidate."""
         return plan.jobs_of(self.jobs, candidates)
 
+    def times_floor(self, wildcards) -> bool:
+        """Whether a timing job samples the shapes' floor (study/floors.py): each reference
+        group's job, where every candidate and the group's references run, when timing.floor
+        is on; never the dispatcher's or the A/A job."""
+        return (bool(self.config["timing"].get("floor", True))
+                and wildcards.job in self.config["timing"]["reference_groups"])
+
     def torch_tuned_job(self) -> str:
         """A timing job that measured tuned PyTorch (the cross-check compares against it)."""
         return next(job for job in self.jobs if "torch_tuned" in self.job_implementations(job))
@@ -182,7 +189,8 @@ class RunPlan:
 
     def timing_params(self) -> dict:
         """The timing settings a job uses (not the job lists, which have their own params)."""
-        skip = ("candidates", "reference_groups", "aa_implementation", "dispatch", "processes")
+        skip = ("candidates", "reference_groups", "aa_implementation", "dispatch", "processes",
+                "floor")
         return {k: v for k, v in self.config["timing"].items() if k not in skip}
 
     def tuning_settings(self) -> dict:

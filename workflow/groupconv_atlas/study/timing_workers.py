@@ -60,9 +60,10 @@ def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig)
                   "process"]]
 
 
-def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
+def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None = None) -> None:
     """A worker's loop: ("shape", index, shape, impls) -> ("ready", L, estimates, details);
-    ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends."""
+    ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends.
+    `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`."""
     try:
         from ..runtime.gpu import GpuSession, Launcher
 
@@ -87,6 +88,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                    {**gpu_environment(), **software_environment()}))
         sampler, tensors = None, None
         from ..runtime.timing import PairedSampler, warm_up
+        from .floors import FLOOR_RUNS, bind_floor
 
         while True:
             msg = conn.recv()
@@ -94,21 +96,28 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                 break
             if msg[0] == "shape":
                 _, index, shape, impls = msg
+                convs = [i for i in impls if i not in FLOOR_RUNS]
                 with session.on_stream():
                     x, w = session.random_inputs(shape, cfg.seed + index)
                     y = session.empty_output(shape)
-                    bound = {i: launcher.bind(i, shape, x, w, y) for i in impls}
-                    api = {i: call for i in impls
+                    bound = {i: launcher.bind(i, shape, x, w, y) for i in convs}
+                    runs = {n: b.run for n, b in bound.items()}
+                    details = {n: b.details for n, b in bound.items()}
+                    if any(i in FLOOR_RUNS for i in impls):
+                        floor_runs, floor_details = bind_floor(session, floor_cubin, shape, x,
+                                                               cfg, clocks)
+                        runs.update(floor_runs)
+                        details.update(floor_details)
+                    api = {i: call for i in convs
                            if (call := public_call(conv, i, impls, x, w, shape.groups))}
                     # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
                     # search in this process; for the public op it resolves the call's plan.
-                    warm_up(session, [b.run for b in bound.values()] + list(api.values()),
+                    warm_up(session, list(runs.values()) + list(api.values()),
                             cfg.warmup_launches)
-                    sampler = PairedSampler(session, {n: b.run for n, b in bound.items()}, cfg,
-                                            clocks, flush, api_runs=api).prepare()
-                tensors = (x, w, y, bound)
-                conn.send(("ready", sampler.launches, sampler.estimates,
-                           {n: b.details for n, b in bound.items()}))
+                    sampler = PairedSampler(session, runs, cfg, clocks, flush, api_runs=api,
+                                            unpaced=FLOOR_RUNS).prepare()
+                tensors = (x, w, y, bound, runs)
+                conn.send(("ready", sampler.launches, sampler.estimates, details))
             elif msg[0] == "batch":
                 _, batch, order = msg
                 with session.on_stream():
@@ -180,9 +189,17 @@ def _accept(listener, proc, authkey: bytes):
 
 
 def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
-             processes: int, launcher_args: dict, progress=print) -> tuple[pd.DataFrame, dict]:
+             processes: int, launcher_args: dict, progress=print,
+             floor_cubin: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Time every shape's verified implementations in `processes` worker processes; return
-    (raw samples with a `process` column, metadata per shape and per process)."""
+    (raw samples with a `process` column, metadata per shape and per process). With
+    `floor_cubin` (kernels/floor_copy.cu built), every shape's batches also sample its floor
+    (study/floors.py) beside the implementations."""
+    from .floors import FLOOR_RUNS
+
+    if floor_cubin is not None:
+        impls_for = {sid: [*impls, *FLOOR_RUNS] if impls else impls
+                     for sid, impls in impls_for.items()}
     if processes < 1:
         raise ValueError(f"timing.processes must be at least 1, not {processes}")
     # Fresh interpreters (no CUDA state inherited), started as `python -m` so that they never
@@ -197,7 +214,7 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
         proc.stdin.write(authkey)
         proc.stdin.close()
         conn = _accept(listener, proc, authkey)
-        conn.send((asdict(cfg), launcher_args))
+        conn.send((asdict(cfg), launcher_args, floor_cubin))
         workers.append((proc, conn))
     listener.close()
     try:
@@ -230,6 +247,8 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
                                   if "dispatches_to" in d},
                 "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from")
                                if k in d} for n, d in details.items()},
+                **({"floor": {n: details[n] for n in FLOOR_RUNS if n in details}}
+                   if floor_cubin is not None else {}),
             })
             elapsed = time.perf_counter() - t_begin
             eta = elapsed / (step + 1) * (len(plan) - step - 1)
@@ -262,5 +281,5 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
 if __name__ == "__main__":
     # A worker: connect back to the coordinator, receive the settings, serve until told to stop.
     connection = Client(sys.argv[1], family="AF_UNIX", authkey=sys.stdin.buffer.read())
-    settings, launcher_arguments = connection.recv()
-    _worker(connection, settings, launcher_arguments)
+    settings, launcher_arguments, floor_build = connection.recv()
+    _worker(connection, settings, launcher_arguments, floor_build)
