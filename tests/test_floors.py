@@ -111,3 +111,21 @@ def test_floor_block_is_absent_without_floors():
     table = pd.DataFrame({"shape_id": ["s"], "implementation": ["k8"], "boundary": ["graph_device"],
                           "time_over_floor": [np.nan]})
     assert floor_block(table, {"shapes": []}, None, ["k8"], ["torch_tuned"]) is None
+
+
+def test_the_copy_check_catches_a_wrong_element_and_nan_poison():
+    import torch
+
+    from groupconv_atlas.study.floors import _check_copy
+
+    src = torch.randn(37, generator=torch.Generator().manual_seed(3))
+    _check_copy(src, src.clone(), "floor_copy_scalar", "s")
+    _check_copy(src, src.repeat(2), "floor_copy_scalar", "s")  # a depth multiplier's output
+    wrong = src.clone()
+    wrong[17] += 1e-6
+    with pytest.raises(RuntimeError, match="element 17"):
+        _check_copy(src, wrong, "floor_copy_v1", "s")
+    poisoned = src.clone()
+    poisoned[-1] = float("nan")
+    with pytest.raises(RuntimeError, match="not exact"):
+        _check_copy(src, poisoned, "floor_copy_v1", "s")
