@@ -136,4 +136,16 @@ MUTANTS = (
            ("resnext50-32x4d-n32-c1024-7x7-g32", "cpg4-oddw-n32-c128-19x19-g32")),
     Mutant("k9_vector_lanes_share_weights", "k9", "w_co + o * w_out + ", "w_co + ",
            ("cpg4-oddw-n32-c128-19x19-g32", "cpg2-n32-c128-28x28-g64"), needs=("k9_ovec_over_1",)),
+    # k10 (channels_last depthwise walking rows): the right edge's zero padding dropped; every
+    # channel block stages the first block's taps (shows where C exceeds a block's channels);
+    # the middle row's taps transposed.
+    Mutant("k10_right_edge_not_zero_padded", "k10", "(row_inside && w >= 0 && w < W) ?",
+           "(row_inside && w >= 0) ?",
+           ("mobilenetv2-n1-c32-112x112-g32", "stress-oddw-n16-c96-127x127-g96")),
+    Mutant("k10_every_block_stages_the_first_taps", "k10",
+           "__ldg(wt + (long long)c_begin * 9 + i)", "__ldg(wt + i)",
+           ("mobilenetv2-n32-c576-14x14-g576", "mobilenetv1-n64-c1024-7x7-g1024")),
+    Mutant("k10_middle_taps_transposed", "k10", "acc.fma(at[c + kw], k[3 + kw]);",
+           "acc.fma(at[c + kw], k[1 + 3 * kw]);",
+           ("mobilenetv2-n1-c144-56x56-g144", "stress-oddw-n16-c96-127x127-g96")),
 )

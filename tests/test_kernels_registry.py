@@ -58,6 +58,17 @@ def test_launch_covers_every_output(kernel):
                 assert variant is None or v.block == (variant["threads"], 1, 1)
                 items = nhwc_items(kernel, s, v.entry)
                 assert v.grid[0] * v.block[0] >= items
+        elif kernel == "k10":  # one block per (channel block, strip block): each thread one
+            for variant in [None, *KERNELS[kernel].variants(s)]:
+                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
+                assert v.entry in entries(kernel)
+                fields = {p[0]: int(p[1:]) for p in v.entry.split("_")[4:]}
+                assert v.block[0] == fields["b"]  # threadIdx.x: the entry's channel vectors
+                assert s.c_in % fields["v"] == 0
+                channel_blocks = -(-(s.c_in // fields["v"]) // fields["b"])
+                strips = s.n * -(-s.h // fields["r"]) * -(-s.w // fields["c"])
+                assert v.grid[0] % channel_blocks == 0
+                assert (v.grid[0] // channel_blocks) * v.block[1] >= strips
         else:
             bx, by = launch.block[0], launch.block[1]
             assert launch.grid[0] == s.n * s.c_out * -(-s.h // by) * -(-s.w // bx)

@@ -2,9 +2,9 @@
 configuration, the schema check and the tools read it from here) and the PyTorch baselines, with
 their support predicates and launch configurations, and the names every stage uses for them.
 Each kernel's launch geometry lives beside its layout's kernels (nchw_tile_kernels: k0-k5,
-nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9, on the kernel sources' own tables in
-source_tables); their public names are importable from here too. Pure Python: nothing here needs
-a GPU."""
+nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9, nhwc_row_kernels: k10, on the
+kernel sources' own tables in source_tables); their public names are importable from here too.
+Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +18,9 @@ from .nchw_tile_kernels import *  # noqa: F401,F403
 from .nchw_tile_kernels import (_always, _launch_k0, _launch_k1, _launch_k2, _launch_k3,
                                 _launch_k4, _launch_k5, _supports_k1, _supports_k2, k2_entries,
                                 k4_entries, k5_default_variant, k5_entries, k5_variants)
+from .nhwc_row_kernels import *  # noqa: F401,F403
+from .nhwc_row_kernels import (_k10_alignment, _launch_k10, _supports_k10, k10_default_variant,
+                               k10_entries, k10_variants)
 from .nhwc_strip_kernels import *  # noqa: F401,F403
 from .nhwc_strip_kernels import (_k8_alignment, _k9_alignment, _launch_k8, _launch_k9,
                                  _supports_k8, _supports_k9, k8_default_variant, k8_entries,
@@ -107,6 +110,13 @@ KERNELS: dict[str, KernelSpec] = {
                      k9_variants, needs_sm_count=True, variant_keys=("rows", "cols", "threads"),
                      default_variant=k9_default_variant, layout="nhwc",
                      alignment=_k9_alignment, entry_names=k9_entries),
+    "k10": KernelSpec("k10", "kernels/k10_depthwise_rows_nhwc.cu",
+                      "depthwise on channels_last (NHWC): blocks of channel vectors by pixel "
+                      "strips that walk rows (each input row loaded once), taps in shared "
+                      "memory, tuned per shape", _supports_k10, _launch_k10, k10_variants,
+                      needs_sm_count=True, variant_keys=("vec", "rows", "cols", "cbv", "threads"),
+                      default_variant=k10_default_variant, layout="nhwc",
+                      alignment=_k10_alignment, entry_names=k10_entries),
 }
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it
