@@ -20,7 +20,8 @@ def test_one_job_per_reference_group_with_every_candidate():
     for group, refs in groups.items():
         assert jobs[group] == {"candidates": CONFIG["timing"]["candidates"], "references": refs}
         assert jobs[f"dispatch-{group}"] == {
-            "candidates": ["dispatch"], "references": [r for r in refs if not r.startswith("k")]}
+            "candidates": ["dispatch", "dispatch_nhwc"],
+            "references": [r for r in refs if not r.startswith("k")]}
     aa = CONFIG["timing"]["aa_implementation"]
     assert jobs["aa"] == {"candidates": [aa], "references": [f"{aa}_twin"]}
     assert len(jobs) == 2 * len(groups) + 1

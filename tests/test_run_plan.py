@@ -242,6 +242,7 @@ def test_a_live_plan_measures_every_configured_job_into_its_own_raw_layer(live):
         "results/h200/raw/dispatch/table.json")
     assert live.job_verification(Wildcards) == [
         "results/h200/raw/verification/dispatch.parquet",
+        "results/h200/raw/verification/dispatch_nhwc.parquet",
         "results/h200/raw/verification/torch_tuned.parquet",
         "results/h200/raw/verification/torch_tuned_nhwc.parquet"]
     assert live.verification_builds(Wildcards) == ["results/h200/raw/builds/k5.json",

@@ -68,10 +68,11 @@ if PLAN.measures_on_gpu:
                            job=PLAN.jobs_of(config["timing"]["candidates"])),
             verification=expand(PLAN.raw("verification/{impl}.parquet"), impl=PLAN.implementations),
             shapes=f"{PLAN.results}/shapes.json",
-            code=code("dispatch", "jobs", "provenance", "shapes_table", "timing"),
+            code=code("dispatch", "jobs", "kernels", "provenance", "shapes_table", "timing"),
         output:
             table=f"{PLAN.results}/raw/dispatch/table.json",
             verification=f"{PLAN.results}/raw/verification/dispatch.parquet",
+            verification_nhwc=f"{PLAN.results}/raw/verification/dispatch_nhwc.parquet",
             prov=PLAN.prov("dispatch_table"),
         log:
             f"{PLAN.results}/logs/dispatch_table.log",

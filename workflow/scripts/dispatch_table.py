@@ -2,6 +2,7 @@
 import pandas as pd
 
 from groupconv_atlas.runtime.dispatch import choose, verification_rows
+from groupconv_atlas.runtime.kernels import DISPATCH_NHWC
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen
@@ -25,6 +26,8 @@ write_json(smk.output.table, {"boundary": "graph_device", "chosen_from":
                               sorted(set(verification["implementation"])), "table": table,
                               "table_nhwc": table_nhwc})
 write_parquet(smk.output.verification, verification_rows(table, verification, shape_ids))
+write_parquet(smk.output.verification_nhwc,
+              verification_rows(table_nhwc, verification, shape_ids, DISPATCH_NHWC))
 counts = pd.Series([c["implementation"] for c in table.values()]).value_counts().to_dict()
 counts_nhwc = pd.Series([c["implementation"] for c in table_nhwc.values()],
                         dtype=object).value_counts().to_dict()

@@ -10,8 +10,8 @@ from .kernels import BASELINES, DISPATCH, layout_of
 NOT_STRICT_FP32 = sorted(name for name, spec in BASELINES.items() if spec["tf32"])
 # The dispatcher chooses per (geometry, layout): a caller's contiguous NCHW tensors go to an
 # implementation that computes on NCHW, channels_last ones to one that computes on channels_last,
-# so no call changes its tensors' layout. The atlas times the NCHW dispatcher ("dispatch"); the
-# channels_last table serves conv2d's channels_last calls.
+# so no call changes its tensors' layout. The atlas times both: the NCHW dispatcher ("dispatch")
+# and the channels_last one ("dispatch_nhwc"), which serves conv2d's channels_last calls.
 DISPATCH_LAYOUT = "nchw"
 LAYOUTS = ("nchw", "nhwc")
 
@@ -43,18 +43,19 @@ def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "g
 
 
 def verification_rows(table: dict[str, dict], verification: pd.DataFrame,
-                      shape_ids: list[str]) -> pd.DataFrame:
-    """The dispatcher's verification: the verdict of the implementation it dispatches to."""
+                      shape_ids: list[str], name: str = DISPATCH) -> pd.DataFrame:
+    """The dispatcher's verification (`name`: "dispatch", or "dispatch_nhwc" for its
+    channels_last table): the verdict of the implementation it dispatches to."""
     by_key = {(r["shape_id"], r["implementation"]): r for r in verification.to_dict("records")}
     rows = []
     for shape_id in shape_ids:
         choice = table.get(shape_id)
         if choice is None:
-            rows.append({"shape_id": shape_id, "implementation": DISPATCH, "status": "unsupported",
+            rows.append({"shape_id": shape_id, "implementation": name, "status": "unsupported",
                          "reason": "no implementation verified correct and timed on this shape"})
             continue
         row = dict(by_key[(shape_id, choice["implementation"])])
-        row["implementation"] = DISPATCH
+        row["implementation"] = name
         row["reason"] = f"dispatches to {choice['implementation']}: {row['reason']}"
         rows.append(row)
     return pd.DataFrame(rows)

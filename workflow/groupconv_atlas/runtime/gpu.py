@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .kernels import BASELINES, KERNELS, base_implementation, launch_for
+from .kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation, launch_for
 from .launch import plan_for
 from .shapes import Shape
 
@@ -198,13 +198,16 @@ class Launcher:
         self.dispatch_nhwc = dispatch_nhwc or {}  # conv2d's choices for channels_last calls
         self._warned: set[tuple[str, Geometry]] = set()
 
-    def dispatch_target(self, shape: Shape) -> str:
-        if self.dispatch is None:
+    def dispatch_target(self, shape: Shape, layout: str = "nchw") -> str:
+        """What the dispatcher runs on this geometry for tensors in `layout`."""
+        table = self.dispatch if layout == "nchw" else (self.dispatch_nhwc
+                                                        if self.dispatch is not None else None)
+        if table is None:
             raise KeyError("the dispatcher needs its table (raw/dispatch/table.json)")
-        if shape.geometry not in self.dispatch:
-            raise KeyError(f"the dispatch table has no entry for geometry {shape.geometry} "
-                           f"({shape.id})")
-        return self.dispatch[shape.geometry]
+        if shape.geometry not in table:
+            raise KeyError(f"the dispatch table has no {layout} entry for geometry "
+                           f"{shape.geometry} ({shape.id})")
+        return table[shape.geometry]
 
     def kernel_launch(self, kernel: str, shape: Shape, variant: dict | None = None):
         """(Launch, where its configuration came from) for a kernel on this geometry."""
@@ -234,8 +237,8 @@ class Launcher:
     def bind(self, impl: str, shape: Shape, x, w, y, variant: dict | None = None) -> Bound:
         """Bind `impl` to tensors x, w, y (y is written by custom kernels; PyTorch returns its
         own output)."""
-        if impl == "dispatch":
-            chosen = self.bind(self.dispatch_target(shape), shape, x, w, y)
+        if impl in DISPATCHERS:
+            chosen = self.bind(self.dispatch_target(shape, DISPATCHERS[impl]), shape, x, w, y)
             return Bound(impl, chosen.run, chosen.writes_into,
                          {**chosen.details, "dispatches_to": chosen.name})
         base = base_implementation(impl)

@@ -157,6 +157,8 @@ def layout_of(impl: str) -> str:
     base = base_implementation(impl)
     if base in KERNELS:
         return KERNELS[base].layout
+    if base in DISPATCHERS:
+        return DISPATCHERS[base]
     return BASELINES.get(base, {}).get("layout", "nchw")
 
 
@@ -170,6 +172,10 @@ def pointer_alignment(kernel: str, shape: Shape) -> tuple[int, int]:
 
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
 DISPATCH = "dispatch"  # groupconv_atlas.runtime.dispatch: per-shape choice among the above
+# The same dispatcher on channels_last tensors (its channels_last table), timed as a candidate of
+# its own: what conv2d runs for a caller whose tensors are channels_last.
+DISPATCH_NHWC = "dispatch_nhwc"
+DISPATCHERS = {DISPATCH: "nchw", DISPATCH_NHWC: "nhwc"}
 TWIN_SUFFIX = "_twin"
 
 
@@ -184,8 +190,9 @@ def base_implementation(impl: str) -> str:
 
 def support(impl: str, shape: Shape) -> tuple[bool, str]:
     impl = base_implementation(impl)
-    if impl == "dispatch":
-        return True, "dispatches to the fastest implementation verified on this shape"
+    if impl in DISPATCHERS:
+        return True, (f"dispatches to the fastest {DISPATCHERS[impl]} implementation verified on "
+                      "this shape")
     if impl in KERNELS:
         return KERNELS[impl].supports(shape)
     if impl in BASELINES:

@@ -8,7 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from ..runtime.kernels import BASELINES, IMPLEMENTATIONS, KERNELS, base_implementation, twin_name
+from ..runtime.kernels import (BASELINES, DISPATCHERS, IMPLEMENTATIONS, KERNELS,
+                               base_implementation, twin_name)
 
 Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}
 
@@ -29,7 +30,7 @@ def jobs_import_from(basedir: str | Path) -> None:
 def check_names(config: dict) -> None:
     """Every implementation the timing section names exists and is built or verified, and no
     reference group puts torch_default beside torch_tuned."""
-    known = set(IMPLEMENTATIONS) | {"dispatch"}
+    known = set(IMPLEMENTATIONS) | set(DISPATCHERS)
     timing = config["timing"]
     named = [("timing.candidates", n) for n in timing["candidates"]]
     named += [(f"timing.reference_groups.{g}", n) for g, refs in timing["reference_groups"].items()
@@ -80,7 +81,8 @@ def configured_jobs(timing: dict) -> dict[str, Roles]:
         for group, refs in timing["reference_groups"].items():
             torch_refs = [r for r in refs if r not in KERNELS]
             if torch_refs:
-                jobs[f"dispatch-{group}"] = {"candidates": ["dispatch"], "references": torch_refs}
+                jobs[f"dispatch-{group}"] = {"candidates": list(DISPATCHERS),
+                                             "references": torch_refs}
     aa = timing["aa_implementation"]
     jobs["aa"] = {"candidates": [aa], "references": [twin_name(aa)]}
     return jobs

@@ -141,18 +141,20 @@ def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
     for PyTorch's references (their call is F.conv2d, the bound run itself) and for a kernel
     timed beside its A/A twin (the twin has no public name: both sides of the A/A stay the bound
     launch, so they differ in nothing but the handle)."""
-    from ..runtime.kernels import KERNELS, twin_name
+    from ..runtime.kernels import DISPATCH, DISPATCHERS, KERNELS, twin_name
 
     if twin_name(impl) in impls:
         return None
-    if impl == "dispatch" or impl in KERNELS:
+    if impl in DISPATCHERS or impl in KERNELS:
         from ..runtime.gpu import in_layout
         from ..runtime.kernels import layout_of
 
         # A kernel's own layout (channels_last for k8), converted once here, outside the timed
         # region, as the launcher converts for its bound run.
         x, w, _ = in_layout(conv.torch, layout_of(impl), x, w)
-        return lambda: conv.conv2d(x, w, groups, impl)
+        # Either dispatcher is the user's one "dispatch": the tensors' layout picks its table.
+        name = DISPATCH if impl in DISPATCHERS else impl
+        return lambda: conv.conv2d(x, w, groups, name)
     return None
 
 
