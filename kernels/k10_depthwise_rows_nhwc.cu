@@ -112,6 +112,27 @@ __device__ __forceinline__ void k10_depthwise_nhwc(const float* __restrict__ x,
     const long long strip = (long long)(blockIdx.x / channel_blocks) * blockDim.y + threadIdx.y;
     const int c_begin = channel_block * CBW;
     const int channels = min(CBW, C - c_begin);
+    const int vector = channel_block * CBV + threadIdx.x;
+    const bool active = vector < vectors && strip < strips;
+
+    // strip -> (column strip, row strip, image), column strips fastest (neighbouring threads of
+    // a block's y dimension take neighbouring pixels)
+    int strip_w = 0, strip_h = 0, n = 0, unused;
+    if (active) split_index(strip, strips_w, strips_h, N, strip_w, strip_h, n, unused);
+    const int h0 = strip_h * ROWS, w0 = strip_w * COLS;
+    const long long row_stride = (long long)W * C;  // floats between vertically adjacent pixels
+    const float* x_n = x + (long long)n * H * row_stride + vector * VEC;
+    float* y_n = y + (long long)n * H * row_stride + vector * VEC;
+
+    // Three input rows in flight: above, at and below the output row. The first three are
+    // loaded before the taps are staged, so their latency overlaps the staging's (a small map's
+    // whole time is a few such round trips).
+    K10Vec<VEC> above[COLS + 2], at[COLS + 2], below[COLS + 2];
+    if (active) {
+        k10_load_row<VEC, COLS>(x_n, row_stride, C, h0 - 1, w0, H, W, above);
+        k10_load_row<VEC, COLS>(x_n, row_stride, C, h0, w0, H, W, at);
+        k10_load_row<VEC, COLS>(x_n, row_stride, C, h0 + 1, w0, H, W, below);
+    }
 
     // The block's taps, tap-major: taps[t][c] = w[(c_begin + c) * 9 + t], read as one
     // contiguous run of channels * 9 floats.
@@ -121,30 +142,16 @@ __device__ __forceinline__ void k10_depthwise_nhwc(const float* __restrict__ x,
         taps[i - 9 * c][c] = __ldg(wt + (long long)c_begin * 9 + i);
     }
     __syncthreads();
-    const int vector = channel_block * CBV + threadIdx.x;
-    if (vector >= vectors || strip >= strips) return;  // after the barrier: every thread staged
+    if (!active) return;  // after the barrier: every thread staged
 
     K10Vec<VEC> k[9];
 #pragma unroll
     for (int t = 0; t < 9; ++t) k[t] = K10Vec<VEC>::shared(&taps[t][threadIdx.x * VEC]);
 
-    // strip -> (column strip, row strip, image), column strips fastest (neighbouring threads of
-    // a block's y dimension take neighbouring pixels)
-    int strip_w, strip_h, n, unused;
-    split_index(strip, strips_w, strips_h, N, strip_w, strip_h, n, unused);
-    const int h0 = strip_h * ROWS, w0 = strip_w * COLS;
-    const long long row_stride = (long long)W * C;  // floats between vertically adjacent pixels
-    const float* x_n = x + (long long)n * H * row_stride + vector * VEC;
-    float* y_n = y + (long long)n * H * row_stride + vector * VEC;
-
-    // Three input rows in flight: above, at and below the output row.
-    K10Vec<VEC> above[COLS + 2], at[COLS + 2], below[COLS + 2];
-    k10_load_row<VEC, COLS>(x_n, row_stride, C, h0 - 1, w0, H, W, above);
-    k10_load_row<VEC, COLS>(x_n, row_stride, C, h0, w0, H, W, at);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         const int h = h0 + r;
-        k10_load_row<VEC, COLS>(x_n, row_stride, C, h + 1, w0, H, W, below);
+        if (r > 0) k10_load_row<VEC, COLS>(x_n, row_stride, C, h + 1, w0, H, W, below);
         if (h < H) {
 #pragma unroll
             for (int c = 0; c < COLS; ++c) {
@@ -185,6 +192,9 @@ K10_ENTRY(4, 2, 2, 8)
 K10_ENTRY(4, 4, 2, 8)
 K10_ENTRY(4, 8, 2, 8)
 K10_ENTRY(4, 4, 4, 8)
+K10_ENTRY(4, 1, 4, 8)
+K10_ENTRY(4, 2, 4, 8)
+K10_ENTRY(4, 8, 4, 8)
 K10_ENTRY(4, 1, 1, 32)
 K10_ENTRY(4, 2, 1, 32)
 K10_ENTRY(4, 4, 1, 32)
@@ -200,6 +210,8 @@ K10_ENTRY(2, 4, 1, 8)
 K10_ENTRY(2, 1, 2, 8)
 K10_ENTRY(2, 2, 2, 8)
 K10_ENTRY(2, 4, 2, 8)
+K10_ENTRY(2, 1, 4, 8)
+K10_ENTRY(2, 4, 4, 8)
 K10_ENTRY(2, 1, 1, 32)
 K10_ENTRY(2, 2, 1, 32)
 K10_ENTRY(2, 4, 1, 32)
