@@ -99,3 +99,15 @@ def test_snakemake_refuses_an_unknown_key_before_any_job():
                          check=False)
     assert run.returncode != 0
     assert "config recrod: unknown key; did you mean record?" in run.stdout + run.stderr
+
+
+def test_kernels_left_out_narrow_all_and_name_an_unknown_kernel():
+    from groupconv_atlas.runtime.kernels import KERNELS
+    from groupconv_atlas.study.config_check import registry_errors, resolve_kernel_lists
+
+    config = resolve_kernel_lists({"kernels": "all", "kernels_left_out": ["k1", "k4"],
+                                   "timing": {}})
+    assert config["kernels"] == [k for k in KERNELS if k not in ("k1", "k4")]
+    assert config["timing"]["candidates"] == config["kernels"]
+    (line,) = registry_errors({"kernels": "all", "kernels_left_out": ["k1", "k77"]})
+    assert line.startswith("kernels_left_out.1: 'k77', not in the registry")

@@ -61,7 +61,8 @@ def registry_errors(config: dict) -> list[str]:
     from ..runtime.kernels import BASELINES, KERNELS
 
     lines = []
-    for key, known in (("kernels", KERNELS), ("baselines", BASELINES)):
+    for key, known in (("kernels", KERNELS), ("kernels_left_out", KERNELS),
+                       ("baselines", BASELINES)):
         names = config.get(key)
         if not isinstance(names, list):  # absent, `all`, or a value the schema refuses
             continue
@@ -85,12 +86,14 @@ def config_errors(config: dict, schema_path: str | Path = SCHEMA) -> list[str]:
 
 def resolve_kernel_lists(config: dict) -> dict:
     """`config` (checked) with its kernel lists spelled out, in place: `kernels: all` as the
-    registry's kernels in its order, an absent `timing.candidates` as the configured kernels.
+    registry's kernels in its order (less `kernels_left_out`), an absent `timing.candidates` as
+    the configured kernels.
     Every stage reads these lists, as older configurations (and records' replays) write them."""
     from ..runtime.kernels import KERNELS
 
     if config.get("kernels") == ALL_KERNELS:
-        config["kernels"] = list(KERNELS)
+        left_out = config.get("kernels_left_out") or []  # names checked by registry_errors
+        config["kernels"] = [k for k in KERNELS if k not in left_out]
     timing = config.get("timing")
     if isinstance(timing, dict) and "candidates" not in timing:
         timing["candidates"] = list(config["kernels"])
