@@ -106,10 +106,12 @@ def _profiled(step):
             step()
         torch.cuda.synchronize()  # after the step's range: not counted below
     events = prof.events()
-    window = next(e for e in events if e.name == "train_step").time_range
+    # The step's host range (the profiler also draws the annotation on the GPU's timeline).
+    window = next(e for e in events if e.name == "train_step"
+                  and e.device_type == DeviceType.CPU).time_range
     syncs = [e.name for e in events if e.device_type == DeviceType.CPU
              and SYNC_CALLS.match(e.name) and window.start <= e.time_range.start <= window.end]
-    gpu = [e.name for e in events if e.device_type == DeviceType.CUDA]
+    gpu = [e.name for e in events if e.device_type == DeviceType.CUDA and e.name != "train_step"]
     return syncs, gpu
 
 

@@ -176,7 +176,15 @@ def test_gradient_differences_are_relative_to_each_parameter_s_largest_gradient(
     assert moved["worst_parameter"] == "1.weight"
     assert moved["worst_relative"] == pytest.approx(0.5, rel=1e-6)
     b[0].bias.grad = None
-    assert nt.gradient_differences(a, b)["per_parameter"]["0.bias"]["relative"] == float("inf")
+    b[0].weight.grad[0, 0] = float("nan")
+    broken = nt.gradient_differences(a, b)
+    assert broken["problems"] == ["0.bias", "0.weight"]
+    assert broken["per_parameter"]["0.bias"] == {
+        "max_abs_difference": None, "max_abs_gradient": None, "relative": None,
+        "problem": "gradient missing in the converted"}
+    assert broken["per_parameter"]["0.weight"]["problem"] == "non-finite gradient"
+    json.dumps(broken, allow_nan=False)  # as the probe's JSON is written
+    assert "not comparable: 0.bias, 0.weight" in nt.worst_text(broken)
 
 
 def test_the_training_configuration_is_checked_naming_the_field():

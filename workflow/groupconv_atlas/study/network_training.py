@@ -59,24 +59,43 @@ def step_function(model, x, target, optimizer):
 
 def gradient_differences(original, converted) -> dict:
     """Per parameter (by name; convert keeps the names): the largest |converted - original| over
-    the largest |original| of that parameter's gradient, and the worst of them."""
+    the largest |original| of that parameter's gradient, and the worst of them. A gradient one
+    side lacks, or a non-finite one, is a `problem` named per parameter and listed (never a
+    number: the probe's JSON holds finite numbers only)."""
     conv_params = dict(converted.named_parameters())
     rows = {}
     for name, p in original.named_parameters():
         q = conv_params.get(name)
-        if p.grad is None or q is None or q.grad is None:
-            rows[name] = {"max_abs_difference": None, "max_abs_gradient": None,
-                          "relative": math.inf if (p.grad is None) != (
-                              q is None or q.grad is None) else None}
+        row = {"max_abs_difference": None, "max_abs_gradient": None, "relative": None,
+               "problem": None}
+        rows[name] = row
+        got = (p.grad is not None, q is not None and q.grad is not None)
+        if got != (True, True):
+            if got != (False, False):  # no gradient on either side: nothing to compare
+                row["problem"] = f"gradient missing in the {('original', 'converted')[got[0]]}"
             continue
         diff = float((q.grad - p.grad).abs().max())
         scale = float(p.grad.abs().max())
-        rows[name] = {"max_abs_difference": diff, "max_abs_gradient": scale,
-                      "relative": diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)}
+        if not (math.isfinite(diff) and math.isfinite(scale)):
+            row["problem"] = "non-finite gradient"
+            continue
+        row.update(max_abs_difference=diff, max_abs_gradient=scale,
+                   relative=diff / scale if scale > 0 else (0.0 if diff == 0 else None))
+        if row["relative"] is None:
+            row["problem"] = "the original's gradient is zero, the converted one's is not"
     ranked = [(v["relative"], k) for k, v in rows.items() if v["relative"] is not None]
     worst = max(ranked) if ranked else (None, None)
     return {"parameters": len(rows), "worst_relative": worst[0], "worst_parameter": worst[1],
+            "problems": sorted(k for k, v in rows.items() if v["problem"]),
             "per_parameter": rows}
+
+
+def worst_text(gradients: dict) -> str:
+    """The worst gradient difference in words (with the parameters that could not compare)."""
+    value = gradients.get("worst_relative")
+    text = "none" if value is None else f"{value:.2e} ({gradients.get('worst_parameter')})"
+    problems = gradients.get("problems") or []
+    return text + (f"; not comparable: {', '.join(problems)}" if problems else "")
 
 
 def _trial_capture(session, run) -> str | None:
@@ -173,10 +192,9 @@ def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build
                                                      build_model, convert)
                     frames.append(frame)
                     entry.setdefault("training", {})[layout] = detail
-                    grads = detail["gradients"]
                     progress(f"[networks] {key} training {layout}: swapped {detail['swapped']} "
                              f"of {detail['convs']} convs; worst gradient difference "
-                             f"{grads['worst_relative']:.2e} ({grads['worst_parameter']}); graph "
+                             f"{worst_text(detail['gradients'])}; graph "
                              + ("captured" if detail["graph"]["supported"] else
                                 f"unsupported ({detail['graph']['reason']})"))
     finally:
@@ -216,7 +234,6 @@ def training_lines(rows: list[dict], details: dict) -> list[str]:
         graph = "" if train["graph"]["supported"] else \
             f"; graph unsupported ({train['graph']['reason']})"
         lines.append(f"{network} training ({layout}): {train['swapped']} of {train['convs']} convs "
-                     f"swapped, worst gradient difference "
-                     f"{train['gradients']['worst_relative']:.2e}; original / converted step: "
-                     f"{cells}{graph}.")
+                     f"swapped, worst gradient difference {worst_text(train['gradients'])}; "
+                     f"original / converted step: {cells}{graph}.")
     return lines
