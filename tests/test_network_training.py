@@ -196,3 +196,107 @@ def test_the_training_configuration_is_checked_naming_the_field():
     config = copy.deepcopy(BASE)
     del config["networks"]["training"]
     assert config_errors(config) == []  # optional: inference only, as before
+
+
+# --- the GPU part's own code, run on the CPU -------------------------------------------------------
+
+class _CpuTorch:
+    """torch, with the few torch.cuda calls the sampler makes answered on the CPU (no events, no
+    graphs: a capture fails, as it would where a step cannot be captured)."""
+
+    class cuda:  # noqa: N801 - stands in for torch.cuda
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+        class CUDAGraph:
+            def __init__(self):
+                raise RuntimeError("no CUDA graphs on the CPU")
+
+        @staticmethod
+        def synchronize():
+            pass
+
+    def __getattr__(self, name):
+        import torch
+
+        return getattr(torch, name)
+
+
+class _CpuSession:
+    torch = _CpuTorch()
+    precision = {"api": "cpu test", "tf32": False}
+    torch_stream = None
+
+    def on_stream(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def synchronize(self):
+        pass
+
+
+def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(monkeypatch):
+    """measure_all_training as the probe calls it, on the CPU: the converted layers run conv2d's
+    autograd Function (its forward F.conv2d here), the step's capture fails and is recorded as
+    unsupported, every detail is finite JSON and the statistics read the samples back."""
+    torch = pytest.importorskip("torch")
+    conv = pytest.importorskip("groupconv_atlas.runtime.conv")
+    from groupconv_atlas.runtime.conversion import substitute_convs
+    from groupconv_atlas.runtime.timing import ClockReader, TimingConfig
+
+    class TorchForward:
+        def forward(self, x, weight, groups, implementation):
+            return torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, groups)
+
+    class FunctionConv(torch.nn.Module):  # GroupConv2d's call, less its CUDA-only checks
+        def __init__(self, c):
+            super().__init__()
+            self.weight, self.groups = c.weight, c.groups
+
+        def forward(self, x):
+            return conv._Conv2dFunction.apply(x, self.weight, self.groups, "dispatch")
+
+    monkeypatch.setattr(conv, "_RUNTIME", TorchForward())
+    monkeypatch.setattr(nt, "DEVICE", "cpu")
+    nn = torch.nn
+
+    def build(name, seed):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),
+                             nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, groups=4, bias=False),
+                             nn.BatchNorm2d(8), nn.ReLU(), nn.Dropout(0.3),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)).eval()
+
+    def convert(model, x):
+        return substitute_convs(model, x, lambda shape: ("k5", "test"),
+                                lambda c, kernel: FunctionConv(c))
+
+    settings = {"models": ["tiny"], "image": 8, "seed": 3,
+                "training": {"ns": [2], "layouts": ["nchw", "nhwc"], "batches": 2,
+                             "samples_per_batch": 2, "warmup_steps": 1, "lr": 0.01}}
+    timing = TimingConfig(batches=9, samples_per_batch=9, seed=1, warmup_launches=9,
+                          graph_min_replay_us=100, graph_max_replay_us=2000,
+                          graph_max_launches=10, l2_policy="warm", clock_flag_fraction=0.9)
+    session, details, lines = _CpuSession(), {}, []
+    frames = nt.measure_all_training(session, settings, timing, ClockReader(session.torch),
+                                     np.random.default_rng(0), build, convert, details,
+                                     progress=lines.append)
+    samples = pd.concat(frames, ignore_index=True)
+    assert set(samples["implementation"]) == {nt.run_name(r, layout) for r in
+                                              ("original", "converted")
+                                              for layout in ("nchw", "nhwc")}
+    assert set(samples["boundary"]) == {"sync_api"}  # no graph: eager only
+    assert len(samples) == 2 * 2 * 2 * 2  # layouts x runs x batches x samples
+    for layout in ("nchw", "nhwc"):
+        t = details["tiny-n2"]["training"][layout]
+        assert t["swapped"] == 1 and t["dropout_off"] == ["6"] and t["batches"] == 2
+        assert not t["graph"]["supported"] and "no CUDA graphs" in t["graph"]["reason"]
+        # The Function's forward is F.conv2d here and its backward F.conv2d's: equal gradients.
+        assert t["gradients"]["worst_relative"] == 0.0 and t["gradients"]["problems"] == []
+    json.dumps(details, allow_nan=False)  # as the probe writes it
+    assert len(lines) == 2 and "graph unsupported" in lines[0]
+    rows = nt.summarize_training(batch_medians(samples), details, CFG)
+    assert {(r["layout"], r["mode"]) for r in rows} == {("nchw", "eager"), ("nhwc", "eager")}
+    assert all(r["n"] == 2 and r["model"] == "tiny" for r in rows)

@@ -21,6 +21,7 @@ import math
 import pandas as pd
 
 TRAIN_LAYOUTS = ("nchw", "nhwc")
+DEVICE = "cuda"  # where the steps run (a CPU test runs this same code with its own session)
 MODE_OF_BOUNDARY = {"graph_device": "graph", "sync_api": "eager"}
 # Modules whose training-mode forward is random: put in eval mode ("dropout off"), so the two
 # models' steps compute the same function and their gradients compare.
@@ -117,10 +118,11 @@ def _trial_capture(session, run) -> str | None:
         return f"{type(err).__name__}: {err}"[:500]
 
 
-def measure_training(session, model_name: str, n: int, layout: str, settings: dict, timing_cfg,
-                     clocks, rng, build_model, convert) -> tuple[pd.DataFrame, dict]:
-    """One (model, N, layout): raw samples of both steps and the detail (conversion, dropout
-    modules, gradient agreement, graph support) (GPU)."""
+def measure_training(session, built, model_name: str, n: int, layout: str, settings: dict,
+                     timing_cfg, clocks, rng, convert) -> tuple[pd.DataFrame, dict]:
+    """One (model, N, layout) from `built`, the model as built on the CPU (copied, never
+    changed): raw samples of both steps and the detail (conversion, dropout modules, gradient
+    agreement, graph support) (GPU)."""
     import torch
 
     from ..runtime.timing import samples_frame, time_runs, warm_up
@@ -128,17 +130,17 @@ def measure_training(session, model_name: str, n: int, layout: str, settings: di
     training = settings["training"]
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     seed = settings["seed"] + 1000 * int(n) + TRAIN_LAYOUTS.index(layout)
-    original = build_model(model_name, settings["seed"]).cuda().to(memory_format=fmt)
+    original = copy.deepcopy(built).to(DEVICE, memory_format=fmt)
     converted = copy.deepcopy(original)
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
     image = settings["image"]
     with session.on_stream():
-        x = torch.randn((int(n), 3, image, image), device="cuda", generator=gen) \
+        x = torch.randn((int(n), 3, image, image), device=DEVICE, generator=gen) \
             .contiguous(memory_format=fmt)
         report = convert(converted, x)  # eval mode: BN running statistics stay as built
         with torch.no_grad():
             classes = original(x).shape[1]
-        target = torch.randint(0, classes, (int(n),), device="cuda", generator=gen)
+        target = torch.randint(0, classes, (int(n),), device=DEVICE, generator=gen)
         off = dropout_off(original)
         dropout_off(converted)
         for model in (original, converted):
@@ -163,9 +165,10 @@ def measure_training(session, model_name: str, n: int, layout: str, settings: di
               "gradient_per_parameter": gradients["per_parameter"],
               "graph": {"supported": not unsupported,
                         "reason": "; ".join(f"{k}: {v}" for k, v in unsupported.items()) or None},
+              "precision": session.precision, "cudnn_benchmark": torch.backends.cudnn.benchmark,
               "lr": training["lr"], "batches": cfg.batches,
               "samples_per_batch": cfg.samples_per_batch, "warmup_steps": cfg.warmup_launches}
-    del original, converted, runs, x
+    del original, converted, model, runs, x, target
     torch.cuda.empty_cache()
     return samples_frame(rows, f"{model_name}-n{n}"), detail
 
@@ -182,14 +185,15 @@ def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build
     torch.backends.cudnn.benchmark = True
     try:
         for model_name in settings["models"]:
+            built = build_model(model_name, settings["seed"])  # once: each reading copies it
             for n in training["ns"]:
                 key = f"{model_name}-n{n}"
                 entry = details.setdefault(key, {"model": model_name, "n": int(n),
                                                  "image": settings["image"]})
                 for layout in training["layouts"]:
-                    frame, detail = measure_training(session, model_name, int(n), layout,
-                                                     settings, timing_cfg, clocks, rng,
-                                                     build_model, convert)
+                    frame, detail = measure_training(session, built, model_name, int(n),
+                                                     layout, settings, timing_cfg, clocks, rng,
+                                                     convert)
                     frames.append(frame)
                     entry.setdefault("training", {})[layout] = detail
                     progress(f"[networks] {key} training {layout}: swapped {detail['swapped']} "
