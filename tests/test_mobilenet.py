@@ -17,6 +17,7 @@ nn = torch.nn
 from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
 from groupconv_atlas.runtime.shapes import Shape  # noqa: E402
 from groupconv_atlas.study.stats import StatsConfig  # noqa: E402
+from helpers import CpuSession  # noqa: E402
 
 
 class TaggedConv(nn.Module):
@@ -501,20 +502,6 @@ class TinyNetwork(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-class CpuSession:
-    """The GPU session's surface the probe's layout loop uses."""
-
-    torch = torch
-
-    def on_stream(self):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def synchronize(self):
-        pass
-
-
 def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatch):
     """The GPU job's layout loop (probe_layouts, probe_block, probe_network) on the CPU, with a
     stand-in network, stand-in replacements (TaggedConv) and a stand-in timer that runs each
@@ -540,7 +527,7 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
     cfg = mobilenet.ProbeConfig(seed=3, batches=2, samples_per_batch=1, ns=[1],
                                 agreement_inputs=2, agreement_batch=1, tolerance_factor=16,
                                 **LAYOUT_KERNELS)
-    bench = probe.Bench(CpuSession(), None, None, np.random.default_rng(0), lambda _: None)
+    bench = probe.Bench(CpuSession(torch), None, None, np.random.default_rng(0), lambda _: None)
     network = TinyNetwork().eval()
     rows, layouts = probe.probe_layouts(bench, network, cfg, TaggedConv, ATLAS, MEDIANS_NHWC,
                                         VERIFICATION_NHWC, [*KERNEL_NAMES, "k8"])

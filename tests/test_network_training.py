@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import CpuSession
 
 from groupconv_atlas.runtime.files import REPO_ROOT, find_record
 from groupconv_atlas.runtime.timing import batch_medians
@@ -223,20 +224,6 @@ class _CpuTorch:
         return getattr(torch, name)
 
 
-class _CpuSession:
-    torch = _CpuTorch()
-    precision = {"api": "cpu test", "tf32": False}
-    torch_stream = None
-
-    def on_stream(self):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def synchronize(self):
-        pass
-
-
 def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(monkeypatch):
     """measure_all_training as the probe calls it, on the CPU: the converted layers run conv2d's
     autograd Function (its forward F.conv2d here), the step's capture fails and is recorded as
@@ -279,7 +266,7 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     timing = TimingConfig(batches=9, samples_per_batch=9, seed=1, warmup_launches=9,
                           graph_min_replay_us=100, graph_max_replay_us=2000,
                           graph_max_launches=10, l2_policy="warm", clock_flag_fraction=0.9)
-    session, details, lines = _CpuSession(), {}, []
+    session, details, lines = CpuSession(_CpuTorch()), {}, []
     frames = nt.measure_all_training(session, settings, timing, ClockReader(session.torch),
                                      np.random.default_rng(0), build, convert, details,
                                      progress=lines.append)
