@@ -243,7 +243,7 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
             self.weight, self.groups = c.weight, c.groups
 
         def forward(self, x):
-            return conv._Conv2dFunction.apply(x, self.weight, self.groups, "dispatch")
+            return conv._FUNCTION_APPLY(x, self.weight, self.groups, "dispatch")
 
     monkeypatch.setattr(conv, "_RUNTIME", TorchForward())
     monkeypatch.setattr(nt, "DEVICE", "cpu")

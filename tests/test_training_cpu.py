@@ -46,7 +46,7 @@ def test_the_backward_matches_finite_differences_in_fp64(torch_forward, geometry
     x, weight = _inputs(geometry, layout, seed=sum(geometry))
     groups = geometry[-1]
     assert torch.autograd.gradcheck(
-        lambda a, b: conv._Conv2dFunction.apply(a, b, groups, "dispatch"), (x, weight))
+        lambda a, b: conv._FUNCTION_APPLY(a, b, groups, "dispatch"), (x, weight))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -55,7 +55,7 @@ def test_the_backward_gives_f_conv2d_s_gradients_in_its_layout(torch_forward, la
     x, weight = _inputs(geometry, layout, seed=7)
     upstream = torch.randn(geometry[0], geometry[2], geometry[3], geometry[4],
                            generator=torch.Generator().manual_seed(8), dtype=torch.float64)
-    (conv._Conv2dFunction.apply(x, weight, geometry[-1], "dispatch") * upstream).sum().backward()
+    (conv._FUNCTION_APPLY(x, weight, geometry[-1], "dispatch") * upstream).sum().backward()
     rx, rw = x.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
     (torch.nn.functional.conv2d(rx, rw, None, 1, 1, 1, geometry[-1]) * upstream).sum().backward()
     # The same aten call as F.conv2d's ConvolutionBackward0: the same values and strides.
@@ -80,4 +80,4 @@ def test_a_second_derivative_flows_through_the_backward(torch_forward):
     geometry = GEOMETRIES[0]
     x, weight = _inputs(geometry, "nchw", seed=5)
     assert torch.autograd.gradgradcheck(
-        lambda a, b: conv._Conv2dFunction.apply(a, b, geometry[-1], "dispatch"), (x, weight))
+        lambda a, b: conv._FUNCTION_APPLY(a, b, geometry[-1], "dispatch"), (x, weight))

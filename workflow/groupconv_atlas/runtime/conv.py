@@ -112,11 +112,12 @@ class _Conv2dFunction(torch.autograd.Function):
     """conv2d with autograd on plain CUDA tensors in eager mode: the forward is the op's CUDA
     kernel through the plan cache (the call checked once per key there), the backward
     _conv2d_backward. It stands in for the op's registered autograd formula on that path because
-    the formula's Python wrapper (torch.library's autograd kernel: a generated Function, default
-    filling, setup_context) and conv2d's own per-call check_call cost about four times this
-    Function's host time per forward (measured on the CPU with a no-op kernel), and a training
-    step on a small map is host-bound. torch.compile, tensor subclasses and active modes still
-    take the op (its registered formula is this same backward)."""
+    the formula's Python wrapper (torch.library's autograd kernel: a generated Function's apply,
+    default filling, setup_context) and conv2d's own per-call check_call cost several times this
+    Function's host time per forward (measured on the CPU with a no-op kernel: about 25 us
+    against 4 us), and a training step on small maps is host-bound. torch.compile, tensor
+    subclasses, active modes and functorch transforms still take the op (its registered formula
+    is this same backward)."""
 
     @staticmethod
     def forward(ctx, x, weight, groups, implementation):
@@ -127,6 +128,13 @@ class _Conv2dFunction(torch.autograd.Function):
         return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
 
     backward = staticmethod(_conv2d_backward)
+
+
+# _Conv2dFunction's apply without Function.apply's Python wrapper, which binds default arguments
+# and unwraps functorch tensors (about 5 us a call on the CPU): conv2d calls it only where no
+# functorch transform is active, where that wrapper does nothing else.
+_FUNCTION_APPLY = super(torch.autograd.Function, _Conv2dFunction).apply
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 _LIB.impl("conv2d", _conv2d_cuda, "CUDA")
@@ -167,11 +175,13 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
         # directly (what the dispatcher would reach, without its round trip); where a gradient
         # is to be recorded, through _Conv2dFunction (its backward is the op's). The plan
         # cache checks the call once per key, so neither path checks it again here.
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-            return _Conv2dFunction.apply(x, weight, groups, implementation)
-        return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
-    # Subclasses, fake tensors, active modes: the call is checked here (raising UnsupportedConv
-    # naming the field), then goes through the dispatcher (autograd: the registered formula).
+        if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+            return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
+        if not _functorch_active():
+            return _FUNCTION_APPLY(x, weight, groups, implementation)
+    # Subclasses, fake tensors, active modes, functorch transforms with a gradient: the call is
+    # checked here (raising UnsupportedConv naming the field), then goes through the dispatcher
+    # (autograd: the registered formula).
     check_call(x, weight, groups, implementation)
     return _OP(x, weight, groups, implementation)
 
