@@ -15,7 +15,7 @@ conv = pytest.importorskip("groupconv_atlas.runtime.conv")
 from groupconv_atlas.runtime.conversion import convert, substitute_convs  # noqa: E402
 from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call  # noqa: E402
 from groupconv_atlas.study.network_training import (dropout_off, gradient_differences,  # noqa: E402
-                                                    step_function)
+                                                    op_path_copy, step_function)
 
 nn = torch.nn
 LAYOUTS = {"nchw": torch.contiguous_format, "nhwc": torch.channels_last}
@@ -200,6 +200,20 @@ def test_conv2d_records_its_function_and_the_op_its_formula_with_equal_gradients
         grads.append((a.grad, b.grad))
     # One backward function serves both: the same aten call on the same tensors.
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_the_probe_s_op_path_copy_calls_the_op_and_its_registered_formula():
+    model = _model("small", "nchw")
+    x, _ = _inputs(model, "nchw")
+    converted = _converted(model, x, "nchw", "named")
+    copied = op_path_copy(converted)
+    assert [k for k, _ in copied.named_parameters()] == [k for k, _ in converted.named_parameters()]
+    for name, m in (("conv2d", converted), ("op", copied)):
+        layer = next(c for c in m.modules() if isinstance(c, conv.GroupConv2d))
+        y = layer(torch.randn(2, layer.in_channels, 8, 8, device="cuda", requires_grad=True))
+        expected = "_Conv2dFunctionBackward" if name == "conv2d" else "GeneratedBackwardFor"
+        assert expected in type(y.grad_fn).__name__, (name, type(y.grad_fn).__name__)
 
 
 @pytest.mark.gpu

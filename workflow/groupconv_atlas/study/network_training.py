@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 
 import pandas as pd
@@ -29,9 +30,37 @@ RANDOM_MODULES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropou
                   "FeatureAlphaDropout", "StochasticDepth")
 
 
+# The converted model's two ways into the op, as a training summary row names them: `conv2d`,
+# what GroupConv2d calls (an eager call with a gradient through conv2d's autograd Function); `op`,
+# the same layers calling the op through the dispatcher and its registered autograd formula,
+# each call checked first: the path every call with a gradient took before that Function, kept
+# as a reading (`networks.training.op_path`) so a record shows what the Function changed.
+PATHS = {"conv2d": "converted", "op": "converted_op"}
+
+
 def run_name(role: str, layout: str) -> str:
     """The implementation name of a training run in the raw samples."""
     return f"{role}_train_{layout}"
+
+
+def op_path_copy(converted):
+    """A copy of a converted model whose swapped layers (GroupConv2d) check each call and call
+    the op `torch.ops.groupconv_atlas.conv2d` (PATHS["op"]); parameter names unchanged."""
+    import types
+
+    import torch
+
+    from ..runtime.conv import GroupConv2d, check_call
+
+    def forward(self, x):
+        check_call(x, self.weight, self.groups, self.implementation)
+        return torch.ops.groupconv_atlas.conv2d(x, self.weight, self.groups, self.implementation)
+
+    copied = copy.deepcopy(converted)
+    for module in copied.modules():
+        if isinstance(module, GroupConv2d):
+            module.forward = types.MethodType(forward, module)
+    return copied
 
 
 def dropout_off(model) -> list[str]:
@@ -147,9 +176,12 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
             model.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(x), target).backward()
         gradients = gradient_differences(original, converted)
+        models = {"original": original, "converted": converted}
+        if training.get("op_path"):  # copied after the gradient step: the same weights
+            models[PATHS["op"]] = op_path_copy(converted)
         runs = {run_name(role, layout): step_function(
                     model, x, target, torch.optim.SGD(model.parameters(), lr=training["lr"]))
-                for role, model in (("original", original), ("converted", converted))}
+                for role, model in models.items()}
         cfg = dataclasses.replace(timing_cfg, batches=training["batches"],
                                   samples_per_batch=training["samples_per_batch"],
                                   warmup_launches=training["warmup_steps"])
@@ -166,9 +198,9 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
               "graph": {"supported": not unsupported,
                         "reason": "; ".join(f"{k}: {v}" for k, v in unsupported.items()) or None},
               "precision": session.precision, "cudnn_benchmark": torch.backends.cudnn.benchmark,
-              "lr": training["lr"], "batches": cfg.batches,
+              "op_path": PATHS["op"] in models, "lr": training["lr"], "batches": cfg.batches,
               "samples_per_batch": cfg.samples_per_batch, "warmup_steps": cfg.warmup_launches}
-    del original, converted, model, runs, x, target
+    del original, converted, model, models, runs, x, target
     torch.cuda.empty_cache()
     return samples_frame(rows, f"{model_name}-n{n}"), detail
 
@@ -213,13 +245,13 @@ def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
     from .comparisons import compare
 
     rows = []
-    for layout in TRAIN_LAYOUTS:
-        table = compare(medians, run_name("converted", layout), run_name("original", layout), cfg)
+    for layout, (path, role) in itertools.product(TRAIN_LAYOUTS, PATHS.items()):
+        table = compare(medians, run_name(role, layout), run_name("original", layout), cfg)
         for r in table.to_dict("records"):
             d = details.get(r["shape_id"], {})
             train = (d.get("training") or {}).get(layout, {})
             rows.append({"network": r["shape_id"], "model": d.get("model"), "n": d.get("n"),
-                         "layout": layout, "mode": MODE_OF_BOUNDARY[r["boundary"]],
+                         "layout": layout, "path": path, "mode": MODE_OF_BOUNDARY[r["boundary"]],
                          "boundary": r["boundary"], "ratio": r["ratio"], "ci_low": r["ci_low"],
                          "ci_high": r["ci_high"], "class": r["class"],
                          "candidate_median_us": r["candidate_median_us"],
@@ -233,8 +265,9 @@ def training_lines(rows: list[dict], details: dict) -> list[str]:
     lines = []
     for (network, layout), part in pd.DataFrame(rows).groupby(["network", "layout"], sort=False):
         train = details[network]["training"][layout]
-        cells = "; ".join(f"{r['mode']} {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-                          f" {r['class']}" for r in part.to_dict("records"))
+        cells = "; ".join(f"{r['mode']}{'' if r['path'] == 'conv2d' else ' (op path)'} "
+                          f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']}"
+                          for r in part.to_dict("records"))
         graph = "" if train["graph"]["supported"] else \
             f"; graph unsupported ({train['graph']['reason']})"
         lines.append(f"{network} training ({layout}): {train['swapped']} of {train['convs']} convs "

@@ -119,8 +119,9 @@ def network_targets(summary: list[dict]) -> list[dict]:
 def training_targets(rows: list[dict]) -> list[dict]:
     """The eager train step: original / converted at least TRAIN_EAGER_MIN on every (network,
     layout) the probe trained, and at least TRAIN_EAGER_MIN_LARGE on TRAIN_LARGE_MODELS at
-    N = TRAIN_LARGE_N. `rows` is probes/networks.json's `training_summary`."""
-    eager = [r for r in rows if r["mode"] == "eager"]
+    N = TRAIN_LARGE_N. `rows` is probes/networks.json's `training_summary`; the targets are the
+    converted model's as shipped (path `conv2d`), not the op-path reading beside it."""
+    eager = [r for r in rows if r["mode"] == "eager" and r.get("path") == "conv2d"]
     out = []
     for target_id, minimum, chosen, text in (
             ("train_eager_ratio", TRAIN_EAGER_MIN, eager,

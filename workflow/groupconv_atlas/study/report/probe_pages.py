@@ -194,38 +194,46 @@ def _training_table(entry: dict) -> str:
     if rows_in is None:
         return ""
     details = entry.get("details", {})
-    columns = ["network", "N", "layout", "mode", "original ÷ converted", "class",
-               "original median ms", "converted median ms", "batches", "convs swapped",
+    columns = ["network", "N", "layout", "converted calls", "mode", "original ÷ converted",
+               "class", "original median ms", "converted median ms", "batches", "convs swapped",
                "worst gradient difference (relative)", "CUDA graph"]
     rows, classes = [], []
     readings = {(r["network"], r["layout"]): r for r in rows_in}
     for r in rows_in:
         t = (details.get(r["network"], {}).get("training") or {}).get(r["layout"], {})
-        rows.append([r["network"], r.get("n"), r["layout"], r["mode"], _ratio_cell(r),
+        rows.append([r["network"], r.get("n"), r["layout"], _PATH_WORDS.get(r.get("path")),
+                     r["mode"], _ratio_cell(r),
                      r.get("class"), fmt_or_none(_ms(r.get("baseline_median_us")), "{:.2f}"),
                      fmt_or_none(_ms(r.get("candidate_median_us")), "{:.2f}"),
                      int_or_none(r.get("batches")),
                      f"{t['swapped']} of {t['convs']}" if "swapped" in t else None,
                      fmt_or_none(r.get("worst_gradient_relative"), "{:.2e}"),
                      "captured" if (t.get("graph") or {}).get("supported") else None])
-        classes.append([None] * 5 + [_cls(r.get("class"))] + [None] * 6)
+        classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 6)
     for network, d in details.items():  # a layout trained eagerly only: the graph mode, named
         for layout, t in (d.get("training") or {}).items():
             if (network, layout) in readings and not (t.get("graph") or {}).get("supported"):
-                rows.append([network, d.get("n"), layout, "graph", None, "not measured", None,
-                             None, None, None, None,
+                rows.append([network, d.get("n"), layout, None, "graph", None, "not measured",
+                             None, None, None, None, None,
                              f"unsupported: {(t.get('graph') or {}).get('reason')}"])
-                classes.append([None] * 12)
+                classes.append([None] * 13)
     note = ("Training: one SGD step (gradients set to None, forward, cross-entropy, backward, "
             "step; dropout off; strict FP32; cudnn.benchmark on), the original model against its "
             "converted copy in the same layout; eager is one step plus synchronize (sync_api), "
             "graph the step captured in a CUDA graph (graph_device). Ratio above 1: the converted "
             "step is faster. Gradient difference: per parameter, the largest |converted − "
             "original| over the largest |original| gradient of that parameter, after one step "
-            "from identical weights; the worst parameter's.")
+            "from identical weights; the worst parameter's. Converted calls: conv2d is the "
+            "converted model as shipped (a call with a gradient through conv2d's autograd "
+            "Function); op, the same layers through the op's registered autograd formula, each "
+            "call checked first, as every call with a gradient went before that Function. The "
+            "targets read the conv2d rows.")
     return ("<h3>Training</h3>" + table_html(columns, rows, classes,
-                                             numeric=columns[4:5] + columns[6:9])
+                                             numeric=columns[5:6] + columns[7:10])
             + f'<p class="note">{esc(note)}</p>')
+
+
+_PATH_WORDS = {"conv2d": "conv2d (autograd Function)", "op": "op (registered formula)"}
 
 
 def _ms(us):
