@@ -136,8 +136,11 @@ def test_a_converted_train_step_makes_no_host_synchronisation(model_name, layout
     # The runtime's and driver's own synchronisations too (a driver call outside PyTorch's
     # debug mode would not raise above).
     assert profiles["converted"][0] == [], profiles["converted"][0]
+    if implementation != "named":
+        return  # dispatch may give a layer to PyTorch with its own cudnn.benchmark setting
     # No GPU work the original step does not have: no per-call weight conversion, no copy of a
-    # gradient; the backward is the original's convolution backward.
+    # gradient; the backward is the original's convolution backward. (Every swapped layer runs
+    # one custom kernel where the original ran PyTorch's forward, one kernel or more.)
     original, converted = profiles["original"][1], profiles["converted"][1]
     extra = sorted(set(converted) - set(original))
     assert len(converted) <= len(original), (
