@@ -259,3 +259,41 @@ def test_a_converted_train_step_captures_in_a_cuda_graph(layout, benchmark_on):
     nn.functional.cross_entropy(converted(x), target).backward()
     for k, p in converted.named_parameters():
         torch.testing.assert_close(replay_grads[k], p.grad, rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout, kernel", [("nchw", "k3"), ("nhwc", "k8")])
+def test_the_mobilenet_block_s_training_step_passes_the_probe_s_gradient_check(layout, kernel,
+                                                                               strict_fp32):
+    """The MobileNet probe's block_train reading, as it runs: train-mode copies of features[3]
+    and of the block with its depthwise conv on the layout's block kernel, gradients against
+    FP64; then the timed function gives the same gradients eagerly and replayed from a graph."""
+    pytest.importorskip("torchvision")
+    from groupconv_atlas.study import mobilenet
+
+    block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].cuda() \
+        .to(memory_format=LAYOUTS[layout])
+    x = mobilenet.random_input(mobilenet.BLOCK_INPUT_CHW, 4, 1, "cuda", layout)
+    upstream = mobilenet.random_input(mobilenet.BLOCK_INPUT_CHW, 4, 2, "cuda", layout)
+    substituted = copy.deepcopy(block)
+    records = mobilenet.substitute_convs(substituted, x, mobilenet.named_kernel(kernel),
+                                         lambda c, k: conv.GroupConv2d.from_conv(c, k))
+    assert [r["layer"] for r in records if r["replaced"]] == [mobilenet.BLOCK_DEPTHWISE_LAYER]
+    original, substituted = copy.deepcopy(block).train(), substituted.train()
+    check = mobilenet.check_block_gradients(original, substituted, x, upstream)
+    assert check["passed"], check
+    step = mobilenet.block_gradients(substituted, mobilenet.gradient_leaf(x), upstream)
+    eager = step()
+    assert eager[0].is_contiguous(memory_format=LAYOUTS[layout]), eager[0].stride()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(captured, eager, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
