@@ -10,7 +10,10 @@ what does not fit raises `UnsupportedConv` naming the field, never a silent wron
 launch resolved then (the launch tables' choice, entry, grid, block, scalars) is kept
 (call_plans), so a later call allocates the output and enqueues the kernel on the caller's
 current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
-use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it.
+use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
+backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask): registered
+as the op's autograd formula, and run by `_Conv2dFunction`, the cheaper path an eager call with
+a gradient to record takes.
 
 Where the launch tables come from: `configure(...)` sets them; by default the newest committed
 record under records/ that has them (tuned launches, dispatch choices), looked up by geometry
