@@ -201,8 +201,9 @@ def test_conv2d_records_its_function_and_the_op_its_formula_with_equal_gradients
         (y * upstream).sum().backward()
         assert a.grad.is_contiguous(memory_format=fmt), a.grad.stride()
         grads.append((a.grad, b.grad))
-    # One backward function serves both: the same aten call on the same tensors.
-    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+    # One backward function serves both: the same aten call on the same tensors (cuDNN's weight
+    # gradient may sum in another order from call to call, so not bit for bit).
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.gpu
