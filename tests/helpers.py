@@ -133,7 +133,7 @@ def machine_code_tools_missing() -> str | None:
 
 
 class CpuSession:
-    """The GPU session's surface the probes' loops use, on the CPU: its stream a null context,
+    """GpuSession's surface the probes' loops use, on the CPU: its stream a null context,
     synchronize a no-op, `torch` the module given (torch, or a stand-in answering the few
     torch.cuda calls the sampler makes)."""
 

@@ -1,16 +1,17 @@
-"""The network probe's training reading (`networks.training` in the configuration): per
-torchvision model, batch size and layout, one SGD step (zero the gradients, forward, cross-entropy
-loss, backward, step; dropout off; strict FP32, as the probe's session sets it; cudnn.benchmark on)
-of the original against a copy converted by `groupconv_atlas.convert`, in the same layout
-(contiguous NCHW, or channels_last with model and input converted once, outside every timed
-region). First the gradients of one step from identical weights are compared, per parameter: the
-largest difference over the largest gradient of that parameter. Then both steps are timed with the
-atlas's sampler: sync_api is one eager step plus synchronize (the eager mode), graph_device the
-step captured in a CUDA graph (the graph mode), where a trial capture of each step succeeds; where
-it fails the reason is recorded and the graph mode is named unsupported. The raw samples sit beside
-the inference readings in the probe's samples (implementations `original_train_<layout>` and
-`converted_train_<layout>`, shape_id `<model>-n<N>`); the statistics read them alone, so a record
-replays, and a record without them summarises as before.
+"""The network probe's training reading (`networks.training` in the configuration): per torchvision
+model, batch size and layout, one SGD step (zero the gradients, forward, cross-entropy loss,
+backward, step; dropout off; strict FP32, as the probe's GpuSession sets it; cudnn.benchmark on) of
+the original against a copy converted by `groupconv_atlas.convert`, in the same layout (contiguous
+NCHW, or channels_last with model and input converted once, outside every timed region), and with
+`op_path` that copy calling the op through its registered formula. First the gradients of one step
+from identical weights are compared, per parameter: the largest difference over the largest
+gradient of that parameter. Then both steps are timed with the atlas's sampler: sync_api is one
+eager step plus synchronize (the eager mode), graph_device the step captured in a CUDA graph (the
+graph mode), where a trial capture of each step succeeds; where it fails the reason is recorded and
+the graph mode is named unsupported. The raw samples sit beside the inference readings in the
+probe's samples (implementations `original_train_<layout>`, `converted_train_<layout>` and
+`converted_op_train_<layout>`, shape_id `<model>-n<N>`); the statistics read them alone, so a
+record replays, and a record without them summarises as before.
 """
 from __future__ import annotations
 
