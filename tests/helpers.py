@@ -3,6 +3,7 @@ hang guard, never a verdict on speed), and a copy of an already replayed checkou
 change it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -129,3 +130,21 @@ def machine_code_tools_missing() -> str | None:
     if sass._find_tool("nvdisasm") is None:
         return "nvdisasm (pip nvidia-cuda-nvdisasm) not found: cuobjdump -sass needs it"
     return None
+
+
+class CpuSession:
+    """GpuSession's surface the probes' loops use, on the CPU: its stream a null context,
+    synchronize a no-op, `torch` the module given (torch, or a stand-in answering the few
+    torch.cuda calls the sampler makes)."""
+
+    precision = {"api": "cpu test", "tf32": False}
+    torch_stream = None
+
+    def __init__(self, torch_module):
+        self.torch = torch_module
+
+    def on_stream(self):
+        return contextlib.nullcontext()
+
+    def synchronize(self):
+        pass

@@ -17,6 +17,7 @@ nn = torch.nn
 from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
 from groupconv_atlas.runtime.shapes import Shape  # noqa: E402
 from groupconv_atlas.study.stats import StatsConfig  # noqa: E402
+from helpers import CpuSession  # noqa: E402
 
 
 class TaggedConv(nn.Module):
@@ -501,20 +502,6 @@ class TinyNetwork(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-class CpuSession:
-    """The GPU session's surface the probe's layout loop uses."""
-
-    torch = torch
-
-    def on_stream(self):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def synchronize(self):
-        pass
-
-
 def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatch):
     """The GPU job's layout loop (probe_layouts, probe_block, probe_network) on the CPU, with a
     stand-in network, stand-in replacements (TaggedConv) and a stand-in timer that runs each
@@ -529,6 +516,8 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
                   *, layout):
         with torch.no_grad():  # as time_variants runs them
             outputs = {name: run() for name, run in runs.items()}
+        # A training step's run gives its gradients, the input's first (in the input's layout).
+        outputs = {k: v[0] if isinstance(v, list) else v for k, v in outputs.items()}
         timed.append((reading, experiment, layout, {k: call_layout(v) for k, v in
                                                     outputs.items()}))
         return [{"reading": reading, "experiment": experiment, "layout": layout, "n": n,
@@ -540,17 +529,21 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
     cfg = mobilenet.ProbeConfig(seed=3, batches=2, samples_per_batch=1, ns=[1],
                                 agreement_inputs=2, agreement_batch=1, tolerance_factor=16,
                                 **LAYOUT_KERNELS)
-    bench = probe.Bench(CpuSession(), None, None, np.random.default_rng(0), lambda _: None)
+    bench = probe.Bench(CpuSession(torch), None, None, np.random.default_rng(0), lambda _: None)
     network = TinyNetwork().eval()
     rows, layouts = probe.probe_layouts(bench, network, cfg, TaggedConv, ATLAS, MEDIANS_NHWC,
                                         VERIFICATION_NHWC, [*KERNEL_NAMES, "k8"])
 
     assert [(r, e, lay) for r, e, lay, _ in timed] == [
-        ("block-n1", "block", "nchw"), ("network-n1", "network", "nchw"),
-        ("block-nhwc-n1", "block", "nhwc"), ("network-nhwc-n1", "network", "nhwc")]
+        ("block-n1", "block", "nchw"), ("block_train-n1", "block_train", "nchw"),
+        ("network-n1", "network", "nchw"), ("block-nhwc-n1", "block", "nhwc"),
+        ("block_train-nhwc-n1", "block_train", "nhwc"), ("network-nhwc-n1", "network", "nhwc")]
     # The timed block computes in its reading's layout, original and substituted alike.
     assert timed[0][3] == {"original": "nchw", "substituted": "nchw"}
-    assert timed[2][3] == {"original": "nhwc", "substituted": "nhwc"}
+    assert timed[3][3] == {"original": "nhwc", "substituted": "nhwc"}
+    # So does the timed training step: its input gradient comes back in the reading's layout.
+    assert timed[1][3] == {"original": "nchw", "substituted": "nchw"}
+    assert timed[4][3] == {"original": "nhwc", "substituted": "nhwc"}
     assert {(r["reading"], r["layout"]) for r in rows} == {(t[0], t[2]) for t in timed}
     # The NCHW network was not converted: channels_last is a copy.
     assert all(p.is_contiguous() for p in network.parameters())
@@ -560,6 +553,10 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
         block, whole = layouts[layout]["block"], layouts[layout]["network"]
         assert block["kernel"] == kernel and block["layout"] == layout
         assert block["checks"][0]["passed"]
+        # The training step's gradients (input and weights) checked against FP64 first.
+        [grads] = block["gradient_checks"]
+        assert grads["passed"] and grads["layout"] == layout
+        assert grads["substituted_worst_rel_error"] <= grads["bound"]
         assert block["checks"][0]["input_layouts"] == {mobilenet.BLOCK_DEPTHWISE_LAYER: layout}
         replaced = [r for r in whole["replacements"]["n1"] if r["replaced"]]
         assert [(r["layer"], r["kernel"], r["input_layout"]) for r in replaced] == [

@@ -225,6 +225,12 @@ PYTHON_STATEMENTS = {
     "y = g.conv2d(x, w, groups=144)": GPU,
     "report = g.convert(model, example_input)": GPU,
     "g.configure(autotune=True)": GPU,
+    "g.convert(model, example_input)": GPU,
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)": GPU,
+    "for inputs in [example_input] * 3:  # your data loader\n"
+    "    optimizer.zero_grad(set_to_none=True)\n"
+    "    model(inputs).square().mean().backward()  # your loss\n"
+    "    optimizer.step()": GPU,
 }
 # The free names of a fragment, bound when the blocks run on a GPU.
 PYTHON_PRELUDE = {

@@ -287,12 +287,22 @@ def mobilenet_doc(layouts=("nchw", "nhwc")) -> dict:
     return mobilenet.probe_report(summary, probe, StatsConfig(), {"mode": "replay"})
 
 
+def _layered_experiments() -> int:
+    """How many of the probe's experiments have a layout (block, block_train, network...)."""
+    from groupconv_atlas.study import mobilenet
+
+    return len([e for e in mobilenet.COMPARISONS if e != "overhead"])
+
+
 def test_mobilenet_page_and_figure():
     doc = mobilenet_doc()
     readings = report.mobilenet_readings(doc)
-    assert len(readings) == 18  # block and network: 2 N x 2 boundaries x 2 layouts; overhead 2
+    layered = _layered_experiments()
+    # each layered experiment: 2 N x 2 boundaries x 2 layouts; overhead 2
+    assert len(readings) == layered * 8 + 2
     page = report.mobilenet_page(doc)
-    assert page.count('class="cls-WIN"') == 9 and page.count('class="cls-LOSS"') == 9
+    wins = layered * 4 + 1  # the graph_device row of each (experiment, N, layout), overhead's
+    assert page.count('class="cls-WIN"') == wins and page.count('class="cls-LOSS"') == wins
     assert "features.2.conv.1.0" in page and "channels_last (NHWC)" in page
     assert "not measured" not in page
     svg = report.svg_bytes(report.mobilenet_figure(doc, 0.05))
@@ -304,9 +314,11 @@ def test_mobilenet_page_names_a_layout_the_record_did_not_measure():
     doc = mobilenet_doc(layouts=("nchw",))
     assert not doc["layouts"]["nhwc"]["measured"] and doc["layouts"]["nchw"]["measured"]
     page = report.mobilenet_page(doc)
-    assert page.count('class="cls-WIN"') == 5 and page.count('class="cls-LOSS"') == 5
-    # one "not measured" row beside each NCHW block and network reading, and the layouts list
-    assert page.count("<td>not measured</td>") == 8
+    layered = _layered_experiments()
+    wins = layered * 2 + 1
+    assert page.count('class="cls-WIN"') == wins and page.count('class="cls-LOSS"') == wins
+    # one "not measured" row beside each NCHW reading with a layout, and the layouts list
+    assert page.count("<td>not measured</td>") == layered * 4
     assert "channels_last (NHWC)</b>: not measured in this record" in page
     svg = report.svg_bytes(report.mobilenet_figure(doc, 0.05))
     assert b"not measured in this record" in svg

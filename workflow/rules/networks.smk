@@ -29,7 +29,7 @@ if PLAN.measures_on_gpu:
             cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
             tunings=PLAN.tuning_records(PLAN.kernels),
             dispatch_table=PLAN.raw("dispatch/table.json"),
-            code=code("gpu", "jobs", "networks", "provenance", "timing"),
+            code=code("gpu", "jobs", "networks", "network_training", "provenance", "timing"),
         output:
             samples=PLAN.raw("probes/{probe}/samples.parquet"),
             probe=PLAN.raw("probes/{probe}/probe.json"),
@@ -57,7 +57,8 @@ rule probe_stats:
         probe=PLAN.raw("probes/{probe}/probe.json"),
         check=PLAN.record_check(),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("files", "jobs", "networks", "provenance", "stats"),
+        code=code("files", "jobs", "networks", "network_training", "provenance", "stats",
+                  "timing"),
     output:
         summary=f"{PLAN.results}/probes/{{probe}}.parquet",
         report=f"{PLAN.results}/probes/{{probe}}.json",

@@ -1,13 +1,15 @@
 """Snakemake job (CPU): the network or unseen-geometry probe's raw samples (live, or the
-committed record in replay) to its summary table and JSON."""
+committed record in replay) to its summary table and JSON (the network probe's training reading,
+where its samples hold one, as `training_summary` beside the inference `summary`)."""
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study import networks
+from groupconv_atlas.study import network_training, networks
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import sha256_file
+from groupconv_atlas.runtime.timing import batch_medians
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.stats import StatsConfig
 
@@ -16,16 +18,23 @@ job = Job(smk, "network_stats.py")
 cfg = StatsConfig(**smk.params.statistics)
 samples = pd.read_parquet(smk.input.samples)
 probe = json.loads(Path(smk.input.probe).read_text())
+extra = {}
 if smk.params.probe == "networks":
     table = networks.summarize_networks(samples, cfg)
     lines = networks.network_lines(table, probe["details"])
+    # The training reading, where the samples hold one (a record without it writes what it did).
+    training = network_training.summarize_training(batch_medians(samples), probe["details"], cfg)
+    if training:
+        extra["training_summary"] = training
+        lines += network_training.training_lines(training, probe["details"])
 else:
     table = networks.summarize_unseen(samples, cfg)
     lines = networks.unseen_lines(table)
 write_parquet(smk.output.summary, table)
 write_json(smk.output.report, {
     "probe": smk.params.probe, "settings": probe["settings"], "details": probe["details"],
-    "summary": table.to_dict("records"), "summary_lines": lines, "mode": smk.params.mode,
+    "summary": table.to_dict("records"), **extra, "summary_lines": lines,
+    "mode": smk.params.mode,
     "sources": {name: {"path": str(p), "sha256": sha256_file(p)}
                 for name, p in (("samples", smk.input.samples), ("probe", smk.input.probe))}})
 for line in lines:

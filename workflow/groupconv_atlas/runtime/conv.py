@@ -10,7 +10,10 @@ what does not fit raises `UnsupportedConv` naming the field, never a silent wron
 launch resolved then (the launch tables' choice, entry, grid, block, scalars) is kept
 (call_plans), so a later call allocates the output and enqueues the kernel on the caller's
 current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
-use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it.
+use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
+backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask): registered
+as the op's autograd formula, and run by `_Conv2dFunction`, the cheaper path an eager call with
+a gradient to record takes.
 
 Where the launch tables come from: `configure(...)` sets them; by default the newest committed
 record under records/ that has them (tuned launches, dispatch choices), looked up by geometry
@@ -90,15 +93,51 @@ def _conv2d_setup(ctx, inputs, output):
     ctx.groups = groups
 
 
+# aten's convolution_backward as a resolved overload (no overload lookup per call) and its fixed
+# arguments: stride 1, padding 1, dilation 1, not transposed, no output padding, no bias.
+_CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+_ONES, _ZEROS = [1, 1], [0, 0]
+
+
 def _conv2d_backward(ctx, grad):
-    # PyTorch's own convolution backward (stride 1, padding 1, dilation 1, no bias): a
-    # converted model trains with exactly the gradients F.conv2d would give.
+    # Exactly what PyTorch's own ConvolutionBackward0 runs for F.conv2d (the same call, the same
+    # output mask, grad as it comes: convolution_backward makes it contiguous in the layout its
+    # backend computes in, so no copy or layout test here), so a converted model trains with the
+    # gradients, kernels and cost F.conv2d's backward has.
     x, weight = ctx.saved_tensors
-    fmt = torch.channels_last if call_layout(x) == "nhwc" else torch.contiguous_format
-    grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
-        grad.contiguous(memory_format=fmt), x, weight, None, [1, 1], [1, 1], [1, 1], False, [0, 0], ctx.groups,
-        [ctx.needs_input_grad[0], ctx.needs_input_grad[1], False])
+    needs = ctx.needs_input_grad
+    grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,
+                                       ctx.groups, [needs[0], needs[1], False])
     return grad_x, grad_w, None, None
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    """conv2d with autograd on plain CUDA tensors in eager mode: the forward is the op's CUDA
+    kernel through the plan cache (the call checked once per key there), the backward
+    _conv2d_backward. It stands in for the op's registered autograd formula on that path because
+    the formula's Python wrapper (torch.library's autograd kernel: a generated Function's apply,
+    default filling, setup_context) and conv2d's own per-call check_call cost several times this
+    Function's host time per forward (measured on the CPU with a no-op kernel: about 25 us
+    against 4 us), and a training step on small maps is host-bound. torch.compile, tensor
+    subclasses, active modes and functorch transforms still take the op (its registered formula
+    is this same backward)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, groups, implementation):
+        # forward(ctx, ...) rather than setup_context: Function.apply binds default arguments
+        # through inspect.signature when setup_context is defined, several microseconds a call.
+        ctx.save_for_backward(x, weight)
+        ctx.groups = groups
+        return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
+
+    backward = staticmethod(_conv2d_backward)
+
+
+# _Conv2dFunction's apply without Function.apply's Python wrapper, which binds default arguments
+# and unwraps functorch tensors (about 5 us a call on the CPU): conv2d calls it only where no
+# functorch transform is active, where that wrapper does nothing else.
+_FUNCTION_APPLY = super(torch.autograd.Function, _Conv2dFunction).apply
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 _LIB.impl("conv2d", _conv2d_cuda, "CUDA")
@@ -134,14 +173,18 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
         # so the trace has no Python branch on them (no graph break).
         return _OP(x, weight, groups, implementation)
     if type(x) is torch.Tensor and x.is_cuda and type(weight) in _PLAIN_TENSORS \
-            and type(groups) is int and not _dispatch_modes() and not _function_modes() \
-            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
-        # An eager call on plain tensors with no mode active and no gradient to record: the
-        # op's CUDA kernel, called directly (what the dispatcher would reach, without its round
-        # trip). Tensor subclasses, fake tensors, active modes and autograd take the op below.
-        return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
-    # Subclasses, fake tensors, active modes, autograd: the call is checked here (raising
-    # UnsupportedConv naming the field), then goes through the dispatcher.
+            and type(groups) is int and not _dispatch_modes() and not _function_modes():
+        # An eager call on plain tensors with no mode active: the op's CUDA kernel, called
+        # directly (what the dispatcher would reach, without its round trip); where a gradient
+        # is to be recorded, through _Conv2dFunction (its backward is the op's). The plan
+        # cache checks the call once per key, so neither path checks it again here.
+        if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+            return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
+        if not _functorch_active():
+            return _FUNCTION_APPLY(x, weight, groups, implementation)
+    # Subclasses, fake tensors, active modes, functorch transforms with a gradient: the call is
+    # checked here (raising UnsupportedConv naming the field), then goes through the dispatcher
+    # (autograd: the registered formula).
     check_call(x, weight, groups, implementation)
     return _OP(x, weight, groups, implementation)
 

@@ -6,7 +6,9 @@
   Outputs compared (largest difference over the largest output; top-1 agreement), then both
   timed with the atlas's sampler: graph_device is a CUDA graph of one forward (the graph mode),
   sync_api one eager forward plus synchronize (the eager mode); `compile` names the (model, N)
-  pairs also timed under torch.compile at sync_api (each compile takes a while).
+  pairs also timed under torch.compile at sync_api (each compile takes a while). With
+  `training` configured, one SGD step of each, eager and in a CUDA graph, in both layouts, with
+  the gradients compared (network_training).
 - Unseen geometries (`snakemake unseen_probe`): realistic layers the atlas did not measure. Per
   geometry: what `dispatch` runs by default there (the nearest measured geometry's choice), what
   autotuning chooses, the fastest kernel autotuning found, and PyTorch (default, tuned, tuned on
@@ -93,6 +95,11 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
                      f"top-1 agreement {agreement['top1_agreement']:.3f}")
             del original, converted, runs, x
             torch.cuda.empty_cache()
+    if settings.get("training"):  # one SGD step per model, N and layout (network_training)
+        from .network_training import measure_all_training
+
+        frames += measure_all_training(session, settings, timing_cfg, clocks, rng, build_model,
+                                       convert, details, progress)
     return pd.concat(frames, ignore_index=True), details
 
 

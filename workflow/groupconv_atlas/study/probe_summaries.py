@@ -12,6 +12,13 @@ PROBES = ("overhead", "unseen", "networks")
 IN_GRAPH_LIMIT_US = 0.1        # the op inside a CUDA graph within this of its bare kernel
 NETWORK_EAGER_MIN = 1.0        # eager original / converted on networks whose graph ratio >= this
 UNSEEN_DISPATCH_MIN = 0.97     # dispatch / torch_best (NCHW) never below this
+# Issue 30's training targets: the eager train step original / converted at least TRAIN_EAGER_MIN
+# on every network at every N the probe trains, at least TRAIN_EAGER_MIN_LARGE on these models at
+# this N.
+TRAIN_EAGER_MIN = 1.0
+TRAIN_EAGER_MIN_LARGE = 1.2
+TRAIN_LARGE_MODELS = ("resnext50_32x4d", "regnet_y_400mf")
+TRAIN_LARGE_N = 32
 UNSEEN_AUTOTUNE_WITHIN = 0.05  # autotune's time at most this fraction above the best's
 
 
@@ -109,6 +116,39 @@ def network_targets(summary: list[dict]) -> list[dict]:
                     failing, statement)]
 
 
+def training_targets(rows: list[dict]) -> list[dict]:
+    """The eager train step: original / converted at least TRAIN_EAGER_MIN on every (network,
+    layout) the probe trained, and at least TRAIN_EAGER_MIN_LARGE on TRAIN_LARGE_MODELS at
+    N = TRAIN_LARGE_N. `rows` is probes/networks.json's `training_summary`; the targets are the
+    converted model's as shipped (path `conv2d`), not the op-path reading beside it."""
+    eager = [r for r in rows if r["mode"] == "eager" and r.get("path") == "conv2d"]
+    out = []
+    for target_id, minimum, chosen, text in (
+            ("train_eager_ratio", TRAIN_EAGER_MIN, eager,
+             f"eager train step original ÷ converted ≥ {TRAIN_EAGER_MIN:g} on every network, N "
+             "and layout the probe trains"),
+            ("train_eager_ratio_large", TRAIN_EAGER_MIN_LARGE,
+             [r for r in eager if r.get("model") in TRAIN_LARGE_MODELS
+              and r.get("n") == TRAIN_LARGE_N],
+             f"eager train step original ÷ converted ≥ {TRAIN_EAGER_MIN_LARGE:g} on "
+             f"{' and '.join(TRAIN_LARGE_MODELS)} at N = {TRAIN_LARGE_N}, in every layout")):
+        cells = {f"{r['network']} {r['layout']}": r for r in chosen}
+        failing = [k for k, r in cells.items() if not _ratio_ok(r.get("ratio"), minimum)]
+        if not cells:
+            statement = f"Target: {text}. Not met: the probe holds no such reading."
+        else:
+            low = min(cells, key=lambda k: (cells[k]["ratio"], k))
+            r = cells[low]
+            detail = f"{low}: {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            statement = f"Target: {text}. " + (
+                f"Met on all {len(cells)} (lowest: {detail})." if not failing else
+                f"Not met on {len(failing)} of {len(cells)} (lowest: {detail}): "
+                + ", ".join(failing) + ".")
+        out.append(_target(target_id, text, bool(cells) and not failing, len(cells), failing,
+                           statement))
+    return out
+
+
 def unseen_targets(summary: list[dict]) -> list[dict]:
     """dispatch never below UNSEEN_DISPATCH_MIN x the fastest NCHW PyTorch reference
     (torch_best_nchw); autotune's time at most UNSEEN_AUTOTUNE_WITHIN above the fastest NCHW run
@@ -145,6 +185,16 @@ def _without(mapping: dict, *keys: str) -> dict:
     return {k: v for k, v in mapping.items() if k not in keys}
 
 
+def _network_details(detail: dict) -> dict:
+    """A network's details without the per-layer list and, per trained layout, the per-parameter
+    gradient list (both stay in the probe's own JSON)."""
+    trimmed = _without(detail, "layers")
+    if "training" in trimmed:
+        trimmed["training"] = {layout: _without(t, "gradient_per_parameter")
+                               for layout, t in trimmed["training"].items()}
+    return trimmed
+
+
 def probe_figures(name: str, doc: dict) -> dict:
     """The summary figures of one probe's output JSON, as they stand there (details trimmed of
     the per-layer and per-trial lists, which stay in the file)."""
@@ -155,8 +205,11 @@ def probe_figures(name: str, doc: dict) -> dict:
                 "details": {g: {**d, "autotune": _without(d.get("autotune") or {}, "trials")}
                             for g, d in doc.get("details", {}).items()}}
     if name == "networks":
-        return {"summary": doc["summary"],
-                "details": {n: _without(d, "layers") for n, d in doc.get("details", {}).items()}}
+        figures = {"summary": doc["summary"],
+                   "details": {n: _network_details(d) for n, d in doc.get("details", {}).items()}}
+        if "training_summary" in doc:  # records from before the training reading have none
+            figures["training_summary"] = doc["training_summary"]
+        return figures
     raise ValueError(f"unknown probe {name!r}")
 
 
@@ -165,7 +218,10 @@ def probe_targets(name: str, figures: dict) -> list[dict]:
         return overhead_targets(figures["shapes"])
     if name == "unseen":
         return unseen_targets(figures["summary"])
-    return network_targets(figures["summary"])
+    targets = network_targets(figures["summary"])
+    if "training_summary" in figures:
+        targets += training_targets(figures["training_summary"])
+    return targets
 
 
 def probes_block(plan: dict[str, dict], docs: dict[str, dict],

@@ -3,7 +3,9 @@
 - Block: torchvision's `mobilenet_v2(weights=None).features[3]` (24 -> 144 -> 24 at 56x56, eval,
   weights from a recorded seed) with exactly its 3x3 depthwise convolution replaced by the
   layout's block kernel (k3 on NCHW, k8 on channels_last) run through PyCUDA; checked against
-  the original block, then timed against it.
+  the original block, then timed against it; then as a training step (train-mode copies,
+  forward and backward to the input and every weight), its gradients checked against FP64, then
+  timed (reading `block_train`).
 - Network: every eligible convolution of the whole network replaced by the kernel the atlas
   says is fastest for its shape among the kernels of the model's layout (`layout_chooser`,
   `choose_kernel`), checked for agreement and timed.

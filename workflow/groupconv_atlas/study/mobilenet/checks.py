@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ...runtime.verify import bound_scale
-from .config import IMAGE_CHW, ProbeMismatch
+from .config import GRADIENT_FACTOR, GRADIENT_FLOOR, IMAGE_CHW, ProbeMismatch
 
 
 def path_accumulation_length(module) -> int:
@@ -47,6 +47,52 @@ def check_substitution(original, substituted, x, factor: float) -> dict:
         raise ProbeMismatch(f"substituted output differs from the original at N={x.shape[0]}: "
                             f"max abs diff {max_abs:.6g} > tolerance {tolerance:.6g} "
                             f"(factor {factor}, K {accumulation}, max|y| {scale:.6g})")
+    return result
+
+
+def block_gradients(model, leaf, upstream):
+    """A function of nothing giving (input gradient, every parameter's gradient) of `model` (in
+    its mode) on `leaf` (an input that requires grad) for the output gradient `upstream`,
+    without touching any .grad: one training step's forward and backward, for timing too."""
+    import torch
+
+    wrt = [leaf, *(p for p in model.parameters() if p.requires_grad)]
+
+    def gradients():
+        with torch.enable_grad():  # the sampler runs under no_grad
+            return list(torch.autograd.grad(model(leaf), wrt, upstream))
+    return gradients
+
+
+def gradient_leaf(x):
+    """x as a fresh leaf that requires grad, in x's layout."""
+    return x.detach().clone().requires_grad_()
+
+
+def check_block_gradients(original, substituted, x, upstream) -> dict:
+    """The input and weight gradients of `substituted` and `original` (train-mode copies the
+    caller made) against an FP64 copy of the original: per tensor, the largest error over that
+    tensor's largest FP64 gradient. Passes when the substituted block's worst is within
+    GRADIENT_FACTOR x the original's + GRADIENT_FLOOR; raises ProbeMismatch otherwise."""
+    import copy
+
+    reference = block_gradients(copy.deepcopy(original).double(), gradient_leaf(x.double()),
+                                upstream.double())()
+    worst = {}
+    for name, model in (("original", original), ("substituted", substituted)):
+        grads = block_gradients(model, gradient_leaf(x), upstream)()
+        worst[name] = max(float((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-30))
+                          for g, r in zip(grads, reference, strict=True))
+    bound = GRADIENT_FACTOR * worst["original"] + GRADIENT_FLOOR
+    result = {"n": int(x.shape[0]), "original_worst_rel_error": worst["original"],
+              "substituted_worst_rel_error": worst["substituted"], "bound": bound,
+              "rule": "substituted worst <= GRADIENT_FACTOR * original worst + GRADIENT_FLOOR, "
+                      "errors per gradient tensor against FP64 over its largest FP64 value",
+              "passed": worst["substituted"] <= bound}
+    if not result["passed"]:
+        raise ProbeMismatch(f"substituted block's gradients at N={x.shape[0]}: worst error "
+                            f"{worst['substituted']:.3g} against FP64 > bound {bound:.3g} "
+                            f"(original's {worst['original']:.3g})")
     return result
 
 

@@ -16,7 +16,10 @@ from ...runtime.timing import BOUNDARIES, ClockReader, TimingConfig, time_runs
 from ..timing_workers import flag_batches
 from .checks import (
     agreement,
+    block_gradients,
+    check_block_gradients,
     check_input_layouts,
+    gradient_leaf,
     check_substitution,
     graph_replay_diff,
     random_input,
@@ -167,8 +170,32 @@ def probe_block(bench: Bench, network, cfg: ProbeConfig, make_module, layout: st
                 "substituted": lambda s=substituted, x=x: s(x)}
         new_rows, record["readings"][reading] = bench.time(pair, reading, "block", n,
                                                            layout=layout)
-        rows += new_rows
+        rows += new_rows + probe_block_train(bench, block, substituted, x, n, offset, cfg,
+                                             layout, record)
     return rows, record
+
+
+def probe_block_train(bench: Bench, block, substituted, x, n: int, offset: int,
+                      cfg: ProbeConfig, layout: str, record: dict) -> list[dict]:
+    """The block's training step (reading block_train): train-mode copies of both blocks, the
+    forward and the backward to the input and every weight for a seeded output gradient;
+    gradients checked against FP64 (record["gradient_checks"]), then timed against each other."""
+    reading = reading_name("block_train", layout, n)
+    with bench.session.on_stream():
+        upstream = random_input(BLOCK_INPUT_CHW, n, cfg.seed + 300 + offset, DEVICE, layout)
+        models = {"original": copy.deepcopy(block).train(),
+                  "substituted": copy.deepcopy(substituted).train()}
+        check = check_block_gradients(models["original"], models["substituted"], x, upstream)
+    check["layout"] = layout
+    record.setdefault("gradient_checks", []).append(check)
+    bench.progress(f"[mobilenet] {reading}: gradients within {check['bound']:.3g} of FP64 "
+                   f"(worst {check['substituted_worst_rel_error']:.3g}); timing")
+    with bench.session.on_stream():
+        leaf = gradient_leaf(x)  # made once, outside the timed region
+    runs = {name: block_gradients(m, leaf, upstream) for name, m in models.items()}
+    rows, record["readings"][reading] = bench.time(runs, reading, "block_train", n,
+                                                   layout=layout)
+    return rows
 
 
 def probe_network(bench: Bench, network, cfg: ProbeConfig, choose, make_module, layout: str

@@ -186,8 +186,66 @@ def _networks_table(entry: dict) -> str:
     return table_html(columns, rows, classes, numeric=columns[5:6] + columns[7:10])
 
 
+def _training_table(entry: dict) -> str:
+    """The training reading (probes/networks.json's `training_summary`), where the record has
+    one: per network, layout and mode, the step's ratio with the gradient agreement beside it;
+    a layout whose step could not be captured in a CUDA graph says so and why."""
+    rows_in = entry.get("training_summary")
+    if rows_in is None:
+        return ""
+    details = entry.get("details", {})
+    columns = ["network", "N", "layout", "converted calls", "mode", "original ÷ converted",
+               "class", "original median ms", "converted median ms", "batches", "convs swapped",
+               "worst gradient difference (relative)", "CUDA graph"]
+    rows, classes = [], []
+    readings = {(r["network"], r["layout"]): r for r in rows_in}
+    for r in rows_in:
+        t = (details.get(r["network"], {}).get("training") or {}).get(r["layout"], {})
+        rows.append([r["network"], r.get("n"), r["layout"], _PATH_WORDS.get(r.get("path")),
+                     r["mode"], _ratio_cell(r),
+                     r.get("class"), fmt_or_none(_ms(r.get("baseline_median_us")), "{:.2f}"),
+                     fmt_or_none(_ms(r.get("candidate_median_us")), "{:.2f}"),
+                     int_or_none(r.get("batches")),
+                     f"{t['swapped']} of {t['convs']}" if "swapped" in t else None,
+                     fmt_or_none(r.get("worst_gradient_relative"), "{:.2e}"),
+                     "captured" if (t.get("graph") or {}).get("supported") else None])
+        classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 6)
+    for network, d in details.items():  # a layout trained eagerly only: the graph mode, named
+        for layout, t in (d.get("training") or {}).items():
+            if (network, layout) in readings and not (t.get("graph") or {}).get("supported"):
+                rows.append([network, d.get("n"), layout, None, "graph", None, "not measured",
+                             None, None, None, None, None,
+                             f"unsupported: {(t.get('graph') or {}).get('reason')}"])
+                classes.append([None] * 13)
+    note = ("Training: one SGD step (gradients set to None, forward, cross-entropy, backward, "
+            "step; dropout off; strict FP32; cudnn.benchmark on), the original model against its "
+            "converted copy in the same layout; eager is one step plus synchronize (sync_api), "
+            "graph the step captured in a CUDA graph (graph_device). Ratio above 1: the converted "
+            "step is faster. Gradient difference: per parameter, the largest |converted − "
+            "original| over the largest |original| gradient of that parameter, after one step "
+            "from identical weights; the worst parameter's. Converted calls: conv2d is the "
+            "converted model as shipped (a call with a gradient through conv2d's autograd "
+            "Function); op, the same layers through the op's registered autograd formula, each "
+            "call checked first, as every call with a gradient went before that Function. The "
+            "targets read the conv2d rows.")
+    return ("<h3>Training</h3>" + table_html(columns, rows, classes,
+                                             numeric=columns[5:6] + columns[7:10])
+            + f'<p class="note">{esc(note)}</p>')
+
+
+_PATH_WORDS = {"conv2d": "conv2d (autograd Function)", "op": "op (registered formula)"}
+
+
+def _ms(us):
+    return None if us is None else us / 1000.0
+
+
+def _networks_tables(entry: dict) -> str:
+    return _networks_table(entry) + _training_table(entry)
+
+
 _PROBE_TABLES = {"overhead": _overhead_table, "unseen": _unseen_table,
-                 "networks": _networks_table}
+                 "networks": _networks_tables}
 _PROBE_NOTES = {
     "overhead": ("Host us/call: median over repeats of back-to-back calls with no "
                  "synchronisation between them (the eager cost of the call). In-graph: per-call "
