@@ -96,9 +96,8 @@ def test_the_smoke_replay_has_no_nsight_captures_probes_or_mobilenet(smoke):
     assert smoke.nsight.pairs == [] and smoke.nsight.captures == []
     assert smoke.nsight.record == smoke.record and not smoke.nsight.borrows_record
     assert smoke.notes[1] == (
-        f"record {SMOKE_RECORD} lacks {SMOKE_PAIRS_CONFIGURED} of the {SMOKE_PAIRS_CONFIGURED} "
-        "configured Nsight captures (first: cpg2-n8-c256-14x14-g128, k1); the nsight table "
-        "leaves them out and shows the captures the record holds")
+        f"record {SMOKE_RECORD} holds no Nsight captures (this configuration names "
+        f"{SMOKE_PAIRS_CONFIGURED} pairs); the nsight table is empty")
     assert smoke.atlas.probe_results == []
     assert smoke.atlas.probe_plan["overhead"] == {
         "snakemake_target": "overhead_probe", "raw": f"records/{SMOKE_RECORD}/raw/overhead",
@@ -172,6 +171,9 @@ def test_the_newest_record_replays_with_its_captures_probes_and_tunings():
     assert plan.nsight.captures == [f"records/{newest}/raw/nsight/{s}__{i}.ncu-rep"
                                     for s, i in plan.nsight.pairs]
     assert plan.nsight.record_check() == [] and plan.nsight.record_name == newest
+    # The note every command prints says what the record holds, as its Nsight page shows it.
+    said = [n for n in plan.notes if "Nsight captures" in n]
+    assert len(said) <= 1 and all(f"holds {len(captures)} Nsight captures" in n for n in said)
     for impl, tables in plan.nsight.timing.items():
         assert tables and all(t.startswith(f"records/{newest}/raw/timing/") for t in tables), impl
     # Each probe joins the atlas where the record holds its raw samples.
