@@ -19,6 +19,10 @@ from .headline_lines import summary_lines
 from .medians import measured_medians
 from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW, StatsConfig
 
+# Kinds of shape: depthwise is groups = C_in = C_out; one input channel per group with more
+# output channels (C_out = m * C_in, a depth multiplier) is a kind of its own, as it computes
+# m outputs per input channel; the rest are grouped.
+KINDS = ("depthwise", "depth multiplier", "grouped")
 # Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
 CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
 # Footprint (input + weights + output bytes) over the L2 size the record states.
@@ -54,13 +58,19 @@ def footprint_bin(footprint_over_l2: float) -> str:
     raise ValueError(f"footprint over L2 must be a number, not {footprint_over_l2}")
 
 
+def shape_kind(shape: dict) -> str:
+    """One of KINDS, from a shape's channels per group (shapes.json's fields)."""
+    if shape["cin_per_group"] != 1:
+        return "grouped"
+    return "depthwise" if shape["cout_per_group"] == 1 else "depth multiplier"
+
+
 def shape_groups(shapes_doc: dict, l2_bytes: int | None) -> pd.DataFrame:
-    """Per shape: depthwise or grouped, its channels-per-group bin, its footprint bin."""
+    """Per shape: its kind (KINDS), its channels-per-group bin, its footprint bin."""
     rows = []
     for s in shapes_doc["shapes"]:
         ratio = s["min_bytes"] / l2_bytes if l2_bytes else None
-        rows.append({"shape_id": s["id"],
-                     "kind": "depthwise" if s["cin_per_group"] == 1 else "grouped",
+        rows.append({"shape_id": s["id"], "kind": shape_kind(s),
                      "channels_per_group": channel_bin(s["cin_per_group"]),
                      "footprint": footprint_bin(ratio) if ratio is not None else None,
                      "footprint_over_l2": ratio})
@@ -234,7 +244,7 @@ def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
 
 def _regions(rows, groups, l2_bytes, cfg) -> dict:
     return {
-        "by_kind": _group_entries(rows, groups["kind"], ["depthwise", "grouped"], cfg),
+        "by_kind": _group_entries(rows, groups["kind"], list(KINDS), cfg),
         "by_channels_per_group": _group_entries(
             rows, groups["channels_per_group"],
             [channel_bin(lo) for lo, _ in CHANNEL_BINS], cfg),

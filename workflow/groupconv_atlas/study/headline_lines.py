@@ -126,6 +126,6 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
 
 
 def _group_words(group: str) -> str:
-    if group.endswith("L2"):
+    if "L2" in group:  # a footprint bin: "under 0.5x L2", "2x L2 or more"
         return f"footprint {group}"
     return f"{group} channels per group"
