@@ -31,15 +31,18 @@ PANE_JS = """([pane, shown]) => {
     return {top, end};
 }"""
 
-# In a framed page's document: its first heading at scroll 0 and the highest top of anything
-# in its body (a centred page would have one above 0), then whether scrolling reaches the end.
+# In a framed page's document: its first heading at scroll 0 and the highest top of what its
+# body holds (a centred page would have one above 0), then whether scrolling reaches the end.
 FRAME_JS = """() => {
     const doc = document.scrollingElement || document.documentElement;
     scrollTo(0, 0);
     const heading = document.querySelector("h1, h2, h3");
-    const flowing = [...document.body.querySelectorAll("*")].filter(e => {
-        const s = getComputedStyle(e).position; return s !== "fixed" && s !== "sticky"; });
-    const highest = Math.min(0, ...flowing.map(e => e.getBoundingClientRect().top));
+    // The body's children and theirs: where a centring layout would push content up (every
+    // cell of a large table would be slow to read and adds nothing).
+    const flowing = [...document.body.querySelectorAll(":scope > *, :scope > * > *")]
+        .filter(e => { const s = getComputedStyle(e).position;
+                       return s !== "fixed" && s !== "sticky"; });
+    const highest = flowing.reduce((low, e) => Math.min(low, e.getBoundingClientRect().top), 0);
     const out = {window: innerHeight, highest: highest,
                  heading: heading ? heading.getBoundingClientRect().top : null,
                  headingText: heading ? heading.textContent.trim().slice(0, 60) : null};
