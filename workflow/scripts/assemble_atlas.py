@@ -44,11 +44,12 @@ measured_factor = float(factors[0]) if len(factors) == 1 else p.tolerance_factor
 ceilings = load_json(smk.input.ceilings[0]) if smk.input.ceilings else None
 crosscheck = load_json(smk.input.crosscheck[0]) if smk.input.crosscheck else None
 mobilenet = load_json(smk.input.mobilenet[0]) if smk.input.mobilenet else None
-# compare_records' side-by-side cells, when the rule names them (session agreement in the headline).
-agreement_path = smk.input.get("session_agreement") or None
-if agreement_path is not None and not isinstance(agreement_path, str):
-    agreement_path = agreement_path[0] if len(agreement_path) else None
-agreement_cells = pd.read_parquet(agreement_path) if agreement_path else None
+# The record beside its nearest same-code session (session_agreement), when the rule names it: the
+# cells side by side and which session that is (the headline's agreement).
+agreement_files = [str(f) for f in smk.input.get("session_agreement", [])]
+agreement_cells = next((pd.read_parquet(f) for f in agreement_files if f.endswith(".parquet")),
+                       None)
+agreement_pair = next((load_json(f) for f in agreement_files if f.endswith(".json")), None)
 # A GPU job's provenance of the same run: the GPU's name, UUID, driver and versions.
 gpu_provenance = list(smk.input.get("gpu_provenance") or [])
 gpu_environment = load_json(gpu_provenance[0]).get("environment") if gpu_provenance else None
@@ -68,7 +69,8 @@ probes = probes_block(probe_plan, probe_docs, probe_sha256)
 atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification, timing_meta,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
-                                          mobilenet, agreement_cells, gpu_environment, probes)
+                                          mobilenet, agreement_cells, gpu_environment, probes,
+                                          agreement_pair)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)

@@ -169,12 +169,13 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
                    stats_cfg: StatsConfig, timing_cfg: dict, tolerance_factor: float,
                    ceilings: dict | None = None, crosscheck: dict | None = None,
                    mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None,
-                   gpu_environment: dict | None = None, probes: dict | None = None
-                   ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+                   gpu_environment: dict | None = None, probes: dict | None = None,
+                   agreement_pair: dict | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """atlas.json, the summary table and the roofline table. `comparisons` should already carry
     the torch_best rows (medians.with_torch_best), so that comparisons.parquet and map-details.json
     show them too; they are added here when missing. `agreement_cells` is compare_records'
-    side-by-side table, when the build has one. `probes` is probe_summaries.probes_block's
+    side-by-side table, when the build has one, and `agreement_pair` which records it sets
+    side by side (the session_agreement job's). `probes` is probe_summaries.probes_block's
     section (the probes of the public op), or None for callers made before it."""
     if "torch_best" not in set(comparisons["baseline"]):
         comparisons = with_torch_best(comparisons)
@@ -189,7 +190,8 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
         "schema": SCHEMA,
         "evidence": evidence,
         "headline": build_headline(comparisons, summary, shapes_doc, verification,
-                                   session.get("l2_bytes"), aa, stats_cfg, agreement_cells),
+                                   session.get("l2_bytes"), aa, stats_cfg, agreement_cells,
+                                   agreement_pair),
         "shape_set": {"count": shapes_doc["count"], "sha256": shapes_doc["sha256"],
                       "geometry": shapes_doc["geometry"]},
         "session": session,

@@ -4,8 +4,11 @@ figures, the cross-record page, and everything `atlas` makes. Built by RunPlan
 (study/run_plan.py), which it reads for the mode, the record, the jobs and the raw layer's paths."""
 from __future__ import annotations
 
+import functools
+
 from ..runtime.timing import BOUNDARIES
 from . import plan
+from .records import nearest_same_code
 
 # The probes of the public op (overhead.smk, networks.smk) that join atlas.json's `probes` section
 # where there is something to read: a replay takes each probe whose raw samples its record holds,
@@ -111,10 +114,37 @@ class AtlasPlan:
                                    f"(snakemake {probe['snakemake_target']} measures it live on "
                                    "a GPU)"}
 
+    @functools.cached_property
+    def agreement_pair(self) -> dict | None:
+        """The replayed record's nearest same-code session (records.nearest_same_code, from the
+        records' build hashes), which its headline's agreement is read against; None live (the
+        run is no committed record yet) or where no other record ran any of its code."""
+        run = self.run
+        if not run.replays_record:
+            return None
+        pair = nearest_same_code(run.at("records"), run.record_name)
+        return None if pair is None else {"record": run.record_name, "nearest": pair["record"],
+                                          "same_code": pair["same_code"],
+                                          "kernels": pair["kernels"]}
+
+    @property
+    def session_agreement(self) -> dict[str, str]:
+        """The session_agreement job's outputs (compare.smk)."""
+        base = f"{self.run.results}/session-agreement"
+        return {"table": f"{base}.parquet", "pair": f"{base}.json"}
+
     def session_agreement_input(self, wildcards=None) -> list[str]:
-        """The side-by-side cells assemble_atlas reads for the headline's session agreement, when
-        the atlas includes the cross-record comparison."""
-        return [f"{COMPARISONS}/records.parquet"] if self.comparison_assets() else []
+        """What assemble_atlas reads for the headline's session agreement: the record set beside
+        its nearest same-code session, cell by cell, and which session that is."""
+        return list(self.session_agreement.values()) if self.agreement_pair else []
+
+    def session_agreement_records(self, wildcards=None) -> dict[str, list[str]]:
+        """The session_agreement job's inputs: both records' manifests and raw files."""
+        pair = self.agreement_pair
+        if pair is None:
+            raise plan.PlanError("session_agreement: a replayed record with a same-code session "
+                                 "is needed (records.nearest_same_code)")
+        return plan.compare_inputs([pair["record"], pair["nearest"]], str(self.run.at("records")))
 
     # ---- provenance ----
 
@@ -122,6 +152,7 @@ class AtlasPlan:
         """Provenance of every job this mode runs for the atlas (replay adds the record's own)."""
         run, prov = self.run, self.run.prov
         jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
+        jobs += [prov("session_agreement")] if self.agreement_pair else []
         jobs += [prov("compare_job", j) for j in run.timing_jobs]
         if run.measures_on_gpu:
             jobs += [prov("ceilings")] + [prov("crosscheck") for _ in self.crosscheck_reading()]

@@ -141,19 +141,29 @@ def fastest_per_shape(comparisons: pd.DataFrame, verification: pd.DataFrame, ref
     return out
 
 
-def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
-    """From compare_records' side-by-side cells: per boundary, the share of shared cells whose
-    classes agree, over every comparison and over the headline candidate's cells against the
-    strict-FP32 references."""
+def session_agreement(wide: pd.DataFrame | None, candidate: str | None,
+                      pair: dict | None = None) -> dict:
+    """From the side-by-side cells of the record and its nearest same-code session (`pair`, the
+    session_agreement job's choice; compare_records' cells of configured records in builds made
+    before it): per boundary, the share of shared same-code cells whose classes agree, over
+    every comparison and over the headline candidate's cells against the strict-FP32
+    references, and the WIN/LOSS reversals by reference."""
     if wide is None or wide.empty:
         return {"available": False,
-                "statement": "no cross-record comparison was available to this build: agreement "
-                             "between sessions is not known"}
+                "statement": "no other committed record of this device ran the same kernel code"
+                             if pair is None else "no cells shared with the same-code session",
+                "chosen": None}
     from .compare_records import agreement
 
     records = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
     mine = wide[(wide["candidate"] == candidate) & wide["baseline"].isin(TORCH_BEST_FROM)]
-    block = {"available": True, "records": records, "boundaries": {}}
+    block = {"available": True, "records": records, "boundaries": {},
+             "chosen": None if pair is None else {
+                 "record": pair["record"], "nearest": pair["nearest"],
+                 "same_code": pair["same_code"], "kernels": pair["kernels"],
+                 "rule": "the other committed record of this device that ran the same code "
+                         "(kernel source and header hashes) for the most of this record's "
+                         "kernels, the nearest in time among those"}}
     for boundary in BOUNDARIES:
         shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
         if shared.empty:
@@ -161,9 +171,13 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
         every = agreement(shared)
         own = agreement(own_cells) if not own_cells.empty else None
         row = every[every["boundary"] == "all"].iloc[0]
+        reversed_ = shared[shared["same_code"] & shared["reversal"]]
         entry = {"cells": int(row["cells"]), "classes_agree": int(row["classes_agree"]),
                  "share_classes_agree": row["share_classes_agree"],
-                 "reversals": int(row["reversals"])}
+                 "reversals": int(row["reversals"]),
+                 "reversals_by_baseline": {str(k): int(v) for k, v in
+                                           reversed_["baseline"].value_counts().sort_index()
+                                           .items()}}
         if own is not None:
             mine_row = own[own["boundary"] == "all"].iloc[0]
             entry["candidate"] = {"cells": int(mine_row["cells"]),
@@ -257,7 +271,8 @@ def _regions(rows, groups, l2_bytes, cfg) -> dict:
 
 def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc: dict,
                    verification: pd.DataFrame, l2_bytes: int | None, aa: dict,
-                   cfg: StatsConfig, agreement_cells: pd.DataFrame | None = None) -> dict:
+                   cfg: StatsConfig, agreement_cells: pd.DataFrame | None = None,
+                   agreement_pair: dict | None = None) -> dict:
     reference = strongest_reference(comparisons)
     if reference is None:
         return {"reference": None, "summary_lines": [
@@ -285,6 +300,7 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
     doc["certainty"] = {"aa": {b: {k: v for k, v in r.items() if k.startswith("exclude_one")}
                                for b, r in aa.get("by_boundary", {}).items()},
                         "aa_exclude_one_limit": aa.get("exclude_one_limit"),
-                        "session_agreement": session_agreement(agreement_cells, candidate)}
+                        "session_agreement": session_agreement(agreement_cells, candidate,
+                                                               agreement_pair)}
     doc["summary_lines"] = summary_lines(doc, len(shapes_doc["shapes"]))
     return doc

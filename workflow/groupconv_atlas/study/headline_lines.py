@@ -97,20 +97,7 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
         lines.append(f"The fastest verified strict-FP32 implementation at graph_device is a custom"
                      f" kernel on {custom} of {total} shapes and PyTorch on {total - custom} "
                      f"({who}).")
-    agreement = doc["certainty"]["session_agreement"]
-    if agreement["available"]:
-        for boundary, entry in agreement["boundaries"].items():
-            own = entry.get("candidate")
-            lines.append(
-                f"Between sessions {' and '.join(agreement['records'])} at {boundary}, per-shape "
-                f"classes agree in {entry['share_classes_agree']:.0%} of {entry['cells']} shared "
-                "cells" + (f" ({own['share_classes_agree']:.0%} of {own['cells']} for {cand} "
-                           "against the PyTorch references)" if own else "")
-                + f", with {entry['reversals']} WIN/LOSS reversal"
-                + ("" if entry["reversals"] == 1 else "s") + ".")
-    else:
-        lines.append("Agreement between sessions is absent: no cross-record comparison was "
-                     "available to this build.")
+    lines += agreement_lines(doc["certainty"]["session_agreement"], cand)
     aa = doc["certainty"]["aa"]
     if aa:
         limit = doc["certainty"].get("aa_exclude_one_limit")
@@ -123,6 +110,46 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
                      ", ".join(f"{r['exclude_one']} of {r['exclude_one_pairs']} pairs at {b}"
                                for b, r in aa.items()) + verdict + ".")
     return lines
+
+
+def agreement_lines(agreement: dict, cand: str) -> list[str]:
+    """How sure, between sessions: against the record's nearest same-code session (named, with
+    the kernels whose code is the same), or the records a build before that choice compared."""
+    if not agreement["available"]:
+        return ["Agreement between sessions is absent: "
+                + agreement.get("statement", "no cross-record comparison was available to this "
+                                             "build") + "."]
+    chosen = agreement.get("chosen")
+    if chosen:
+        kernels = chosen["same_code"]
+        lines = [f"This record ({chosen['record']}) against its nearest same-code session, "
+                 f"{chosen['nearest']} (the same kernel sources and headers for "
+                 f"{_kernel_span(kernels)}, {len(kernels)} of its {len(chosen['kernels'])} "
+                 "kernels; chosen from the records' build hashes), on the cells with the same "
+                 "code:"]
+    else:
+        lines = [f"Between sessions {' and '.join(agreement['records'])}:"]
+    for boundary, entry in agreement["boundaries"].items():
+        own = entry.get("candidate")
+        by_ref = entry.get("reversals_by_baseline") or {}
+        lines.append(
+            f"at {boundary}, per-shape classes agree in {entry['share_classes_agree']:.1%} of "
+            f"{entry['cells']} shared cells" + (f" ({own['share_classes_agree']:.1%} of "
+                                                f"{own['cells']} for {cand} against the PyTorch "
+                                                "references)" if own else "")
+            + f", with {entry['reversals']} WIN/LOSS reversal"
+            + ("" if entry["reversals"] == 1 else "s")
+            + (" (against " + ", ".join(f"{b}: {n}" for b, n in by_ref.items()) + ")"
+               if by_ref else ""))
+    return [lines[0] + " " + "; ".join(lines[1:]) + "."]
+
+
+def _kernel_span(kernels: list[str]) -> str:
+    """k0, k1, ..., k8 as "k0–k8" where they run without a gap, else listed."""
+    numbers = [int(k[1:]) for k in kernels if k[:1] == "k" and k[1:].isdigit()]
+    if len(numbers) == len(kernels) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{kernels[0]}–{kernels[-1]}"
+    return ", ".join(kernels)
 
 
 def _group_words(group: str) -> str:
