@@ -191,7 +191,7 @@ def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
 
     blocks = template_blocks()
     assert set(blocks) == {"document", "headline_tables", "nchw_only", "caveats", "roofline",
-                           "spread", "crosscheck"}
+                           "spread", "algorithms", "crosscheck"}
     assert "## The answer first" in blocks["document"].template
     with pytest.raises(KeyError, match="no_such_value"):
         fill(Template("$device $no_such_value"), device="h200")

@@ -11,6 +11,7 @@ from groupconv_atlas.runtime.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
 from groupconv_atlas.study.medians import with_torch_best
 from groupconv_atlas.study.probe_summaries import probes_block
+from groupconv_atlas.study.reference_algorithms import algorithm_table
 from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
@@ -31,10 +32,14 @@ if record_check is not None:
         raise SystemExit(f"record {record_check['record']} was measured on shape set {frozen[:12]}…"
                          f" but {smk.input.shapes} is {shapes_doc['sha256'][:12]}…: the shapes in "
                          "config changed since; measure live or restore the shape set")
-comparisons = with_torch_best(pd.concat([pd.read_parquet(t) for t in smk.input.stats],
-                                         ignore_index=True))
-verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
 timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
+# The kernels cuDNN ran per process for each PyTorch reference, where the record names them:
+# torch_best takes a reference's fastest algorithm (study/reference_algorithms).
+algorithms = algorithm_table(timing_meta)
+comparisons = with_torch_best(pd.concat([pd.read_parquet(t) for t in smk.input.stats],
+                                        ignore_index=True),
+                              algorithms=algorithms, cfg=StatsConfig(**p.statistics))
+verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
 builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
 evidence = evidence_block(p.mode, record_check, p.device)
 # The settings the record was measured with (a replay must not show today's configuration).
@@ -70,7 +75,7 @@ atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
                                           mobilenet, agreement_cells, gpu_environment, probes,
-                                          agreement_pair)
+                                          agreement_pair, algorithms)
 details = map_details(shapes_doc, comparisons, verification, evidence)
 
 write_parquet(smk.output.summary, summary)

@@ -13,6 +13,7 @@ from .ceilings import roofline_block, roofline_table
 from .headline import build_headline
 from .comparisons import summarize
 from .medians import cross_job_spread, with_torch_best
+from .reference_algorithms import algorithm_changes
 from .stats import CLASSES, StatsConfig
 
 SCHEMA = "groupconv-atlas/1"
@@ -170,12 +171,14 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
                    ceilings: dict | None = None, crosscheck: dict | None = None,
                    mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None,
                    gpu_environment: dict | None = None, probes: dict | None = None,
-                   agreement_pair: dict | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+                   agreement_pair: dict | None = None, algorithms: pd.DataFrame | None = None
+                   ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """atlas.json, the summary table and the roofline table. `comparisons` should already carry
     the torch_best rows (medians.with_torch_best), so that comparisons.parquet and map-details.json
     show them too; they are added here when missing. `agreement_cells` is compare_records'
     side-by-side table, when the build has one, and `agreement_pair` which records it sets
-    side by side (the session_agreement job's). `probes` is probe_summaries.probes_block's
+    side by side (the session_agreement job's); `algorithms` the kernels cuDNN ran per process
+    (reference_algorithms.algorithm_table), for a record that names them. `probes` is probe_summaries.probes_block's
     section (the probes of the public op), or None for callers made before it."""
     if "torch_best" not in set(comparisons["baseline"]):
         comparisons = with_torch_best(comparisons)
@@ -221,6 +224,13 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
     }
     if probes is not None:
         doc["probes"] = probes
+    if algorithms is not None and not algorithms.empty:
+        doc["reference_algorithms"] = {
+            "named": int(len(algorithms)),
+            "changed": algorithm_changes(algorithms, comparisons),
+            "torch_best": "a reference that ran several algorithms in the processes that paired "
+                          "a candidate is read on the batches of its fastest algorithm's "
+                          "processes before torch_best chooses and copies it"}
     return clean(doc), summary, roofline
 
 

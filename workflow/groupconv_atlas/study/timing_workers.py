@@ -104,6 +104,13 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict) -> None:
                     # search in this process; for the public op it resolves the call's plan.
                     warm_up(session, [b.run for b in bound.values()] + list(api.values()),
                             cfg.warmup_launches)
+                    # What cuDNN chose in this process for each PyTorch reference, by the
+                    # kernels one call runs (runtime/cudnn_choice), outside the samples.
+                    from ..runtime.cudnn_choice import gpu_kernels
+
+                    for b in bound.values():
+                        if "cudnn_benchmark" in b.details:
+                            b.details["kernels"] = gpu_kernels(torch, b.run)
                     sampler = PairedSampler(session, {n: b.run for n, b in bound.items()}, cfg,
                                             clocks, flush, api_runs=api).prepare()
                 tensors = (x, w, y, bound)
@@ -230,6 +237,9 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
                                   if "dispatches_to" in d},
                 "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from")
                                if k in d} for n, d in details.items()},
+                # Per process (as `ready`): the kernels each PyTorch reference ran.
+                "reference_kernels": {n: [r[2][n]["kernels"] for r in ready]
+                                      for n, d in details.items() if "kernels" in d},
             })
             elapsed = time.perf_counter() - t_begin
             eta = elapsed / (step + 1) * (len(plan) - step - 1)
