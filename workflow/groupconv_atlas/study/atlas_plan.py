@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from ..runtime.kernels import BASELINES
 from ..runtime.timing import BOUNDARIES
 from . import plan
 from .records import nearest_same_code
@@ -28,14 +29,31 @@ ATLAS_TABLES = ["atlas.json", "map-details.json", "summary.parquet", "comparison
                 "verification.parquet", "roofline.parquet", "current-evidence.md"]
 # What the report renders on every run (report.smk): these, then a forest figure per comparison
 # the timing jobs make and boundary, then the pages.
-REPORT_FIGURES = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "roofline.svg",
-                  "aa-calibration.svg", "boundaries.svg"]
+REPORT_FIGURES = ["atlas-map.html", "current-evidence.html", "glance.svg", "geomeans.svg",
+                  "roofline.svg", "aa-calibration.svg", "boundaries.svg"]
 REPORT_PAGES = ["comparisons-summary.html", "comparisons-per-shape.html", "verification.html",
                 "shapes.html", "latency.html", "provenance.html", "session.html",
                 "probes.html",  # the probes of the public op (report_probes)
                 "landing-headline.rst"]  # the landing page's headline (report_landing)
 # The cross-record comparison's folder: it reads records/ only, never a device's results.
 COMPARISONS = "results/comparisons"
+
+
+# torch_best (study/stats' derived reference), derived where both NCHW references were timed,
+# from the strict-FP32 references (their names here: this layer is below the statistics).
+TORCH_BEST, TORCH_BEST_NCHW_FROM = "torch_best", ("torch_tuned", "torch_default")
+STRICT_REFERENCES = [b for b, spec in BASELINES.items() if not spec["tf32"]]
+
+
+def torch_best_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(candidate, torch_best) for every candidate timed against a strict-FP32 reference, where
+    the jobs timed both NCHW references (else no torch_best is derived): the per-shape figure
+    against the reference the headline reads."""
+    if not set(TORCH_BEST_NCHW_FROM) <= {b for _, b in pairs}:
+        return []
+    candidates = dict.fromkeys(c for c, b in pairs
+                               if b in STRICT_REFERENCES and c not in STRICT_REFERENCES)
+    return [(c, TORCH_BEST) for c in candidates]
 
 
 class AtlasPlan:
@@ -63,9 +81,9 @@ class AtlasPlan:
         self.machine_code_table = f"{results}/machine_code.parquet"
         # (candidate, baseline, boundary) of every forest figure: each pair a timing job compares
         # (not the A/A one; in a replay, the jobs the record measured), at each boundary.
-        self.forest_figures = [(cand, base, boundary)
-                               for cand, base in plan.comparison_pairs(run.jobs)
-                               for boundary in BOUNDARIES]
+        pairs = plan.comparison_pairs(run.jobs)
+        self.forest_figures = [(cand, base, boundary) for cand, base in
+                               [*pairs, *torch_best_pairs(pairs)] for boundary in BOUNDARIES]
         self.report_assets = [*(f"{self.report_dir}/{f}" for f in REPORT_FIGURES),
                               *(self.forest_figure(*f) for f in self.forest_figures),
                               *(f"{self.report_dir}/{p}" for p in REPORT_PAGES)]

@@ -30,6 +30,10 @@ FOOTPRINT_BINS = ((None, 0.5), (0.5, 2.0), (2.0, None))
 # Implementations that compute in strict FP32 and may be "the fastest"; the TF32 reference and
 # the dispatcher (a choice among the others) are not.
 STRICT_REFERENCES = TORCH_BEST_FROM
+# The dispatchers a headline leads with, one per layout it serves, in this order: `dispatch`
+# (NCHW calls) is timed today; a channels_last dispatcher timed as a candidate of its own would
+# come second under this name.
+DISPATCHERS = {DISPATCH: "nchw", "dispatch_nhwc": "nhwc"}
 GROUP_KEYS = ("geomean_ratio", "shape_ci_low", "shape_ci_high", "noise_ci_low", "noise_ci_high",
               "shapes_compared", "n_win", "n_loss", "n_tie", "n_inconclusive", "n_unsupported",
               "n_incorrect")
@@ -90,9 +94,24 @@ def _group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg:
     return entries
 
 
+def implementation_layout(name: str) -> str:
+    """The layout an implementation (a dispatcher among them) computes in."""
+    return DISPATCHERS.get(name) or layout_of(name)
+
+
+def headline_candidates(summary: pd.DataFrame, reference: str) -> list[str]:
+    """What the headline leads with: each dispatcher measured against the reference at
+    graph_device (DISPATCHERS' order), else the single kernel headline_candidate picks."""
+    timed = summary[(summary["baseline"] == reference) & (summary["boundary"] == "graph_device")
+                    & (summary["shapes_compared"] > 0)]
+    leading = [d for d in DISPATCHERS if d in set(timed["candidate"])]
+    kernel = headline_candidate(summary, reference)
+    return leading or ([kernel] if kernel else [])
+
+
 def headline_candidate(summary: pd.DataFrame, reference: str) -> str | None:
-    """The custom kernel measured on the most shapes against the reference at graph_device,
-    the highest geometric mean among those."""
+    """The single custom kernel measured on the most shapes against the reference at
+    graph_device, the highest geometric mean among those."""
     rows = summary[(summary["baseline"] == reference) & summary["candidate"].isin(KERNELS)
                    & (summary["boundary"] == "graph_device") & (summary["shapes_compared"] > 0)]
     if rows.empty:
@@ -209,11 +228,11 @@ def reference_statement(reference: str, comparisons: pd.DataFrame) -> str:
 
 
 def _boundary_block(comparisons, summary, verification, reference, candidate, groups, l2_bytes,
-                    boundary, cfg) -> dict:
+                    boundary, cfg, others: tuple[str, ...] = ()) -> dict:
     """Against one reference at one boundary: every candidate's geometric mean, the headline
     candidate by region, and the fastest implementation per shape."""
     against = summary[(summary["baseline"] == reference) & (summary["boundary"] == boundary)
-                      & summary["candidate"].isin([*KERNELS, DISPATCH])]
+                      & summary["candidate"].isin([*KERNELS, *DISPATCHERS])]
     overall = [{"candidate": r["candidate"], **{k: r[k] for k in GROUP_KEYS}}
                for r in against.to_dict("records")]
     rows = comparisons[(comparisons["candidate"] == candidate)
@@ -231,9 +250,15 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
     against = comparisons[(comparisons["baseline"] == reference)
                           & (comparisons["boundary"] == boundary)]
     best = against[[k in chosen for k in zip(against["shape_id"], against["candidate"])]]
+    # A second leading dispatcher (`others`, e.g. a channels_last one) by region too.
+    extra = {"regions": {name: _regions(comparisons[(comparisons["candidate"] == name)
+                                                    & (comparisons["baseline"] == reference)
+                                                    & (comparisons["boundary"] == boundary)],
+                                        groups, l2_bytes, cfg) for name in others}} if others else {}
     return {
         "overall": overall,
         **_regions(rows, groups, l2_bytes, cfg),
+        **extra,
         # The same regions for the dispatcher: what a caller of `dispatch` gets where.
         "dispatch": _regions(dispatch, groups, l2_bytes, cfg) if not dispatch.empty else None,
         "best_custom": ({**_regions(best, groups, l2_bytes, cfg),
@@ -242,8 +267,31 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
                                       "layout, chosen on the same samples it is read from"}
                         if not best.empty else None),
         "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
+        # Per region (overall, kind, channels per group): the fastest verified implementation
+        # per shape, counted with its layout (the first screen's figure reads this).
+        "fastest_by_region": _fastest_by_region(fastest, groups),
         "fastest_per_shape": fastest,
     }
+
+
+def _fastest_by_region(fastest: list[dict], groups: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """{region: {"implementation (layout)": shapes}}, most shapes first; regions in the order
+    the headline's tables use."""
+    if not fastest:
+        return {}
+    frame = pd.DataFrame({"shape_id": [f["shape_id"] for f in fastest],
+                          "who": [f"{f['fastest']} ({f['fastest_layout']})" for f in fastest]})
+    frame = frame.join(groups[["kind", "channels_per_group"]], on="shape_id")
+    out = {"all shapes": frame["who"]}
+    for column, prefix, order in (("kind", "", KINDS), ("channels_per_group", "channels per "
+                                  "group: ", [channel_bin(lo) for lo, _ in CHANNEL_BINS])):
+        for label in order:
+            part = frame.loc[frame[column] == label, "who"]
+            if not part.empty:
+                out[f"{prefix}{label}"] = part
+    return {region: {k: int(v) for k, v in sorted(who.value_counts().items(),
+                                                  key=lambda kv: (-kv[1], kv[0]))}
+            for region, who in out.items()}
 
 
 def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
@@ -277,17 +325,22 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
     if reference is None:
         return {"reference": None, "summary_lines": [
             "No strict-FP32 PyTorch reference was timed in this record, so no headline."]}
-    candidate = headline_candidate(summary, reference)
+    candidates = headline_candidates(summary, reference)
+    candidate = candidates[0] if candidates else None
     groups = shape_groups(shapes_doc, l2_bytes).set_index("shape_id")
     doc = {"reference": reference,
            "reference_statement": reference_statement(reference, comparisons),
-           "candidate": candidate, "l2_bytes": l2_bytes, "boundaries": {},
+           # The dispatcher in each layout leads; the best single kernel comes after, labelled.
+           "candidate": candidate, "candidates": candidates,
+           "candidate_layouts": {c: implementation_layout(c) for c in candidates},
+           "kernel_candidate": headline_candidate(summary, reference),
+           "l2_bytes": l2_bytes, "boundaries": {},
            "interval": "two-stage bootstrap over shapes, then batches within each shape "
                        f"({cfg.confidence_level:.0%}, percentile, {cfg.resamples} resamples)"}
     for boundary in BOUNDARIES:
         doc["boundaries"][boundary] = _boundary_block(
             comparisons, summary, verification, reference, candidate, groups, l2_bytes,
-            boundary, cfg)
+            boundary, cfg, tuple(c for c in candidates[1:] if c != DISPATCH))
     if reference == TORCH_BEST and TORCH_BEST_NCHW in set(comparisons["baseline"]):
         # The reading against NCHW PyTorch alone, beside the headline and labelled as such.
         doc["nchw_only"] = {
