@@ -84,7 +84,30 @@ def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_
                            "h200-old (the same kernel sources and headers for k0, k1, k2, k5, "
                            "4 of its 5 kernels; chosen from the records' build hashes)"), line
     assert "agree in 33.3% of 3 shared cells" in line
-    assert line.endswith("with 2 WIN/LOSS reversals (against torch_tuned_nhwc: 2).")
+    assert "with 2 WIN/LOSS reversals (against torch_tuned_nhwc: 2)." in line
+    # Neither record names the kernels cuDNN ran: the reversals' cause is said to be unknown.
+    assert line.endswith("is not known: a record here does not name the kernels it ran.")
+    changes = [{"shape_id": "s1", "reference": "torch_tuned_nhwc",
+                "algorithms": {"h200-new": ["A"], "h200-old": ["B"]}}]
+    named = session_agreement(_wide(), "k5", {**pair, "reference_algorithm_changes": changes})
+    [line] = agreement_lines(named, "k5")
+    assert line.endswith("A reference ran another cuDNN algorithm in one session than in the "
+                         "other on 1 (shape, reference) cells (torch_tuned_nhwc: 1).")
+
+
+def test_an_algorithm_change_between_sessions_is_found_where_both_records_name_the_kernels():
+    from groupconv_atlas.study.reference_algorithms import algorithm_table, session_changes
+
+    def table(per_process):
+        return algorithm_table({"tuned": {"shapes": [
+            {"shape_id": "s1", "reference_kernels": {"torch_tuned_nhwc": per_process,
+                                                     "torch_tuned": [["C"]] * 2}}]}})
+
+    found = session_changes({"new": table([["A"], ["A"]]), "old": table([["B"], ["A"]])})
+    assert found == [{"shape_id": "s1", "reference": "torch_tuned_nhwc",
+                      "algorithms": {"new": ["A"], "old": ["A", "B"]}}]
+    assert session_changes({"new": table([["A"], ["A"]]), "old": table([["A"], ["A"]])}) == []
+    assert session_changes({"new": table([["A"]]), "old": algorithm_table({})}) is None
 
 
 def test_without_a_same_code_session_the_headline_says_so():

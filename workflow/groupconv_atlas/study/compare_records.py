@@ -18,6 +18,7 @@ from ..runtime.kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
 from .comparisons import comparisons_for_job
 from .record_check import check
+from .reference_algorithms import algorithm_table, session_changes  # noqa: F401  (the job's)
 from .records import checked_files, kernel_sources  # noqa: F401  (its name here too)
 from .stats import CLASSES, StatsConfig
 from ..runtime.timing import BOUNDARIES, batch_medians
@@ -93,6 +94,12 @@ def compare(manifests, cfg: StatsConfig, progress=print
         cells[name] = record_cells(record_dir, cfg)
         progress(f"{name}: {len(cells[name])} cells ({settings[name]})")
     return side_by_side(cells), checks, settings
+
+
+def record_algorithms(record_dir: str | Path) -> pd.DataFrame:
+    """The kernels cuDNN ran per process in a record's timing jobs (algorithm_table)."""
+    return algorithm_table({p.stem: json.loads(p.read_text()) for p in checked_files(
+        sorted((Path(record_dir) / "raw" / "timing").glob("*.json")))})
 
 
 def compare_job(smk, job, name: str):

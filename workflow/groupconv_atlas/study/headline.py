@@ -182,7 +182,10 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None,
                  "same_code": pair["same_code"], "kernels": pair["kernels"],
                  "rule": "the other committed record of this device that ran the same code "
                          "(kernel source and header hashes) for the most of this record's "
-                         "kernels, the nearest in time among those"}}
+                         "kernels, the nearest in time among those",
+                 # Cells whose reference ran another cuDNN algorithm in each session; None
+                 # where a record does not name the kernels.
+                 "reference_algorithm_changes": pair.get("reference_algorithm_changes")}}
     for boundary in BOUNDARIES:
         shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
         if shared.empty:

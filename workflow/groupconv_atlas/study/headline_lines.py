@@ -194,7 +194,18 @@ def agreement_lines(agreement: dict, cand: str) -> list[str]:
             + ("" if entry["reversals"] == 1 else "s")
             + (" (against " + ", ".join(f"{b}: {n}" for b, n in by_ref.items()) + ")"
                if by_ref else ""))
-    return [lines[0] + " " + "; ".join(lines[1:]) + "."]
+    sentence = lines[0] + " " + "; ".join(lines[1:]) + "."
+    if chosen and any(e["reversals"] for e in agreement["boundaries"].values()):
+        changes = chosen.get("reference_algorithm_changes")
+        sentence += (" Whether cuDNN ran another algorithm for a reference in one session than in "
+                     "the other is not known: a record here does not name the kernels it ran."
+                     if changes is None else
+                     f" A reference ran another cuDNN algorithm in one session than in the other "
+                     f"on {len(changes)} (shape, reference) cells"
+                     + (" (" + ", ".join(f"{r}: {n}" for r, n in sorted(pd.Series(
+                         [c["reference"] for c in changes]).value_counts().items())) + ")"
+                        if changes else "") + ".")
+    return [sentence]
 
 
 def _kernel_span(kernels: list[str]) -> str:

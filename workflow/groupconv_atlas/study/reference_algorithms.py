@@ -38,6 +38,21 @@ def algorithm_table(timing_meta: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def session_changes(tables: dict[str, pd.DataFrame]) -> list[dict] | None:
+    """Between records (algorithm_table of each, by record name): per (shape, reference) every
+    record names, the algorithms each ran where they differ; None when a record names none (a
+    change between sessions is then not known)."""
+    if not tables or any(t.empty for t in tables.values()):
+        return None
+    ran = pd.concat({name: t.groupby(["shape_id", "reference"])["kernels"]
+                     .agg(lambda k: sorted(set(k))) for name, t in tables.items()},
+                    axis=1, join="inner")
+    return [{"shape_id": shape_id, "reference": reference,
+             "algorithms": {name: row[name] for name in tables}}
+            for (shape_id, reference), row in ran.iterrows()
+            if len({tuple(v) for v in row}) > 1]
+
+
 def _reference_batches(comparisons: pd.DataFrame) -> pd.DataFrame:
     """(job, shape_id, reference, boundary, process, median_us): every measured batch median of
     a strict-FP32 PyTorch reference, once per job (each of its rows repeats the same batches)."""
