@@ -18,8 +18,8 @@ from helpers import SMOKE, copy_replayed, snakemake
 from helpers import SMOKE_DEVICE as DEVICE
 
 # What the report must show for any record (the optional stages' pages come on top).
-ALWAYS = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "aa-calibration.svg",
-          "boundaries.svg", "comparisons-summary.html", "comparisons-per-shape.html",
+ALWAYS = ["atlas-map.html", "current-evidence.html", "glance.svg", "geomeans.svg",
+          "aa-calibration.svg", "boundaries.svg", "comparisons-summary.html", "comparisons-per-shape.html",
           "verification.html", "shapes.html", "latency.html", "provenance.html", "session.html"]
 CATEGORIES = {"Atlas map", "Comparisons", "Verification", "Timing boundaries", "Provenance"}
 # The one http(s) string the map may hold: the SVG namespace its script creates elements in.

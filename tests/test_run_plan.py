@@ -115,15 +115,18 @@ def test_the_smoke_replay_has_no_nsight_captures_probes_or_mobilenet(smoke):
 def test_the_smoke_replay_plans_the_report_and_the_atlas_provenance(smoke):
     report = "results/h200-smoke/report"
     # A forest figure per (candidate, reference) pair the record's jobs compare, per boundary.
+    # Then each candidate against torch_best (both NCHW references were timed).
     pairs = [("k0", "torch_default"), ("k0", "torch_tuned"),
              *((k, ref) for k in ("k1", "k2", "k3") for ref in ("k0", "torch_default",
-                                                                 "torch_tuned"))]
+                                                                 "torch_tuned")),
+             *((k, "torch_best") for k in ("k0", "k1", "k2", "k3"))]
     assert smoke.atlas.forest_figures == [(c, b, boundary) for c, b in pairs
                                           for boundary in ("graph_device", "sync_api")]
     assets = smoke.atlas.report_assets
-    assert assets[:2] == [f"{report}/atlas-map.html", f"{report}/current-evidence.html"]
-    assert assets[6] == f"{report}/forest/k0__vs__torch_default__graph_device.svg"
-    assert assets[-1] == f"{report}/landing-headline.rst" and len(assets) == 6 + 22 + 9
+    assert assets[:3] == [f"{report}/atlas-map.html", f"{report}/current-evidence.html",
+                          f"{report}/glance.svg"]
+    assert assets[7] == f"{report}/forest/k0__vs__torch_default__graph_device.svg"
+    assert assets[-1] == f"{report}/landing-headline.rst" and len(assets) == 7 + 30 + 9
     # The record's cubins are there (machine code); no MobileNet, Nsight or tuning records.
     assert smoke.atlas.optional_report_assets() == [f"{report}/machine-code.html"]
     # The smoke config leaves the cross-record page out of `atlas`.
