@@ -12,8 +12,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from .axes import draw_interval_rows
-from .style import baseline_label, new_figure, styled
+from .axes import draw_interval_rows, ratio_axis
+from .style import new_figure, styled
 
 MARKERS = ("o", "s", "D", "^")
 # The fastest implementations named beside each row (the rest are counted as "others").
@@ -36,7 +36,9 @@ def _regions(graph: dict, name: str, lead: str) -> list[tuple[str, dict]]:
 
 
 def _fastest_words(counts: dict[str, int]) -> str:
-    named = list(counts.items())[:NAMED_FASTEST]
+    """"k8 (nhwc) 29, k5 (nchw) 12, others 9": most shapes first (atlas.json's keys are sorted
+    by name)."""
+    named = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:NAMED_FASTEST]
     rest = sum(counts.values()) - sum(n for _, n in named)
     return ", ".join(f"{who} {n}" for who, n in named) + (f", others {rest}" if rest else "")
 
@@ -59,28 +61,33 @@ def glance_figure(headline: dict, threshold: float, floor: dict | None = None) -
                "high": [rows[n].get(lb, {}).get("shape_ci_high") for lb in labels]}
               for n, marker in zip(rows, MARKERS)]
     shapes = {lb: next(rows[n][lb]["shapes"] for n in rows if lb in rows[n]) for lb in labels}
-    fig = new_figure(6.2 if floor is None else 8.0, 1.5 + 0.3 * len(labels))
-    axes = fig.subplots(1, 1 if floor is None else 2, sharey=True, squeeze=False)[0]
-    ax = axes[0]
+    # The ratio panel, the floor panel when given, and a column naming the fastest per region
+    # (an axes of its own, so the layout makes room for it).
+    panels = 2 if floor is None else 3
+    fig = new_figure(7.2 if floor is None else 9.2, 1.5 + 0.3 * len(labels))
+    axes = fig.subplots(1, panels, sharey=True,
+                        width_ratios=[3, 2] if floor is None else [3, 2, 2])
+    ax, names = axes[0], axes[-1]
     draw_interval_rows(ax, [f"{lb} ({shapes[lb]})" for lb in labels], series, threshold)
-    ax.set_xlabel(f"{baseline_label(headline['reference']).split(',')[0]} time / "
-                  "implementation time (log); > 1: faster than PyTorch", fontsize=7)
-    who = ", ".join(f"{m} {n}" for n, m in zip(rows, MARKERS))
-    ax.set_title(f"At a glance (graph_device): {who} against {headline['reference']}, "
-                 "per region", fontsize=8, loc="left")
+    floor_words = ("" if floor is not None else "\nagainst the floor (a same-bytes copy timed "
+                   "beside the kernels): not in this record")
+    ax.set_xlabel(f"{headline['reference']} time / implementation time (log); > 1: faster than "
+                  f"PyTorch{floor_words}", fontsize=7)
+    who = (f"{rows and list(rows)[0]}" if len(rows) == 1 else
+           ", ".join(f"{n} ({m})" for n, m in zip(rows, MARKERS)))
+    fig.suptitle(f"At a glance, graph_device: {who} against {headline['reference']} per region "
+                 "of shapes", fontsize=8.5, x=0.01, ha="left")
     by_region = graph.get("fastest_by_region") or {}
-    right = blended_transform_factory(axes[-1].transAxes, axes[-1].transData)
     y = np.arange(len(labels))[::-1]
+    names.set_axis_off()
+    names.set_title("fastest verified implementation (its shapes)", fontsize=7, loc="left")
     for i, label in enumerate(labels):
         counts = by_region.get(label) or by_region.get(f"channels per group: {label}") or {}
         if counts:
-            axes[-1].text(1.02, y[i], "fastest: " + _fastest_words(counts), transform=right,
-                          fontsize=6.5, va="center")
+            names.text(0.0, y[i], _fastest_words(counts), fontsize=6.5, va="center",
+                       transform=blended_transform_factory(names.transAxes, names.transData))
     if floor is not None:
         _floor_panel(axes[1], labels, floor)
-    else:
-        fig.text(0.01, 0.005, "Against the floor (a same-bytes copy timed beside the kernels): "
-                 "not in this record.", fontsize=6.5, color="#555555")
     return fig
 
 
@@ -93,7 +100,12 @@ def _floor_panel(ax, labels: list[str], floor: dict) -> None:
             continue
         ax.hlines(y[i], reading["low"], reading["high"], color="#444444", lw=2.0)
         ax.scatter([reading["point"]], [y[i]], marker="o", s=30, color="#444444", zorder=3)
+    values = [v for r in floor.values() if r for v in (r.get("low"), r.get("high"))
+              if v is not None]
+    lo, hi = min([1.0, *values]) / 1.12, max([1.0, *values]) * 1.12
     ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ratio_axis(ax.xaxis, lo, hi)
     ax.axvline(1.0, color="#222222", lw=0.8)
-    ax.set_xlabel("time / copy floor (log); 1: at the floor", fontsize=7)
+    ax.set_xlabel("time / floor (log)\n1: at the floor", fontsize=7)
     ax.set_title("against the floor", fontsize=8, loc="left")
