@@ -35,11 +35,12 @@ PANE_JS = """([pane, shown]) => {
 # body holds (a centred page would have one above 0), then whether scrolling reaches the end.
 FRAME_JS = """() => {
     const doc = document.scrollingElement || document.documentElement;
+    const body = document.body || document.documentElement;  // an SVG document has no body
     scrollTo(0, 0);
     const heading = document.querySelector("h1, h2, h3");
     // The body's children and theirs: where a centring layout would push content up (every
     // cell of a large table would be slow to read and adds nothing).
-    const flowing = [...document.body.querySelectorAll(":scope > *, :scope > * > *")]
+    const flowing = [body, ...body.querySelectorAll(":scope > *, :scope > * > *")]
         .filter(e => { const s = getComputedStyle(e).position;
                        return s !== "fixed" && s !== "sticky"; });
     const highest = flowing.reduce((low, e) => Math.min(low, e.getBoundingClientRect().top), 0);
@@ -82,12 +83,13 @@ def pane_problems(view: dict, what: str, size: str) -> list[str]:
     return out
 
 
-def frame_problems(view: dict, what: str, size: str) -> list[str]:
-    """What a framed page's own reading says is cut off (its frame is read by pane_problems)."""
+def frame_problems(view: dict, what: str, size: str, figure: bool = False) -> list[str]:
+    """What a page's own reading says is cut off (in a frame, or opened on its own); a
+    `figure` (an SVG file) has no heading to show."""
     out = []
-    if view["heading"] is None:
+    if view["heading"] is None and not figure:
         out.append(f"{what} at {size}: the page has no heading (h1-h3) to show first")
-    elif not inside(view["heading"], view["window"]):
+    elif view["heading"] is not None and not inside(view["heading"], view["window"]):
         out.append(f"{what} at {size}: its first heading ({view['headingText']!r}) is at "
                    f"{view['heading']:.0f} px at scroll 0, outside the frame (0 to "
                    f"{view['window']})")

@@ -45,3 +45,29 @@ def test_the_check_sees_a_top_cut_off_by_snakemakes_own_layout(browser, smoke_re
     for view in landing:
         assert any("first heading" in p and "outside the window" in p
                    for p in view["problems"]), view
+
+
+def test_every_page_and_figure_file_opened_on_its_own_is_shown_whole(browser, smoke_replay):
+    """The report's pages and figures as the files results/<device>/report/ holds, each opened
+    on its own at both sizes: a page's first heading inside the window at scroll 0, nothing
+    above its top, and scrolling reaching its end."""
+    from helpers import SMOKE_DEVICE
+    from report_view import FRAME_JS, frame_problems
+    from test_report_browser import FRAME_READY_JS, READY_TIMEOUT_MS
+
+    folder = smoke_replay / "results" / SMOKE_DEVICE / "report"
+    files = sorted([*folder.glob("*.html"), *folder.glob("*.svg"), *folder.glob("forest/*.svg")])
+    assert any(f.suffix == ".html" for f in files) and any(f.suffix == ".svg" for f in files)
+    cut = []
+    context = browser.new_context(offline=True)
+    page = context.new_page()
+    for viewport in VIEWPORTS:
+        page.set_viewport_size(viewport)
+        for path in files:
+            page.goto(path.as_uri())
+            if path.suffix == ".html":
+                page.wait_for_function(FRAME_READY_JS, timeout=READY_TIMEOUT_MS, polling=100)
+            cut += frame_problems(page.evaluate(FRAME_JS), path.relative_to(folder).as_posix(),
+                                  size_name(viewport), figure=path.suffix == ".svg")
+    context.close()
+    assert not cut, "not shown whole on its own:\n" + "\n".join(cut)
