@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+import textwrap
 
 from ...runtime.kernels import layout_of
 
@@ -29,8 +30,11 @@ def landing_headline(atlas: dict, glance_svg: bytes | None = None) -> str:
     title = "The answer first"
     out = [title, "-" * len(title), ""]
     if glance_svg:
+        # The URI in lines (docutils joins an image URI's lines): one line would pass the
+        # line-length limit docutils reads an included file with.
         data = base64.b64encode(glance_svg).decode()
-        out += [f".. image:: data:image/svg+xml;base64,{data}",
+        out += [".. image::", *(f"   {line}" for line in
+                                textwrap.wrap(f"data:image/svg+xml;base64,{data}", 76)),
                 "   :alt: the dispatcher against torch_best per region, and the fastest "
                 "implementation per region", "   :width: 100%", ""]
     out += [f"From atlas.json, {_rst_text(source)}; the reference is "
