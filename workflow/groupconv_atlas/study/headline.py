@@ -7,7 +7,9 @@ The reference is torch_best (per shape and boundary the fastest strict-FP32 PyTo
 measured: torch_default and torch_tuned, and where the record timed them, the same on
 channels_last tensors) when the record timed torch_default and torch_tuned both, else
 torch_tuned. Where channels_last references were timed, the NCHW-only reading (torch_best_nchw)
-stands beside it, labelled as such. The sentences made of it are headline_lines'."""
+stands beside it, labelled as such. The headline leads with the dispatcher in each layout timed
+as a candidate (DISPATCHERS), the single kernels after it; a record that timed no dispatcher
+leads with its best single kernel. The sentences made of it are headline_lines'."""
 from __future__ import annotations
 
 import pandas as pd
