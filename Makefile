@@ -10,7 +10,13 @@ TORCH ?= torch==2.13.0
 QUIET ?= --quiet rules host
 SNAKEMAKE := $(VENV)/bin/snakemake
 # `make replay RECORD=<name>`: a committed record, with the configuration records/INDEX.json names.
+# Every Snakemake target below takes RECORD too (`make report RECORD=<name>` after that replay),
+# so no later command has to be typed as a long `snakemake ...` line.
 RECORD ?=
+# The shell words that open each Snakemake recipe: with RECORD, the record's arguments in $$args
+# (an unknown record stops the recipe, naming the records there are), else nothing.
+WITH_RECORD = args="$$(if [ -n "$(RECORD)" ]; then PYTHONPATH=workflow $(PY) -m groupconv_atlas.study.records replay-args $(RECORD); fi)" && \
+	{ [ -z "$$args" ] || echo "snakemake ... $$args"; } &&
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 atlas: $(VENV)/.installed
-	$(SNAKEMAKE) atlas $(QUIET)
+	@$(WITH_RECORD) $(SNAKEMAKE) atlas $$args $(QUIET)
 
 # The fast set (every test but the integration set: about 5 minutes on 2 cores); test-all adds
 # the integration set (the 80-shape record replay, the SLURM cluster, the browser);
@@ -43,21 +49,20 @@ test-integration: $(VENV)/.installed
 # The report Snakemake bundles, written to reports/ (a bare `snakemake --report` would drop a
 # large report.html at the top of the checkout).
 report: $(VENV)/.installed
-	$(SNAKEMAKE) atlas report_assets $(QUIET)
-	$(SNAKEMAKE) --report reports/atlas.html $(QUIET)
+	@$(WITH_RECORD) $(SNAKEMAKE) atlas report_assets $$args $(QUIET) && \
+	  $(SNAKEMAKE) $$args --report reports/atlas.html $(QUIET)
 
 # Re-hash every output the last `make atlas` indexed; never reruns anything first, so a changed
 # file is reported rather than re-indexed.
 verify: $(VENV)/.installed
-	$(SNAKEMAKE) verify_provenance $(QUIET)
+	@$(WITH_RECORD) $(SNAKEMAKE) verify_provenance $$args $(QUIET)
 
 mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe: $(VENV)/.installed
-	$(SNAKEMAKE) $@ $(QUIET)
+	@$(WITH_RECORD) $(SNAKEMAKE) $@ $$args $(QUIET)
 
 replay: $(VENV)/.installed
 	@test -n "$(RECORD)" || { echo "make replay RECORD=<name>: one of $$(ls records | grep -v INDEX | tr '\n' ' ')"; exit 2; }
-	@args="$$(PYTHONPATH=workflow $(PY) -m groupconv_atlas.study.records replay-args $(RECORD))" && \
-	  echo "snakemake atlas $$args" && $(SNAKEMAKE) atlas $$args $(QUIET)
+	@$(WITH_RECORD) $(SNAKEMAKE) atlas $$args $(QUIET)
 
 clean:
 	rm -rf results/*/ .snakemake

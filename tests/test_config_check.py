@@ -111,3 +111,53 @@ def test_kernels_left_out_narrow_all_and_name_an_unknown_kernel():
     assert config["timing"]["candidates"] == config["kernels"]
     (line,) = registry_errors({"kernels": "all", "kernels_left_out": ["k1", "k77"]})
     assert line.startswith("kernels_left_out.1: 'k77', not in the registry")
+
+
+def test_a_shapes_file_given_as_a_config_file_is_named_in_one_line():
+    shapes = yaml.safe_load((REPO_ROOT / "config" / "shapes.yaml").read_text())
+    config = copy.deepcopy(BASE) | shapes  # what `--configfile config/shapes.yaml` merges in
+    errors = config_errors(config)
+    assert len(errors) == 1, errors
+    line = errors[0]
+    assert line.startswith("shapes: a list of") and "--configfile" in line, line
+    assert f"{len(shapes['shapes'])} shapes" in line and len(line) < 300, line
+
+
+def test_a_long_value_is_cut_to_a_short_line():
+    errors = _with(lambda c: c.update(kernels=[{"shape": i} for i in range(100)]))
+    assert errors and all(len(e) < 400 for e in errors), errors
+
+
+def test_every_shape_id_list_is_checked_against_the_shape_set():
+    from groupconv_atlas.study.config_check import shape_id_errors
+    from groupconv_atlas.study.shapes_table import load_shapes
+
+    ids = {s.id for s in load_shapes(REPO_ROOT / BASE["shapes"])}
+    assert shape_id_errors(BASE, ids) == []
+    config = copy.deepcopy(BASE)
+    known = config["crosscheck"]["shapes"][0]
+    config["crosscheck"]["shapes"].append("no-such-shape")
+    config["overhead"]["shapes"][1] = known + "x"
+    config["nsight"]["pairs"].append(["another-missing", "k5"])
+    errors = shape_id_errors(config, ids)
+    assert len(errors) == 3, errors
+    where = {e.split(":")[0] for e in errors}
+    assert where == {f"crosscheck.shapes.{len(config['crosscheck']['shapes']) - 1}",
+                     "overhead.shapes.1", f"nsight.pairs.{len(config['nsight']['pairs']) - 1}"}
+    assert any(f"did you mean {known!r}" in e for e in errors), errors
+
+
+def test_an_unknown_shape_id_stops_the_plan_before_any_job(monkeypatch):
+    """Through the run's plan, as `snakemake` builds it: refused with the field named."""
+    import pytest
+    from snakemake.utils import validate
+
+    from groupconv_atlas.study.plan import PlanError
+    from groupconv_atlas.study.run_plan import RunPlan
+
+    monkeypatch.chdir(REPO_ROOT)
+    config = copy.deepcopy(BASE)
+    config["overhead"]["shapes"] = ["not-a-shape"]
+    validate(config, str(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+    with pytest.raises(PlanError, match=r"config overhead\.shapes\.0: 'not-a-shape'"):
+        RunPlan.from_config(config, REPO_ROOT, 2, gpu_available=lambda: False)

@@ -18,7 +18,8 @@ RATIOS = {"dw-small": (2.0, 2.5), "dw-big": (3.0, 3.5), "g4": (1.5, 1.6), "g32":
 
 
 def shapes_doc():
-    return {"shapes": [{"id": s, "cin_per_group": cpg, "min_bytes": b} for s, cpg, b in SHAPES]}
+    return {"shapes": [{"id": s, "cin_per_group": cpg, "cout_per_group": cpg, "min_bytes": b}
+                       for s, cpg, b in SHAPES]}
 
 
 def comparisons():
@@ -62,6 +63,38 @@ def test_bins_name_their_ranges():
     groups = shape_groups(shapes_doc(), L2).set_index("shape_id")
     assert groups.loc["dw-big", "footprint"] == "2x L2 or more"
     assert groups.loc["g32", "kind"] == "grouped"
+
+
+def test_the_depth_multiplier_shape_is_a_kind_of_its_own():
+    """Depthwise is groups = C_in = C_out; one input channel per group feeding two outputs (the
+    shape set's depth multiplier) is named apart, and grouped stays grouped."""
+    doc = {"shapes": [{"id": "dw", "cin_per_group": 1, "cout_per_group": 1, "min_bytes": 1},
+                      {"id": "mult", "cin_per_group": 1, "cout_per_group": 2, "min_bytes": 1},
+                      {"id": "g2", "cin_per_group": 2, "cout_per_group": 2, "min_bytes": 1}]}
+    kinds = shape_groups(doc, L2).set_index("shape_id")["kind"].to_dict()
+    assert kinds == {"dw": "depthwise", "mult": "depth multiplier", "g2": "grouped"}
+
+
+def test_the_shape_sets_depthwise_shapes_are_those_with_groups_equal_to_both_channel_counts():
+    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv_atlas.study.shapes_table import load_shapes
+
+    shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
+    doc = {"shapes": [{"id": s.id, "cin_per_group": s.c_in // s.groups,
+                       "cout_per_group": s.c_out // s.groups, "min_bytes": 1} for s in shapes]}
+    kinds = shape_groups(doc, L2).set_index("shape_id")["kind"]
+    by_rule = {s.id for s in shapes if s.groups == s.c_in == s.c_out}
+    assert set(kinds[kinds == "depthwise"].index) == by_rule
+    assert list(kinds[kinds == "depth multiplier"].index) == [
+        s.id for s in shapes if s.groups == s.c_in != s.c_out]
+
+
+def test_a_footprint_region_is_named_as_a_footprint():
+    from groupconv_atlas.study.headline_lines import _group_words
+
+    assert _group_words("2x L2 or more") == "footprint 2x L2 or more"
+    assert _group_words("under 0.5x L2") == "footprint under 0.5x L2"
+    assert _group_words("2-4") == "2-4 channels per group"
 
 
 def test_headline_uses_torch_best_and_splits_wins_from_losses(headline):
@@ -126,8 +159,10 @@ def test_session_agreement_is_read_from_the_cross_record_cells():
     graph = agreement["boundaries"]["graph_device"]
     assert (graph["cells"], graph["classes_agree"], graph["reversals"]) == (3, 1, 1)
     assert graph["candidate"]["cells"] == 2 and graph["candidate"]["classes_agree"] == 1
-    assert any("agree in 33% of 3 shared cells (50% of 2 for k5" in line
-               and line.endswith("with 1 WIN/LOSS reversal.") for line in doc["summary_lines"])
+    assert any(line.startswith("Between sessions b and c: at graph_device")
+               and "agree in 33.3% of 3 shared cells (50.0% of 2 for k5" in line
+               and line.endswith("with 1 WIN/LOSS reversal (against torch_tuned: 1).")
+               for line in doc["summary_lines"])
     summary = summarize(comp, CFG).set_index(["baseline", "boundary"])
     assert summary.loc[("torch_best", "graph_device"), "torch_best_chosen"] == {
         "torch_default": 1, "torch_tuned": 3}
@@ -156,7 +191,7 @@ def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
 
     blocks = template_blocks()
     assert set(blocks) == {"document", "headline_tables", "nchw_only", "caveats", "roofline",
-                           "spread", "crosscheck"}
+                           "spread", "algorithms", "crosscheck"}
     assert "## The answer first" in blocks["document"].template
     with pytest.raises(KeyError, match="no_such_value"):
         fill(Template("$device $no_such_value"), device="h200")

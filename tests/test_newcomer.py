@@ -106,3 +106,32 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_a_short_log(tmp_path):
     assert len(log.splitlines()) < 120, log
     index = json.loads((repo / "results" / "h200-cudnn-check" / "provenance-complete.json").read_text())
     assert index["record"].endswith(CHECK_RECORD)
+
+
+def snakemake_targets() -> list[str]:
+    """The Makefile's targets whose recipe runs Snakemake."""
+    targets, current = [], []
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        rule = re.match(r"^([\w .-]+):(?!=)", line)
+        if rule:
+            current = rule.group(1).split()
+        elif line.startswith("\t") and "$(SNAKEMAKE)" in line:
+            targets += [t for t in current if t not in targets]
+    return targets
+
+
+def test_every_make_target_takes_record(tmp_path):
+    """After `make replay RECORD=<name>`, every make target that runs Snakemake takes the same
+    RECORD= and passes the record's replay arguments (Snakemake itself replaced by echo)."""
+    targets = snakemake_targets()
+    assert {"atlas", "report", "verify", "replay", "nsight", "compare_records"} <= set(targets)
+    wanted = " ".join(replay_arguments(ROOT / "records", CHECK_RECORD))
+    for target in targets:
+        res = make(ROOT, target, f"RECORD={CHECK_RECORD}", "SNAKEMAKE=echo")
+        assert res.returncode == 0, (target, res.stdout, res.stderr)
+        runs = [line for line in res.stdout.splitlines() if not line.startswith("snakemake ...")]
+        assert runs and all(wanted in line for line in runs), (target, res.stdout)
+    plain = make(ROOT, "verify", "SNAKEMAKE=echo")
+    assert plain.returncode == 0 and "record=" not in plain.stdout, plain.stdout
+    unknown = make(ROOT, "report", "RECORD=no-such-record", "SNAKEMAKE=echo")
+    assert unknown.returncode != 0 and "no-such-record" in unknown.stderr, unknown.stderr

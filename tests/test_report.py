@@ -18,8 +18,8 @@ from helpers import SMOKE, copy_replayed, snakemake
 from helpers import SMOKE_DEVICE as DEVICE
 
 # What the report must show for any record (the optional stages' pages come on top).
-ALWAYS = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "aa-calibration.svg",
-          "boundaries.svg", "comparisons-summary.html", "comparisons-per-shape.html",
+ALWAYS = ["atlas-map.html", "current-evidence.html", "glance.svg", "geomeans.svg",
+          "aa-calibration.svg", "boundaries.svg", "comparisons-summary.html", "comparisons-per-shape.html",
           "verification.html", "shapes.html", "latency.html", "provenance.html", "session.html"]
 CATEGORIES = {"Atlas map", "Comparisons", "Verification", "Timing boundaries", "Provenance"}
 # The one http(s) string the map may hold: the SVG namespace its script creates elements in.
@@ -71,6 +71,12 @@ def test_report_holds_every_page_with_a_caption_in_its_category(replay):
     # The front page (reports/workflow.rst) is rendered, with the config filled in.
     desc = embedded_json(page, "workflow-desc", "workflow_desc")
     assert "How to read this report" in desc and DEVICE in desc
+    # The landing page opens with the first screen's figure, and docutils rendered all of it
+    # (a line over its limit, say, shows as a "System Message" in the page).
+    assert "System Message" not in desc, desc[desc.index("System Message"):][:300]
+    assert re.search(r'<img alt="[^"]*" src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]{1000,}"',
+                     desc), "the landing page shows no glance figure"
+    assert desc.index("data:image/svg+xml") < desc.index("How it was measured")
 
 
 def test_report_without_optional_stages_has_no_pages_for_them(replay):

@@ -7,10 +7,13 @@ html_blocks.packed_page) must not be blank: not about:blank or about:blank#block
 leaves for a data: URL over 2 MiB), not an empty body, not a page still unpacking, and it must
 show some text or an image. A figure must decode; a download must hand over its bytes. No page
 may raise an error, and nothing but file: and data: may be requested. The landing page must
-state the headline figure (atlas.json -> headline).
+state the headline figure (atlas.json -> headline). At each window size of
+report_view.VIEWPORTS, the landing page's and every framed page's first heading and every
+figure's top edge must be inside the window at scroll 0, and scrolling must reach their end.
 
 Screenshots of every category and every result page, with an index (category, subcategory,
-result, the frame's visible text length), go to tests/artifacts/report/ (git-ignored).
+result, the frame's visible text length), go to tests/artifacts/report/ (git-ignored); beside
+each, what a window of each size shows at scroll 0 (`...--1400x1000.png`).
 
 Needs Chromium at /usr/bin/chromium and Playwright for Python: the `browser` fixture in
 conftest.py skips, saying why, without them."""
@@ -25,10 +28,12 @@ from pathlib import Path
 
 import pytest
 from helpers import SMOKE_DEVICE as DEVICE
+from report_view import (FRAME_JS, PANE_JS, VIEWPORTS, frame_problems, pane_problems,
+                         size_name)
 from test_report import ALWAYS, CATEGORIES
 
 ARTIFACTS = Path(__file__).parent / "artifacts" / "report"
-VIEWPORT = {"width": 1600, "height": 1000}
+VIEWPORT = VIEWPORTS[0]
 # A full-page screenshot grows the viewport to the content's height (the report scrolls inside
 # fixed-height panes, so Chromium's own full_page sees one screen), up to this.
 MAX_SHOT_HEIGHT = 12_000
@@ -107,6 +112,7 @@ class ReportWalk:
                      if msg.type == "error" else None)
         self.shots: list[dict] = []       # one per screenshot: what it shows
         self.shown: list[dict] = []       # one per result clicked
+        self.views: list[dict] = []       # one per page or figure and window size: what is cut
         self.problems: list[str] = []     # what was blank or broken, naming category and result
         self.notes: list[str] = []        # what the walk had to do twice
         self.navigation: dict = {}
@@ -172,6 +178,7 @@ class ReportWalk:
         landing = page.locator(f"{CONTENT} .prose").inner_text()
         self.screenshot("00-landing.png", "(landing page)", "", "", "workflow description",
                         len(landing.strip()))
+        self.check_views("(landing page)", ".prose", "00-landing")
         self.note_errors("(landing page)", "")
         data_categories = self.js(
             "() => Object.fromEntries(Object.entries(categories).map(([c, subs]) => "
@@ -211,6 +218,7 @@ class ReportWalk:
         self.context.close()
         return {"landing": landing, "navigation": self.navigation, "shown": self.shown,
                 "shots": self.shots, "problems": self.problems, "refused": self.refused,
+                "views": self.views,
                 "console_errors": self.console, "notes": self.notes}
 
     def results_table(self, number: int, category: str, sub: str):
@@ -280,6 +288,8 @@ class ReportWalk:
                 self.problems.append(f"{where} ({name}): the figure did not decode (0x0)")
         self.screenshot(shot, category, sub, name, entry["kind"], entry.get("text"),
                         entry.get("height"))
+        self.check_views(f"{where} ({name})", "iframe" if entry["kind"] == "frame" else "img",
+                         shot.removesuffix(".png"), entry["kind"] == "frame")
         self.shown.append(entry)
         self.note_errors(category, f"{sub} / {name}")
 
@@ -341,6 +351,24 @@ class ReportWalk:
         return {"kind": "frame", "url": st["url"][:40], "text": st["text"],
                 "media": st["media"], "height": st["height"], "blank": why}
 
+    def check_views(self, what: str, shown: str, stem: str, framed: bool = False):
+        """At each window size: whether `shown` (a selector in the content pane) and, in a
+        frame, its page are shown from their top and scroll to their end (report_view), with
+        a screenshot of the window at scroll 0."""
+        for viewport in VIEWPORTS:
+            self.page.set_viewport_size(viewport)
+            self.page.evaluate(SETTLED_JS)
+            size = size_name(viewport)
+            problems = pane_problems(self.js(PANE_JS, [CONTENT, shown]), what, size)
+            if framed:
+                frame = self.page.locator(f"{CONTENT} iframe").element_handle().content_frame()
+                problems += frame_problems(frame.evaluate(FRAME_JS), what, size)
+            shot = f"{stem}--{size}.png"
+            self.page.screenshot(path=str(self.out / shot))
+            self.views.append({"what": what, "size": size, "problems": problems, "file": shot})
+        self.page.set_viewport_size(VIEWPORT)
+        self.page.evaluate(SETTLED_JS)
+
     def note_errors(self, category: str, what: str):
         if self.errors:
             self.problems.append(f"{category} / {what}: page error(s): {self.errors}")
@@ -382,6 +410,9 @@ def write_index(walk: dict, out: Path):
                                 f"download, {d['bytes']} bytes", "-"]))
     if walk["problems"]:
         lines += ["", "# blank or broken:"] + [f"# {p}" for p in walk["problems"]]
+    cut = [p for v in walk["views"] for p in v["problems"]]
+    if cut:
+        lines += ["", "# not shown whole:"] + [f"# {p}" for p in cut]
     if walk["notes"]:
         lines += ["", "# notes:"] + [f"# {n}" for n in walk["notes"]]
     if walk["console_errors"]:  # noted, not failed on: a console error is no page error

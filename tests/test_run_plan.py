@@ -96,9 +96,8 @@ def test_the_smoke_replay_has_no_nsight_captures_probes_or_mobilenet(smoke):
     assert smoke.nsight.pairs == [] and smoke.nsight.captures == []
     assert smoke.nsight.record == smoke.record and not smoke.nsight.borrows_record
     assert smoke.notes[1] == (
-        f"record {SMOKE_RECORD} lacks {SMOKE_PAIRS_CONFIGURED} of the {SMOKE_PAIRS_CONFIGURED} "
-        "configured Nsight captures (first: cpg2-n8-c256-14x14-g128, k1); the nsight table "
-        "leaves them out and shows the captures the record holds")
+        f"record {SMOKE_RECORD} holds no Nsight captures (this configuration names "
+        f"{SMOKE_PAIRS_CONFIGURED} pairs); the nsight table is empty")
     assert smoke.atlas.probe_results == []
     assert smoke.atlas.probe_plan["overhead"] == {
         "snakemake_target": "overhead_probe", "raw": f"records/{SMOKE_RECORD}/raw/overhead",
@@ -116,15 +115,18 @@ def test_the_smoke_replay_has_no_nsight_captures_probes_or_mobilenet(smoke):
 def test_the_smoke_replay_plans_the_report_and_the_atlas_provenance(smoke):
     report = "results/h200-smoke/report"
     # A forest figure per (candidate, reference) pair the record's jobs compare, per boundary.
+    # Then each candidate against torch_best (both NCHW references were timed).
     pairs = [("k0", "torch_default"), ("k0", "torch_tuned"),
              *((k, ref) for k in ("k1", "k2", "k3") for ref in ("k0", "torch_default",
-                                                                 "torch_tuned"))]
+                                                                 "torch_tuned")),
+             *((k, "torch_best") for k in ("k0", "k1", "k2", "k3"))]
     assert smoke.atlas.forest_figures == [(c, b, boundary) for c, b in pairs
                                           for boundary in ("graph_device", "sync_api")]
     assets = smoke.atlas.report_assets
-    assert assets[:2] == [f"{report}/atlas-map.html", f"{report}/current-evidence.html"]
-    assert assets[6] == f"{report}/forest/k0__vs__torch_default__graph_device.svg"
-    assert assets[-1] == f"{report}/landing-headline.rst" and len(assets) == 6 + 22 + 9
+    assert assets[:3] == [f"{report}/atlas-map.html", f"{report}/current-evidence.html",
+                          f"{report}/glance.svg"]
+    assert assets[7] == f"{report}/forest/k0__vs__torch_default__graph_device.svg"
+    assert assets[-1] == f"{report}/landing-headline.rst" and len(assets) == 7 + 30 + 9
     # The record's cubins are there (machine code); no MobileNet, Nsight or tuning records.
     assert smoke.atlas.optional_report_assets() == [f"{report}/machine-code.html"]
     # The smoke config leaves the cross-record page out of `atlas`.
@@ -172,6 +174,9 @@ def test_the_newest_record_replays_with_its_captures_probes_and_tunings():
     assert plan.nsight.captures == [f"records/{newest}/raw/nsight/{s}__{i}.ncu-rep"
                                     for s, i in plan.nsight.pairs]
     assert plan.nsight.record_check() == [] and plan.nsight.record_name == newest
+    # The note every command prints says what the record holds, as its Nsight page shows it.
+    said = [n for n in plan.notes if "Nsight captures" in n]
+    assert len(said) <= 1 and all(f"holds {len(captures)} Nsight captures" in n for n in said)
     for impl, tables in plan.nsight.timing.items():
         assert tables and all(t.startswith(f"records/{newest}/raw/timing/") for t in tables), impl
     # Each probe joins the atlas where the record holds its raw samples.

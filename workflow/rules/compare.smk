@@ -12,7 +12,7 @@ COMPARISONS = PLAN.atlas.comparisons
 rule compare_records:
     input:
         unpack(PLAN.atlas.compare_inputs),
-        code=code("compare_records", "files", "jobs", "provenance", "record_check", "stats"),
+        code=code("compare_records", "jobs", "provenance"),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",
@@ -26,3 +26,24 @@ rule compare_records:
         "../../envs/cpu.yaml"
     script:
         "../scripts/compare_records.py"
+
+
+rule session_agreement:
+    """A replayed record beside its nearest same-code session (the other committed record of its
+    device that ran the same kernel code the most, nearest in time): the headline's agreement."""
+    input:
+        unpack(PLAN.atlas.session_agreement_records),
+        code=code("compare_records", "jobs", "provenance"),
+    output:
+        table=PLAN.atlas.session_agreement["table"],
+        pair=PLAN.atlas.session_agreement["pair"],
+        prov=PLAN.prov("session_agreement"),
+    params:
+        statistics=config["statistics"],
+        pair=PLAN.atlas.agreement_pair,
+    log:
+        f"{PLAN.results}/logs/session_agreement.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/session_agreement.py"

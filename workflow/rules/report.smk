@@ -53,6 +53,9 @@ rule report_figures:
         roofline=f"{PLAN.results}/roofline.parquet",
         code=REPORT_JOB_CODE,
     output:
+        # The first screen's figure: also on the landing page (report_landing embeds it).
+        glance=report(f"{REPORT}/glance.svg", caption="../report/glance.rst",
+                      category="Atlas map", subcategory="At a glance"),
         geomeans=report(f"{REPORT}/geomeans.svg", caption="../report/geomeans.rst",
                         category="Comparisons", subcategory="Geometric means"),
         roofline=report(f"{REPORT}/roofline.svg", caption="../report/roofline.rst",
@@ -168,6 +171,7 @@ rule report_landing:
     atlas's own summary lines, with the record and mode they come from."""
     input:
         atlas=f"{PLAN.results}/atlas.json",
+        glance=f"{REPORT}/glance.svg",
         code=REPORT_JOB_CODE,
     output:
         text=LANDING_TEXT,

@@ -12,6 +12,7 @@ from groupconv_atlas.runtime.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
 from groupconv_atlas.study.medians import with_torch_best
 from groupconv_atlas.study.probe_summaries import probes_block
+from groupconv_atlas.study.reference_algorithms import algorithm_table
 from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
@@ -32,10 +33,14 @@ if record_check is not None:
         raise SystemExit(f"record {record_check['record']} was measured on shape set {frozen[:12]}…"
                          f" but {smk.input.shapes} is {shapes_doc['sha256'][:12]}…: the shapes in "
                          "config changed since; measure live or restore the shape set")
-comparisons = with_torch_best(pd.concat([pd.read_parquet(t) for t in smk.input.stats],
-                                         ignore_index=True))
-verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
 timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
+# The kernels cuDNN ran per process for each PyTorch reference, where the record names them:
+# torch_best takes a reference's fastest algorithm (study/reference_algorithms).
+algorithms = algorithm_table(timing_meta)
+comparisons = with_torch_best(pd.concat([pd.read_parquet(t) for t in smk.input.stats],
+                                        ignore_index=True),
+                              algorithms=algorithms, cfg=StatsConfig(**p.statistics))
+verification = pd.concat([pd.read_parquet(t) for t in smk.input.verification], ignore_index=True)
 builds = {Path(b).stem: load_json(b) for b in smk.input.builds}
 evidence = evidence_block(p.mode, record_check, p.device)
 # The settings the record was measured with (a replay must not show today's configuration).
@@ -45,11 +50,12 @@ measured_factor = float(factors[0]) if len(factors) == 1 else p.tolerance_factor
 ceilings = load_json(smk.input.ceilings[0]) if smk.input.ceilings else None
 crosscheck = load_json(smk.input.crosscheck[0]) if smk.input.crosscheck else None
 mobilenet = load_json(smk.input.mobilenet[0]) if smk.input.mobilenet else None
-# compare_records' side-by-side cells, when the rule names them (session agreement in the headline).
-agreement_path = smk.input.get("session_agreement") or None
-if agreement_path is not None and not isinstance(agreement_path, str):
-    agreement_path = agreement_path[0] if len(agreement_path) else None
-agreement_cells = pd.read_parquet(agreement_path) if agreement_path else None
+# The record beside its nearest same-code session (session_agreement), when the rule names it: the
+# cells side by side and which session that is (the headline's agreement).
+agreement_files = [str(f) for f in smk.input.get("session_agreement", [])]
+agreement_cells = next((pd.read_parquet(f) for f in agreement_files if f.endswith(".parquet")),
+                       None)
+agreement_pair = next((load_json(f) for f in agreement_files if f.endswith(".json")), None)
 # A GPU job's provenance of the same run: the GPU's name, UUID, driver and versions.
 gpu_provenance = list(smk.input.get("gpu_provenance") or [])
 gpu_environment = load_json(gpu_provenance[0]).get("environment") if gpu_provenance else None
@@ -72,7 +78,7 @@ atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification,
                                           builds, evidence, StatsConfig(**p.statistics),
                                           measured_timing, measured_factor, ceilings, crosscheck,
                                           mobilenet, agreement_cells, gpu_environment, probes,
-                                          floors)
+                                          agreement_pair, algorithms, floors)
 details = map_details(shapes_doc, comparisons, verification, evidence, floors)
 
 write_parquet(smk.output.summary, summary)

@@ -24,6 +24,7 @@ def save(path, fig):
     write_bytes(path, report.svg_bytes(fig))
 
 
+save(smk.output.glance, report.glance_figure(atlas["headline"], threshold))
 save(smk.output.geomeans, report.geomean_figure(summary, threshold))
 roof = atlas.get("roofline")
 shapes_doc = json.loads(Path(smk.input.shapes).read_text())

@@ -10,6 +10,6 @@ from groupconv_atlas.study.provenance import write_text
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_landing.py")
 atlas = json.loads(Path(smk.input.atlas).read_text())
-write_text(smk.output.text, report.landing_headline(atlas))
+write_text(smk.output.text, report.landing_headline(atlas, Path(smk.input.glance).read_bytes()))
 job.progress(f"landing headline: {len(atlas['headline']['summary_lines'])} lines")
 job.finish()

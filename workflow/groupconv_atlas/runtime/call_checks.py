@@ -26,9 +26,19 @@ def implementations() -> list[str]:
     return [*KERNELS, *STRICT_BASELINES, DISPATCH]
 
 
-def call_layout(x, weight=None) -> str | None:
-    """The layout of a call's input: "nchw" (contiguous; a tensor contiguous in both formats
-    counts as NCHW), "nhwc" (channels_last), None (neither)."""
+# The memory format of each layout, as torch names it.
+MEMORY_FORMATS = {"nchw": torch.contiguous_format, "nhwc": torch.channels_last}
+
+
+def call_layout(x, weight=None, implementation: str | None = None) -> str | None:
+    """The layout of a call's input: "nchw" (contiguous), "nhwc" (channels_last), None
+    (neither). A tensor contiguous in both formats (a 1x1 map, one channel) holds the same
+    memory in both: it counts as the layout of the named `implementation`, which can read it
+    as it is, and as NCHW for `dispatch` or no implementation."""
+    if implementation in KERNELS or implementation in BASELINES:
+        own = layout_of(implementation)
+        if x.is_contiguous(memory_format=MEMORY_FORMATS[own]):
+            return own
     if x.is_contiguous():
         return "nchw"
     if x.is_contiguous(memory_format=torch.channels_last):
@@ -80,7 +90,7 @@ def check_call(x, weight, groups: int, implementation: str):
     for name, t in (("x", x), ("weight", weight)):
         if t.dtype != torch.float32:
             raise UnsupportedConv(f"{name}: dtype {t.dtype}, must be torch.float32")
-    layout = call_layout(x)
+    layout = call_layout(x, implementation=implementation)
     if layout is None:
         raise UnsupportedConv(f"x: strides {x.stride()} are neither contiguous NCHW nor "
                               "channels_last: call .contiguous() (or .contiguous(memory_format="

@@ -114,7 +114,8 @@ class _Runtime:
     def _plan(self, x, weight, groups: int, implementation: str):
         """The call checked once and its launch resolved: a function (x, weight) -> y."""
         shape = check_call(x, weight, groups, implementation)
-        layout = call_layout(x)
+        # A named implementation's own layout where x is contiguous in both (check_call's).
+        layout = call_layout(x, implementation=implementation)
         impl, variant, _ = self.choice_for(implementation, shape, layout)
         if impl in BASELINES:
             return _baseline_call(impl, groups)

@@ -14,6 +14,7 @@ from .floors import floor_block, geomean_over_floor, with_floor
 from .headline import build_headline
 from .comparisons import summarize
 from .medians import cross_job_spread, with_torch_best
+from .reference_algorithms import algorithm_changes
 from .stats import CLASSES, StatsConfig
 
 SCHEMA = "groupconv-atlas/1"
@@ -192,15 +193,19 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
                    ceilings: dict | None = None, crosscheck: dict | None = None,
                    mobilenet: dict | None = None, agreement_cells: pd.DataFrame | None = None,
                    gpu_environment: dict | None = None, probes: dict | None = None,
+                   agreement_pair: dict | None = None, algorithms: pd.DataFrame | None = None,
                    floors: pd.DataFrame | None = None
                    ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """atlas.json, the summary table and the roofline table. `comparisons` should already carry
     the torch_best rows (medians.with_torch_best), so that comparisons.parquet and map-details.json
     show them too; they are added here when missing. `agreement_cells` is compare_records'
-    side-by-side table, when the build has one. `probes` is probe_summaries.probes_block's
-    section (the probes of the public op), or None for callers made before it. `floors`
-    (floors.floor_table) adds time over the measured floor to the summary and roofline tables
-    and a `floor` section; without it (older records) none of them changes."""
+    side-by-side table, when the build has one, and `agreement_pair` which records it sets
+    side by side (the session_agreement job's); `algorithms` the kernels cuDNN ran per process
+    (reference_algorithms.algorithm_table), for a record that names them. `probes` is
+    probe_summaries.probes_block's section (the probes of the public op), or None for callers
+    made before it. `floors` (floors.floor_table) adds time over the measured floor to the
+    summary and roofline tables and a `floor` section; without it (older records) none of them
+    changes."""
     if "torch_best" not in set(comparisons["baseline"]):
         comparisons = with_torch_best(comparisons)
     summary = summarize(comparisons, stats_cfg)
@@ -218,7 +223,8 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
         "schema": SCHEMA,
         "evidence": evidence,
         "headline": build_headline(comparisons, summary, shapes_doc, verification,
-                                   session.get("l2_bytes"), aa, stats_cfg, agreement_cells),
+                                   session.get("l2_bytes"), aa, stats_cfg, agreement_cells,
+                                   agreement_pair),
         "shape_set": {"count": shapes_doc["count"], "sha256": shapes_doc["sha256"],
                       "geometry": shapes_doc["geometry"]},
         "session": session,
@@ -248,6 +254,13 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
     }
     if probes is not None:
         doc["probes"] = probes
+    if algorithms is not None and not algorithms.empty:
+        doc["reference_algorithms"] = {
+            "named": int(len(algorithms)),
+            "changed": algorithm_changes(algorithms, comparisons),
+            "torch_best": "a reference that ran several algorithms in the processes that paired "
+                          "a candidate is read on the batches of its fastest algorithm's "
+                          "processes before torch_best chooses and copies it"}
     if measured_floor:
         from ..runtime.kernels import BASELINES, KERNELS
 

@@ -4,8 +4,12 @@ figures, the cross-record page, and everything `atlas` makes. Built by RunPlan
 (study/run_plan.py), which it reads for the mode, the record, the jobs and the raw layer's paths."""
 from __future__ import annotations
 
+import functools
+
+from ..runtime.kernels import BASELINES
 from ..runtime.timing import BOUNDARIES
 from . import plan
+from .records import nearest_same_code
 
 # The probes of the public op (overhead.smk, networks.smk) that join atlas.json's `probes` section
 # where there is something to read: a replay takes each probe whose raw samples its record holds,
@@ -25,14 +29,31 @@ ATLAS_TABLES = ["atlas.json", "map-details.json", "summary.parquet", "comparison
                 "verification.parquet", "roofline.parquet", "current-evidence.md"]
 # What the report renders on every run (report.smk): these, then a forest figure per comparison
 # the timing jobs make and boundary, then the pages.
-REPORT_FIGURES = ["atlas-map.html", "current-evidence.html", "geomeans.svg", "roofline.svg",
-                  "aa-calibration.svg", "boundaries.svg"]
+REPORT_FIGURES = ["atlas-map.html", "current-evidence.html", "glance.svg", "geomeans.svg",
+                  "roofline.svg", "aa-calibration.svg", "boundaries.svg"]
 REPORT_PAGES = ["comparisons-summary.html", "comparisons-per-shape.html", "verification.html",
                 "shapes.html", "latency.html", "provenance.html", "session.html",
                 "probes.html",  # the probes of the public op (report_probes)
                 "landing-headline.rst"]  # the landing page's headline (report_landing)
 # The cross-record comparison's folder: it reads records/ only, never a device's results.
 COMPARISONS = "results/comparisons"
+
+
+# torch_best (study/stats' derived reference), derived where both NCHW references were timed,
+# from the strict-FP32 references (their names here: this layer is below the statistics).
+TORCH_BEST, TORCH_BEST_NCHW_FROM = "torch_best", ("torch_tuned", "torch_default")
+STRICT_REFERENCES = [b for b, spec in BASELINES.items() if not spec["tf32"]]
+
+
+def torch_best_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(candidate, torch_best) for every candidate timed against a strict-FP32 reference, where
+    the jobs timed both NCHW references (else no torch_best is derived): the per-shape figure
+    against the reference the headline reads."""
+    if not set(TORCH_BEST_NCHW_FROM) <= {b for _, b in pairs}:
+        return []
+    candidates = dict.fromkeys(c for c, b in pairs
+                               if b in STRICT_REFERENCES and c not in STRICT_REFERENCES)
+    return [(c, TORCH_BEST) for c in candidates]
 
 
 class AtlasPlan:
@@ -60,9 +81,9 @@ class AtlasPlan:
         self.machine_code_table = f"{results}/machine_code.parquet"
         # (candidate, baseline, boundary) of every forest figure: each pair a timing job compares
         # (not the A/A one; in a replay, the jobs the record measured), at each boundary.
-        self.forest_figures = [(cand, base, boundary)
-                               for cand, base in plan.comparison_pairs(run.jobs)
-                               for boundary in BOUNDARIES]
+        pairs = plan.comparison_pairs(run.jobs)
+        self.forest_figures = [(cand, base, boundary) for cand, base in
+                               [*pairs, *torch_best_pairs(pairs)] for boundary in BOUNDARIES]
         self.report_assets = [*(f"{self.report_dir}/{f}" for f in REPORT_FIGURES),
                               *(self.forest_figure(*f) for f in self.forest_figures),
                               *(f"{self.report_dir}/{p}" for p in REPORT_PAGES)]
@@ -111,10 +132,37 @@ class AtlasPlan:
                                    f"(snakemake {probe['snakemake_target']} measures it live on "
                                    "a GPU)"}
 
+    @functools.cached_property
+    def agreement_pair(self) -> dict | None:
+        """The replayed record's nearest same-code session (records.nearest_same_code, from the
+        records' build hashes), which its headline's agreement is read against; None live (the
+        run is no committed record yet) or where no other record ran any of its code."""
+        run = self.run
+        if not run.replays_record:
+            return None
+        pair = nearest_same_code(run.at("records"), run.record_name)
+        return None if pair is None else {"record": run.record_name, "nearest": pair["record"],
+                                          "same_code": pair["same_code"],
+                                          "kernels": pair["kernels"]}
+
+    @property
+    def session_agreement(self) -> dict[str, str]:
+        """The session_agreement job's outputs (compare.smk)."""
+        base = f"{self.run.results}/session-agreement"
+        return {"table": f"{base}.parquet", "pair": f"{base}.json"}
+
     def session_agreement_input(self, wildcards=None) -> list[str]:
-        """The side-by-side cells assemble_atlas reads for the headline's session agreement, when
-        the atlas includes the cross-record comparison."""
-        return [f"{COMPARISONS}/records.parquet"] if self.comparison_assets() else []
+        """What assemble_atlas reads for the headline's session agreement: the record set beside
+        its nearest same-code session, cell by cell, and which session that is."""
+        return list(self.session_agreement.values()) if self.agreement_pair else []
+
+    def session_agreement_records(self, wildcards=None) -> dict[str, list[str]]:
+        """The session_agreement job's inputs: both records' manifests and raw files."""
+        pair = self.agreement_pair
+        if pair is None:
+            raise plan.PlanError("session_agreement: a replayed record with a same-code session "
+                                 "is needed (records.nearest_same_code)")
+        return plan.compare_inputs([pair["record"], pair["nearest"]], str(self.run.at("records")))
 
     # ---- provenance ----
 
@@ -122,6 +170,7 @@ class AtlasPlan:
         """Provenance of every job this mode runs for the atlas (replay adds the record's own)."""
         run, prov = self.run, self.run.prov
         jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
+        jobs += [prov("session_agreement")] if self.agreement_pair else []
         jobs += [prov("compare_job", j) for j in run.timing_jobs]
         if run.measures_on_gpu:
             jobs += [prov("ceilings")] + [prov("crosscheck") for _ in self.crosscheck_reading()]

@@ -13,27 +13,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime.files import RecordError
 from ..runtime.kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
 from .comparisons import comparisons_for_job
-from .records import checked_files
+from .record_check import check
+from .reference_algorithms import algorithm_table, session_changes  # noqa: F401  (the job's)
+from .records import checked_files, kernel_sources  # noqa: F401  (its name here too)
 from .stats import CLASSES, StatsConfig
 from ..runtime.timing import BOUNDARIES, batch_medians
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]
 # What each record contributes per cell; in the side-by-side table as "<record>:<column>".
 PER_RECORD = ["class", "ratio", "ci_low", "ci_high", "batches", "samples_per_batch", "job", "code"]
-
-
-def kernel_sources(record_dir: str | Path) -> dict[str, str]:
-    """{kernel: identity of the code it ran}: the SHA-256 of its .cu file and of every header it
-    included, from the record's build records (one string, equal when the code is)."""
-    sources = {}
-    for path in checked_files(sorted(Path(record_dir, "raw", "builds").glob("*.json"))):
-        build = json.loads(path.read_text())
-        headers = ",".join(f"{h}={d}" for h, d in sorted((build.get("header_sha256") or {}).items()))
-        sources[build["kernel"]] = f"{build['source_sha256']}[{headers}]"
-    return sources
 
 
 def cell_code(implementation: str, shape_id: str, sources: dict[str, str],
@@ -86,6 +78,39 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
         raise ValueError(f"record {Path(record_dir).name}: ({', '.join(map(str, first[KEY]))}) "
                          f"is measured by more than one timing job ({', '.join(jobs)})")
     return cells[KEY + PER_RECORD]
+
+
+def compare(manifests, cfg: StatsConfig, progress=print
+            ) -> tuple[pd.DataFrame, dict[str, dict], dict[str, str]]:
+    """The records of `manifests` side by side (side_by_side), each checked as a replay checks
+    it (record_check.check; RecordError for one whose files do not match), with the checks and
+    how each sampled (`sampling`), per record name. `progress` takes a line per record."""
+    checks, settings, cells = {}, {}, {}
+    for manifest in manifests:
+        record_dir = Path(manifest).parent
+        name = record_dir.name
+        checks[name] = check(record_dir)
+        settings[name] = sampling(record_dir)
+        cells[name] = record_cells(record_dir, cfg)
+        progress(f"{name}: {len(cells[name])} cells ({settings[name]})")
+    return side_by_side(cells), checks, settings
+
+
+def record_algorithms(record_dir: str | Path) -> pd.DataFrame:
+    """The kernels cuDNN ran per process in a record's timing jobs (algorithm_table)."""
+    return algorithm_table({p.stem: json.loads(p.read_text()) for p in checked_files(
+        sorted((Path(record_dir) / "raw" / "timing").glob("*.json")))})
+
+
+def compare_job(smk, job, name: str):
+    """What a comparing job (compare_records, session_agreement) starts with: its statistics
+    and its records side by side (compare); a record whose files do not match their hashes
+    stops the job, named, as a replay would."""
+    cfg = StatsConfig(**smk.params.statistics)
+    try:
+        return (cfg, *compare(smk.input.manifests, cfg, job.progress))
+    except RecordError as err:
+        raise SystemExit(f"{name}: {err}") from None
 
 
 def side_by_side(cells_by_record: dict[str, pd.DataFrame]) -> pd.DataFrame:

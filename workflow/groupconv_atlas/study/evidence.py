@@ -171,6 +171,29 @@ def _spread(atlas: dict, blocks) -> str:
                 spread_rows="\n".join(rows))
 
 
+def _algorithms(atlas: dict, blocks) -> str:
+    """The cells whose reference ran more than one algorithm; nothing for a record that does
+    not name the kernels (its evidence reads as before)."""
+    algorithms = atlas.get("reference_algorithms")
+    if not algorithms:
+        return ""
+    changed = algorithms["changed"]
+    rows = [f"| {c['shape_id']} | {c['reference']} | " + "; ".join(
+        f"`{a['kernels']}` in {', '.join(a['processes'])}: "
+        + ("n/a" if a["median_us"] is None else f"{a['median_us']:.2f} us")
+        for a in c["algorithms"]) + " |" for c in changed]
+    words = ("In every process each reference ran the same kernels on each shape." if not changed
+             else f"On {len(changed)} (shape, reference) cells a reference ran more than one "
+                  "algorithm: a verdict against it depends on which process paired it, so "
+                  "torch_best takes its fastest algorithm (the reference read on the batches of "
+                  "the processes that ran it), the best a user of that reference could get. The "
+                  "comparisons against the reference itself stay as measured, over every process.")
+    table = ("| shape | reference | algorithms, fastest first: kernels, job:process, "
+             "graph_device median |\n|---|---|---|\n" + "\n".join(rows)) if rows else ""
+    return fill(blocks["algorithms"], named=algorithms["named"], changed_words=words,
+                algorithm_rows=table)
+
+
 def _crosscheck(atlas: dict, blocks) -> str:
     cross = atlas.get("crosscheck")
     if not cross:
@@ -228,4 +251,4 @@ def evidence_markdown(atlas: dict, template: Path = TEMPLATE) -> str:
         clock_total=atlas["clock"]["batches_total"], flag_rule=atlas["clock"]["flag_rule"],
         torch_best_words=_torch_best_words(atlas), layout_words=_layout_words(atlas),
         roofline=_roofline(atlas, blocks), spread=_spread(atlas, blocks),
-        crosscheck=_crosscheck(atlas, blocks))
+        algorithms=_algorithms(atlas, blocks), crosscheck=_crosscheck(atlas, blocks))

@@ -7,7 +7,9 @@ The reference is torch_best (per shape and boundary the fastest strict-FP32 PyTo
 measured: torch_default and torch_tuned, and where the record timed them, the same on
 channels_last tensors) when the record timed torch_default and torch_tuned both, else
 torch_tuned. Where channels_last references were timed, the NCHW-only reading (torch_best_nchw)
-stands beside it, labelled as such. The sentences made of it are headline_lines'."""
+stands beside it, labelled as such. The headline leads with the dispatcher in each layout timed
+as a candidate (DISPATCHERS), the single kernels after it; a record that timed no dispatcher
+leads with its best single kernel. The sentences made of it are headline_lines'."""
 from __future__ import annotations
 
 import pandas as pd
@@ -19,6 +21,10 @@ from .headline_lines import summary_lines
 from .medians import measured_medians
 from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW, StatsConfig
 
+# Kinds of shape: depthwise is groups = C_in = C_out; one input channel per group with more
+# output channels (C_out = m * C_in, a depth multiplier) is a kind of its own, as it computes
+# m outputs per input channel; the rest are grouped.
+KINDS = ("depthwise", "depth multiplier", "grouped")
 # Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
 CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
 # Footprint (input + weights + output bytes) over the L2 size the record states.
@@ -26,6 +32,10 @@ FOOTPRINT_BINS = ((None, 0.5), (0.5, 2.0), (2.0, None))
 # Implementations that compute in strict FP32 and may be "the fastest"; the TF32 reference and
 # the dispatcher (a choice among the others) are not.
 STRICT_REFERENCES = TORCH_BEST_FROM
+# The dispatchers a headline leads with, one per layout it serves, in this order: `dispatch`
+# (NCHW calls) is timed today; a channels_last dispatcher timed as a candidate of its own would
+# come second under this name.
+DISPATCHERS = {DISPATCH: "nchw", "dispatch_nhwc": "nhwc"}
 GROUP_KEYS = ("geomean_ratio", "shape_ci_low", "shape_ci_high", "noise_ci_low", "noise_ci_high",
               "shapes_compared", "n_win", "n_loss", "n_tie", "n_inconclusive", "n_unsupported",
               "n_incorrect")
@@ -54,13 +64,19 @@ def footprint_bin(footprint_over_l2: float) -> str:
     raise ValueError(f"footprint over L2 must be a number, not {footprint_over_l2}")
 
 
+def shape_kind(shape: dict) -> str:
+    """One of KINDS, from a shape's channels per group (shapes.json's fields)."""
+    if shape["cin_per_group"] != 1:
+        return "grouped"
+    return "depthwise" if shape["cout_per_group"] == 1 else "depth multiplier"
+
+
 def shape_groups(shapes_doc: dict, l2_bytes: int | None) -> pd.DataFrame:
-    """Per shape: depthwise or grouped, its channels-per-group bin, its footprint bin."""
+    """Per shape: its kind (KINDS), its channels-per-group bin, its footprint bin."""
     rows = []
     for s in shapes_doc["shapes"]:
         ratio = s["min_bytes"] / l2_bytes if l2_bytes else None
-        rows.append({"shape_id": s["id"],
-                     "kind": "depthwise" if s["cin_per_group"] == 1 else "grouped",
+        rows.append({"shape_id": s["id"], "kind": shape_kind(s),
                      "channels_per_group": channel_bin(s["cin_per_group"]),
                      "footprint": footprint_bin(ratio) if ratio is not None else None,
                      "footprint_over_l2": ratio})
@@ -80,9 +96,24 @@ def _group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg:
     return entries
 
 
+def implementation_layout(name: str) -> str:
+    """The layout an implementation (a dispatcher among them) computes in."""
+    return DISPATCHERS.get(name) or layout_of(name)
+
+
+def headline_candidates(summary: pd.DataFrame, reference: str) -> list[str]:
+    """What the headline leads with: each dispatcher measured against the reference at
+    graph_device (DISPATCHERS' order), else the single kernel headline_candidate picks."""
+    timed = summary[(summary["baseline"] == reference) & (summary["boundary"] == "graph_device")
+                    & (summary["shapes_compared"] > 0)]
+    leading = [d for d in DISPATCHERS if d in set(timed["candidate"])]
+    kernel = headline_candidate(summary, reference)
+    return leading or ([kernel] if kernel else [])
+
+
 def headline_candidate(summary: pd.DataFrame, reference: str) -> str | None:
-    """The custom kernel measured on the most shapes against the reference at graph_device,
-    the highest geometric mean among those."""
+    """The single custom kernel measured on the most shapes against the reference at
+    graph_device, the highest geometric mean among those."""
     rows = summary[(summary["baseline"] == reference) & summary["candidate"].isin(KERNELS)
                    & (summary["boundary"] == "graph_device") & (summary["shapes_compared"] > 0)]
     if rows.empty:
@@ -131,19 +162,32 @@ def fastest_per_shape(comparisons: pd.DataFrame, verification: pd.DataFrame, ref
     return out
 
 
-def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
-    """From compare_records' side-by-side cells: per boundary, the share of shared cells whose
-    classes agree, over every comparison and over the headline candidate's cells against the
-    strict-FP32 references."""
+def session_agreement(wide: pd.DataFrame | None, candidate: str | None,
+                      pair: dict | None = None) -> dict:
+    """From the side-by-side cells of the record and its nearest same-code session (`pair`, the
+    session_agreement job's choice; compare_records' cells of configured records in builds made
+    before it): per boundary, the share of shared same-code cells whose classes agree, over
+    every comparison and over the headline candidate's cells against the strict-FP32
+    references, and the WIN/LOSS reversals by reference."""
     if wide is None or wide.empty:
         return {"available": False,
-                "statement": "no cross-record comparison was available to this build: agreement "
-                             "between sessions is not known"}
+                "statement": "no other committed record of this device ran the same kernel code"
+                             if pair is None else "no cells shared with the same-code session",
+                "chosen": None}
     from .compare_records import agreement
 
     records = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
     mine = wide[(wide["candidate"] == candidate) & wide["baseline"].isin(TORCH_BEST_FROM)]
-    block = {"available": True, "records": records, "boundaries": {}}
+    block = {"available": True, "records": records, "boundaries": {},
+             "chosen": None if pair is None else {
+                 "record": pair["record"], "nearest": pair["nearest"],
+                 "same_code": pair["same_code"], "kernels": pair["kernels"],
+                 "rule": "the other committed record of this device that ran the same code "
+                         "(kernel source and header hashes) for the most of this record's "
+                         "kernels, the nearest in time among those",
+                 # Cells whose reference ran another cuDNN algorithm in each session; None
+                 # where a record does not name the kernels.
+                 "reference_algorithm_changes": pair.get("reference_algorithm_changes")}}
     for boundary in BOUNDARIES:
         shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
         if shared.empty:
@@ -151,9 +195,13 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None) -> dict:
         every = agreement(shared)
         own = agreement(own_cells) if not own_cells.empty else None
         row = every[every["boundary"] == "all"].iloc[0]
+        reversed_ = shared[shared["same_code"] & shared["reversal"]]
         entry = {"cells": int(row["cells"]), "classes_agree": int(row["classes_agree"]),
                  "share_classes_agree": row["share_classes_agree"],
-                 "reversals": int(row["reversals"])}
+                 "reversals": int(row["reversals"]),
+                 "reversals_by_baseline": {str(k): int(v) for k, v in
+                                           reversed_["baseline"].value_counts().sort_index()
+                                           .items()}}
         if own is not None:
             mine_row = own[own["boundary"] == "all"].iloc[0]
             entry["candidate"] = {"cells": int(mine_row["cells"]),
@@ -185,11 +233,11 @@ def reference_statement(reference: str, comparisons: pd.DataFrame) -> str:
 
 
 def _boundary_block(comparisons, summary, verification, reference, candidate, groups, l2_bytes,
-                    boundary, cfg) -> dict:
+                    boundary, cfg, others: tuple[str, ...] = ()) -> dict:
     """Against one reference at one boundary: every candidate's geometric mean, the headline
     candidate by region, and the fastest implementation per shape."""
     against = summary[(summary["baseline"] == reference) & (summary["boundary"] == boundary)
-                      & summary["candidate"].isin([*KERNELS, DISPATCH])]
+                      & summary["candidate"].isin([*KERNELS, *DISPATCHERS])]
     overall = [{"candidate": r["candidate"], **{k: r[k] for k in GROUP_KEYS}}
                for r in against.to_dict("records")]
     rows = comparisons[(comparisons["candidate"] == candidate)
@@ -207,9 +255,15 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
     against = comparisons[(comparisons["baseline"] == reference)
                           & (comparisons["boundary"] == boundary)]
     best = against[[k in chosen for k in zip(against["shape_id"], against["candidate"])]]
+    # A second leading dispatcher (`others`, e.g. a channels_last one) by region too.
+    extra = {"regions": {name: _regions(comparisons[(comparisons["candidate"] == name)
+                                                    & (comparisons["baseline"] == reference)
+                                                    & (comparisons["boundary"] == boundary)],
+                                        groups, l2_bytes, cfg) for name in others}} if others else {}
     return {
         "overall": overall,
         **_regions(rows, groups, l2_bytes, cfg),
+        **extra,
         # The same regions for the dispatcher: what a caller of `dispatch` gets where.
         "dispatch": _regions(dispatch, groups, l2_bytes, cfg) if not dispatch.empty else None,
         "best_custom": ({**_regions(best, groups, l2_bytes, cfg),
@@ -218,8 +272,31 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
                                       "layout, chosen on the same samples it is read from"}
                         if not best.empty else None),
         "fastest_counts": {k: int(v) for k, v in sorted(counts.items())},
+        # Per region (overall, kind, channels per group): the fastest verified implementation
+        # per shape, counted with its layout (the first screen's figure reads this).
+        "fastest_by_region": _fastest_by_region(fastest, groups),
         "fastest_per_shape": fastest,
     }
+
+
+def _fastest_by_region(fastest: list[dict], groups: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """{region: {"implementation (layout)": shapes}}, most shapes first; regions in the order
+    the headline's tables use."""
+    if not fastest:
+        return {}
+    frame = pd.DataFrame({"shape_id": [f["shape_id"] for f in fastest],
+                          "who": [f"{f['fastest']} ({f['fastest_layout']})" for f in fastest]})
+    frame = frame.join(groups[["kind", "channels_per_group"]], on="shape_id")
+    out = {"all shapes": frame["who"]}
+    for column, prefix, order in (("kind", "", KINDS), ("channels_per_group", "channels per "
+                                  "group: ", [channel_bin(lo) for lo, _ in CHANNEL_BINS])):
+        for label in order:
+            part = frame.loc[frame[column] == label, "who"]
+            if not part.empty:
+                out[f"{prefix}{label}"] = part
+    return {region: {k: int(v) for k, v in sorted(who.value_counts().items(),
+                                                  key=lambda kv: (-kv[1], kv[0]))}
+            for region, who in out.items()}
 
 
 def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
@@ -234,7 +311,7 @@ def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
 
 def _regions(rows, groups, l2_bytes, cfg) -> dict:
     return {
-        "by_kind": _group_entries(rows, groups["kind"], ["depthwise", "grouped"], cfg),
+        "by_kind": _group_entries(rows, groups["kind"], list(KINDS), cfg),
         "by_channels_per_group": _group_entries(
             rows, groups["channels_per_group"],
             [channel_bin(lo) for lo, _ in CHANNEL_BINS], cfg),
@@ -247,22 +324,28 @@ def _regions(rows, groups, l2_bytes, cfg) -> dict:
 
 def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc: dict,
                    verification: pd.DataFrame, l2_bytes: int | None, aa: dict,
-                   cfg: StatsConfig, agreement_cells: pd.DataFrame | None = None) -> dict:
+                   cfg: StatsConfig, agreement_cells: pd.DataFrame | None = None,
+                   agreement_pair: dict | None = None) -> dict:
     reference = strongest_reference(comparisons)
     if reference is None:
         return {"reference": None, "summary_lines": [
             "No strict-FP32 PyTorch reference was timed in this record, so no headline."]}
-    candidate = headline_candidate(summary, reference)
+    candidates = headline_candidates(summary, reference)
+    candidate = candidates[0] if candidates else None
     groups = shape_groups(shapes_doc, l2_bytes).set_index("shape_id")
     doc = {"reference": reference,
            "reference_statement": reference_statement(reference, comparisons),
-           "candidate": candidate, "l2_bytes": l2_bytes, "boundaries": {},
+           # The dispatcher in each layout leads; the best single kernel comes after, labelled.
+           "candidate": candidate, "candidates": candidates,
+           "candidate_layouts": {c: implementation_layout(c) for c in candidates},
+           "kernel_candidate": headline_candidate(summary, reference),
+           "l2_bytes": l2_bytes, "boundaries": {},
            "interval": "two-stage bootstrap over shapes, then batches within each shape "
                        f"({cfg.confidence_level:.0%}, percentile, {cfg.resamples} resamples)"}
     for boundary in BOUNDARIES:
         doc["boundaries"][boundary] = _boundary_block(
             comparisons, summary, verification, reference, candidate, groups, l2_bytes,
-            boundary, cfg)
+            boundary, cfg, tuple(c for c in candidates[1:] if c != DISPATCH))
     if reference == TORCH_BEST and TORCH_BEST_NCHW in set(comparisons["baseline"]):
         # The reading against NCHW PyTorch alone, beside the headline and labelled as such.
         doc["nchw_only"] = {
@@ -275,6 +358,7 @@ def build_headline(comparisons: pd.DataFrame, summary: pd.DataFrame, shapes_doc:
     doc["certainty"] = {"aa": {b: {k: v for k, v in r.items() if k.startswith("exclude_one")}
                                for b, r in aa.get("by_boundary", {}).items()},
                         "aa_exclude_one_limit": aa.get("exclude_one_limit"),
-                        "session_agreement": session_agreement(agreement_cells, candidate)}
+                        "session_agreement": session_agreement(agreement_cells, candidate,
+                                                               agreement_pair)}
     doc["summary_lines"] = summary_lines(doc, len(shapes_doc["shapes"]))
     return doc

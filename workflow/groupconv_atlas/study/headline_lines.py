@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..runtime.kernels import DISPATCH
+from ..runtime.kernels import DISPATCH, KERNELS, layout_of
 from ..runtime.timing import BOUNDARIES
 from .stats import TORCH_BEST
 
@@ -24,7 +24,9 @@ def _counts(entry: dict) -> str:
 
 
 def summary_lines(doc: dict, shape_count: int) -> list[str]:
-    """Plain sentences for a reader who sees nothing else; every number from `doc`."""
+    """Plain sentences for a reader who sees nothing else; every number from `doc`. The
+    dispatcher in each layout leads (or, in a record that timed none, the single kernel the
+    headline picked); single kernels come after, each labelled with its layout."""
     ref, cand = doc["reference"], doc["candidate"]
     nchw_only = doc.get("nchw_only")
     ref_words = ("the fastest strict-FP32 PyTorch path per shape in either layout, NCHW or "
@@ -34,54 +36,18 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
     if cand is None:
         return [f"No custom kernel was timed against {ref_words}."]
     lines = []
+    for name in doc.get("candidates") or [cand]:
+        lines += _overall_lines(doc, name, ref_words, shape_count)
+    dispatcher_regions = bool(nchw_only) and cand == DISPATCH
     if nchw_only:
-        graph = doc["boundaries"].get("graph_device", {})
-        layouts = pd.Series([f["fastest_layout"] for f in graph.get("fastest_per_shape", [])
-                             if not f["fastest_is_custom"]]).value_counts()
-        mine = next((o for o in graph.get("overall", []) if o["candidate"] == DISPATCH), None)
-        old = next((o for o in nchw_only["boundaries"].get("graph_device", {}).get("overall", [])
-                    if o["candidate"] == DISPATCH), None)
-        if mine and old:
-            lines.append(
-                f"At graph_device the dispatcher (NCHW) against torch_best over both layouts: "
-                f"{_x(mine['geomean_ratio'])} {_interval(mine)}, {_counts(mine)}; against NCHW "
-                f"PyTorch alone (torch_best_nchw, the older reading): {_x(old['geomean_ratio'])} "
-                f"{_interval(old)}, {_counts(old)}.")
-        regions = (graph.get("dispatch") or {}).get("by_kind", [])
-        old_regions = ((nchw_only["boundaries"].get("graph_device") or {}).get("dispatch")
-                       or {}).get("by_kind", [])
-        for entry, before in zip(regions, old_regions):
-            lines.append(f"{entry['group'].capitalize()} shapes at graph_device, the dispatcher "
-                         f"against torch_best: {_x(entry['geomean_ratio'])} {_interval(entry)}, "
-                         f"{_counts(entry)}; against torch_best_nchw: "
-                         f"{_x(before['geomean_ratio'])} {_interval(before)}.")
-        best = graph.get("best_custom") or {}
-        for entry in best.get("by_kind", []):
-            who = ", ".join(f"{k} on {v}" for k, v in
-                            best["by_kind_layouts"].get(entry["group"], {}).items())
-            lines.append(f"{entry['group'].capitalize()} shapes at graph_device, per shape the "
-                         f"fastest custom kernel in either layout ({who}; chosen on the same "
-                         f"samples, so favoured) against torch_best: {_x(entry['geomean_ratio'])} "
-                         f"{_interval(entry)}, {_counts(entry)}.")
-        if not layouts.empty:
-            lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
-                         "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"
-                                                   for k, v in layouts.items()) + ".")
-    for boundary in BOUNDARIES:
-        part = doc["boundaries"].get(boundary)
-        mine = next((o for o in (part or {}).get("overall", []) if o["candidate"] == cand), None)
-        if mine is None:
-            continue
-        lines.append(
-            f"At {boundary}, {cand} against {ref_words}: geometric mean {_x(mine['geomean_ratio'])}"
-            f" over {mine['shapes_compared']} of {shape_count} shapes, {_interval(mine)} when the "
-            f"shapes themselves are resampled (measurement noise alone: "
-            f"[{_x(mine['noise_ci_low'], 3)}, {_x(mine['noise_ci_high'], 3)}]); {_counts(mine)}.")
+        lines += _nchw_only_lines(doc, nchw_only, overall=cand != DISPATCH)
     graph = doc["boundaries"].get("graph_device")
     if graph:
-        for entry in graph["by_kind"]:
-            lines.append(f"{entry['group'].capitalize()} shapes at graph_device: {cand} "
-                         f"{_x(entry['geomean_ratio'])} {_interval(entry)}; {_counts(entry)}.")
+        if not dispatcher_regions:  # else stated above, beside the NCHW-only reading
+            for entry in graph["by_kind"]:
+                lines.append(f"{entry['group'].capitalize()} shapes at graph_device: {cand} "
+                             f"{_x(entry['geomean_ratio'])} {_interval(entry)}; "
+                             f"{_counts(entry)}.")
         losing = [e for e in (*graph["by_channels_per_group"], *graph["by_footprint"])
                   if e["n_loss"]]
         if losing:
@@ -97,20 +63,9 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
         lines.append(f"The fastest verified strict-FP32 implementation at graph_device is a custom"
                      f" kernel on {custom} of {total} shapes and PyTorch on {total - custom} "
                      f"({who}).")
-    agreement = doc["certainty"]["session_agreement"]
-    if agreement["available"]:
-        for boundary, entry in agreement["boundaries"].items():
-            own = entry.get("candidate")
-            lines.append(
-                f"Between sessions {' and '.join(agreement['records'])} at {boundary}, per-shape "
-                f"classes agree in {entry['share_classes_agree']:.0%} of {entry['cells']} shared "
-                "cells" + (f" ({own['share_classes_agree']:.0%} of {own['cells']} for {cand} "
-                           "against the PyTorch references)" if own else "")
-                + f", with {entry['reversals']} WIN/LOSS reversal"
-                + ("" if entry["reversals"] == 1 else "s") + ".")
-    else:
-        lines.append("Agreement between sessions is absent: no cross-record comparison was "
-                     "available to this build.")
+        if cand not in KERNELS:
+            lines += _single_kernel_lines(graph, ref)
+    lines += agreement_lines(doc["certainty"]["session_agreement"], cand)
     aa = doc["certainty"]["aa"]
     if aa:
         limit = doc["certainty"].get("aa_exclude_one_limit")
@@ -125,7 +80,143 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
     return lines
 
 
+def _label(name: str, layouts: dict) -> str:
+    """A candidate as the headline names it: a dispatcher as such, a kernel with its layout."""
+    layout = (layouts.get(name) or layout_of(name)).upper()
+    if name in KERNELS:
+        return f"{name} (a single kernel, {layout})"
+    return f"the dispatcher {name} ({layout} calls)"
+
+
+def _overall_lines(doc: dict, name: str, ref_words: str, shape_count: int) -> list[str]:
+    """Per boundary, `name` against the reference over every shape; at graph_device the
+    NCHW-only reading beside it where the record has one."""
+    lines = []
+    label = _label(name, doc.get("candidate_layouts") or {})
+    for boundary in BOUNDARIES:
+        part = doc["boundaries"].get(boundary)
+        mine = next((o for o in (part or {}).get("overall", []) if o["candidate"] == name), None)
+        if mine is None:
+            continue
+        old = next((o for o in ((doc.get("nchw_only") or {}).get("boundaries", {})
+                                .get(boundary, {}).get("overall", []))
+                    if o["candidate"] == name), None) if name not in KERNELS else None
+        lines.append(
+            f"At {boundary}, {label} against {ref_words}: geometric mean "
+            f"{_x(mine['geomean_ratio'])} over {mine['shapes_compared']} of {shape_count} shapes, "
+            f"{_interval(mine)} when the shapes themselves are resampled (measurement noise "
+            f"alone: [{_x(mine['noise_ci_low'], 3)}, {_x(mine['noise_ci_high'], 3)}]); "
+            f"{_counts(mine)}"
+            + (f"; against NCHW PyTorch alone (torch_best_nchw, the older reading): "
+               f"{_x(old['geomean_ratio'])} {_interval(old)}" if old else "") + ".")
+    return lines
+
+
+def _nchw_only_lines(doc: dict, nchw_only: dict, overall: bool) -> list[str]:
+    """Where channels_last references were timed: the dispatcher by kind against torch_best and
+    torch_best_nchw, the fastest custom kernel per shape in either layout, PyTorch's layouts;
+    with `overall`, first the dispatcher over every shape (when it does not lead)."""
+    lines = []
+    graph = doc["boundaries"].get("graph_device", {})
+    layouts = pd.Series([f["fastest_layout"] for f in graph.get("fastest_per_shape", [])
+                         if not f["fastest_is_custom"]]).value_counts()
+    mine = next((o for o in graph.get("overall", []) if o["candidate"] == DISPATCH), None)
+    old = next((o for o in nchw_only["boundaries"].get("graph_device", {}).get("overall", [])
+                if o["candidate"] == DISPATCH), None)
+    if overall and mine and old:
+        lines.append(
+            f"At graph_device the dispatcher (NCHW) against torch_best over both layouts: "
+            f"{_x(mine['geomean_ratio'])} {_interval(mine)}, {_counts(mine)}; against NCHW "
+            f"PyTorch alone (torch_best_nchw, the older reading): {_x(old['geomean_ratio'])} "
+            f"{_interval(old)}, {_counts(old)}.")
+    regions = (graph.get("dispatch") or {}).get("by_kind", [])
+    old_regions = ((nchw_only["boundaries"].get("graph_device") or {}).get("dispatch")
+                   or {}).get("by_kind", [])
+    for entry, before in zip(regions, old_regions):
+        lines.append(f"{entry['group'].capitalize()} shapes at graph_device, the dispatcher "
+                     f"against torch_best: {_x(entry['geomean_ratio'])} {_interval(entry)}, "
+                     f"{_counts(entry)}; against torch_best_nchw: "
+                     f"{_x(before['geomean_ratio'])} {_interval(before)}.")
+    best = graph.get("best_custom") or {}
+    for entry in best.get("by_kind", []):
+        who = ", ".join(f"{k} on {v}" for k, v in
+                        best["by_kind_layouts"].get(entry["group"], {}).items())
+        lines.append(f"{entry['group'].capitalize()} shapes at graph_device, per shape the "
+                     f"fastest custom kernel in either layout ({who}; chosen on the same "
+                     f"samples, so favoured) against torch_best: {_x(entry['geomean_ratio'])} "
+                     f"{_interval(entry)}, {_counts(entry)}.")
+    if not layouts.empty:
+        lines.append("Where PyTorch is the fastest verified implementation at graph_device, "
+                     "it runs in " + ", ".join(f"{k.upper()} on {v} shapes"
+                                               for k, v in layouts.items()) + ".")
+    return lines
+
+
+def _single_kernel_lines(graph: dict, ref: str) -> list[str]:
+    """After the dispatcher: each single kernel against the reference at graph_device, on the
+    shapes it runs, labelled with its layout, highest geometric mean first."""
+    kernels = sorted((o for o in graph.get("overall", []) if o["candidate"] in KERNELS),
+                     key=lambda o: (-o["geomean_ratio"], o["candidate"]))
+    if not kernels:
+        return []
+    return ["Single kernels, each on the shapes it runs, against " + ref + " at graph_device: "
+            + "; ".join(f"{o['candidate']} ({layout_of(o['candidate']).upper()}) "
+                        f"{_x(o['geomean_ratio'])} {_interval(o)} over {o['shapes_compared']} "
+                        f"shapes" for o in kernels) + "."]
+
+
+def agreement_lines(agreement: dict, cand: str) -> list[str]:
+    """How sure, between sessions: against the record's nearest same-code session (named, with
+    the kernels whose code is the same), or the records a build before that choice compared."""
+    if not agreement["available"]:
+        return ["Agreement between sessions is absent: "
+                + agreement.get("statement", "no cross-record comparison was available to this "
+                                             "build") + "."]
+    chosen = agreement.get("chosen")
+    if chosen:
+        kernels = chosen["same_code"]
+        lines = [f"This record ({chosen['record']}) against its nearest same-code session, "
+                 f"{chosen['nearest']} (the same kernel sources and headers for "
+                 f"{_kernel_span(kernels)}, {len(kernels)} of its {len(chosen['kernels'])} "
+                 "kernels; chosen from the records' build hashes), on the cells with the same "
+                 "code:"]
+    else:
+        lines = [f"Between sessions {' and '.join(agreement['records'])}:"]
+    for boundary, entry in agreement["boundaries"].items():
+        own = entry.get("candidate")
+        by_ref = entry.get("reversals_by_baseline") or {}
+        lines.append(
+            f"at {boundary}, per-shape classes agree in {entry['share_classes_agree']:.1%} of "
+            f"{entry['cells']} shared cells" + (f" ({own['share_classes_agree']:.1%} of "
+                                                f"{own['cells']} for {cand} against the PyTorch "
+                                                "references)" if own else "")
+            + f", with {entry['reversals']} WIN/LOSS reversal"
+            + ("" if entry["reversals"] == 1 else "s")
+            + (" (against " + ", ".join(f"{b}: {n}" for b, n in by_ref.items()) + ")"
+               if by_ref else ""))
+    sentence = lines[0] + " " + "; ".join(lines[1:]) + "."
+    if chosen and any(e["reversals"] for e in agreement["boundaries"].values()):
+        changes = chosen.get("reference_algorithm_changes")
+        sentence += (" Whether cuDNN ran another algorithm for a reference in one session than in "
+                     "the other is not known: a record here does not name the kernels it ran."
+                     if changes is None else
+                     f" A reference ran another cuDNN algorithm in one session than in the other "
+                     f"on {len(changes)} (shape, reference) cells"
+                     + (" (" + ", ".join(f"{r}: {n}" for r, n in sorted(pd.Series(
+                         [c["reference"] for c in changes]).value_counts().items())) + ")"
+                        if changes else "") + ".")
+    return [sentence]
+
+
+def _kernel_span(kernels: list[str]) -> str:
+    """k0, k1, ..., k8 as "k0–k8" where they run without a gap, else listed."""
+    numbers = [int(k[1:]) for k in kernels if k[:1] == "k" and k[1:].isdigit()]
+    if len(numbers) == len(kernels) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{kernels[0]}–{kernels[-1]}"
+    return ", ".join(kernels)
+
+
 def _group_words(group: str) -> str:
-    if group.endswith("L2"):
+    if "L2" in group:  # a footprint bin: "under 0.5x L2", "2x L2 or more"
         return f"footprint {group}"
     return f"{group} channels per group"

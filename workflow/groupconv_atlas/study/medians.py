@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .reference_algorithms import strongest_readings
 from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW,
-                    TORCH_BEST_NCHW_FROM)
+                    TORCH_BEST_NCHW_FROM, StatsConfig)
 
 
-def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None
+def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None,
+                    algorithms: pd.DataFrame | None = None, cfg: StatsConfig | None = None
                     ) -> pd.DataFrame:
     """Add the derived references: torch_best, per shape and boundary whichever strict-FP32
     PyTorch reference (either layout) has the lowest median over every job that timed it; and,
@@ -17,21 +19,28 @@ def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | 
     candidate's rows against a derived reference are copies of its rows against the chosen one,
     from whichever job measured them, with `torch_best_choice` naming it. Needs torch_default and
     torch_tuned both timed somewhere; else the table is returned unchanged.
-    `reference_choice` (torch_best_choice's table) fixes torch_best's choice."""
+    `reference_choice` (torch_best_choice's table) fixes torch_best's choice. With the
+    algorithms cuDNN ran per process (reference_algorithms.algorithm_table, and `cfg` to read
+    intervals again), a reference that ran several is read on its fastest algorithm's batches
+    (strongest_readings) before it is chosen and copied: the best a user of it could get.
+    Without them the derived rows are what they always were."""
     if "torch_best_choice" not in comparisons:
         comparisons = comparisons.assign(torch_best_choice=None)
+    strong = comparisons
+    if algorithms is not None and not algorithms.empty:
+        strong = strongest_readings(comparisons, algorithms, cfg or StatsConfig())
     derived = []
     for name, among in DERIVED_REFERENCES.items():
         if name == TORCH_BEST_NCHW and not (set(comparisons["baseline"])
                                             & (set(TORCH_BEST_FROM) - set(among))):
             continue
-        choice = (torch_best_choice(comparisons, among)
+        choice = (torch_best_choice(strong, among)
                   if reference_choice is None or name != TORCH_BEST else reference_choice)
         if choice.empty:
             continue
         pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
-        against = comparisons[comparisons["baseline"].isin(among)
-                              & ~comparisons["candidate"].isin(TORCH_BEST_FROM)]
+        against = strong[strong["baseline"].isin(among)
+                         & ~strong["candidate"].isin(TORCH_BEST_FROM)]
         chosen = [pick.get((s, b)) == r for s, b, r in
                   zip(against["shape_id"], against["boundary"], against["baseline"])]
         derived.append(against[chosen].assign(torch_best_choice=lambda f: f["baseline"],

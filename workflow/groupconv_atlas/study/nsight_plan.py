@@ -38,13 +38,7 @@ class NsightPlan:
         if run.replays_record:
             # As for the atlas, a replay shows what its record captured and names what it lacks.
             absent = [p for p in pairs if not run.at(self.capture(p)).is_file()]
-            if absent:
-                # One short line: it prints on every Snakemake call (the config's nsight section
-                # names every pair; the record's raw/nsight/ holds what was captured).
-                notes.append(f"record {Path(self.record).name} lacks {len(absent)} of the "
-                             f"{len(pairs)} configured Nsight captures (first: {absent[0][0]}, "
-                             f"{absent[0][1]}); the nsight table leaves them out and shows the "
-                             "captures the record holds")
+            configured = len(pairs)
             pairs = [p for p in pairs if p not in absent]
             # Captures the record holds beyond the configured pairs (a run that layered another
             # nsight section, e.g. config/nsight-nhwc.yaml) join the table too: the replay shows
@@ -52,6 +46,18 @@ class NsightPlan:
             recorded = sorted(tuple(c.stem.split("__", 1)) for c in
                               run.at(self.raw("nsight")).glob("*__*.ncu-rep"))
             pairs += nsight_pairs(run.shapes, [], [], [p for p in recorded if p not in pairs])
+            if absent:
+                # One short line: it prints on every Snakemake call. It says what the table
+                # shows: the record's own captures, which a run with another nsight section
+                # made of other pairs than this configuration's.
+                name = Path(self.record).name
+                notes.append(
+                    f"record {name} holds no Nsight captures (this configuration names "
+                    f"{configured} pairs); the nsight table is empty" if not pairs else
+                    f"record {name} holds {len(pairs)} Nsight captures, "
+                    f"{configured - len(absent)} of them of the {configured} pairs this "
+                    f"configuration names (not captured: {len(absent)}, first {absent[0][0]}, "
+                    f"{absent[0][1]}); the nsight table shows the {len(pairs)} it holds")
         self.pairs = pairs
         self.captures = [self.capture(p) for p in pairs]
         # The timing records holding each profiled implementation's graph_device samples; one

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from ..runtime.files import INDEX, MANIFEST, check_inputs, find_record, load_index
@@ -48,6 +49,43 @@ def checked_files(paths) -> list[Path]:
     paths = [Path(p) for p in paths]
     check_inputs(paths)
     return paths
+
+
+def kernel_sources(record_dir: str | Path) -> dict[str, str]:
+    """{kernel: identity of the code it ran}: the SHA-256 of its .cu file and of every header it
+    included, from the record's build records (one string, equal when the code is)."""
+    sources = {}
+    for path in checked_files(sorted(Path(record_dir, "raw", "builds").glob("*.json"))):
+        build = json.loads(path.read_text())
+        headers = ",".join(f"{h}={d}" for h, d in sorted((build.get("header_sha256") or {}).items()))
+        sources[build["kernel"]] = f"{build['source_sha256']}[{headers}]"
+    return sources
+
+
+def nearest_same_code(records_dir: str | Path, name: str) -> dict | None:
+    """The session a record's agreement is read against: among the other committed records of
+    its device, the one that ran the same code (kernel_sources) for the most of its kernels,
+    and of those the nearest in time (the earlier on a tie). {"record", "same_code": its
+    kernels of the same code, "kernels": the record's own}; None when no other record of the
+    device ran any of its kernels' code. Chosen from the records' hashes alone."""
+    records_dir = Path(records_dir)
+    own = json.loads((records_dir / name / MANIFEST).read_text())
+    mine = kernel_sources(records_dir / name)
+    stamp = datetime.fromisoformat(own["created_utc"])
+    ranked = []
+    for manifest in sorted(records_dir.glob(f"*/{MANIFEST}")):
+        other = json.loads(manifest.read_text())
+        if manifest.parent.name == name or other.get("device") != own.get("device"):
+            continue
+        theirs = kernel_sources(manifest.parent)
+        same = [k for k in mine if theirs.get(k) == mine[k]]
+        if same:
+            gap = (datetime.fromisoformat(other["created_utc"]) - stamp).total_seconds()
+            ranked.append((-len(same), abs(gap), gap > 0, manifest.parent.name, same))
+    if not ranked:
+        return None
+    *_, record, same = min(ranked)
+    return {"record": record, "same_code": same, "kernels": list(mine)}
 
 
 def _main(argv: list[str]) -> int:

@@ -21,7 +21,7 @@ from ..runtime.files import INDEX, find_record
 from . import plan
 from .atlas_plan import AtlasPlan
 from .code_inputs import code_files
-from .config_check import resolve_kernel_lists
+from .config_check import resolve_kernel_lists, shape_id_errors
 from .nsight_plan import NsightPlan
 from .plan import PlanError
 from .record_check import recorded_sources
@@ -57,6 +57,9 @@ class RunPlan:
         except (ShapeError, OSError) as err:
             raise PlanError(f"{config['shapes']}: {err}") from None
         plan.check_names(config)
+        unknown = shape_id_errors(config, {s.id for s in shapes})
+        if unknown:
+            raise PlanError("config " + "\nconfig ".join(unknown))
         mode = config["mode"]
         if mode == "auto":
             mode = "live" if gpu_available() else "replay"

@@ -114,6 +114,14 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                     # search in this process; for the public op it resolves the call's plan.
                     warm_up(session, list(runs.values()) + list(api.values()),
                             cfg.warmup_launches)
+                    # What cuDNN chose in this process for each tuned PyTorch reference
+                    # (cudnn.benchmark searches per process), by the kernels one call runs
+                    # (runtime/cudnn_choice), outside the samples; `details` holds the same dicts.
+                    from ..runtime.cudnn_choice import gpu_kernels
+
+                    for b in bound.values():
+                        if b.details.get("cudnn_benchmark"):
+                            b.details["kernels"] = gpu_kernels(torch, b.run)
                     sampler = PairedSampler(session, runs, cfg, clocks, flush, api_runs=api,
                                             unpaced=FLOOR_RUNS).prepare()
                 tensors = (x, w, y, bound, runs)
@@ -251,6 +259,9 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
                                if k in d} for n, d in details.items()},
                 **({"floor": {n: details[n] for n in FLOOR_RUNS if n in details}}
                    if floor_cubin is not None else {}),
+                # Per process (as `ready`): the kernels each PyTorch reference ran.
+                "reference_kernels": {n: [r[2][n]["kernels"] for r in ready]
+                                      for n, d in details.items() if "kernels" in d},
             })
             elapsed = time.perf_counter() - t_begin
             eta = elapsed / (step + 1) * (len(plan) - step - 1)

@@ -6,7 +6,7 @@ replay renders the same bytes as the run it replays.
 Modules: style (colours, labels, formats, SVG settings, page CSS), axes (drawing blocks),
 figures, frames (nested records as tables), html_blocks (page building blocks), the pages
 (atlas_pages: the atlas's own; kernel_pages: Nsight, tuning, machine code; probe_pages: the
-probes), landing (the landing page's headline), atlas_map.
+probes), landing (the landing page's headline), glance (the first screen's figure), atlas_map.
 The names below are re-exported so `from groupconv_atlas.study.report import X` keeps working;
 importing this package imports every module, so a job that imports it lists them all as code
 inputs."""
@@ -17,6 +17,7 @@ from .axes import ratio_ticks
 from .figures import (aa_figure, boundary_figure, forest_figure, forest_svgs, geomean_figure,
                       mobilenet_figure, note_figure, roofline_figure)
 from .frames import mobilenet_readings, tuning_frame
+from .glance import glance_figure
 from .html_blocks import (Markup, esc, fmt_number, frame_html, html_page, markdown_html,
                           short_kernel_name, table_html)
 from .kernel_pages import machine_code_page, nsight_page, tuning_page
@@ -30,7 +31,7 @@ __all__ = [
     "BASELINE_LABELS", "BOUNDARIES", "CLASS_COLOURS", "CLASS_GLYPHS", "MAP_DATA_MARKER",
     "Markup", "PAGE_CSS", "SVG_RC", "UNTIMED", "aa_figure", "atlas_map_html", "baseline_label",
     "boundary_figure", "esc", "evidence_page", "figure_stem", "fmt_interval", "fmt_number",
-    "fmt_ratio", "forest_figure", "forest_svgs", "frame_html", "geomean_figure", "html_page",
+    "fmt_ratio", "forest_figure", "forest_svgs", "frame_html", "geomean_figure", "glance_figure", "html_page",
     "landing_headline", "latency_page", "machine_code_page", "map_payload", "markdown_html",
     "mobilenet_figure", "mobilenet_page", "mobilenet_readings", "note_figure", "nsight_page", "per_shape_page",
     "probes_page", "provenance_page",
