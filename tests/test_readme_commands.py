@@ -198,6 +198,10 @@ COMMANDS: dict[str, How] = {
     # Templates and mentions.
     "make replay RECORD=<name>": How(PLACEHOLDER, "make replay without RECORD lists every "
                                      "committed record; each has its own row above"),
+    **{f"make {target} RECORD=<name>": How(
+        PLACEHOLDER, "every make target takes RECORD (test_newcomer."
+        "test_every_make_target_takes_record runs each with Snakemake replaced by echo)")
+       for target in ("report", "verify")},
     "snakemake …": How(PLACEHOLDER, "stands for the snakemake lines below; nothing to run"),
     "make": How(PLACEHOLDER, "the tool; its default goal (make -n) installs the package"),
 }
