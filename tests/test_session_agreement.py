@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.study.records import kernel_sources, nearest_same_code
+from groupconv_atlas.study.records import (build_files, kernel_sources, nearest_same_code,
+                                           vouched_sources)
 
 RECORDS = REPO_ROOT / "records"
 
@@ -24,8 +25,14 @@ def manifests() -> dict[str, dict]:
 def test_the_nearest_same_code_session_shares_the_most_code_and_is_nearest_in_time(name):
     every = manifests()
     mine = kernel_sources(RECORDS / name)
-    same = {other: [k for k, code in kernel_sources(RECORDS / other).items()
-                    if mine.get(k) == code]
+    files = build_files(RECORDS / name)
+
+    def ran_mine(other, kernel):  # the same hashes, or hashes the other record vouches for
+        vouched = vouched_sources(RECORDS / other).get(kernel) or {}
+        return (kernel_sources(RECORDS / other).get(kernel) == mine[kernel]
+                or bool(vouched) and all(d in vouched.get(p, ()) for p, d in files[kernel].items()))
+
+    same = {other: [k for k in mine if ran_mine(other, k)]
             for other, m in every.items()
             if other != name and m["device"] == every[name]["device"]}
     chosen = nearest_same_code(RECORDS, name)
@@ -51,7 +58,13 @@ def test_the_newest_record_is_read_against_a_session_that_ran_its_code():
     assert chosen is not None and chosen["record"] != newest
     theirs = kernel_sources(RECORDS / chosen["record"])
     mine = kernel_sources(RECORDS / newest)
-    assert all(theirs[k] == mine[k] for k in chosen["same_code"])
+    vouched = vouched_sources(RECORDS / chosen["record"])
+    files = build_files(RECORDS / newest)
+    # the same build hashes, or a source the chosen record vouches compiles to its machine code
+    assert all(theirs.get(k) == mine[k]
+               or all(d in vouched.get(k, {}).get(p, ()) for p, d in files[k].items())
+               for k in chosen["same_code"])
+    assert chosen["same_code"], "the newest record shares code with an earlier session"
 
 
 def _wide(records=("h200-new", "h200-old")) -> pd.DataFrame:

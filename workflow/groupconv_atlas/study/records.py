@@ -62,15 +62,44 @@ def kernel_sources(record_dir: str | Path) -> dict[str, str]:
     return sources
 
 
+def build_files(record_dir: str | Path) -> dict[str, dict[str, str]]:
+    """{kernel: {repository path: SHA-256}} of the source and headers each build compiled."""
+    files = {}
+    for path in checked_files(sorted(Path(record_dir, "raw", "builds").glob("*.json"))):
+        build = json.loads(path.read_text())
+        files[build["kernel"]] = {**({build["source"]: build["source_sha256"]}
+                                     if build.get("source") else {}),
+                                  **(build.get("header_sha256") or {})}
+    return files
+
+
+def vouched_sources(record_dir: str | Path) -> dict[str, dict[str, list[str]]]:
+    """{kernel: {path: [SHA-256]}}: source and header hashes that tools/same_machine_code.py
+    vouched compile to the record's machine code (raw/same_machine_code.json; {} without)."""
+    path = Path(record_dir, "raw", "same_machine_code.json")
+    if not path.is_file():
+        return {}
+    return json.loads(checked_files([path])[0].read_text()).get("kernels", {})
+
+
+def _vouched_for(vouched: dict | None, files: dict | None) -> bool:
+    """Every file a build compiled is among the hashes another record vouches for: that record's
+    cubin is this code's machine code, so the two sessions ran the same kernel."""
+    return bool(vouched and files) and all(digest in vouched.get(path, ())
+                                           for path, digest in files.items())
+
+
 def nearest_same_code(records_dir: str | Path, name: str) -> dict | None:
     """The session a record's agreement is read against: among the other committed records of
     its device, the one that ran the same code (kernel_sources) for the most of its kernels,
     and of those the nearest in time (the earlier on a tie). {"record", "same_code": its
     kernels of the same code, "kernels": the record's own}; None when no other record of the
-    device ran any of its kernels' code. Chosen from the records' hashes alone."""
+    device ran any of its kernels' code. Chosen from the records' hashes alone: a build's own, or
+    those the other record vouches compile to its machine code (tools/same_machine_code.py)."""
     records_dir = Path(records_dir)
     own = json.loads((records_dir / name / MANIFEST).read_text())
     mine = kernel_sources(records_dir / name)
+    own_files = build_files(records_dir / name)
     stamp = datetime.fromisoformat(own["created_utc"])
     ranked = []
     for manifest in sorted(records_dir.glob(f"*/{MANIFEST}")):
@@ -78,7 +107,9 @@ def nearest_same_code(records_dir: str | Path, name: str) -> dict | None:
         if manifest.parent.name == name or other.get("device") != own.get("device"):
             continue
         theirs = kernel_sources(manifest.parent)
-        same = [k for k in mine if theirs.get(k) == mine[k]]
+        vouched = vouched_sources(manifest.parent)
+        same = [k for k in mine if theirs.get(k) == mine[k]
+                or _vouched_for(vouched.get(k), own_files.get(k))]
         if same:
             gap = (datetime.fromisoformat(other["created_utc"]) - stamp).total_seconds()
             ranked.append((-len(same), abs(gap), gap > 0, manifest.parent.name, same))
