@@ -30,7 +30,9 @@ class Launch:
     scalars: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+# eq=False: a table is one object, compared and hashed as itself, so a KernelSpec holding one
+# stays hashable (its dicts would not be).
+@dataclass(frozen=True, eq=False)
 class SourceTable:
     """The integers a kernel source and its launch rule share, written once, here: `defines`
     (name -> integer: a #define each) and `lists` (name -> rows of integers: an X-macro each,
