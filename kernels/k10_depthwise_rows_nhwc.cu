@@ -12,6 +12,8 @@
 // - Small tiles (1 x 1) with many blocks fill every SM at N = 1; tall strips reuse rows on
 //   large maps. The tuning stage picks the tile, CBV and block size per shape.
 #include "common.cuh"
+// K10_TILES: the tile table, written in Python (nhwc_row_kernels.K10_TABLE) and generated.
+#include "k10_depthwise_rows_nhwc_table.cuh"
 
 // VEC adjacent channels of one pixel (or their taps): one 16-, 8- or 4-byte access. Two
 // channels per thread hold half the registers of four (taps and rows), so more warps fit an SM:
@@ -173,8 +175,8 @@ __device__ __forceinline__ void k10_depthwise_nhwc(const float* __restrict__ x,
     }
 }
 
-// One entry per (vector width, rows, columns, channel vectors per block): the tile table the
-// host reads (K10_TILES). Each entry allows up to 256 threads per block.
+// One entry per (vector width, rows, columns, channel vectors per block) of the tile table
+// (K10_TILES). Each entry allows up to 256 threads per block.
 #define K10_ENTRY(VEC, ROWS, COLS, CBV)                                                         \
     extern "C" __global__ void __launch_bounds__(256)                                           \
         k10_depthwise_rows_nhwc_v##VEC##_r##ROWS##_c##COLS##_b##CBV(                            \
@@ -183,42 +185,4 @@ __device__ __forceinline__ void k10_depthwise_nhwc(const float* __restrict__ x,
         k10_depthwise_nhwc<VEC, ROWS, COLS, CBV>(x, wt, y, N, C_in, C_out, H, W, groups);      \
     }
 
-K10_ENTRY(4, 1, 1, 8)
-K10_ENTRY(4, 2, 1, 8)
-K10_ENTRY(4, 4, 1, 8)
-K10_ENTRY(4, 8, 1, 8)
-K10_ENTRY(4, 1, 2, 8)
-K10_ENTRY(4, 2, 2, 8)
-K10_ENTRY(4, 4, 2, 8)
-K10_ENTRY(4, 8, 2, 8)
-K10_ENTRY(4, 1, 4, 8)
-K10_ENTRY(4, 2, 4, 8)
-K10_ENTRY(4, 8, 4, 8)
-K10_ENTRY(4, 1, 1, 32)
-K10_ENTRY(4, 2, 1, 32)
-K10_ENTRY(4, 4, 1, 32)
-K10_ENTRY(4, 8, 1, 32)
-K10_ENTRY(4, 1, 2, 32)
-K10_ENTRY(4, 2, 2, 32)
-K10_ENTRY(4, 4, 2, 32)
-K10_ENTRY(4, 8, 2, 32)
-K10_ENTRY(2, 1, 1, 8)
-K10_ENTRY(2, 2, 1, 8)
-K10_ENTRY(2, 4, 1, 8)
-K10_ENTRY(2, 1, 2, 8)
-K10_ENTRY(2, 2, 2, 8)
-K10_ENTRY(2, 4, 2, 8)
-K10_ENTRY(2, 1, 4, 8)
-K10_ENTRY(2, 4, 4, 8)
-K10_ENTRY(2, 1, 1, 32)
-K10_ENTRY(2, 2, 1, 32)
-K10_ENTRY(2, 4, 1, 32)
-K10_ENTRY(2, 1, 2, 32)
-K10_ENTRY(2, 2, 2, 32)
-K10_ENTRY(2, 4, 2, 32)
-K10_ENTRY(1, 1, 1, 8)
-K10_ENTRY(1, 2, 1, 8)
-K10_ENTRY(1, 4, 1, 8)
-K10_ENTRY(1, 1, 1, 32)
-K10_ENTRY(1, 2, 1, 32)
-K10_ENTRY(1, 4, 1, 32)
+K10_TILES(K10_ENTRY)

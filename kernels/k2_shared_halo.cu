@@ -1,9 +1,9 @@
 // k2 cooperative shared halo: a block stages its input tile plus a one-pixel halo for every input
 // channel of the group in shared memory, then each thread computes one output from there.
 #include "common.cuh"
-
-#define K2_TILE_W 32
-#define K2_TILE_H 8
+// K2_TILE_W, K2_TILE_H and the channel counts K2_CHANNELS_PER_GROUP: the registry's table
+// (groupconv_atlas.runtime.nchw_tile_kernels.K2_TABLE).
+#include "k2_shared_halo_table.cuh"
 
 // Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; blockDim = (32, 8);
 // CIN_PER_GROUP (C_in / groups) is 1, 2 or 4: the staged tile is CIN_PER_GROUP * 10 * 34 floats.
@@ -61,6 +61,4 @@ __device__ void k2_shared_halo(const float* __restrict__ x, const float* __restr
                                 int W, int groups) {                                           \
         k2_shared_halo<CPG>(x, wt, y, N, C_in, C_out, H, W, groups);                           \
     }
-K2_ENTRY(1)
-K2_ENTRY(2)
-K2_ENTRY(4)
+K2_CHANNELS_PER_GROUP(K2_ENTRY)

@@ -1,8 +1,9 @@
 // k4 register tile (kernels/register_tile.cuh) with 16-byte or scalar accesses, its tile chosen by
-// a rule of thumb (groupconv_atlas.kernels.k4_tile). This list is the one tile table of k4: the
-// Python registry reads it from here, in this order, which is the rule's preference (most outputs
-// per thread first).
+// a rule of thumb (groupconv_atlas.runtime.nchw_tile_kernels.k4_tile). One entry per row of the
+// registry's tile table K4_TILES (nchw_tile_kernels.K4_TABLE, in the rule's order of preference),
+// which the generated header holds.
 #include "register_tile.cuh"
+#include "k4_register_tile_table.cuh"
 
 // Assumptions: those of register_tile (FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1;
 // COB divides C_out/groups).
@@ -14,13 +15,4 @@
                                           int groups) {                                        \
         register_tile<ROWS, COB, false>(x, wt, y, N, C_in, C_out, H, W, groups);               \
     }
-K4_ENTRY(2, 8, 0)
-K4_ENTRY(2, 4, 0)
-K4_ENTRY(4, 2, 0)
-K4_ENTRY(1, 8, 0)
-K4_ENTRY(4, 1, 0)
-K4_ENTRY(2, 2, 0)
-K4_ENTRY(1, 4, 0)
-K4_ENTRY(2, 1, 0)
-K4_ENTRY(1, 2, 0)
-K4_ENTRY(1, 1, 0)
+K4_TILES(K4_ENTRY)

@@ -1,8 +1,9 @@
 // k5 tuned register tile (kernels/register_tile.cuh) with 16-, 8-byte or scalar accesses, over a
 // wider family of tiles than k4, the tile and block size of every shape chosen by the tuning stage
-// (groupconv_atlas.tuning). This list is the one tile table of k5: the Python registry reads it
-// from here.
+// (groupconv_atlas.runtime.tuning). One entry per row of the registry's tile table K5_TILES
+// (groupconv_atlas.runtime.nchw_tile_kernels.K5_TABLE), which the generated header holds.
 #include "register_tile.cuh"
+#include "k5_tuned_tile_table.cuh"
 
 // Assumptions: those of register_tile (FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1;
 // COB divides C_out/groups).
@@ -16,18 +17,4 @@
                                        int N, int C_in, int C_out, int H, int W, int groups) { \
         register_tile<ROWS, COB, true>(x, wt, y, N, C_in, C_out, H, W, groups);              \
     }
-K5_ENTRY(1, 1, 0)
-K5_ENTRY(1, 2, 0)
-K5_ENTRY(1, 4, 1)
-K5_ENTRY(1, 8, 0)
-K5_ENTRY(1, 16, 0)
-K5_ENTRY(2, 1, 0)
-K5_ENTRY(2, 2, 0)
-K5_ENTRY(2, 4, 0)
-K5_ENTRY(2, 8, 0)
-K5_ENTRY(4, 1, 0)
-K5_ENTRY(4, 2, 0)
-K5_ENTRY(4, 4, 0)
-K5_ENTRY(8, 1, 1)
-K5_ENTRY(8, 2, 0)
-K5_ENTRY(8, 4, 0)
+K5_TILES(K5_ENTRY)

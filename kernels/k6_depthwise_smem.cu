@@ -10,10 +10,9 @@
 
 #include "common.cuh"
 #include "stage.cuh"
-
-// Floats of padding before the staged rows: the w-1 read of the first element stays inside the
-// array, and a multiple of 4 keeps the array's 16-byte alignment meaningful.
-#define K6_PAD 4
+// K6_PAD (floats of padding before the staged rows) and the tile tables K6_TILES and
+// K6_TILES_COLS: the registry's table (groupconv_atlas.runtime.nchw_row_kernels.K6_TABLE).
+#include "k6_depthwise_smem_table.cuh"
 
 // Output rows a tile holds: what fits in TILE_FLOATS floats with the two halo rows, both pads and
 // COLS - 1 floats of slack (a thread with COLS columns reads up to COLS floats past its row's
@@ -187,9 +186,10 @@ __device__ void k6_depthwise(const float* __restrict__ x, const float* __restric
     }
 }
 
-// One entry per tile: K6_ENTRY(TILE_FLOATS, OUTS) for single-column strips,
-// K6_ENTRY_COLS(TILE_FLOATS, OUTS, COLS) for OUTS x COLS blocks. Shared memory per block is
-// 4 * TILE_FLOATS bytes; __launch_bounds__(256) lets the tuner launch 128 or 256 threads per block.
+// One entry per tile: K6_ENTRY(TILE_FLOATS, OUTS) for single-column strips (a row of K6_TILES),
+// K6_ENTRY_COLS(TILE_FLOATS, OUTS, COLS) for OUTS x COLS blocks (a row of K6_TILES_COLS). Shared
+// memory per block is 4 * TILE_FLOATS bytes; __launch_bounds__(256) lets the tuner launch 128 or
+// 256 threads per block.
 #define K6_ENTRY(TILE_FLOATS, OUTS)                                                            \
     extern "C" __global__ void __launch_bounds__(256)                                          \
         k6_depthwise_f##TILE_FLOATS##_o##OUTS(const float* __restrict__ x,                     \
@@ -205,16 +205,5 @@ __device__ void k6_depthwise(const float* __restrict__ x, const float* __restric
             int N, int C_in, int C_out, int H, int W, int groups) {                            \
         k6_depthwise<TILE_FLOATS, OUTS, COLS>(x, wt, y, N, C_in, C_out, H, W, groups);         \
     }
-K6_ENTRY(512, 1)
-K6_ENTRY(512, 2)
-K6_ENTRY(512, 4)
-K6_ENTRY(2048, 1)
-K6_ENTRY(2048, 2)
-K6_ENTRY(2048, 4)
-K6_ENTRY(8192, 1)
-K6_ENTRY(8192, 2)
-K6_ENTRY(8192, 4)
-K6_ENTRY_COLS(2048, 4, 4)
-K6_ENTRY_COLS(8192, 2, 4)
-K6_ENTRY_COLS(8192, 4, 2)
-K6_ENTRY_COLS(8192, 4, 4)
+K6_TILES(K6_ENTRY)
+K6_TILES_COLS(K6_ENTRY_COLS)

@@ -14,16 +14,11 @@
 
 #include "common.cuh"
 #include "stage.cuh"
-
-// Floats of padding before each channel's staged rows (the w-1 read stays in the region; a
-// multiple of 4 keeps 16-byte alignment meaningful).
-#define K7_PAD 4
-// The largest group the kernel takes: input channels per group and output channels per group.
-#define K7_MAX_CPG 32
-#define K7_MAX_COUT_PG 32
-// Floats of the weight array: one chunk of input channels x 9 taps x every output channel of
-// the group (16 x 9 x 16, so groups of up to 16 x 16 fit in one chunk).
-#define K7_WEIGHT_FLOATS 2304
+// The registry's table (groupconv_atlas.runtime.nchw_row_kernels.K7_TABLE), each explained there:
+// K7_PAD (floats of padding before each channel's staged rows), K7_MAX_CPG and K7_MAX_COUT_PG (the
+// largest group the kernel takes), K7_WEIGHT_FLOATS (floats of the weight array) and the tile
+// table K7_TILES.
+#include "k7_grouped_smem_table.cuh"
 
 // Input channels staged at once: all of the group's when its weights fit the weight array,
 // else as many as do (groups of 24 or 32 channels go in chunks of 10 or 8).
@@ -319,7 +314,7 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
     }
 }
 
-// Two entries per tile: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS) defines
+// Two entries per row of K7_TILES: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS) defines
 // k7_grouped_f<TILE>_o<OUTS>_c<COB> (groups staged at once) and the same name with _chunked.
 // Shared memory per block is 4 * (TILE_FLOATS + K7_WEIGHT_FLOATS) bytes; __launch_bounds__(256)
 // lets the tuner launch 128 or 256 threads. MIN_BLOCKS 0 leaves ptxas its register heuristic; 1
@@ -336,15 +331,4 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                  MIN_BLOCKS, false)                                                           \
     K7_ENTRY_ONE(k7_grouped_f##TILE_FLOATS##_o##OUTS##_c##COB##_chunked, TILE_FLOATS, OUTS,   \
                  COB, 1, true)
-K7_ENTRY(4096, 1, 4, 0)
-K7_ENTRY(4096, 2, 4, 1)
-K7_ENTRY(4096, 4, 4, 0)
-K7_ENTRY(4096, 1, 8, 0)
-K7_ENTRY(4096, 2, 8, 0)
-K7_ENTRY(4096, 4, 8, 0)
-K7_ENTRY(8192, 1, 4, 0)
-K7_ENTRY(8192, 2, 4, 1)
-K7_ENTRY(8192, 4, 4, 0)
-K7_ENTRY(8192, 1, 8, 0)
-K7_ENTRY(8192, 2, 8, 0)
-K7_ENTRY(8192, 4, 8, 0)
+K7_TILES(K7_ENTRY)

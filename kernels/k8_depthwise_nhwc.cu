@@ -5,6 +5,8 @@
 // ROWS x COLS output pixels for its channels: the (ROWS + 2) x (COLS + 2) input pixels it loads
 // serve up to 9 outputs each, and its 9 weights per channel are loaded once per tile.
 #include "common.cuh"
+// The tile table K8_TILES: the registry's (groupconv_atlas.runtime.nhwc_strip_kernels.K8_TABLE).
+#include "k8_depthwise_nhwc_table.cuh"
 
 // VEC adjacent channels of one pixel (or their weights): one 16- or 4-byte access, and a
 // lane-by-lane FMA.
@@ -121,8 +123,8 @@ __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
     }
 }
 
-// One entry per (vector width, rows, columns): the tile table the host reads
-// (kernels.K8_TILES). Each entry allows up to 256 threads per block.
+// One entry per (vector width, rows, columns): a row of the registry's tile table K8_TILES. Each
+// entry allows up to 256 threads per block.
 #define K8_ENTRY(VEC, ROWS, COLS)                                                               \
     extern "C" __global__ void __launch_bounds__(256)                                           \
         k8_depthwise_nhwc_v##VEC##_r##ROWS##_c##COLS(                                           \
@@ -130,14 +132,4 @@ __device__ __forceinline__ void k8_depthwise_nhwc(const float* __restrict__ x,
             int N, int C_in, int C_out, int H, int W, int groups) {                             \
         k8_depthwise_nhwc<VEC, ROWS, COLS>(x, wt, y, N, C_in, C_out, H, W, groups);            \
     }
-
-K8_ENTRY(4, 1, 1)
-K8_ENTRY(4, 1, 2)
-K8_ENTRY(4, 1, 4)
-K8_ENTRY(4, 2, 1)
-K8_ENTRY(4, 2, 2)
-K8_ENTRY(4, 2, 4)
-K8_ENTRY(4, 4, 1)
-K8_ENTRY(4, 4, 2)
-K8_ENTRY(1, 1, 4)
-K8_ENTRY(1, 2, 2)
+K8_TILES(K8_ENTRY)

@@ -24,11 +24,11 @@
 // parallelism.
 #include "common.cuh"
 
-// The groups the kernel takes (the host's support predicate reads these): input channels per
+// The groups the kernel takes (the host's support predicate uses them too): input channels per
 // group from 2 (depthwise, 1, is k8's) to K9_MAX_CPG, output channels per group up to
-// K9_MAX_COUT_PG.
-#define K9_MAX_CPG 32
-#define K9_MAX_COUT_PG 32
+// K9_MAX_COUT_PG; and the tile table K9_TILES: the registry's table
+// (groupconv_atlas.runtime.nhwc_strip_kernels.K9_TABLE).
+#include "k9_grouped_nhwc_table.cuh"
 
 // IVEC (or OVEC) consecutive floats: one 16-, 8- or 4-byte access.
 template <int V>
@@ -159,8 +159,8 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
     }
 }
 
-// One entry per (output vector, input vector, rows, columns): the tile table the host reads
-// (kernels.K9_TILES). A shape runs the entries of the widest (OVEC, IVEC) pair here that divides
+// One entry per (output vector, input vector, rows, columns): a row of the registry's tile table
+// K9_TILES. A shape runs the entries of the widest (OVEC, IVEC) pair here that divides
 // its (C_out/groups, C_in/groups): 4 x 4 for the atlas's groups of 4 to 32 channels, 2 x 2 for
 // its groups of 2, 1 x 1 for a group with an odd number of input or output channels. Each entry
 // allows up to 256 threads per block.
@@ -171,16 +171,4 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
             int N, int C_in, int C_out, int H, int W, int groups) {                             \
         k9_grouped_nhwc<OVEC, IVEC, ROWS, COLS>(x, wt, y, N, C_in, C_out, H, W, groups);       \
     }
-
-K9_ENTRY(4, 4, 1, 1)
-K9_ENTRY(4, 4, 1, 2)
-K9_ENTRY(4, 4, 1, 4)
-K9_ENTRY(4, 4, 1, 8)
-K9_ENTRY(4, 4, 2, 2)
-K9_ENTRY(4, 4, 2, 4)
-K9_ENTRY(2, 2, 1, 1)
-K9_ENTRY(2, 2, 1, 2)
-K9_ENTRY(2, 2, 1, 4)
-K9_ENTRY(2, 2, 1, 8)
-K9_ENTRY(1, 1, 1, 1)
-K9_ENTRY(1, 1, 1, 4)
+K9_TILES(K9_ENTRY)

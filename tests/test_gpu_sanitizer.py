@@ -203,7 +203,7 @@ def test_geometries_cover_every_k2_entry_and_every_access_width():
 
 
 def test_geometries_cover_every_vector_width_of_k9():
-    from groupconv_atlas.runtime.kernels import k9_vectors
+    from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
 
     shapes = [geometry_shape(*gm) for gm in GEOMETRIES]
     k9 = [s for s in shapes if support("k9", s)[0]]

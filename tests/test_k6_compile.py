@@ -3,64 +3,37 @@ and no local memory, and a numpy emulation of the kernel's index and tiling logi
 integer arithmetic over every (block, thread), for strips of one column and blocks of several --
 shows on the frozen shapes' geometry that each output is written exactly once, from the right
 inputs and weights, with every 16-byte copy aligned on both sides and every shared-memory access
-inside the tile. The same for k7 (kernels/k7_grouped_smem.cu) below.
+inside the tile. k7's emulation: tests/test_k7_compile.py.
 
 The emulation tracks *which element of x* each shared-memory word holds (ZERO for a zero-filled
 or masked word, UNSTAGED for a word no copy wrote), so a wrong offset shows as a wrong index,
 not as a numerically small error.
 
-The kernels' constants (pads, limits, the weight array) and tile tables are the host's: read from
-the sources by groupconv_atlas.runtime.kernels (kernel_define, tile_table), not copied here. So
-is the tile sizing (rows per tile, k7's chunk and images per tile): the host's functions, which
-mirror the kernels' and size the grid; the emulation runs them through the kernel's index logic,
-so a sizing the kernel's layout cannot hold shows here as an access outside the tile."""
+The kernel's constants (the pad) and tile tables are the host's: the registry's table
+(runtime.nchw_row_kernels.K6_TABLE), which the kernel includes as a generated header, not copied
+here. So is the tile sizing (rows per tile): the host's function, which mirrors the kernel's and
+sizes the grid; the emulation runs it through the kernel's index logic, so a sizing the kernel's
+layout cannot hold shows here as an access outside the tile."""
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
-from groupconv_atlas.runtime import kernels
-from groupconv_atlas.runtime.shapes import Shape, geometry_shape
+from emulation import REPO, UNSTAGED, ZERO, Geometry, frozen_geometries, ptxas_report
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO / kernels.KERNELS["k6"].source
-PAD = kernels.K6_PAD  # K6_PAD, read from the source
-ZERO = -1
-UNSTAGED = -2
-BLOCKS = kernels.K6_BLOCKS  # what the entries' __launch_bounds__(256) allows and the tuner uses
-# (TILE_FLOATS, OUTS, COLS) of every K6_ENTRY line (one column), then every K6_ENTRY_COLS line
-TILES = kernels.K6_TILES
-entry_name = kernels.k6_entry
-tile_rows = kernels.k6_tile_rows  # k6_tile_rows: (tile_floats, outs, w, cols) -> tall rows
+from groupconv_atlas.runtime import nchw_row_kernels
+from groupconv_atlas.runtime.kernels import KERNELS
 
-
-@dataclass(frozen=True)
-class Geometry:
-    n: int
-    c_in: int
-    c_out: int
-    h: int
-    w: int
-    groups: int
-
-    @property
-    def mult(self) -> int:
-        return self.c_out // self.groups
-
-    @property
-    def tall_rows(self) -> int:
-        return self.n * self.c_in * self.h
-
-    @property
-    def shape(self) -> Shape:
-        """The host's Shape of this geometry, for its sizing functions."""
-        return geometry_shape(self.n, self.c_in, self.c_out, self.h, self.w, self.groups)
+SOURCE = REPO / KERNELS["k6"].source
+PAD = nchw_row_kernels.K6_PAD  # the kernel's K6_PAD
+BLOCKS = nchw_row_kernels.K6_BLOCKS  # what the entries' __launch_bounds__(256) allows, tuned
+# (TILE_FLOATS, OUTS, COLS) of every K6_TILES row (one column), then every K6_TILES_COLS row
+TILES = nchw_row_kernels.K6_TILES
+entry_name = nchw_row_kernels.k6_entry
+tile_rows = nchw_row_kernels.k6_tile_rows  # k6_tile_rows: (tile_floats, outs, w, cols) -> tall rows
 
 
 def stage(g: Geometry, tile_floats: int, rows: int, r0: int, x_word: int) -> tuple[int, np.ndarray]:
@@ -319,16 +292,7 @@ def test_emulation_catches_a_wrong_halo():
         check_writes(g, writes)
 
 
-def frozen_depthwise_geometries() -> dict[str, Geometry]:
-    doc = yaml.safe_load((REPO / "config" / "shapes.yaml").read_text())
-    out = {}
-    for s in doc["shapes"]:
-        if s["c_in"] == s["groups"]:
-            out[s["id"]] = Geometry(s["n"], s["c_in"], s["c_out"], s["h"], s["w"], s["groups"])
-    return out
-
-
-FROZEN = frozen_depthwise_geometries()
+FROZEN = frozen_geometries(lambda g: g.c_in == g.groups)  # the depthwise shapes
 
 
 def check_staged_layout(g: Geometry, rows: int, r0: int, base: int, smem: np.ndarray) -> None:
@@ -406,470 +370,16 @@ def test_every_output_written_once_on_frozen_geometry(shape_id):
 def test_tiles_cover_every_frozen_width():
     """The largest tile fits every frozen width, so k6's support is every depthwise shape."""
     widths = {g.w for g in FROZEN.values()}
-    assert max(widths) <= kernels.k6_max_width()
+    assert max(widths) <= nchw_row_kernels.k6_max_width()
     assert all(fitting_tiles(w) for w in widths)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_k6_compiles_without_spills_or_local_memory(tmp_path):
-    res = subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", "--resource-usage",
-                          "-I", str(REPO / "kernels"), str(SOURCE), "-o", str(tmp_path / "k6.cubin")],
-                         capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stderr
-    report = res.stdout + res.stderr
-    entries = re.findall(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, "
-                         r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    report, entries, smem = ptxas_report(SOURCE, tmp_path / "k6.cubin")
     assert {e[0] for e in entries} == {entry_name(f, o, c) for f, o, c in TILES}
     for name, stack, spill_st, spill_ld in entries:
         assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
-    smem = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes smem", report, re.S))
     for f, o, c in TILES:
         assert int(smem[entry_name(f, o, c)]) == 4 * f
     assert "lmem" not in report or re.search(r"[1-9]\d* bytes lmem", report) is None
-
-
-# ---- k7 (kernels/k7_grouped_smem.cu): grouped shapes, a few input channels per group ----------
-
-K7_SOURCE = REPO / kernels.KERNELS["k7"].source
-# The kernel's #defines, read from the source
-K7_PAD = kernels.K7_PAD
-K7_MAX_CPG, K7_MAX_COUT_PG = kernels.K7_MAX_CPG, kernels.K7_MAX_COUT_PG
-K7_WEIGHT_FLOATS = kernels.K7_WEIGHT_FLOATS
-K7_BLOCKS = kernels.K7_BLOCKS
-K7_TILES = kernels.K7_TILES  # (TILE_FLOATS, OUTS, COB) of every K7_ENTRY line, in source order
-
-
-def k7_region(tile_floats: int, planes: int) -> int:
-    """k7_region: the floats of the tile each staged plane gets (the host computes it inside
-    k7_tile_rows, for one image's planes; the emulation also needs it for several images')."""
-    return (tile_floats // planes) & ~3
-
-
-def k7_fits(g: Geometry, tile_floats: int, outs: int, cob: int) -> bool:
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    return (cpg <= K7_MAX_CPG and cout_pg <= K7_MAX_COUT_PG and cout_pg % cob == 0
-            and kernels.k7_tile_rows(g.shape, tile_floats, outs) >= 1)
-
-
-@dataclass
-class K7Layout:
-    """What the kernel derives from the shape, the entry and the block size."""
-
-    tile_floats: int
-    chunk: int
-    rows: int
-    images: int
-    region: int
-    tiles: int
-
-
-def k7_layout(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int) -> K7Layout:
-    s = g.shape
-    chunk = kernels.k7_chunk(s)
-    rows = kernels.k7_tile_rows(s, tile_floats, outs)
-    images = kernels.k7_images(s, tile_floats, outs, cob, threads)
-    # the kernel's tile count: image blocks x groups x row blocks
-    tiles = -(-g.n // images) * g.groups * -(-g.h // rows)
-    return K7Layout(tile_floats, chunk, rows, images, k7_region(tile_floats, images * chunk),
-                    tiles)
-
-
-@dataclass
-class K7Tile:
-    """Where a k7 tile sits, as the kernel derives it from the tile index."""
-
-    n0: int
-    images_here: int
-    group: int
-    h0: int
-    rows_here: int
-    first_e0: int
-    phase0: int
-
-
-def k7_tile(g: Geometry, lay: K7Layout, t: int, x_word: int) -> K7Tile:
-    row_blocks = -(-g.h // lay.rows)
-    row_block, ng = t % row_blocks, t // row_blocks
-    group, n0 = ng % g.groups, (ng // g.groups) * lay.images
-    h0 = row_block * lay.rows
-    cpg = g.c_in // g.groups
-    first_e0 = (n0 * g.c_in + group * cpg) * g.h * g.w + (h0 - 1) * g.w
-    return K7Tile(n0, min(lay.images, g.n - n0), group, h0, min(lay.rows, g.h - h0), first_e0,
-                  (x_word + first_e0) & 3)
-
-
-def k7_phase(g: Geometry, tl: K7Tile, i, c):
-    """16-byte phase of plane (image n0+i, channel c of the group)'s first staged row."""
-    return (tl.phase0 + (i * g.c_in + c) * ((g.h * g.w) & 3)) & 3
-
-
-def k7_stage(g: Geometry, lay: K7Layout, t: int, x_word: int, c0: int,
-             count: int) -> tuple[np.ndarray, np.ndarray]:
-    """One tile's staging of input channels c0 .. c0+count-1 of its group, for every image of
-    the tile, by the kernel's flattened loops: (input tile contents, weight array contents) as
-    element indices of x and of w (ZERO where zero-filled). Asserts alignment, bounds and single
-    writes."""
-    W, H = g.w, g.h
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    region, plane = lay.region, H * W
-    tl = k7_tile(g, lay, t, x_word)
-    zero_head = W if tl.h0 == 0 else 0
-    zero_tail_from = (min(tl.h0 + tl.rows_here + 1, H) - (tl.h0 - 1)) * W
-    staged = (tl.rows_here + 2) * W
-    n_elems = zero_tail_from - zero_head
-    zeros = zero_head + staged - zero_tail_from
-    planes = tl.images_here * count
-
-    i = np.arange(count * 9 * cout_pg)
-    co, tap_ci = i % cout_pg, i // cout_pg
-    tap, ci = tap_ci % 9, tap_ci // 9
-    assert i.size <= K7_WEIGHT_FLOATS, "the weights outgrow the weight array"
-    wsm = np.full(K7_WEIGHT_FLOATS, UNSTAGED, dtype=np.int64)
-    wsm[i] = ((tl.group * cout_pg + co) * cpg + c0 + ci) * 9 + tap
-
-    smem = np.full(lay.tile_floats, UNSTAGED, dtype=np.int64)
-    written, sources = [], []
-    # zero fill
-    k = np.arange(planes * zeros)
-    p, z = k // max(zeros, 1), k % max(zeros, 1)
-    at = np.where(z < zero_head, z, zero_tail_from + (z - zero_head))
-    dst_zero = p * region + K7_PAD + k7_phase(g, tl, p // count, c0 + p % count) + at
-    # 16-byte copies
-    vmax = n_elems >> 2
-    k = np.arange(planes * vmax)
-    p, v = k // max(vmax, 1), k % max(vmax, 1)
-    pi, pc = p // count, c0 + p % count
-    phase = k7_phase(g, tl, pi, pc)
-    head = np.minimum((4 - ((phase + zero_head) & 3)) & 3, n_elems)
-    keep = v < (n_elems - head) >> 2
-    p, v, pi, pc, phase, head = (a[keep] for a in (p, v, pi, pc, phase, head))
-    e = zero_head + head + 4 * v
-    dst_vec = p * region + K7_PAD + phase + e
-    src_vec = tl.first_e0 + (pi * g.c_in + pc) * plane + e
-    assert np.all((x_word + src_vec) % 4 == 0), "a 16-byte copy reads x unaligned"
-    assert np.all(dst_vec % 4 == 0), "a 16-byte copy writes unaligned"
-    written.append((dst_vec[:, None] + np.arange(4)).ravel())
-    sources.append((src_vec[:, None] + np.arange(4)).ravel())
-    # 4-byte copies: head and tail
-    k = np.arange(planes * 6)
-    p, s6 = k // 6, k % 6
-    pi, pc = p // count, c0 + p % count
-    phase = k7_phase(g, tl, pi, pc)
-    head = np.minimum((4 - ((phase + zero_head) & 3)) & 3, n_elems)
-    tail_from = head + 4 * ((n_elems - head) >> 2)
-    r = np.where(s6 < 3, s6, tail_from + (s6 - 3))
-    keep = np.where(s6 < 3, r < head, r < n_elems)
-    p, pi, pc, phase, r = (a[keep] for a in (p, pi, pc, phase, r))
-    e = zero_head + r
-    written.append(p * region + K7_PAD + phase + e)
-    sources.append(tl.first_e0 + (pi * g.c_in + pc) * plane + e)
-
-    dst = np.concatenate(written)
-    src = np.concatenate(sources)
-    # each plane's copies stay inside its region and inside the tile
-    allw = np.concatenate([dst, dst_zero])
-    assert allw.size == 0 or allw.min() >= 0, "a write before the tile"
-    assert allw.size == 0 or allw.max() < lay.tile_floats, "a write past the tile"
-    owner = allw // region
-    local = allw - owner * region
-    assert np.all(owner < planes) and np.all(local >= K7_PAD) and np.all(local < region), \
-        "outside the plane's region"
-    assert src.size == 0 or (src.min() >= 0 and src.max() < g.n * g.c_in * plane)
-    assert np.bincount(allw).max(initial=0) <= 1, "a word written twice"
-    assert dst.size + dst_zero.size == planes * staged, "a staged word missing"
-    smem[dst] = src
-    smem[dst_zero] = ZERO
-    return smem, wsm
-
-
-def k7_compute(g: Geometry, lay: K7Layout, outs: int, cob: int, threads: int, t: np.ndarray,
-               x_word: int, smem: np.ndarray, wsm: np.ndarray, c0: int, count: int,
-               chunked: bool) -> dict:
-    """The compute loop of tiles t side by side over staged input channels c0 .. c0+count-1;
-    returns each write's offset, coordinates and the (x element, w element) of each of its
-    count*9 products, in the kernel's order. chunked: the kernel's rounds (item u = round *
-    threads + tid, q = u / W, col = u % W) instead of its incremental walk."""
-    H, W = g.h, g.w
-    cout_pg = g.c_out // g.groups
-    region = lay.region
-    tiles = [k7_tile(g, lay, int(ti), x_word) for ti in t]
-    R = t.size
-    col_of = lambda name: np.array([getattr(tl, name) for tl in tiles])[:, None]  # noqa: E731
-    n0, group, h0, rows_here = (col_of(k) for k in ("n0", "group", "h0", "rows_here"))
-    images_here, phase0 = col_of("images_here"), col_of("phase0")
-    strips = (rows_here + outs - 1) // outs
-    per_image = (cout_pg // cob) * strips
-    q_end = images_here * per_image
-    tid = np.arange(threads)
-    col = np.broadcast_to(tid % W, (R, threads)).copy()
-    q = np.broadcast_to(tid // W, (R, threads)).copy()
-    col_step, q_step = threads % W, threads // W
-    out = {k: [] for k in ("offset", "n", "c_out", "h", "col", "x", "w")}
-    u0 = 0
-    while True:
-        if chunked:
-            u = u0 + np.broadcast_to(tid, (R, threads))
-            q, col = u // W, u % W
-            active = u < q_end * W
-            u0 += threads
-        else:
-            active = q < q_end
-        if not active.any():
-            break
-        img = q // per_image
-        rest = q - img * per_image
-        cb = rest // strips
-        j0 = (rest - cb * strips) * outs
-        co0 = cb * cob
-        # all staged input channels at once: a leading axis c
-        c = np.arange(count)[:, None, None]
-        plane_at = img * count + c
-        base = plane_at * region + K7_PAD + ((phase0 + (img * g.c_in + c0 + c) * ((H * W) & 3)) & 3)
-        rows_of_tile = np.arange(R)[:, None]
-        win = {}
-        for r in range(outs + 2):
-            at = base + np.minimum(j0 + r, rows_here + 1) * W + col
-            inside = (at - 1 >= plane_at * region) & (at + 1 < (plane_at + 1) * region)
-            assert np.all(inside | ~active), "a read outside its plane's region"
-            at_safe = np.clip(at, 1, lay.tile_floats - 2)
-            left, mid, right = (smem[rows_of_tile, at_safe + d] for d in (-1, 0, 1))
-            win[r, 0] = np.where(col > 0, left, ZERO)
-            win[r, 1] = mid
-            win[r, 2] = np.where(col + 1 < W, right, ZERO)
-        w_c = c * 9 * cout_pg + co0  # float offset of the float4 array
-        assert np.all((w_c % 4 == 0) | ~active), "a weight read is not 16-byte aligned"
-        # x markers of output row i: (R, threads, count*9) in the order c, kh, kw
-        xs = [np.stack([win[i + kh, kw] for kh in range(3) for kw in range(3)], axis=-1)
-              .transpose(1, 2, 0, 3).reshape(R, threads, count * 9) for i in range(outs)]
-        ws = []
-        for o in range(cob):
-            taps = [wsm[rows_of_tile, np.clip(w_c + ((kh * 3 + kw) * cout_pg) // 4 * 4 + o, 0,
-                                              wsm.shape[1] - 1)]
-                    for kh in range(3) for kw in range(3)]
-            ws.append(np.stack(taps, axis=-1).transpose(1, 2, 0, 3).reshape(R, threads, count * 9))
-        n = n0 + img
-        for i in range(outs):
-            valid = active & (j0 + i < rows_here)
-            for o in range(cob):
-                c_out = group * cout_pg + co0 + o
-                h = h0 + j0 + i
-                out["offset"].append((((n * g.c_out + c_out) * H + h) * W + col)[valid])
-                out["n"].append(np.broadcast_to(n, valid.shape)[valid])
-                out["c_out"].append(c_out[valid])
-                out["h"].append(h[valid])
-                out["col"].append(col[valid])
-                out["x"].append(xs[i][valid])
-                out["w"].append(ws[o][valid])
-        col = col + col_step
-        q = q + q_step
-        carry = col >= W
-        col = np.where(carry, col - W, col)
-        q = np.where(carry, q + 1, q)
-    return {k: np.concatenate(v) for k, v in out.items()}
-
-
-def k7_check_writes(g: Geometry, wr: dict) -> None:
-    """Each write's products pair the right x elements with the right weights."""
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    assert not np.any(wr["x"] == UNSTAGED) and not np.any(wr["w"] == UNSTAGED), \
-        "a product used a shared word no copy wrote"
-    n, c_out, h, col = (wr[k][:, None] for k in ("n", "c_out", "h", "col"))
-    group = c_out // cout_pg
-    want_x, want_w = [], []
-    for ci in range(cpg):
-        for kh in range(3):
-            for kw in range(3):
-                hh, ww = h - 1 + kh, col - 1 + kw
-                inside = (hh >= 0) & (hh < g.h) & (ww >= 0) & (ww < g.w)
-                want_x.append(np.where(inside, ((n * g.c_in + group * cpg + ci) * g.h + hh) * g.w + ww,
-                                       ZERO))
-                want_w.append((c_out * cpg + ci) * 9 + kh * 3 + kw)
-    assert np.array_equal(wr["x"], np.concatenate(want_x, axis=1)), "a product read the wrong input"
-    assert np.array_equal(wr["w"], np.concatenate(want_w, axis=1)), "a product used the wrong weight"
-    assert np.array_equal(wr["offset"][:, None], ((n * g.c_out + c_out) * g.h + h) * g.w + col)
-
-
-def k7_run(g: Geometry, tile_floats: int, outs: int, cob: int, threads: int, x_word: int,
-           t: np.ndarray) -> dict:
-    """Tiles t, staged and computed chunk by chunk as the kernel's entry for g does (one chunk
-    when the group's weights fit at once): each chunk's products appended to the same writes."""
-    cpg = g.c_in // g.groups
-    lay = k7_layout(g, tile_floats, outs, cob, threads)
-    whole = None
-    for c0 in range(0, cpg, lay.chunk):
-        count = min(lay.chunk, cpg - c0)
-        staged = [k7_stage(g, lay, int(ti), x_word, c0, count) for ti in t]
-        smem = np.stack([s for s, _ in staged])
-        wsm = np.stack([w for _, w in staged])
-        part = k7_compute(g, lay, outs, cob, threads, t, x_word, smem, wsm, c0, count,
-                          chunked=lay.chunk < cpg)
-        if whole is None:
-            whole = part
-            continue
-        assert np.array_equal(part["offset"], whole["offset"]), "a chunk's items moved"
-        whole["x"] = np.concatenate([whole["x"], part["x"]], axis=1)
-        whole["w"] = np.concatenate([whole["w"], part["w"]], axis=1)
-    return whole
-
-
-def k7_reference(g: Geometry, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Grouped 3x3 convolution, padding 1, in float64."""
-    cpg, cout_pg = g.c_in // g.groups, g.c_out // g.groups
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    y = np.zeros((g.n, g.c_out, g.h, g.w))
-    for co in range(g.c_out):
-        grp = co // cout_pg
-        for ci in range(cpg):
-            for kh in range(3):
-                for kw in range(3):
-                    y[:, co] += w[co, ci, kh, kw] * xp[:, grp * cpg + ci, kh:kh + g.h, kw:kw + g.w]
-    return y
-
-
-K7_SMALL = {
-    "cpg4-7x7": Geometry(2, 8, 8, 7, 7, 2),
-    "cpg4-19x19-oddw": Geometry(1, 8, 8, 19, 19, 2),
-    "cpg4-56x56": Geometry(1, 4, 4, 56, 56, 1),
-    "cpg8-28x28": Geometry(1, 16, 16, 28, 28, 2),
-    "cpg8-37x37-oddw": Geometry(1, 16, 16, 37, 37, 2),
-    "cpg16-7x7": Geometry(2, 32, 32, 7, 7, 2),
-    "cpg16-14x14": Geometry(2, 32, 32, 14, 14, 2),
-    # chunked: 24 channels in chunks of 10, 10, 4; 32 in chunks of 8
-    "cpg24-14x14": Geometry(1, 48, 48, 14, 14, 2),
-    "cpg32-7x7": Geometry(2, 64, 64, 7, 7, 2),
-    "cpg32-13x13-oddw": Geometry(1, 32, 32, 13, 13, 1),
-    # several images per tile, the last tile holding fewer
-    "cpg4-7x7-n5": Geometry(5, 8, 8, 7, 7, 2),
-    "cpg8-5x5-n7-oddw": Geometry(7, 16, 16, 5, 5, 2),
-    "cpg32-7x7-n3": Geometry(3, 64, 64, 7, 7, 2),
-}
-
-
-@pytest.mark.parametrize("name", list(K7_SMALL))
-def test_emulated_k7_matches_fp64_reference(name):
-    """Every output written once, equal to an FP64 grouped convolution, for every k7 tile that
-    fits, both block sizes and every 16-byte phase of x (the frozen-geometry test below runs the
-    full-size maps)."""
-    g = K7_SMALL[name]
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((g.n, g.c_in, g.h, g.w))
-    w = rng.standard_normal((g.c_out, g.c_in // g.groups, 3, 3))
-    want = k7_reference(g, x, w).ravel()
-    fits = [v for v in K7_TILES if k7_fits(g, *v)]
-    assert fits, f"no k7 tile fits {name}"
-    for tile_floats, outs, cob in fits:
-        for threads, x_word in [(256, 0), (256, 3), (128, 1), (128, 2)]:
-            tiles = k7_layout(g, tile_floats, outs, cob, threads).tiles
-            label = f"{name} tile {tile_floats} outs {outs} cob {cob} threads {threads} x+{x_word}"
-            wr = k7_run(g, tile_floats, outs, cob, threads, x_word, np.arange(tiles))
-            k7_check_writes(g, wr)
-            counts = np.bincount(wr["offset"], minlength=want.size)
-            assert counts.size == want.size and counts.min() == 1 and counts.max() == 1, \
-                f"{label}: outputs not written exactly once"
-            gathered = np.where(wr["x"] >= 0, x.ravel()[np.maximum(wr["x"], 0)], 0.0)
-            y = np.full(want.size, np.nan)
-            y[wr["offset"]] = np.einsum("ij,ij->i", gathered, w.ravel()[wr["w"]])
-            np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12, err_msg=label)
-
-
-def test_k7_emulation_catches_a_wrong_weight():
-    g = K7_SMALL["cpg4-7x7"]
-    wr = k7_run(g, *K7_TILES[0], 256, 0, np.arange(2))
-    wr["w"][:, [0, 1]] = wr["w"][:, [1, 0]]
-    with pytest.raises(AssertionError, match="wrong weight"):
-        k7_check_writes(g, wr)
-
-
-def frozen_k7_geometries() -> dict[str, Geometry]:
-    doc = yaml.safe_load((REPO / "config" / "shapes.yaml").read_text())
-    out = {}
-    for s in doc["shapes"]:
-        g = Geometry(s["n"], s["c_in"], s["c_out"], s["h"], s["w"], s["groups"])
-        if any(k7_fits(g, *v) for v in K7_TILES):
-            out[s["id"]] = g
-    return out
-
-
-K7_FROZEN = frozen_k7_geometries()
-
-
-def test_k7_covers_the_grouped_shapes_it_is_for():
-    """Every frozen shape with 4 to 32 channels per group (on both sides) has a k7 tile."""
-    doc = yaml.safe_load((REPO / "config" / "shapes.yaml").read_text())
-    meant = {s["id"] for s in doc["shapes"]
-             if 4 <= s["c_in"] // s["groups"] <= 32 and 4 <= s["c_out"] // s["groups"] <= 32}
-    assert meant and meant <= set(K7_FROZEN)
-
-
-@pytest.mark.parametrize("shape_id", list(K7_FROZEN))
-def test_k7_every_output_written_once_on_frozen_geometry(shape_id):
-    """At full size, for every k7 tile that fits and both block sizes: one tile of each kind
-    (first, middle or last row block; x's 16-byte phase at its first row; images it holds) in
-    the first image block and the very last tile is emulated and writes exactly its own outputs,
-    once each, from the right products. Tiles of one kind differ only by a shift of every index,
-    and the tiles enumerate every (image block, group, row block), so this covers every tile."""
-    g = K7_FROZEN[shape_id]
-    cout_pg = g.c_out // g.groups
-    for tile_floats, outs, cob in [v for v in K7_TILES if k7_fits(g, *v)]:
-        for threads in K7_BLOCKS:
-            lay = k7_layout(g, tile_floats, outs, cob, threads)
-            assert K7_PAD + 3 + (lay.rows + 2) * g.w < lay.region
-            row_blocks = -(-g.h // lay.rows)
-            t = np.arange(min(lay.tiles, g.groups * row_blocks), dtype=np.int64)
-            kinds = {}
-            for ti in t:
-                tl = k7_tile(g, lay, int(ti), 0)
-                kinds.setdefault((tl.h0 == 0, tl.h0 + tl.rows_here == g.h, tl.rows_here,
-                                  tl.phase0, tl.images_here), ti)
-            reps = np.array(sorted({*kinds.values(), lay.tiles - 1}), dtype=np.int64)
-            wr = k7_run(g, tile_floats, outs, cob, threads, 0, reps)
-            k7_check_writes(g, wr)
-            want = []
-            for ti in reps:
-                tl = k7_tile(g, lay, int(ti), 0)
-                n = tl.n0 + np.arange(tl.images_here)
-                c_out = tl.group * cout_pg + np.arange(cout_pg)
-                h = tl.h0 + np.arange(tl.rows_here)
-                want.append((((n[:, None, None, None] * g.c_out + c_out[None, :, None, None]) * g.h
-                              + h[None, None, :, None]) * g.w + np.arange(g.w)).ravel())
-            got = np.sort(wr["offset"])
-            label = (f"{shape_id} tile {tile_floats} outs {outs} cob {cob} threads {threads} "
-                     f"images {lay.images}")
-            assert np.all(np.diff(got) > 0), f"{label}: an output written twice"
-            assert np.array_equal(got, np.sort(np.concatenate(want))), f"{label}: coverage"
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-def test_k7_compiles_without_spills_or_local_memory(tmp_path):
-    res = subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", "--resource-usage",
-                          "-I", str(REPO / "kernels"), str(K7_SOURCE), "-o", str(tmp_path / "k7.cubin")],
-                         capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stderr
-    report = res.stdout + res.stderr
-    entries = re.findall(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, "
-                         r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert {e[0] for e in entries} == {kernels.k7_entry(f, o, c, chunked) for f, o, c in K7_TILES
-                                       for chunked in (False, True)}
-    for name, stack, spill_st, spill_ld in entries:
-        assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
-    smem = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes smem", report, re.S))
-    for f, o, c in K7_TILES:
-        for chunked in (False, True):
-            assert int(smem[kernels.k7_entry(f, o, c, chunked)]) == 4 * (f + K7_WEIGHT_FLOATS)
-
-
-def test_k7_host_launch_matches_the_kernels_layout():
-    """The host's grid and entry for every frozen k7 shape and variant are the kernel's tile
-    count (the emulated kernel's, over the host's rows and images per tile) and the entry that
-    takes the shape's group."""
-    from groupconv_atlas.study.shapes_table import load_shapes
-
-    for s in load_shapes(REPO / "config" / "shapes.yaml"):
-        if not kernels.KERNELS["k7"].supports(s)[0]:
-            continue
-        g = Geometry(s.n, s.c_in, s.c_out, s.h, s.w, s.groups)
-        for v in kernels.k7_variants(s):
-            launch = kernels.launch_for("k7", s, v, sm_count=132)
-            lay = k7_layout(g, v["tile_floats"], v["outs"], v["cob"], v["threads"])
-            assert launch.grid[0] == min(lay.tiles, kernels.MAX_GRID_X), (s.id, v)
-            assert launch.entry.endswith("_chunked") == (lay.chunk < s.cin_per_group), (s.id, v)

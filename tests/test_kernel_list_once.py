@@ -11,15 +11,14 @@ from pathlib import Path
 from helpers import ROOT
 
 from groupconv_atlas.runtime.kernels import KERNELS
-from groupconv_atlas.runtime.verify import SEED_ORDER
 
 SCOPES = ("workflow", "config", "tools", "Snakefile", "Makefile", "README.md")
 REGISTRY = "workflow/groupconv_atlas/runtime/kernels.py"
 # (file, the run of names) -> why that list is not a copy of the registry's.
 DATA = {
     ("workflow/groupconv_atlas/runtime/verify.py", ("k0", "k1", "k2", "k3", "k4")):
-        "SEED_ORDER: seed slots in the order implementations were added, so an older record's "
-        "seeds stay valid; it is history, not the registry's order",
+        "SEED_ORDER: the seed slots of the implementations measured before slots followed the "
+        "registry, so an older record's seeds stay valid; it is history, not the registry's order",
     ("config/config.yaml", ("k1", "k2", "k3")):
         "the Nsight study of k1, k2 and k3 on shapes where all three apply: a choice of kernels",
     ("config/lean-run.yaml", ("k1", "k2", "k4")):
@@ -75,11 +74,11 @@ def test_no_file_copies_the_kernel_list():
                         "KERNELS; config: `kernels: all`):\n" + "\n".join(copies))
 
 
-def test_the_data_lists_are_still_there_and_seed_slots_cover_the_registry():
-    # An entry of DATA whose list is gone is stale: drop it.
+def test_the_data_lists_are_still_there():
+    # An entry of DATA whose list is gone is stale: drop it. (Seed slots of kernels SEED_ORDER
+    # does not hold follow from the registry: tests/test_verify_cpu.py.)
     for (rel, run) in DATA:
         assert run in [r for _, r in kernel_runs((ROOT / rel).read_text())], (rel, run)
-    assert set(KERNELS) <= set(SEED_ORDER), "append each new kernel's seed slot to SEED_ORDER"
 
 
 def test_the_detector_finds_planted_copies(tmp_path):

@@ -1,15 +1,14 @@
-"""Support predicates and launch configurations (no GPU): every claimed shape gets a launch that
-covers its whole output, and k2 declines what it cannot hold with a reason."""
+"""Support predicates and launch configurations (no GPU): every kernel passes the registry's
+checks (tests/registry_checks.py), every claimed shape gets a launch that covers its whole output,
+and k2 declines what it cannot hold with a reason."""
 import pytest
+from registry_checks import SHAPES, SM_COUNT, check_kernel
 
-from groupconv_atlas.runtime.kernels import (IMPLEMENTATIONS, K4_TILES, K5_BLOCKS, K5_TILES, KERNELS,
-                                             base_implementation, entries, k4_tile, launch_for, k5_variants, support,
-                                             twin_name)
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.study.shapes_table import load_shapes
-
-SM_COUNT = 132  # an H200's; the rule takes the count from the device at run time
-SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
+from groupconv_atlas.runtime.kernels import (IMPLEMENTATIONS, KERNELS, base_implementation, entries,
+                                             launch_for, support, twin_name)
+from groupconv_atlas.runtime.nchw_tile_kernels import (K4_TILES, K5_BLOCKS, K5_TILES, k4_tile,
+                                                       k5_variants)
+from groupconv_atlas.runtime.nhwc_strip_kernels import K9_TILES, k9_entry, k9_vectors
 
 
 def test_k2_supports_exactly_1_2_4_channels_per_group():
@@ -122,13 +121,7 @@ def test_k5_refuses_a_variant_that_does_not_fit_the_shape():
         launch_for("k5", grouped, {"rows": 1, "cob": 8, "threads": 256}, sm_count=SM_COUNT)
 
 
-def test_tile_tables_come_from_the_kernel_sources():
-    """One tile table per kernel: the .cu file's ENTRY lines, read by Python, in source order."""
-    from groupconv_atlas.runtime.kernels import KERNELS_DIR, tile_table
-
-    k5_text = (KERNELS_DIR / "k5_tuned_tile.cu").read_text()
-    assert K5_TILES == tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
-    assert all(f"K5_ENTRY({r}, {c}," in k5_text for r, c in K5_TILES)
+def test_k4_and_k5_tile_tables_name_their_entries():
     assert set(K4_TILES) <= set(K5_TILES)  # k5 covers every k4 tile
     assert entries("k4") == [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
 
@@ -140,23 +133,10 @@ def test_k4_rule_follows_the_sm_count():
         assert K4_TILES.index(small) <= K4_TILES.index(big), s.id
 
 
-def test_the_host_reads_kernel_constants_from_the_source():
-    """Padding, limits and array sizes come from the kernel's #defines, not from copies; a
-    missing define is an error that names it."""
-    from groupconv_atlas.runtime.kernels import K7_WEIGHT_FLOATS, kernel_define
-
-    text = (REPO_ROOT / "kernels" / "k7_grouped_smem.cu").read_text()
-    assert f"#define K7_WEIGHT_FLOATS {K7_WEIGHT_FLOATS}\n" in text
-    with pytest.raises(ValueError, match="K7_NO_SUCH_DEFINE"):
-        kernel_define("kernels/k7_grouped_smem.cu", "K7_NO_SUCH_DEFINE")
-
-
 def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8():
     """Every atlas shape with 2-32 input and at most 32 output channels per group, the widest
     vectors its groups divide into (the atlas's groups of 4-32 channels take 4 x 4, of 2 take
     2 x 2); the depthwise ones are refused, naming k8."""
-    from groupconv_atlas.runtime.kernels import K9_TILES, k9_vectors
-
     for s in SHAPES:
         ok, why = support("k9", s)
         assert ok == (2 <= s.cin_per_group <= 32 and s.cout_per_group <= 32), (s.id, why)
@@ -185,8 +165,6 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8
 
 
 def test_every_k9_entry_is_in_its_cubin_list_and_every_shape_has_a_one_by_one_tile():
-    from groupconv_atlas.runtime.kernels import K9_TILES, k9_entry
-
     assert entries("k9") == [k9_entry(*tile) for tile in K9_TILES]
     assert len(set(entries("k9"))) == len(K9_TILES)
     for s in SHAPES:
@@ -227,11 +205,9 @@ def test_the_unseen_fallback_never_refuses_a_geometry_and_computes_on_nchw():
     assert all(spec.supports(s)[0] for s in [*SHAPES, *odd])
 
 
-def test_each_kernels_entries_are_its_specs_own():
-    for name, spec in KERNELS.items():
-        names = entries(name)
-        assert names and len(set(names)) == len(names), name
-        if spec.entry_names is not None:
-            assert names == spec.entry_names(), name
-        else:  # one entry: the one its launch names
-            assert len(names) == 1, name
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_each_kernel_passes_the_registry_checks(kernel):
+    check_kernel(kernel)
+    spec = KERNELS[kernel]
+    if spec.entry_names is not None:
+        assert entries(kernel) == spec.entry_names(), kernel

@@ -9,8 +9,11 @@ from mutants import MUTANTS
 from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv_atlas.runtime.build import compile_kernel
-from groupconv_atlas.runtime.kernels import (THREADS_PER_BLOCK, k4_tile, k7_chunk, k7_default_variant,
-                                             k7_images, k9_vectors, support)
+from groupconv_atlas.runtime.kernels import support
+from groupconv_atlas.runtime.nchw_row_kernels import k7_chunk, k7_default_variant, k7_images
+from groupconv_atlas.runtime.nchw_tile_kernels import k4_tile
+from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
+from groupconv_atlas.runtime.source_tables import THREADS_PER_BLOCK
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
 from groupconv_atlas.runtime.files import REPO_ROOT
 

@@ -3,10 +3,11 @@ against an independent direct convolution on random data."""
 import numpy as np
 import pytest
 
-from groupconv_atlas.runtime.kernels import IMPLEMENTATIONS
+from groupconv_atlas.runtime.kernels import BASELINES, IMPLEMENTATIONS, KERNELS
 from groupconv_atlas.runtime.shapes import Shape
-from groupconv_atlas.runtime.verify import (UNIT_ROUNDOFF_FP32, bound_scale, check_seed, fp64_points,
-                                            gather_indices, sample_points)
+from groupconv_atlas.runtime.verify import (LATER_BASELINE_SLOTS, SEED_ORDER, UNIT_ROUNDOFF_FP32,
+                                            bound_scale, check_seed, fp64_points, gather_indices,
+                                            sample_points, seed_slot)
 
 SHAPE = Shape("t", "test", 2, 8, 12, 7, 9, 4)  # 2 in / 3 out channels per group, W odd
 
@@ -93,6 +94,26 @@ def test_adding_implementations_keeps_older_seeds():
     slots = {"k0": 0, "k4": 4, "torch_default": 5, "torch_tuned": 6, "dispatch": 7}
     for impl, slot in slots.items():
         assert check_seed(100, 3, impl) == 100 + 3000 + slot
+    # Every slot the records were verified with, in the order the implementations came.
+    recorded = ("k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned", "dispatch", "k5",
+                "torch_default_tf32", "k6", "k7", "torch_default_nhwc", "torch_tuned_nhwc", "k8",
+                "k9")
+    assert [seed_slot(impl) for impl in recorded] == list(range(len(recorded)))
+
+
+def test_later_kernels_and_baselines_take_slots_from_the_registry_without_moving_any(monkeypatch):
+    """A kernel SEED_ORDER does not hold takes the next slot by its place in KERNELS, a baseline
+    by its place in BASELINES from LATER_BASELINE_SLOTS on: adding either moves no other slot."""
+    before = {impl: seed_slot(impl) for impl in [*IMPLEMENTATIONS, "dispatch"]}
+    monkeypatch.setitem(BASELINES, "torch_later", {"title": "a later baseline"})
+    monkeypatch.setitem(KERNELS, "k_later", KERNELS["k3"])
+    monkeypatch.setitem(BASELINES, "torch_latest", {"title": "a baseline after it"})
+    assert seed_slot("k_later") == len(SEED_ORDER)
+    assert (seed_slot("torch_later"), seed_slot("torch_latest")) == (LATER_BASELINE_SLOTS,
+                                                                      LATER_BASELINE_SLOTS + 1)
+    assert {impl: seed_slot(impl) for impl in before} == before
+    with pytest.raises(KeyError, match="k_unknown"):
+        seed_slot("k_unknown")
 
 
 def test_tf32_tolerance_covers_tf32_rounding_but_not_an_indexing_bug():

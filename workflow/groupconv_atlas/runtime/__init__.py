@@ -1,6 +1,6 @@
 """The kernel runtime a PyTorch user imports: the kernel registry (kernels) over each kernel's
 launch geometry (nchw_tile_kernels, nchw_row_kernels, nhwc_strip_kernels) and the tables its
-source defines (source_tables), the Shape (shapes), nvcc builds (build), the launch plan and its C
+source includes as a generated header (source_tables), the Shape (shapes), nvcc builds (build), the launch plan and its C
 shim (launch), the session and launcher (gpu), the dispatcher's table (dispatch), the public op
 (conv: conv2d, GroupConv2d, configure; conversion: convert) with its argument checks
 (call_checks), per-call plans (call_plans), launch tables (launch_tables), cubin cache

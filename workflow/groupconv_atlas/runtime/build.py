@@ -43,7 +43,7 @@ _CMEM_RE = re.compile(r"(\d+) bytes cmem\[0\]")
 
 
 class BuildError(RuntimeError):
-    """nvcc failed or the cubin lacks an expected entry point."""
+    """nvcc failed, the cubin lacks an expected entry point, or a table header is stale."""
 
 
 def parse_resource_usage(text: str) -> dict[str, dict]:
@@ -90,6 +90,10 @@ def compile_kernel(kernel: str, cubin_out: str | Path, source: str | Path | None
                    arch: str | None = None) -> dict:
     """Compile one kernel source to a cubin; return the build record (without GPU attributes)."""
     spec = KERNELS[kernel]
+    # The source includes its table as a generated header: one that is not the registry's table
+    # would build tiles the launch rule does not know (or miss some it launches).
+    if spec.table is not None and (stale := spec.table.stale(spec.table_origin, KERNELS_DIR)):
+        raise BuildError(f"{kernel}: {stale}")
     arch = arch or target_arch()
     src = Path(source) if source else KERNELS_DIR / Path(spec.source).name
     cubin_out = Path(cubin_out)

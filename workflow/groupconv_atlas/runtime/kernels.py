@@ -1,33 +1,24 @@
 """The implementation registry: the custom kernels (KERNELS, the one list of them: the
-configuration, the schema check and the tools read it from here) and the PyTorch baselines, with
-their support predicates and launch configurations, and the names every stage uses for them.
-Each kernel's launch geometry lives beside its layout's kernels (nchw_tile_kernels: k0-k5,
-nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9, nhwc_row_kernels: k10, on the
-kernel sources' own tables in source_tables); their public names are importable from here too.
-Pure Python: nothing here needs a GPU."""
+configuration, the schema check, the tools, the seed slots and every stage read it from here) and
+the PyTorch baselines, with their support predicates and launch configurations, and the names
+every stage uses for them. A kernel is its source and its entry here: the entry names its launch
+geometry (support, launch, variants, entries), which lives beside its layout's kernels
+(nchw_tile_kernels: k0-k5, nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9,
+nhwc_row_kernels: k10), and the table of integers its source shares with that geometry
+(source_tables.SourceTable), which the source includes as a generated header. Pure Python:
+nothing here needs a GPU or nvcc."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from .nchw_row_kernels import *  # noqa: F401,F403
-from .nchw_row_kernels import (_launch_k6, _launch_k7, _supports_k6, _supports_k7, k6_entries,
-                               k6_default_variant, k6_variants, k7_default_variant, k7_entries,
-                               k7_variants)
-from .nchw_tile_kernels import *  # noqa: F401,F403
-from .nchw_tile_kernels import (_always, _launch_k0, _launch_k1, _launch_k2, _launch_k3,
-                                _launch_k4, _launch_k5, _supports_k1, _supports_k2, k2_entries,
-                                k4_entries, k5_default_variant, k5_entries, k5_variants)
-from .nhwc_row_kernels import *  # noqa: F401,F403
-from .nhwc_row_kernels import (_k10_alignment, _launch_k10, _supports_k10, k10_default_variant,
-                               k10_entries, k10_variants)
-from .nhwc_strip_kernels import *  # noqa: F401,F403
-from .nhwc_strip_kernels import (_k8_alignment, _k9_alignment, _launch_k8, _launch_k9,
-                                 _supports_k8, _supports_k9, k8_default_variant, k8_entries,
-                                 k8_variants, k9_default_variant, k9_entries, k9_variants)
+from . import nchw_row_kernels as nchw_row
+from . import nchw_tile_kernels as nchw_tile
+from . import nhwc_row_kernels as nhwc_row
+from . import nhwc_strip_kernels as nhwc_strip
 from .shapes import Shape
-from .source_tables import *  # noqa: F401,F403
-from .source_tables import Launch, included_headers
+# KERNELS_DIR too: the build, the cubin cache and the tools take it from the registry.
+from .source_tables import KERNELS_DIR, Launch, SourceTable, included_headers  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -57,11 +48,19 @@ class KernelSpec:
     # entry_names() -> every function the kernel's cubin exports (a kernel with several entries:
     # one per tile, channel count or vector width); None: the one entry its launch names.
     entry_names: Callable[[], list[str]] | None = None
+    # The integers the source shares with the launch geometry (#defines, tile tables), which it
+    # includes as the generated header `table.header`; None: a source that shares none.
+    table: SourceTable | None = None
 
     @property
     def headers(self) -> tuple[str, ...]:
         """The headers the source includes (kernels/common.cuh, ...), read off its #includes."""
         return included_headers(self.source)
+
+    @property
+    def table_origin(self) -> str:
+        """Where the generated header's integers are written (its first line names it)."""
+        return f'KERNELS["{self.name}"].table ({self.launch.__module__})'
 
     @property
     def inputs(self) -> list[str]:
@@ -71,52 +70,64 @@ class KernelSpec:
 
 KERNELS: dict[str, KernelSpec] = {
     "k0": KernelSpec("k0", "kernels/k0_direct.cu", "direct, one output per thread",
-                     _always, _launch_k0),
+                     nchw_tile.supports_every_shape, nchw_tile.launch_k0),
     "k1": KernelSpec("k1", "kernels/k1_spatial.cu", "spatial 2-D tile mapping",
-                     _supports_k1, _launch_k1),
+                     nchw_tile.supports_k1, nchw_tile.launch_k1),
     "k2": KernelSpec("k2", "kernels/k2_shared_halo.cu", "shared-memory tile with halo",
-                     _supports_k2, _launch_k2, entry_names=k2_entries),
+                     nchw_tile.supports_k2, nchw_tile.launch_k2,
+                     entry_names=nchw_tile.k2_entries, table=nchw_tile.K2_TABLE),
     "k3": KernelSpec("k3", "kernels/k3_four_wide.cu", "four horizontal outputs per thread",
-                     _always, _launch_k3),
+                     nchw_tile.supports_every_shape, nchw_tile.launch_k3),
     "k4": KernelSpec("k4", "kernels/k4_register_tile.cu",
                      "register tile: rows x 4 outputs x channel block per thread",
-                     _always, _launch_k4, needs_sm_count=True,
-                     entry_names=k4_entries),
+                     nchw_tile.supports_every_shape, nchw_tile.launch_k4, needs_sm_count=True,
+                     entry_names=nchw_tile.k4_entries, table=nchw_tile.K4_TABLE),
     "k5": KernelSpec("k5", "kernels/k5_tuned_tile.cu",
                      "register tile, tile and block size tuned per shape by measurement",
-                     _always, _launch_k5, k5_variants,
-                     needs_sm_count=True, variant_keys=("rows", "cob", "threads"),
-                     default_variant=k5_default_variant, entry_names=k5_entries),
+                     nchw_tile.supports_every_shape, nchw_tile.launch_k5,
+                     nchw_tile.k5_variants, needs_sm_count=True,
+                     variant_keys=("rows", "cob", "threads"),
+                     default_variant=nchw_tile.k5_default_variant,
+                     entry_names=nchw_tile.k5_entries, table=nchw_tile.K5_TABLE),
     "k6": KernelSpec("k6", "kernels/k6_depthwise_smem.cu",
                      "depthwise: whole rows staged in shared memory by 16-byte copies, "
-                     "tile tuned per shape", _supports_k6, _launch_k6, k6_variants,
-                     needs_sm_count=True,
+                     "tile tuned per shape", nchw_row.supports_k6, nchw_row.launch_k6,
+                     nchw_row.k6_variants, needs_sm_count=True,
                      variant_keys=("tile_floats", "outs", "cols", "threads"),
-                     default_variant=k6_default_variant, entry_names=k6_entries),
+                     default_variant=nchw_row.k6_default_variant,
+                     entry_names=nchw_row.k6_entries, table=nchw_row.K6_TABLE),
     "k7": KernelSpec("k7", "kernels/k7_grouped_smem.cu",
                      "grouped: a group's input rows and weights staged in shared memory, "
-                     "tile tuned per shape", _supports_k7, _launch_k7, k7_variants,
-                     needs_sm_count=True, variant_keys=("tile_floats", "outs", "cob", "threads"),
-                     default_variant=k7_default_variant, entry_names=k7_entries),
+                     "tile tuned per shape", nchw_row.supports_k7, nchw_row.launch_k7,
+                     nchw_row.k7_variants, needs_sm_count=True,
+                     variant_keys=("tile_floats", "outs", "cob", "threads"),
+                     default_variant=nchw_row.k7_default_variant,
+                     entry_names=nchw_row.k7_entries, table=nchw_row.K7_TABLE),
     "k8": KernelSpec("k8", "kernels/k8_depthwise_nhwc.cu",
                      "depthwise on channels_last (NHWC): 16-byte channel vectors, register tile "
-                     "of rows x columns, tuned per shape", _supports_k8, _launch_k8, k8_variants,
-                     needs_sm_count=True, variant_keys=("rows", "cols", "threads"),
-                     default_variant=k8_default_variant, layout="nhwc",
-                     alignment=_k8_alignment, entry_names=k8_entries),
+                     "of rows x columns, tuned per shape", nhwc_strip.supports_k8,
+                     nhwc_strip.launch_k8, nhwc_strip.k8_variants, needs_sm_count=True,
+                     variant_keys=("rows", "cols", "threads"),
+                     default_variant=nhwc_strip.k8_default_variant, layout="nhwc",
+                     alignment=nhwc_strip.k8_alignment, entry_names=nhwc_strip.k8_entries,
+                     table=nhwc_strip.K8_TABLE),
     "k9": KernelSpec("k9", "kernels/k9_grouped_nhwc.cu",
                      "grouped on channels_last (NHWC): vectors of input and output channels, "
-                     "register tile of rows x columns, tuned per shape", _supports_k9, _launch_k9,
-                     k9_variants, needs_sm_count=True, variant_keys=("rows", "cols", "threads"),
-                     default_variant=k9_default_variant, layout="nhwc",
-                     alignment=_k9_alignment, entry_names=k9_entries),
+                     "register tile of rows x columns, tuned per shape", nhwc_strip.supports_k9,
+                     nhwc_strip.launch_k9, nhwc_strip.k9_variants, needs_sm_count=True,
+                     variant_keys=("rows", "cols", "threads"),
+                     default_variant=nhwc_strip.k9_default_variant, layout="nhwc",
+                     alignment=nhwc_strip.k9_alignment, entry_names=nhwc_strip.k9_entries,
+                     table=nhwc_strip.K9_TABLE),
     "k10": KernelSpec("k10", "kernels/k10_depthwise_rows_nhwc.cu",
                       "depthwise on channels_last (NHWC): blocks of channel vectors by pixel "
                       "strips that walk rows (each input row loaded once), taps in shared "
-                      "memory, tuned per shape", _supports_k10, _launch_k10, k10_variants,
-                      needs_sm_count=True, variant_keys=("vec", "rows", "cols", "cbv", "threads"),
-                      default_variant=k10_default_variant, layout="nhwc",
-                      alignment=_k10_alignment, entry_names=k10_entries),
+                      "memory, tuned per shape", nhwc_row.supports_k10, nhwc_row.launch_k10,
+                      nhwc_row.k10_variants, needs_sm_count=True,
+                      variant_keys=("vec", "rows", "cols", "cbv", "threads"),
+                      default_variant=nhwc_row.k10_default_variant, layout="nhwc",
+                      alignment=nhwc_row.k10_alignment, entry_names=nhwc_row.k10_entries,
+                      table=nhwc_row.K10_TABLE),
 }
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it

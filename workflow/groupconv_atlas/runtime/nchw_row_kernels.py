@@ -1,13 +1,14 @@
 """The launch geometry of k6 and k7, the NCHW kernels that stage whole input rows in shared
 memory (k6 depthwise, k7 grouped): the tile arithmetic each shares with its kernel source, each
-kernel's support predicate, tiles (read from its source), variants, untuned rule, the entries its
-cubin exports, and its launch on a shape. The registry (kernels.KERNELS) puts them together.
+kernel's support predicate, tiles and constants (its source table, which the kernel includes as a
+generated header), variants, untuned rule, the entries its cubin exports, and its launch on a
+shape. The registry (kernels.KERNELS) names them.
 Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, _ceil_div,
-                            kernel_define, tile_table)
+from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable,
+                            _ceil_div)
 
 
 # k6: depthwise only (one input channel per group, any channel multiplier). The input is read as
@@ -15,12 +16,19 @@ from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, 
 # below (one contiguous range of x) with 16-byte copies, then computes from shared memory. Its
 # tile (floats of shared memory) and outputs per thread are tuned per shape; any grid is correct
 # (blocks stride over the tiles), so the grid here only sets how many tiles run at once.
-# (tile floats, output rows per thread, columns per thread): K6_ENTRY lines have one column,
-# K6_ENTRY_COLS lines name theirs.
-K6_TILES = tuple((f, o, 1) for f, o in tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY")) \
-    + tile_table("kernels/k6_depthwise_smem.cu", "K6_ENTRY_COLS", fields=3)
+# Floats of padding before the staged rows: the w-1 read of the first element stays inside the
+# array, and a multiple of 4 keeps the array's 16-byte alignment meaningful.
+K6_PAD = 4
+# K6_TILES: (tile floats, output rows per thread), one column per thread; K6_TILES_COLS: (tile
+# floats, output rows, columns per thread).
+K6_TABLE = SourceTable("kernels/k6_depthwise_smem.cu", defines={"K6_PAD": K6_PAD}, lists={
+    "K6_TILES": ((512, 1), (512, 2), (512, 4), (2048, 1), (2048, 2), (2048, 4), (8192, 1),
+                 (8192, 2), (8192, 4)),
+    "K6_TILES_COLS": ((2048, 4, 4), (8192, 2, 4), (8192, 4, 2), (8192, 4, 4))})
+# (tile floats, output rows per thread, columns per thread) of every entry, in the cubin's order
+K6_TILES = tuple((f, o, 1) for f, o in K6_TABLE.lists["K6_TILES"]) \
+    + K6_TABLE.lists["K6_TILES_COLS"]
 K6_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
-K6_PAD = kernel_define("kernels/k6_depthwise_smem.cu", "K6_PAD")  # floats before the staged rows
 K6_BLOCKS_PER_SM = 4  # 64 registers x 256 threads: four blocks fit an SM's register file
 
 
@@ -47,7 +55,7 @@ def _planes_limit(kernel: str, s: Shape) -> tuple[bool, str] | None:
     return None
 
 
-def _supports_k6(s: Shape) -> tuple[bool, str]:
+def supports_k6(s: Shape) -> tuple[bool, str]:
     if (refused := _planes_limit("k6", s)) is not None:
         return refused
     if s.cin_per_group != 1:
@@ -83,7 +91,7 @@ def k6_default_variant(s: Shape, sm_count: int) -> dict:
     return {"tile_floats": tile_floats, "outs": outs, "cols": 1, "threads": THREADS_PER_BLOCK}
 
 
-def _launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k6_default_variant(s, sm_count)
     # Tuning records written before K6_ENTRY_COLS name no "cols": theirs was one column.
     tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
@@ -110,12 +118,24 @@ def k6_entries() -> list[str]:
 # A tile of a whole small map holds several images, so every thread of the block has work.
 # Tile, outputs per thread, channel block and block size are tuned per shape; any grid is
 # correct (blocks stride over the tiles).
-K7_TILES = tile_table("kernels/k7_grouped_smem.cu", "K7_ENTRY", fields=3)  # (tile floats, outs, cob)
+# Floats of padding before each channel's staged rows (the w-1 read stays in the region; a
+# multiple of 4 keeps 16-byte alignment meaningful).
+K7_PAD = 4
+K7_MAX_CPG = K7_MAX_COUT_PG = 32  # the largest group: input, output channels per group
+# Floats of the weight array: one chunk of input channels x 9 taps x every output channel of the
+# group (16 x 9 x 16, so groups of up to 16 x 16 fit in one chunk).
+K7_WEIGHT_FLOATS = 2304
+# (tile floats, outs, cob, MIN_BLOCKS of the whole-group entry; every chunked one takes 1: its
+# accumulators live across the chunk loop, and ptxas's heuristic of 64 registers would spill)
+K7_TABLE = SourceTable(
+    "kernels/k7_grouped_smem.cu",
+    defines={"K7_PAD": K7_PAD, "K7_MAX_CPG": K7_MAX_CPG, "K7_MAX_COUT_PG": K7_MAX_COUT_PG,
+             "K7_WEIGHT_FLOATS": K7_WEIGHT_FLOATS},
+    lists={"K7_TILES": ((4096, 1, 4, 0), (4096, 2, 4, 1), (4096, 4, 4, 0), (4096, 1, 8, 0),
+                        (4096, 2, 8, 0), (4096, 4, 8, 0), (8192, 1, 4, 0), (8192, 2, 4, 1),
+                        (8192, 4, 4, 0), (8192, 1, 8, 0), (8192, 2, 8, 0), (8192, 4, 8, 0))})
+K7_TILES = tuple(row[:3] for row in K7_TABLE.lists["K7_TILES"])  # (tile floats, outs, cob)
 K7_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
-K7_PAD = kernel_define("kernels/k7_grouped_smem.cu", "K7_PAD")
-K7_MAX_CPG = kernel_define("kernels/k7_grouped_smem.cu", "K7_MAX_CPG")
-K7_MAX_COUT_PG = kernel_define("kernels/k7_grouped_smem.cu", "K7_MAX_COUT_PG")
-K7_WEIGHT_FLOATS = kernel_define("kernels/k7_grouped_smem.cu", "K7_WEIGHT_FLOATS")
 # untuned fallback, in order of preference: 2 rows x 8 channels, then 2 x 4, larger tile first
 K7_DEFAULT_ORDER = ((8192, 2, 8), (4096, 2, 8), (8192, 2, 4), (4096, 2, 4))
 
@@ -156,7 +176,7 @@ def _k7_fits(s: Shape, tile_floats: int, outs: int, cob: int) -> bool:
             and s.cout_per_group % cob == 0 and k7_tile_rows(s, tile_floats, outs) >= 1)
 
 
-def _supports_k7(s: Shape) -> tuple[bool, str]:
+def supports_k7(s: Shape) -> tuple[bool, str]:
     if (refused := _planes_limit("k7", s)) is not None:
         return refused
     if s.cin_per_group > K7_MAX_CPG or s.cout_per_group > K7_MAX_COUT_PG:
@@ -190,7 +210,7 @@ def k7_default_variant(s: Shape, sm_count: int) -> dict:
     return {"tile_floats": f, "outs": o, "cob": c, "threads": THREADS_PER_BLOCK}
 
 
-def _launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k7_default_variant(s, sm_count)
     f, o, c, threads = int(v["tile_floats"]), int(v["outs"]), int(v["cob"]), int(v["threads"])
     if (f, o, c) not in K7_TILES or threads not in K7_BLOCKS or not _k7_fits(s, f, o, c):

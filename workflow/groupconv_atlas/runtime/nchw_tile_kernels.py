@@ -1,13 +1,13 @@
 """The launch geometry of k0-k5, the NCHW kernels that compute from global memory through
-registers (k2: a shared halo tile): each kernel's support predicate, its tiles (read from its
-source), for the tuned k5 its variants and untuned rule, the entries its cubin exports, and its
-launch (entry, grid, block, scalars) on a shape. The registry (kernels.KERNELS) puts them
-together. Pure Python: nothing here needs a GPU."""
+registers (k2: a shared halo tile): each kernel's support predicate, its tiles (its source table,
+which the kernel includes as a generated header), for the tuned k5 its variants and untuned rule,
+the entries its cubin exports, and its launch (entry, grid, block, scalars) on a shape. The
+registry (kernels.KERNELS) names them. Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import DILATION, PADDING, STRIDE, Shape
-from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, _blocks,
-                            _ceil_div, tile_table)
+from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable,
+                            _blocks, _ceil_div)
 
 
 def _next_pow2(v: int) -> int:
@@ -17,22 +17,22 @@ def _next_pow2(v: int) -> int:
     return p
 
 
-def _always(_shape: Shape) -> tuple[bool, str]:
+def supports_every_shape(_shape: Shape) -> tuple[bool, str]:
     return True, "general grouped 3x3: any C_in, C_out divisible by groups"
 
 
-def _supports_k1(s: Shape) -> tuple[bool, str]:
+def supports_k1(s: Shape) -> tuple[bool, str]:
     # k1 indexes inside one H x W map with int (h * W + w), and its grid has one block per tile.
     if s.h * s.w >= INT32_LIMIT:
         return False, (f"an H x W map of {s.h * s.w} elements: k1 indexes inside a map with "
                        "32-bit int, so maps must hold fewer than 2**31 elements")
-    blocks = _launch_k1(s).grid[0]
+    blocks = launch_k1(s).grid[0]
     if blocks > MAX_GRID_X:
         return False, f"{blocks} blocks: more than the grid's 2**31 - 1"
-    return _always(s)
+    return supports_every_shape(s)
 
 
-def _launch_k0(s: Shape) -> Launch:
+def launch_k0(s: Shape) -> Launch:
     total = s.output_elems
     return Launch(
         "k0_direct", (_blocks(total), 1, 1), (THREADS_PER_BLOCK, 1, 1), "PPPiiiiiiiiiii",
@@ -47,18 +47,21 @@ def k1_block(s: Shape) -> tuple[int, int]:
     return bx, by
 
 
-def _launch_k1(s: Shape) -> Launch:
+def launch_k1(s: Shape) -> Launch:
     bx, by = k1_block(s)
     blocks = s.n * s.c_out * _ceil_div(s.h, by) * _ceil_div(s.w, bx)
     return Launch("k1_spatial", (blocks, 1, 1), (bx, by, 1), "PPPiiiiii",
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
-K2_TILE_W, K2_TILE_H = 32, 8
-K2_CHANNELS_PER_GROUP = (1, 2, 4)
+K2_TILE_W, K2_TILE_H = 32, 8  # a block's output tile, one thread per output
+K2_CHANNELS_PER_GROUP = (1, 2, 4)  # one entry each: the shared tile holds C_in/groups channels
+K2_TABLE = SourceTable("kernels/k2_shared_halo.cu",
+                       defines={"K2_TILE_W": K2_TILE_W, "K2_TILE_H": K2_TILE_H},
+                       lists={"K2_CHANNELS_PER_GROUP": tuple((c,) for c in K2_CHANNELS_PER_GROUP)})
 
 
-def _supports_k2(s: Shape) -> tuple[bool, str]:
+def supports_k2(s: Shape) -> tuple[bool, str]:
     blocks = s.n * s.c_out * _ceil_div(s.h, K2_TILE_H) * _ceil_div(s.w, K2_TILE_W)
     if blocks > MAX_GRID_X:
         return False, f"{blocks} blocks: more than the grid's 2**31 - 1"
@@ -68,7 +71,7 @@ def _supports_k2(s: Shape) -> tuple[bool, str]:
                    "(its shared tile holds C_in/groups channels)")
 
 
-def _launch_k2(s: Shape) -> Launch:
+def launch_k2(s: Shape) -> Launch:
     blocks = s.n * s.c_out * _ceil_div(s.h, K2_TILE_H) * _ceil_div(s.w, K2_TILE_W)
     return Launch(f"k2_shared_halo_cpg{s.cin_per_group}", (blocks, 1, 1), (K2_TILE_W, K2_TILE_H, 1),
                   "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
@@ -79,17 +82,21 @@ def k2_entries() -> list[str]:
     return [f"k2_shared_halo_cpg{c}" for c in K2_CHANNELS_PER_GROUP]
 
 
-def _launch_k3(s: Shape) -> Launch:
+def launch_k3(s: Shape) -> Launch:
     total = s.n * s.c_out * s.h * _ceil_div(s.w, 4)
     return Launch("k3_four_wide", (_blocks(total), 1, 1), (THREADS_PER_BLOCK, 1, 1), "PPPiiiiii",
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
-# k4 tiles (rows, output channels per thread), most outputs per thread first, as listed in the
-# kernel source. A shape takes the first tile whose channel block divides C_out/groups, whose rows
-# fit the map, and that still launches enough threads to fill the GPU (a quarter of each SM's 2048
-# threads on every SM); small shapes fall through to smaller tiles.
-K4_TILES = tile_table("kernels/k4_register_tile.cu", "K4_ENTRY")
+# k4 tiles (rows, output channels per thread, the MIN_BLOCKS of the entry's __launch_bounds__),
+# most outputs per thread first: the rule's preference. A shape takes the first tile whose channel
+# block divides C_out/groups, whose rows fit the map, and that still launches enough threads to
+# fill the GPU (a quarter of each SM's 2048 threads on every SM); small shapes fall through to
+# smaller tiles.
+K4_TABLE = SourceTable("kernels/k4_register_tile.cu", lists={"K4_TILES": (
+    (2, 8, 0), (2, 4, 0), (4, 2, 0), (1, 8, 0), (4, 1, 0), (2, 2, 0), (1, 4, 0), (2, 1, 0),
+    (1, 2, 0), (1, 1, 0))})
+K4_TILES = tuple((rows, cob) for rows, cob, _ in K4_TABLE.lists["K4_TILES"])
 K4_THREADS_PER_SM = 512
 
 
@@ -103,7 +110,7 @@ def k4_tile(s: Shape, sm_count: int) -> tuple[int, int]:
     return 1, 1
 
 
-def _launch_k4(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k4(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     rows, cob = k4_tile(s, sm_count)
     total = s.n * (s.c_out // cob) * _ceil_div(s.h, rows) * _ceil_div(s.w, 4)
     return Launch(f"k4_register_tile_r{rows}_c{cob}", (_blocks(total), 1, 1),
@@ -118,8 +125,13 @@ def k4_entries() -> list[str]:
 
 # k5: k4's tile over a wider family, chosen per shape by measurement (runtime.tuning), not
 # by a rule of thumb. Tiles that spill registers under ptxas (rows 2 x 16 and rows 4 x 8
-# channels) are left out of the source; the build record lists each entry's registers and spills.
-K5_TILES = tile_table("kernels/k5_tuned_tile.cu", "K5_ENTRY")
+# channels) are left out; the build record lists each entry's registers and spills. MIN_BLOCKS 1
+# lets a tile that would spill under ptxas's register heuristic (rows 8 x 1, rows 1 x 4) take up
+# to 255 registers instead. (rows, cob, MIN_BLOCKS)
+K5_TABLE = SourceTable("kernels/k5_tuned_tile.cu", lists={"K5_TILES": (
+    (1, 1, 0), (1, 2, 0), (1, 4, 1), (1, 8, 0), (1, 16, 0), (2, 1, 0), (2, 2, 0), (2, 4, 0),
+    (2, 8, 0), (4, 1, 0), (4, 2, 0), (4, 4, 0), (8, 1, 1), (8, 2, 0), (8, 4, 0))})
+K5_TILES = tuple((rows, cob) for rows, cob, _ in K5_TABLE.lists["K5_TILES"])
 K5_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
 
 
@@ -138,7 +150,7 @@ def k5_default_variant(s: Shape, sm_count: int) -> dict:
     return {"rows": rows, "cob": cob, "threads": THREADS_PER_BLOCK}
 
 
-def _launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k5(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k5_default_variant(s, sm_count)
     rows, cob, threads = int(v["rows"]), int(v["cob"]), int(v["threads"])
     if (rows, cob) not in K5_TILES or threads not in K5_BLOCKS or s.cout_per_group % cob:

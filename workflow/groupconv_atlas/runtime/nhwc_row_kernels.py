@@ -1,17 +1,27 @@
 """The launch geometry of k10, depthwise on channels_last (NHWC) tensors with blocks of channel
 vectors by pixel strips that walk rows: its support predicate, its tiles (read from its source),
 variants and untuned rule, the pointer alignment its vector loads need, the entries its cubin
-exports, and its launch on a shape. The registry (kernels.KERNELS) puts them together. Pure
+exports, and its launch on a shape. Its tiles are a table here (K10_TABLE), which the kernel
+includes as a generated header. The registry (kernels.KERNELS) puts them together. Pure
 Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import MAX_GRID_X, THREADS_PER_BLOCK, Launch, _ceil_div, tile_table
+from .source_tables import MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div
 
-K10_SOURCE = "kernels/k10_depthwise_rows_nhwc.cu"
-# (vec, rows, cols, cbv) of every K10_ENTRY line: channels per load, output rows a thread walks,
-# output columns it holds, channel vectors per block (threadIdx.x)
-K10_TILES = tile_table(K10_SOURCE, "K10_ENTRY", fields=4)
+# (vec, rows, cols, cbv): channels per load, output rows a thread walks, output columns it holds,
+# channel vectors per block (threadIdx.x); the source instantiates one entry per row. No 4 x 4
+# strip of 16-byte vectors: ptxas spilled it once the first rows were loaded ahead of the staging.
+K10_TABLE = SourceTable("kernels/k10_depthwise_rows_nhwc.cu", lists={"K10_TILES": (
+    (4, 1, 1, 8), (4, 2, 1, 8), (4, 4, 1, 8), (4, 8, 1, 8), (4, 1, 2, 8), (4, 2, 2, 8),
+    (4, 4, 2, 8), (4, 8, 2, 8), (4, 1, 4, 8), (4, 2, 4, 8), (4, 8, 4, 8),
+    (4, 1, 1, 32), (4, 2, 1, 32), (4, 4, 1, 32), (4, 8, 1, 32), (4, 1, 2, 32), (4, 2, 2, 32),
+    (4, 4, 2, 32), (4, 8, 2, 32),
+    (2, 1, 1, 8), (2, 2, 1, 8), (2, 4, 1, 8), (2, 1, 2, 8), (2, 2, 2, 8), (2, 4, 2, 8),
+    (2, 1, 4, 8), (2, 4, 4, 8),
+    (2, 1, 1, 32), (2, 2, 1, 32), (2, 4, 1, 32), (2, 1, 2, 32), (2, 2, 2, 32), (2, 4, 2, 32),
+    (1, 1, 1, 8), (1, 2, 1, 8), (1, 4, 1, 8), (1, 1, 1, 32), (1, 2, 1, 32), (1, 4, 1, 32))})
+K10_TILES = K10_TABLE.lists["K10_TILES"]
 K10_BLOCKS = (128, 256)  # threads per block; the entries' __launch_bounds__(256) allows both
 # Untuned: the tallest strip (most row reuse) that still gives every SM this many blocks; a
 # guess, as k8's is, for geometries the tuning stage did not see.
@@ -29,7 +39,7 @@ def k10_entry(vec: int, rows: int, cols: int, cbv: int) -> str:
     return f"k10_depthwise_rows_nhwc_v{vec}_r{rows}_c{cols}_b{cbv}"
 
 
-def _supports_k10(s: Shape) -> tuple[bool, str]:
+def supports_k10(s: Shape) -> tuple[bool, str]:
     if s.cin_per_group != 1 or s.cout_per_group != 1:
         return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
                        "group: k10 is built for depthwise convolution with channel multiplier 1 "
@@ -78,16 +88,16 @@ def k10_default_variant(s: Shape, sm_count: int) -> dict:
     return {"vec": vec, "rows": 1, "cols": 1, "cbv": cbv, "threads": THREADS_PER_BLOCK}
 
 
-def _k10_alignment(s: Shape) -> tuple[int, int]:
+def k10_alignment(s: Shape) -> tuple[int, int]:
     # x (and y, a fresh allocation) at the widest vector the shape's variants may load; the
     # taps are read as single floats
     return 4 * k10_widths(s)[0], 4
 
 
-def _launch_k10(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k10(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k10_default_variant(s, sm_count)
     v = {k: int(v[k]) for k in ("vec", "rows", "cols", "cbv", "threads")}
-    if (not _supports_k10(s)[0] or v["vec"] not in k10_widths(s) or v["threads"] not in K10_BLOCKS
+    if (not supports_k10(s)[0] or v["vec"] not in k10_widths(s) or v["threads"] not in K10_BLOCKS
             or (v["vec"], v["rows"], v["cols"], v["cbv"]) not in K10_TILES):
         raise ValueError(f"k10 variant {variant} does not fit shape {s.id} (C = {s.c_in}, "
                          f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")

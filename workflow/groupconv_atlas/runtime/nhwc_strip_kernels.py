@@ -1,13 +1,13 @@
 """The launch geometry of k8 (depthwise) and k9 (grouped), the channels_last (NHWC) strip
-kernels: the work split they share, and per kernel its support predicate, its tiles (read from
-its source), variants and untuned rule, the pointer alignment its vector loads need, the entries
-its cubin exports, and its launch on a shape. The registry (kernels.KERNELS) puts them together.
+kernels: the work split they share, and per kernel its support predicate, its tiles (its source
+table, which the kernel includes as a generated header), variants and untuned rule, the pointer
+alignment its vector loads need, the entries its cubin exports, and its launch on a shape. The
+registry (kernels.KERNELS) names them.
 Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, _ceil_div, kernel_define,
-                            tile_table)
+from .source_tables import MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div
 
 
 # k8 and k9 compute on channels_last (NHWC) tensors with the same work split: a work item is a
@@ -46,7 +46,10 @@ def _strip_grid(s: Shape, rows: int, cols: int, vectors: int, threads: int) -> t
 # k8: depthwise on channels_last (NHWC) tensors, channel multiplier 1. Neighbouring threads take
 # neighbouring channel vectors of one pixel (16-byte loads when C % 4 == 0, else single floats),
 # each a register tile of rows x columns output pixels.
-K8_TILES = tile_table("kernels/k8_depthwise_nhwc.cu", "K8_ENTRY", fields=3)  # (vec, rows, cols)
+K8_TABLE = SourceTable("kernels/k8_depthwise_nhwc.cu", lists={"K8_TILES": (  # (vec, rows, cols)
+    (4, 1, 1), (4, 1, 2), (4, 1, 4), (4, 2, 1), (4, 2, 2), (4, 2, 4), (4, 4, 1), (4, 4, 2),
+    (1, 1, 4), (1, 2, 2))})
+K8_TILES = K8_TABLE.lists["K8_TILES"]
 K8_BLOCKS_PER_SM = 8  # blocks per SM the untuned rule sizes for: enough to hide load latency
 
 
@@ -59,7 +62,7 @@ def k8_entry(vec: int, rows: int, cols: int) -> str:
     return f"k8_depthwise_nhwc_v{vec}_r{rows}_c{cols}"
 
 
-def _supports_k8(s: Shape) -> tuple[bool, str]:
+def supports_k8(s: Shape) -> tuple[bool, str]:
     if s.cin_per_group != 1 or s.cout_per_group != 1:
         return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
                        "group: k8 is built for depthwise convolution with channel multiplier 1 "
@@ -92,16 +95,16 @@ def k8_default_variant(s: Shape, sm_count: int) -> dict:
     return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
 
 
-def _k8_alignment(s: Shape) -> tuple[int, int]:
+def k8_alignment(s: Shape) -> tuple[int, int]:
     return 4 * k8_vec(s), 4  # 16-byte channel vectors of x; the 9 weights of a channel one by one
 
 
-def _launch_k8(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k8(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k8_default_variant(s, sm_count)
     rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
     vec = k8_vec(s)
     if ((vec, rows, cols) not in K8_TILES or threads not in NHWC_BLOCKS
-            or not _supports_k8(s)[0]):
+            or not supports_k8(s)[0]):
         raise ValueError(f"k8 variant {v} does not fit shape {s.id} (C = {s.c_in}, "
                          f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
     return Launch(k8_entry(vec, rows, cols), _strip_grid(s, rows, cols, s.c_in // vec, threads),
@@ -118,10 +121,15 @@ def k8_entries() -> list[str]:
 # group; it reads the group's input channels IVEC at a time (16-, 8- or 4-byte loads of x and of
 # the OHWI weight) and each weight vector once per kernel row. A shape runs the entries of the
 # widest (OVEC, IVEC) in the table that divides its (C_out/groups, C_in/groups).
-# (ovec, ivec, rows, cols) of every K9_ENTRY line
-K9_TILES = tile_table("kernels/k9_grouped_nhwc.cu", "K9_ENTRY", fields=4)
-K9_MAX_CPG = kernel_define("kernels/k9_grouped_nhwc.cu", "K9_MAX_CPG")
-K9_MAX_COUT_PG = kernel_define("kernels/k9_grouped_nhwc.cu", "K9_MAX_COUT_PG")
+K9_MAX_CPG = K9_MAX_COUT_PG = 32  # the largest group: input, output channels per group
+K9_TABLE = SourceTable(
+    "kernels/k9_grouped_nhwc.cu",
+    defines={"K9_MAX_CPG": K9_MAX_CPG, "K9_MAX_COUT_PG": K9_MAX_COUT_PG},
+    # (ovec, ivec, rows, cols)
+    lists={"K9_TILES": ((4, 4, 1, 1), (4, 4, 1, 2), (4, 4, 1, 4), (4, 4, 1, 8), (4, 4, 2, 2),
+                        (4, 4, 2, 4), (2, 2, 1, 1), (2, 2, 1, 2), (2, 2, 1, 4), (2, 2, 1, 8),
+                        (1, 1, 1, 1), (1, 1, 1, 4))})
+K9_TILES = K9_TABLE.lists["K9_TILES"]
 # Untuned: a k9 item is 9 x C_in/groups times a k8 item's work, and its 4 x 4 entries use 80 to
 # 176 registers (one or two 256-thread blocks resident per SM), so half k8's blocks per SM are
 # already two or more waves; a guess, as k8's is, for geometries the tuning stage did not see.
@@ -141,7 +149,7 @@ def k9_entry(ovec: int, ivec: int, rows: int, cols: int) -> str:
     return f"k9_grouped_nhwc_o{ovec}_i{ivec}_r{rows}_c{cols}"
 
 
-def _supports_k9(s: Shape) -> tuple[bool, str]:
+def supports_k9(s: Shape) -> tuple[bool, str]:
     # No 32-bit limit: k9's element offsets and work items are 64-bit, and its grid is capped at
     # the grid's limit with threads striding over the items (_strip_grid).
     if s.cin_per_group == 1:
@@ -172,15 +180,15 @@ def k9_default_variant(s: Shape, sm_count: int) -> dict:
     return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
 
 
-def _k9_alignment(s: Shape) -> tuple[int, int]:
+def k9_alignment(s: Shape) -> tuple[int, int]:
     ivec = k9_vectors(s)[1]
     return 4 * ivec, 4 * ivec  # x and the weight are both read IVEC floats at a time
 
 
-def _launch_k9(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+def launch_k9(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k9_default_variant(s, sm_count)
     rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
-    if not _supports_k9(s)[0] or threads not in NHWC_BLOCKS or (rows, cols) not in _k9_tiles(s):
+    if not supports_k9(s)[0] or threads not in NHWC_BLOCKS or (rows, cols) not in _k9_tiles(s):
         raise ValueError(f"k9 variant {v} does not fit shape {s.id} (C_in/groups = "
                          f"{s.cin_per_group}, C_out/groups = {s.cout_per_group})")
     ovec, ivec = k9_vectors(s)

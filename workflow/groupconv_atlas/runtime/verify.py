@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import BASELINES, base_implementation, support
+from .kernels import BASELINES, KERNELS, base_implementation, support
 from .shapes import Shape
 
 UNIT_ROUNDOFF_FP32 = 2.0**-24
 UNIT_ROUNDOFF_TF32 = 2.0**-11  # 10 stored mantissa bits: each operand rounded once
-# Seeds follow this order, with implementations added later appended, so the seeds (and inputs)
-# of every implementation in an older record stay the same.
+# The seed slots of the implementations measured before slots followed the registry, in the order
+# they were added: history, kept so that the seeds (and inputs) of every implementation in an
+# older record stay the same. A later kernel takes its slot from its place in KERNELS, a later
+# baseline from its place in BASELINES (seed_slot): nothing is appended here.
 SEED_ORDER = ("k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned", "dispatch",
               "k5", "torch_default_tf32", "k6", "k7", "torch_default_nhwc", "torch_tuned_nhwc",
-              "k8", "k9",
-              # appended after the records that predate it, so no earlier seed moves
-              "k10")
+              "k8", "k9")
 STATUSES = ("correct", "incorrect", "unsupported")
 
 
@@ -37,12 +37,33 @@ def bound_scale(accumulation_length: int, factor: float, tf32: bool = False) -> 
     return factor * (accumulation_length * UNIT_ROUNDOFF_FP32 + products)
 
 
+# Slots of the kernels after SEED_ORDER count up from its end; those of later baselines from here,
+# so that neither kind moves the other's slots. Every slot stays below 1000, the seeds' stride
+# between shapes.
+LATER_BASELINE_SLOTS = 500
+SEED_SLOT_LIMIT = 1000
+
+
+def seed_slot(impl: str) -> int:
+    """An implementation's seed slot: its place in SEED_ORDER, else its place among the kernels
+    (or baselines) that SEED_ORDER does not hold, in registry order, after SEED_ORDER's slots (or
+    from LATER_BASELINE_SLOTS on)."""
+    base = base_implementation(impl)
+    if base in SEED_ORDER:
+        return SEED_ORDER.index(base)
+    for names, first, end in ((KERNELS, len(SEED_ORDER), LATER_BASELINE_SLOTS),
+                              (BASELINES, LATER_BASELINE_SLOTS, SEED_SLOT_LIMIT)):
+        later = [name for name in names if name not in SEED_ORDER]
+        if base in later:
+            if (slot := first + later.index(base)) >= end:
+                raise ValueError(f"{base!r}: seed slot {slot} is past its range (below {end})")
+            return slot
+    raise KeyError(f"{base!r} is no implementation of the registry: it has no seed slot")
+
+
 def check_seed(base_seed: int, shape_index: int, impl: str) -> int:
     """A distinct, recorded seed per (shape, implementation): every check draws fresh inputs."""
-    base = base_implementation(impl)
-    if base not in SEED_ORDER:
-        raise KeyError(f"{base!r} has no seed slot: append it to verify.SEED_ORDER")
-    return base_seed + 1000 * shape_index + SEED_ORDER.index(base)
+    return base_seed + 1000 * shape_index + seed_slot(impl)
 
 
 def sample_points(shape: Shape, count: int, seed: int) -> np.ndarray:

@@ -1,0 +1,90 @@
+"""The checks every registered kernel passes whatever it computes (tests/test_kernels_registry.py
+runs them on each kernel of the registry, tests/test_planted_kernel.py on a kernel planted with one
+entry), and how a test plants a kernel: its KernelSpec added to the registry, its source in a copy
+of the kernels' folder, both undone when the test ends."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from groupconv_atlas.runtime import source_tables
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.runtime.kernels import KERNELS, KernelSpec, entries, launch_for, support
+from groupconv_atlas.runtime.verify import SEED_SLOT_LIMIT, seed_slot
+from groupconv_atlas.study.shapes_table import load_shapes
+
+SM_COUNT = 132  # an H200's; the rules take the count from the device at run time
+SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
+# What a cubin exports: extern "C" __global__ functions (the kernels' entries all are), as the
+# preprocessor spells them (__global__ and __launch_bounds__ are macros of attributes).
+_EXPORTED = re.compile(r'extern\s+"C"\s+__attribute__\(\(global\)\)\s+void\s+'
+                       r"(?:__attribute__\(\(launch_bounds\([^)]*\)\)\)\s+)?(\w+)\s*\(")
+
+
+def check_kernel(name: str) -> None:
+    """What the registry promises of a kernel, checked on the frozen shapes: entries that are
+    named once each, a launch on every supported shape (each tuned variant too, and the untuned
+    one) that names one of them with a block and grid the GPU takes and the shape's scalars, a
+    seed slot of its own, and the sources an edit must rebuild, its table's header among them."""
+    spec = KERNELS[name]
+    names = entries(name)
+    assert names and len(set(names)) == len(names), name
+    if spec.entry_names is None:  # one entry: the one its launch names
+        assert len(names) == 1, name
+    for s in SHAPES:
+        ok, reason = support(name, s)
+        assert reason, (name, s.id)
+        if not ok:
+            continue
+        for variant in [None, *(spec.variants(s) if spec.variants else [])]:
+            launch = launch_for(name, s, variant, sm_count=SM_COUNT)
+            assert launch.entry in names, (name, s.id, variant)
+            assert launch.block[0] * launch.block[1] * launch.block[2] <= 1024, (name, s.id)
+            assert 1 <= launch.grid[0] < 2**31, (name, s.id, variant)
+            assert launch.scalars[:6] == (s.n, s.c_in, s.c_out, s.h, s.w, s.groups), name
+    slots = {other: seed_slot(other) for other in KERNELS}
+    assert 0 <= slots[name] < SEED_SLOT_LIMIT
+    assert [k for k, slot in slots.items() if slot == slots[name]] == [name]
+    assert "kernels/common.cuh" in spec.headers, name
+    assert spec.inputs == [spec.source, *spec.headers]
+    if spec.table is not None:
+        assert spec.table.header in spec.headers, f"{spec.source} does not include its table"
+        assert spec.table.stale(spec.table_origin) is None
+
+
+def preprocessed_entries(name: str, folder: Path) -> list[str]:
+    """The functions the kernel's source exports after a real preprocessor pass (nvcc -E with the
+    build's -I): what its cubin will hold, #if and macros applied."""
+    spec = KERNELS[name]
+    res = subprocess.run(["nvcc", "-E", "-arch=sm_90", "-I", str(folder),
+                          str(folder / Path(spec.source).name)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    return _EXPORTED.findall(res.stdout)
+
+
+def use_kernels_folder(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Every module of the package that resolves kernel sources in KERNELS_DIR resolves them in
+    `folder` until the test ends (the build, the registry's headers, the cubin cache)."""
+    original = source_tables.KERNELS_DIR
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("groupconv_atlas") and \
+                getattr(module, "KERNELS_DIR", None) == original:
+            monkeypatch.setattr(module, "KERNELS_DIR", folder)
+
+
+def plant_kernel(monkeypatch: pytest.MonkeyPatch, folder: Path, spec: KernelSpec,
+                 source_text: str) -> Path:
+    """`spec` added to the registry (its one entry) and its source written into a copy of the
+    kernels' folder at `folder`, which the package then builds from; both last as long as the
+    test. The registry's own kernels stay as they are."""
+    shutil.copytree(source_tables.KERNELS_DIR, folder)
+    (folder / Path(spec.source).name).write_text(source_text)
+    use_kernels_folder(monkeypatch, folder)
+    monkeypatch.setitem(KERNELS, spec.name, spec)
+    return folder

@@ -1,0 +1,115 @@
+"""The README's commands for real (integration): those that run here, in order of use in one
+fresh copy, each record's `make replay`, the smoke record's replay finding nothing to redo, and
+the test targets collected through their own command lines. What counts as a command and the
+table: tests/readme_commands.py."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import copy_checkout, copy_replayed, run_guarded
+from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW, REPLAY,
+                             SMOKE_RECORD, SUITE, TARGET_SEQUENCE, atlas_of, newest_holds, output,
+                             repo_env, run_command, split)
+
+
+# ---------------------------------------------------------------- integration: for real
+
+
+def _after(command: str, repo: Path, res) -> None:
+    """What a RUN or PROBE command must leave behind (beyond its exit status)."""
+    out = repo / "results" / DEVICE
+    log = output(res)
+    words = command.split()
+    if COMMANDS[command].kind == PROBE:
+        probe = words[1]
+        if newest_holds(probe):
+            assert res.returncode == 0, f"{command} failed ({res.returncode}):\n{log[-6000:]}"
+            assert (out / PROBE_OUTPUT[probe]).is_file(), f"{command}: no {PROBE_OUTPUT[probe]}"
+        else:
+            assert res.returncode != 0, f"{command} did not refuse:\n{log[-3000:]}"
+            assert f"snakemake {probe}: record {NEWEST.name} holds no {PROBE_RAW[probe]}" in log, \
+                f"{command}:\n{log[-3000:]}"
+        return
+    assert res.returncode == 0, f"{command} failed ({res.returncode}):\n{log[-6000:]}"
+    files = {
+        "make mobilenet_probe": [out / "mobilenet" / "mobilenet.json"],
+        "make nsight": [out / "nsight.parquet", out / "machine_code.parquet"],
+        "make compare_records": [repo / "results" / "comparisons" / "records.html"],
+        "make report": [repo / "reports" / "atlas.html"],
+        "snakemake --report reports/atlas.html": [repo / "reports" / "atlas.html"],
+        "snakemake --report": [repo / "report.html"],
+    }.get(command, [])
+    for path in files:
+        assert path.is_file() and path.stat().st_size > 0, f"{command}: no {path}"
+    if command == "make atlas":
+        atlas = json.loads((out / "atlas.json").read_text())
+        assert atlas["evidence"]["mode"] == "replay"
+        assert atlas["evidence"]["record"] == NEWEST.name
+    elif command == "make atlas QUIET=":
+        assert re.search(r"snakemake atlas\s*$", res.stdout, re.MULTILINE), res.stdout[-2000:]
+    elif command == "make verify":
+        assert "files match" in log, log[-2000:]
+    elif command == f"make replay RECORD={NEWEST.name}":
+        assert re.search(rf"^snakemake atlas .*record={re.escape(NEWEST.name)}\b", res.stdout,
+                         re.MULTILINE), res.stdout[-2000:]
+
+
+@pytest.mark.integration
+def test_commands_that_run_here_run_for_real(tmp_path):
+    """The Quick start's targets and the snakemake lines they stand for, in one fresh copy:
+    the probes from nothing, `make atlas`, then what reads its results; `make verify` holds
+    after every rerun."""
+    repo = copy_checkout(tmp_path / "repo")
+    for command in TARGET_SEQUENCE:
+        _after(command, repo, run_command(repo, command))
+    res = run_command(repo, "make verify")
+    assert res.returncode == 0 and "files match" in output(res), output(res)[-3000:]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", sorted(c for c, h in COMMANDS.items() if h.kind == REPLAY
+                                           and not c.endswith(f"={SMOKE_RECORD}")))
+def test_make_replay_of_each_record(tmp_path, command):
+    repo = copy_checkout(tmp_path / "repo")
+    res = run_command(repo, command)
+    assert res.returncode == 0, output(res)[-6000:]
+    record = command.split("RECORD=", 1)[1]
+    assert atlas_of(repo, record)["evidence"]["mode"] == "replay"
+
+
+@pytest.mark.integration
+def test_make_replay_of_the_smoke_record_is_the_smoke_replay(smoke_replay, tmp_path):
+    """The smoke replay the tests share is what `make replay RECORD=h200-smoke-2026-11-29`
+    makes: on a copy of it the command succeeds and redoes nothing."""
+    assert COMMANDS[f"make replay RECORD={SMOKE_RECORD}"].kind == REPLAY
+    repo = copy_replayed(smoke_replay, tmp_path / "repo")
+    res = run_command(repo, f"make replay RECORD={SMOKE_RECORD}")
+    log = output(res)
+    assert res.returncode == 0, log[-3000:]
+    assert "Nothing to be done" in log, log[-3000:]
+    assert atlas_of(repo, SMOKE_RECORD)["evidence"]["mode"] == "replay"
+
+
+@pytest.mark.integration
+def test_test_targets_collect_through_their_own_command_lines(tmp_path):
+    """The test targets as typed, with PYTEST_ARGS=--collect-only -q: the marker expression
+    parses and the set collects without an error. Never run (that is the whole suite)."""
+    repo = copy_checkout(tmp_path / "repo")
+    for command, how in COMMANDS.items():
+        if how.kind != SUITE or command.startswith("time "):
+            continue
+        if command.startswith("make "):
+            res = run_command(repo, command, extra=("PYTEST_ARGS=--collect-only -q",))
+        else:
+            argv = split(command)[1]
+            assert argv[:3] == ["python", "-m", "pytest"], command
+            res = run_guarded([sys.executable, *argv[1:], "--collect-only", "-q"], repo,
+                              env=repo_env(repo))
+        log = output(res)
+        assert res.returncode == 0, f"{command}:\n{log[-4000:]}"
+        m = re.search(r"^(\d+)(?:/\d+)? tests? collected", res.stdout, re.MULTILINE)
+        assert m and int(m.group(1)) > 0, f"{command}:\n{log[-2000:]}"
