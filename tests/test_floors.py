@@ -129,3 +129,18 @@ def test_the_copy_check_catches_a_wrong_element_and_nan_poison():
     poisoned[-1] = float("nan")
     with pytest.raises(RuntimeError, match="not exact"):
         _check_copy(src, poisoned, "floor_copy_v1", "s")
+
+
+def test_glance_floor_reads_the_lead_per_region_and_nothing_without_floors():
+    from groupconv_atlas.study.floors import glance_floor
+
+    shapes = {"shapes": [_entry("dw", 1, 32, 32, 32, 10**6), _entry("g", 8, 64, 64, 8, 10**7),
+                         _entry("g2", 8, 128, 128, 8, 10**7)]}
+    table = pd.DataFrame({"shape_id": ["dw", "g", "g2", "g"],
+                          "implementation": ["dispatch", "dispatch", "dispatch", "k5"],
+                          "boundary": ["graph_device"] * 4, "time_over_floor": [2.0, 1.5, 6.0, 9.0]})
+    floor = glance_floor(table, shapes, "dispatch")
+    assert set(floor) == {"all shapes", "depthwise", "grouped"}
+    assert floor["grouped"] == {"point": pytest.approx(3.0), "low": 1.5, "high": 6.0}
+    assert floor["all shapes"]["point"] == pytest.approx((2.0 * 1.5 * 6.0) ** (1 / 3))
+    assert glance_floor(table.drop(columns="time_over_floor"), shapes, "dispatch") is None

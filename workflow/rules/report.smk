@@ -11,7 +11,7 @@ PROBES_PAGE = f"{REPORT}/probes.html"
 # reStructuredText the landing page includes (reports/workflow.rst: `.. include::`).
 LANDING_TEXT = f"{REPORT}/landing-headline.rst"
 # Every report job imports the report package (whose __init__ imports all its modules).
-REPORT_JOB_CODE = code("jobs", "provenance", "report/__init__")
+REPORT_JOB_CODE = code("jobs", "provenance", "report/__init__", "floors")
 
 
 rule report_assets:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv_atlas.study import report
+from groupconv_atlas.study.floors import glance_floor
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_bytes
 
@@ -24,11 +25,15 @@ def save(path, fig):
     write_bytes(path, report.svg_bytes(fig))
 
 
-save(smk.output.glance, report.glance_figure(atlas["headline"], threshold))
+shapes_doc = json.loads(Path(smk.input.shapes).read_text())
+roofline = pd.read_parquet(smk.input.roofline)
+# The lead's time over the measured floor per region (records before the floor have none).
+leads = atlas["headline"].get("candidates") or [atlas["headline"].get("candidate")]
+floor = glance_floor(roofline, shapes_doc, leads[0]) if leads and leads[0] else None
+save(smk.output.glance, report.glance_figure(atlas["headline"], threshold, floor))
 save(smk.output.geomeans, report.geomean_figure(summary, threshold))
 roof = atlas.get("roofline")
-shapes_doc = json.loads(Path(smk.input.shapes).read_text())
-save(smk.output.roofline, report.roofline_figure(pd.read_parquet(smk.input.roofline), shapes_doc,
+save(smk.output.roofline, report.roofline_figure(roofline, shapes_doc,
                                                  roof["ceilings"]) if roof else
      report.note_figure("No roofline: this record has no measured ceilings."))
 save(smk.output.aa, report.aa_figure(comparisons, shape_ids, atlas["aa"], threshold))

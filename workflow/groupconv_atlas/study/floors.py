@@ -237,3 +237,24 @@ def floor_block(roofline: pd.DataFrame, shapes_doc: dict, l2_bytes: int | None,
             regions.append(row)
         out["by_boundary"][boundary] = regions
     return out
+
+
+def glance_floor(roofline: pd.DataFrame, shapes_doc: dict, candidate: str,
+                 boundary: str = "graph_device") -> dict | None:
+    """The first screen's floor panel: for `candidate` (the headline's lead), per region (all
+    shapes, then each kind) the geometric mean of its time over floor as "point" and the
+    fastest and slowest shape's as "low" and "high". None without floors (older records)."""
+    if "time_over_floor" not in roofline:
+        return None
+    rows = roofline[(roofline["implementation"] == candidate) & (roofline["boundary"] == boundary)]
+    rows = rows.dropna(subset=["time_over_floor"])
+    if rows.empty:
+        return None
+    kind = {e["id"]: shape_kind(e) for e in shapes_doc["shapes"]}
+    regions = {"all shapes": rows}
+    for name, part in rows.groupby(rows["shape_id"].map(kind), sort=True):
+        regions[name] = part
+    return {label: {"point": geomean_over_floor(part["time_over_floor"]),
+                    "low": float(part["time_over_floor"].min()),
+                    "high": float(part["time_over_floor"].max())}
+            for label, part in regions.items()}

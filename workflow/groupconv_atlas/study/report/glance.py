@@ -71,8 +71,8 @@ def glance_figure(headline: dict, threshold: float, floor: dict | None = None) -
     draw_interval_rows(ax, [f"{lb} ({shapes[lb]})" for lb in labels], series, threshold)
     floor_words = ("" if floor is not None else "\nagainst the floor (a same-bytes copy timed "
                    "beside the kernels): not in this record")
-    ax.set_xlabel(f"{headline['reference']} time / implementation time (log); > 1: faster than "
-                  f"PyTorch{floor_words}", fontsize=7)
+    ax.set_xlabel(f"{headline['reference']} time / implementation time (log);\n> 1: faster "
+                  f"than PyTorch{floor_words}", fontsize=7)
     who = (f"{rows and list(rows)[0]}" if len(rows) == 1 else
            ", ".join(f"{n} ({m})" for n, m in zip(rows, MARKERS)))
     fig.suptitle(f"At a glance, graph_device: {who} against {headline['reference']} per region "
@@ -107,5 +107,6 @@ def _floor_panel(ax, labels: list[str], floor: dict) -> None:
     ax.set_xlim(lo, hi)
     ratio_axis(ax.xaxis, lo, hi)
     ax.axvline(1.0, color="#222222", lw=0.8)
-    ax.set_xlabel("time / floor (log)\n1: at the floor", fontsize=7)
-    ax.set_title("against the floor", fontsize=8, loc="left")
+    ax.set_xlabel("time / floor (log); 1: at the floor;\ndot: geometric mean, line: fastest "
+                  "to slowest shape", fontsize=7)
+    ax.set_title("the lead against the floor", fontsize=8, loc="left")
