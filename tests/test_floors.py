@@ -144,3 +144,16 @@ def test_glance_floor_reads_the_lead_per_region_and_nothing_without_floors():
     assert floor["grouped"] == {"point": pytest.approx(3.0), "low": 1.5, "high": 6.0}
     assert floor["all shapes"]["point"] == pytest.approx((2.0 * 1.5 * 6.0) ** (1 / 3))
     assert glance_floor(table.drop(columns="time_over_floor"), shapes, "dispatch") is None
+
+
+def test_floor_lines_name_each_region_s_best_of_both_sides():
+    from groupconv_atlas.study.floors import floor_lines
+
+    row = {"kind": "depthwise", "size": "over 2x L2", "shapes": 9,
+           "best_torch_geomean_over_floor": 1.35, "best_torch_worst_over_floor": 1.5,
+           "best_torch_worst_shape": "a", "best_custom_geomean_over_floor": 1.2,
+           "best_custom_worst_over_floor": 1.3, "best_custom_worst_shape": "b"}
+    (line,) = floor_lines({"by_boundary": {"graph_device": [row]}})
+    assert "depthwise, over 2x L2 (9 shapes): best PyTorch 1.35x (worst 1.50x, a)" in line
+    assert "best custom kernel 1.20x (worst 1.30x, b)" in line
+    assert floor_lines(None) == [] and floor_lines({"by_boundary": {}}) == []

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import roofline_block, roofline_table
-from .floors import floor_block, geomean_over_floor, with_floor
+from .floors import floor_block, floor_lines, geomean_over_floor, with_floor
 from .headline import build_headline
 from .comparisons import summarize
 from .medians import cross_job_spread, with_torch_best
@@ -266,6 +266,8 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
 
         doc["floor"] = floor_block(roofline, shapes_doc, session.get("l2_bytes"), list(KERNELS),
                                    [b for b, spec in BASELINES.items() if not spec["tf32"]])
+        doc["headline"]["summary_lines"] = [*doc["headline"]["summary_lines"],
+                                            *floor_lines(doc["floor"])]
     return clean(doc), summary, roofline
 
 

@@ -258,3 +258,20 @@ def glance_floor(roofline: pd.DataFrame, shapes_doc: dict, candidate: str,
                     "low": float(part["time_over_floor"].min()),
                     "high": float(part["time_over_floor"].max())}
             for label, part in regions.items()}
+
+
+def floor_lines(block: dict | None, boundary: str = "graph_device") -> list[str]:
+    """The headline's sentences on the floor: per region, how far the best PyTorch reference and
+    the best custom kernel stand from it (geometric mean and worst shape); none without it."""
+    regions = ((block or {}).get("by_boundary") or {}).get(boundary) or []
+    if not regions:
+        return []
+
+    def side(row, who):
+        return (f"{row[f'best_{who}_geomean_over_floor']:.2f}x (worst "
+                f"{row[f'best_{who}_worst_over_floor']:.2f}x, {row[f'best_{who}_worst_shape']})")
+
+    return [f"Against the measured floor at {boundary} (time over a same-bytes copy or an empty "
+            "launch timed beside the kernels; 1 is the floor), per region: " + "; ".join(
+                f"{r['kind']}, {r['size']} ({r['shapes']} shapes): best PyTorch {side(r, 'torch')}"
+                f", best custom kernel {side(r, 'custom')}" for r in regions) + "."]
