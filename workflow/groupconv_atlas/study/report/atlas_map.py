@@ -80,6 +80,8 @@ def map_payload(details: dict, atlas: dict) -> dict:
         "aa": atlas["aa"],
         "gpu_name": atlas["session"].get("gpu_name"),
         "shapes": details["shapes"],
+        # whether the record measured each shape's floor (the map's "time over the floor" layer)
+        "floor_measured": any("floor" in s for s in details["shapes"]),
     }
 
 
