@@ -143,8 +143,8 @@ def test_the_probes_page_shows_the_training_table_and_a_graph_it_could_not_captu
 
 
 def test_a_record_from_before_the_training_reading_summarises_and_shows_as_before():
-    record = find_record(REPO_ROOT / "records", "newest", "h200",
-                         having="raw/probes/networks/samples.parquet")
+    # the newest record whose network probe predates the training reading
+    record = REPO_ROOT / "records" / "h200-2026-12-02-b"
     samples = pd.read_parquet(record / "raw/probes/networks/samples.parquet")
     probe = json.loads((record / "raw/probes/networks/probe.json").read_text())
     assert nt.summarize_training(batch_medians(samples), probe["details"], CFG) == []

@@ -93,12 +93,22 @@ def test_without_names_torch_best_is_exactly_what_it_was():
     assert strongest_readings(comp, empty, CFG) is comp
 
 
-def test_no_committed_record_names_the_kernels_yet_so_every_replay_reads_as_before():
-    """A record made before the names were kept has none: its replay takes the path above.
-    (The first record that holds them will fail this test: then its replay shows them.)"""
+# The first record whose timing processes named the kernels cuDNN ran.
+FIRST_NAMING = "h200-2026-12-02-c"
+
+
+def test_records_before_the_names_have_none_so_their_replays_read_as_before():
+    """A record made before the names were kept has none: its replay takes the path above; the
+    first record that keeps them names them in its jobs with tuned references."""
+    first = json.loads((REPO_ROOT / "records" / FIRST_NAMING / "record.json").read_text())
     for meta_path in sorted(REPO_ROOT.glob("records/*/raw/timing/*.json")):
         doc = json.loads(meta_path.read_text())
-        assert algorithm_table({meta_path.stem: doc}).empty, meta_path
+        record = json.loads((meta_path.parents[2] / "record.json").read_text())
+        if record["created_utc"] < first["created_utc"]:
+            assert algorithm_table({meta_path.stem: doc}).empty, meta_path
+    named = algorithm_table({"tuned": json.loads(
+        (REPO_ROOT / "records" / FIRST_NAMING / "raw/timing/tuned.json").read_text())})
+    assert not named.empty and set(named["reference"]) >= {"torch_tuned", "torch_tuned_nhwc"}
 
 
 def test_the_evidence_names_the_cells_and_says_what_torch_best_takes():

@@ -12,6 +12,7 @@ from snakemake.utils import update_config, validate
 
 from groupconv_atlas.study.plan import PlanError
 from groupconv_atlas.study.run_plan import RunPlan
+from groupconv_atlas.runtime.kernels import KERNELS
 from helpers import OPEN_WORKFLOW, ROOT, SMOKE_RECORD, run_guarded
 
 SMOKE_PAIRS_CONFIGURED = 4  # config/smoke.yaml: one shape, the four nsight implementations
@@ -156,9 +157,23 @@ def test_the_record_check_lists_every_file_of_the_record(smoke):
     assert "workflow/groupconv_atlas/study/record_check.py" in inputs["code"]
 
 
-def test_the_newest_record_replays_with_its_captures_probes_and_tunings():
+# The newest record that measured every kernel up to k9 and holds its own Nsight captures.
+FULL_RECORD = "h200-2026-12-02-b"
+
+
+def test_the_newest_record_is_the_plan_s_default_and_leaves_out_what_it_lacks():
     plan = RunPlan.from_config(config_of(), ROOT, 8, gpu_available=no_gpu)
     newest = newest_record("h200")
+    assert (plan.mode, plan.record) == ("replay", f"records/{newest}")
+    held = set(recorded(newest, "builds", ".json"))
+    assert plan.kernels == [k for k in KERNELS if k in held]
+    absent = [k for k in KERNELS if k not in held]
+    assert not absent or any(", ".join(sorted(absent)) in n for n in plan.notes), plan.notes
+
+
+def test_a_full_record_replays_with_its_captures_probes_and_tunings():
+    plan = RunPlan.from_config(config_of(record=FULL_RECORD), ROOT, 8, gpu_available=no_gpu)
+    newest = FULL_RECORD
     assert (plan.mode, plan.record) == ("replay", f"records/{newest}")
     assert plan.kernels == [f"k{i}" for i in range(10)]  # it measured every configured kernel
     assert plan.tuned_kernels == ["k5", "k6", "k7", "k8", "k9"]
