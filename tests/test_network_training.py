@@ -290,6 +290,10 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
         assert not t["graph"]["supported"] and "no CUDA graphs" in t["graph"]["reason"]
         # The Function's forward is F.conv2d here and its backward F.conv2d's: equal gradients.
         assert t["gradients"]["worst_relative"] == 0.0 and t["gradients"]["problems"] == []
+        # the yardstick: the original's step run twice on the same weights and input
+        repeat = t["gradients_original_repeat"]
+        assert repeat["parameters"] == t["gradients"]["parameters"] and repeat["problems"] == []
+        assert repeat["worst_relative"] == 0.0  # the CPU sums in one order
     json.dumps(details, allow_nan=False)  # as the probe writes it
     assert len(lines) == 2 and "graph unsupported" in lines[0]
     rows = nt.summarize_training(batch_medians(samples), details, CFG)

@@ -173,10 +173,16 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         target = torch.randint(0, classes, (int(n),), device=DEVICE, generator=gen)
         off = dropout_off(original)
         dropout_off(converted)
-        for model in (original, converted):
+        # The original twice as well: how far two runs of the same model's step differ here
+        # (cuDNN's algorithms may sum in another order each run), the yardstick for the
+        # converted model's difference.
+        repeat = copy.deepcopy(original)
+        for model in (original, converted, repeat):
             model.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(x), target).backward()
         gradients = gradient_differences(original, converted)
+        repeat_gradients = gradient_differences(original, repeat)
+        del repeat
         models = {"original": original, "converted": converted}
         if training.get("op_path"):  # copied after the gradient step: the same weights
             models[PATHS["op"]] = op_path_copy(converted)
@@ -196,6 +202,8 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
               "kernels": sorted({r["kernel"] for r in swapped}), "dropout_off": off,
               "gradients": {k: v for k, v in gradients.items() if k != "per_parameter"},
               "gradient_per_parameter": gradients["per_parameter"],
+              "gradients_original_repeat": {k: v for k, v in repeat_gradients.items()
+                                            if k != "per_parameter"},
               "graph": {"supported": not unsupported,
                         "reason": "; ".join(f"{k}: {v}" for k, v in unsupported.items()) or None},
               "precision": session.precision, "cudnn_benchmark": torch.backends.cudnn.benchmark,
@@ -231,7 +239,8 @@ def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build
                     entry.setdefault("training", {})[layout] = detail
                     progress(f"[networks] {key} training {layout}: swapped {detail['swapped']} "
                              f"of {detail['convs']} convs; worst gradient difference "
-                             f"{worst_text(detail['gradients'])}; graph "
+                             f"{worst_text(detail['gradients'])} (the original against itself: "
+                             f"{worst_text(detail['gradients_original_repeat'])}); graph "
                              + ("captured" if detail["graph"]["supported"] else
                                 f"unsupported ({detail['graph']['reason']})"))
     finally:
@@ -271,7 +280,10 @@ def training_lines(rows: list[dict], details: dict) -> list[str]:
                           for r in part.to_dict("records"))
         graph = "" if train["graph"]["supported"] else \
             f"; graph unsupported ({train['graph']['reason']})"
+        # Records before the repeat reading have no yardstick: the sentence says nothing of it.
+        repeat = train.get("gradients_original_repeat")
+        yardstick = f" (the original against itself: {worst_text(repeat)})" if repeat else ""
         lines.append(f"{network} training ({layout}): {train['swapped']} of {train['convs']} convs "
-                     f"swapped, worst gradient difference {worst_text(train['gradients'])}; "
-                     f"original / converted step: {cells}{graph}.")
+                     f"swapped, worst gradient difference {worst_text(train['gradients'])}"
+                     f"{yardstick}; original / converted step: {cells}{graph}.")
     return lines
