@@ -11,62 +11,14 @@
 //   The walk is unrolled, so the loads of later rows are issued ahead of the arithmetic.
 // - Small tiles (1 x 1) with many blocks fill every SM at N = 1; tall strips reuse rows on
 //   large maps. The tuning stage picks the tile, CBV and block size per shape.
+#include "channel_vec.cuh"
 #include "common.cuh"
 // K10_TILES: the tile table, written in Python (nhwc_row_kernels.K10_TABLE) and generated.
 #include "k10_depthwise_rows_nhwc_table.cuh"
 
-// VEC adjacent channels of one pixel (or their taps): one 16-, 8- or 4-byte access. Two
-// channels per thread hold half the registers of four (taps and rows), so more warps fit an SM:
-// the tuning stage weighs that against fewer bytes per load.
+// K10Vec<VEC>: VEC adjacent channels of one pixel (or their taps), kernels/channel_vec.cuh.
 template <int VEC>
-struct K10Vec;
-
-template <>
-struct K10Vec<4> {
-    float4 v;
-    __device__ __forceinline__ static K10Vec zero() { return {make_float4(0.f, 0.f, 0.f, 0.f)}; }
-    __device__ __forceinline__ static K10Vec load(const float* p) {
-        return {__ldg(reinterpret_cast<const float4*>(p))};
-    }
-    __device__ __forceinline__ static K10Vec shared(const float* p) {
-        return {*reinterpret_cast<const float4*>(p)};
-    }
-    __device__ __forceinline__ void store(float* p) const { *reinterpret_cast<float4*>(p) = v; }
-    // this += a * b, lane by lane
-    __device__ __forceinline__ void fma(const K10Vec& a, const K10Vec& b) {
-        v.x = fmaf(a.v.x, b.v.x, v.x);
-        v.y = fmaf(a.v.y, b.v.y, v.y);
-        v.z = fmaf(a.v.z, b.v.z, v.z);
-        v.w = fmaf(a.v.w, b.v.w, v.w);
-    }
-};
-
-template <>
-struct K10Vec<2> {
-    float2 v;
-    __device__ __forceinline__ static K10Vec zero() { return {make_float2(0.f, 0.f)}; }
-    __device__ __forceinline__ static K10Vec load(const float* p) {
-        return {__ldg(reinterpret_cast<const float2*>(p))};
-    }
-    __device__ __forceinline__ static K10Vec shared(const float* p) {
-        return {*reinterpret_cast<const float2*>(p)};
-    }
-    __device__ __forceinline__ void store(float* p) const { *reinterpret_cast<float2*>(p) = v; }
-    __device__ __forceinline__ void fma(const K10Vec& a, const K10Vec& b) {
-        v.x = fmaf(a.v.x, b.v.x, v.x);
-        v.y = fmaf(a.v.y, b.v.y, v.y);
-    }
-};
-
-template <>
-struct K10Vec<1> {
-    float v;
-    __device__ __forceinline__ static K10Vec zero() { return {0.f}; }
-    __device__ __forceinline__ static K10Vec load(const float* p) { return {__ldg(p)}; }
-    __device__ __forceinline__ static K10Vec shared(const float* p) { return {*p}; }
-    __device__ __forceinline__ void store(float* p) const { *p = v; }
-    __device__ __forceinline__ void fma(const K10Vec& a, const K10Vec& b) { v = fmaf(a.v, b.v, v); }
-};
+using K10Vec = ChannelVec<VEC>;
 
 // The COLS + 2 input pixels of row h around a column strip starting at w0 (zero outside the map:
 // the padding), for the thread's channel vector; x_n points at the image's first pixel, at the

@@ -4,40 +4,14 @@
 // a warp reading 512 contiguous bytes once C >= 128), and each thread keeps a register tile of
 // ROWS x COLS output pixels for its channels: the (ROWS + 2) x (COLS + 2) input pixels it loads
 // serve up to 9 outputs each, and its 9 weights per channel are loaded once per tile.
+#include "channel_vec.cuh"
 #include "common.cuh"
 // The tile table K8_TILES: the registry's (groupconv_atlas.runtime.nhwc_strip_kernels.K8_TABLE).
 #include "k8_depthwise_nhwc_table.cuh"
 
-// VEC adjacent channels of one pixel (or their weights): one 16- or 4-byte access, and a
-// lane-by-lane FMA.
+// K8Vec<VEC>: VEC adjacent channels of one pixel (or their taps), kernels/channel_vec.cuh.
 template <int VEC>
-struct K8Vec;
-
-template <>
-struct K8Vec<4> {
-    float4 v;
-    __device__ __forceinline__ static K8Vec zero() { return {make_float4(0.f, 0.f, 0.f, 0.f)}; }
-    __device__ __forceinline__ static K8Vec load(const float* p) {
-        return {__ldg(reinterpret_cast<const float4*>(p))};
-    }
-    __device__ __forceinline__ void store(float* p) const { *reinterpret_cast<float4*>(p) = v; }
-    // this += a * b, lane by lane
-    __device__ __forceinline__ void fma(const K8Vec& a, const K8Vec& b) {
-        v.x = fmaf(a.v.x, b.v.x, v.x);
-        v.y = fmaf(a.v.y, b.v.y, v.y);
-        v.z = fmaf(a.v.z, b.v.z, v.z);
-        v.w = fmaf(a.v.w, b.v.w, v.w);
-    }
-};
-
-template <>
-struct K8Vec<1> {
-    float v;
-    __device__ __forceinline__ static K8Vec zero() { return {0.f}; }
-    __device__ __forceinline__ static K8Vec load(const float* p) { return {__ldg(p)}; }
-    __device__ __forceinline__ void store(float* p) const { *p = v; }
-    __device__ __forceinline__ void fma(const K8Vec& a, const K8Vec& b) { v = fmaf(a.v, b.v, v); }
-};
+using K8Vec = ChannelVec<VEC>;
 
 // The 9 taps of channels c0 .. c0 + VEC - 1 as vectors (w is C x 9: lane i of tap t is
 // w[(c0 + i) * 9 + t]).
