@@ -300,19 +300,25 @@ def _two_layout_inputs() -> tuple[dict, dict]:
     return details, atlas
 
 
-@pytest.fixture
-def two_layout_page(browser, tmp_path):
+def open_map(browser, tmp_path, details: dict, atlas: dict):
+    """(context, tab, page errors) of the map page built from `details` and `atlas`, loaded."""
     from groupconv_atlas.study import report
 
     template = (Path(__file__).parents[1] / "workflow" / "templates" / "atlas_map.html")
     path = tmp_path / "atlas-map.html"
-    path.write_text(report.atlas_map_html(*_two_layout_inputs(), template.read_text()))
+    path.write_text(report.atlas_map_html(details, atlas, template.read_text()))
     context = browser.new_context(viewport={"width": 1600, "height": 1000}, offline=True)
     tab = context.new_page()
     errors = []
     tab.on("pageerror", lambda e: errors.append(str(e)))
     tab.goto(path.as_uri())
     tab.wait_for_selector("body[data-ready=true]")
+    return context, tab, errors
+
+
+@pytest.fixture
+def two_layout_page(browser, tmp_path):
+    context, tab, errors = open_map(browser, tmp_path, *_two_layout_inputs())
     yield tab
     assert not errors, errors
     context.close()

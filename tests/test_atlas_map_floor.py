@@ -2,27 +2,10 @@
 measurements): with the shapes' measured floor in the cells, "Show: time over the floor" puts
 each side's time over the floor in every timed cell; a record without a floor offers the layer
 disabled, saying it was not measured. Needs Chromium and Playwright (the `browser` fixture)."""
-from pathlib import Path
-
 import pytest
-from test_atlas_map_browser import _two_layout_inputs
+from test_atlas_map_browser import _two_layout_inputs, open_map
 
 pytestmark = pytest.mark.integration
-
-
-def _open(browser, tmp_path, details, atlas):
-    from groupconv_atlas.study import report
-
-    template = Path(__file__).parents[1] / "workflow" / "templates" / "atlas_map.html"
-    path = tmp_path / "atlas-map.html"
-    path.write_text(report.atlas_map_html(details, atlas, template.read_text()))
-    context = browser.new_context(viewport={"width": 1600, "height": 1000}, offline=True)
-    tab = context.new_page()
-    errors = []
-    tab.on("pageerror", lambda e: errors.append(str(e)))
-    tab.goto(path.as_uri())
-    tab.wait_for_selector("body[data-ready=true]")
-    return context, tab, errors
 
 
 def test_the_floor_layer_shows_each_side_s_time_over_the_floor(browser, tmp_path):
@@ -34,7 +17,7 @@ def test_the_floor_layer_shows_each_side_s_time_over_the_floor(browser, tmp_path
             for cell in cells.values():
                 cell["candidate_over_floor"] = cell["candidate_median_us"] / 4.0
                 cell["baseline_over_floor"] = cell["baseline_median_us"] / 4.0
-    context, page, errors = _open(browser, tmp_path, details, atlas)
+    context, page, errors = open_map(browser, tmp_path, details, atlas)
     assert not page.locator("select#view option[value=floor]").is_disabled()
     ratio_text = page.locator("td.cell[data-shape-id=dw-a][data-comparison='k5:torch_best']")
     assert "1.10" in ratio_text.inner_text()
@@ -51,7 +34,7 @@ def test_the_floor_layer_shows_each_side_s_time_over_the_floor(browser, tmp_path
 
 
 def test_a_record_without_a_floor_offers_the_layer_disabled(browser, tmp_path):
-    context, page, errors = _open(browser, tmp_path, *_two_layout_inputs())
+    context, page, errors = open_map(browser, tmp_path, *_two_layout_inputs())
     option = page.locator("select#view option[value=floor]")
     assert option.is_disabled() and "not measured in this record" in option.inner_text()
     assert not page.locator("td.cell[data-over-floor]").count()
