@@ -19,7 +19,8 @@ from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
 from .comparisons import comparisons_for_job
 from .record_check import check
 from .reference_algorithms import algorithm_table, session_changes  # noqa: F401  (the job's)
-from .records import checked_files, kernel_sources  # noqa: F401  (its name here too)
+from .records import (_vouched_for, build_files, checked_files,  # noqa: F401  (its name here too)
+                      kernel_sources, vouched_sources)
 from .stats import CLASSES, StatsConfig
 from ..runtime.timing import BOUNDARIES, batch_medians
 
@@ -39,12 +40,33 @@ def cell_code(implementation: str, shape_id: str, sources: dict[str, str],
     return sources.get(base_implementation(implementation), "torch")
 
 
-def record_cells(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
+def shared_code(record_dirs: list[Path]) -> dict[str, dict[str, str]]:
+    """{record: {kernel: code identity}} of records compared side by side: each build's own hashes
+    (kernel_sources), except that a kernel another record vouches compiles to its own machine
+    code (tools/same_machine_code.py) takes that record's identity, so a source refactored
+    between two sessions without changing the machine code still counts as the same code."""
+    sources = {d.name: kernel_sources(d) for d in record_dirs}
+    files = {d.name: build_files(d) for d in record_dirs}
+    vouched = {d.name: vouched_sources(d) for d in record_dirs}
+    for later in record_dirs:
+        for earlier in record_dirs:
+            if earlier == later:
+                continue
+            for kernel, code in sources[later.name].items():
+                if kernel in sources[earlier.name] and _vouched_for(
+                        vouched[earlier.name].get(kernel), files[later.name].get(kernel)):
+                    sources[earlier.name][kernel] = code
+    return sources
+
+
+def record_cells(record_dir: str | Path, cfg: StatsConfig,
+                 sources: dict[str, str] | None = None) -> pd.DataFrame:
     """Every cell of one record, classified from its raw layer as compare_job would, with the
-    code behind the cell (`code`), so that a cell whose kernel changed between records is not
-    counted as the same measurement taken again."""
+    code behind the cell (`code`: from `sources`, shared_code's identities, or the record's own
+    build hashes), so that a cell whose kernel changed between records is not counted as the
+    same measurement taken again."""
     raw = Path(record_dir) / "raw"
-    sources = kernel_sources(record_dir)
+    sources = sources if sources is not None else kernel_sources(record_dir)
     verification = pd.concat([pd.read_parquet(p)
                               for p in checked_files(sorted(raw.glob("verification/*.parquet")))],
                              ignore_index=True)
@@ -86,12 +108,13 @@ def compare(manifests, cfg: StatsConfig, progress=print
     it (record_check.check; RecordError for one whose files do not match), with the checks and
     how each sampled (`sampling`), per record name. `progress` takes a line per record."""
     checks, settings, cells = {}, {}, {}
+    sources = shared_code([Path(m).parent for m in manifests])
     for manifest in manifests:
         record_dir = Path(manifest).parent
         name = record_dir.name
         checks[name] = check(record_dir)
         settings[name] = sampling(record_dir)
-        cells[name] = record_cells(record_dir, cfg)
+        cells[name] = record_cells(record_dir, cfg, sources[name])
         progress(f"{name}: {len(cells[name])} cells ({settings[name]})")
     return side_by_side(cells), checks, settings
 
