@@ -116,7 +116,7 @@ def test_the_glance_figure_takes_a_floor_panel(today):
     floor = {"all shapes": {"point": 3.0, "low": 2.5, "high": 3.5},
              "depthwise": {"point": 1.5, "low": 1.2, "high": 1.9}}
     fig = glance_figure(today, 0.05, floor=floor)
-    assert len(fig.axes) == 3 and fig.axes[1].get_title(loc="left") == "against the floor"
+    assert len(fig.axes) == 3 and fig.axes[1].get_title(loc="left") == "the lead against the floor"
     assert "not in this record" not in fig.axes[0].get_xlabel()
     # One reading per region given, at its point.
     from matplotlib.collections import PathCollection
