@@ -29,8 +29,9 @@ $(VENV)/.installed: pyproject.toml
 	network_probe unseen_probe replay clean
 install: $(VENV)/.installed
 
+# The command is echoed whole (make's own echo would show the shell words that read RECORD).
 atlas: $(VENV)/.installed
-	@$(WITH_RECORD) $(SNAKEMAKE) atlas $$args $(QUIET)
+	@$(WITH_RECORD) echo "$(SNAKEMAKE) atlas $$args $(QUIET)" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
 # The fast set (every test but the integration set: about 5 minutes on 2 cores); test-all adds
 # the integration set (the 80-shape record replay, the SLURM cluster, the browser);

@@ -34,7 +34,8 @@ def test_the_nearest_same_code_session_shares_the_most_code_and_is_nearest_in_ti
 
     same = {other: [k for k in mine if ran_mine(other, k)]
             for other, m in every.items()
-            if other != name and m["device"] == every[name]["device"]}
+            if other != name and m["device"] == every[name]["device"]
+            and m["created_utc"] <= every[name]["created_utc"]}
     chosen = nearest_same_code(RECORDS, name)
     most = max((len(v) for v in same.values()), default=0)
     if most == 0:

@@ -90,9 +90,9 @@ def _vouched_for(vouched: dict | None, files: dict | None) -> bool:
 
 
 def nearest_same_code(records_dir: str | Path, name: str) -> dict | None:
-    """The session a record's agreement is read against: among the other committed records of
+    """The session a record's agreement is read against: among the earlier committed records of
     its device, the one that ran the same code (kernel_sources) for the most of its kernels,
-    and of those the nearest in time (the earlier on a tie). {"record", "same_code": its
+    and of those the nearest in time. {"record", "same_code": its
     kernels of the same code, "kernels": the record's own}; None when no other record of the
     device ran any of its kernels' code. Chosen from the records' hashes alone: a build's own, or
     those the other record vouches compile to its machine code (tools/same_machine_code.py)."""
@@ -104,7 +104,9 @@ def nearest_same_code(records_dir: str | Path, name: str) -> dict | None:
     ranked = []
     for manifest in sorted(records_dir.glob(f"*/{MANIFEST}")):
         other = json.loads(manifest.read_text())
-        if manifest.parent.name == name or other.get("device") != own.get("device"):
+        # Earlier sessions only: a record committed later never changes an older one's replay.
+        if (manifest.parent.name == name or other.get("device") != own.get("device")
+                or datetime.fromisoformat(other["created_utc"]) > stamp):
             continue
         theirs = kernel_sources(manifest.parent)
         vouched = vouched_sources(manifest.parent)
