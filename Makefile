@@ -63,7 +63,7 @@ mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe
 
 replay: $(VENV)/.installed
 	@test -n "$(RECORD)" || { echo "make replay RECORD=<name>: one of $$(ls records | grep -v INDEX | tr '\n' ' ')"; exit 2; }
-	@$(WITH_RECORD) $(SNAKEMAKE) atlas $$args $(QUIET)
+	@$(WITH_RECORD) echo "snakemake atlas $$args" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
 clean:
 	rm -rf results/*/ .snakemake
