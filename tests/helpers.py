@@ -53,6 +53,16 @@ def run_guarded(argv: list[str], cwd: Path, env: dict | None = None,
                     f"output:\n{tail}")
 
 
+def make(repo: Path, *args: str, dry: bool = False,
+         env: dict | None = None) -> subprocess.CompletedProcess:
+    """make in `repo` with this interpreter's environment as its VENV, never reinstalling it (-o
+    takes it as made). --no-print-directory: under `make test` this make is a sub-make, which
+    would otherwise print "Entering directory" lines among the commands it echoes."""
+    venv = Path(sys.prefix)
+    return run_guarded(["make", "--no-print-directory", *(["-n"] if dry else []), f"VENV={venv}",
+                        "-o", f"{venv}/.installed", *args], repo, env=env)
+
+
 def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = None,
               guard_s: int = HANG_GUARD_S) -> subprocess.CompletedProcess:
     """Snakemake in `repo` with this interpreter; the jobs import the copy's own package. With

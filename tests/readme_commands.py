@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from helpers import run_guarded, snakemake
+from helpers import make, snakemake
 
 from groupconv_atlas.runtime.files import find_record
 
@@ -358,9 +358,7 @@ def run_command(repo: Path, command: str, dry: bool = False, extra: tuple[str, .
     -o takes it as made), snakemake with this interpreter (as after `. .venv/bin/activate`)."""
     env, argv = split(command)
     if argv[0] == "make":
-        return run_guarded(["make", *(["-n"] if dry else []), f"VENV={VENV}",
-                            "-o", f"{VENV}/.installed", *argv[1:], *extra], repo,
-                           env=repo_env(repo, env))
+        return make(repo, *argv[1:], *extra, dry=dry, env=repo_env(repo, env))
     assert argv[0] == "snakemake", command
     return snakemake(repo, *(["-n"] if dry else []), *argv[1:], *extra, check=False,
                      env={**os.environ, **env})

@@ -14,17 +14,9 @@ import pytest
 import yaml
 
 from groupconv_atlas.study.records import replay_arguments
-from helpers import HANG_GUARD_S, ROOT, SNAKEMAKE, copy_checkout, run_guarded
+from helpers import HANG_GUARD_S, ROOT, SNAKEMAKE, copy_checkout, make
 
 CHECK_RECORD = "h200-cudnn-check-2026-11-29"  # the smallest committed record
-
-
-def make(repo: Path, *args: str, dry: bool = False) -> subprocess.CompletedProcess:
-    """make with this interpreter's environment, never reinstalling it (-o: take it as made)."""
-    venv = Path(sys.executable).parent.parent
-    installed = f"{venv}/.installed"
-    return run_guarded(["make", *(["-n"] if dry else []), f"VENV={venv}", "-o", installed,
-                        *args], repo)
 
 
 def test_default_profile_resumes_and_keeps_the_log_short():
