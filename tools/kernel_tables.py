@@ -1,6 +1,6 @@
 """Write each registered kernel's generated table header (kernels/<source>_table.cuh) from its
-registry entry's table (KERNELS[kernel].table: the #defines and tile tables the source shares with
-its launch rule):
+registry entry's table (KERNELS[kernel].table, and BACKWARD_KERNELS[kernel].table for the
+weight-gradient kernels: the #defines and tile tables the source shares with its launch rule):
     python tools/kernel_tables.py [--check]
 With --check nothing is written: it prints each header that differs and exits 1. The build
 refuses a kernel whose header differs (runtime/build), and tests/test_kernel_tables.py checks
@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 # This checkout's package, whatever else is installed: the headers go to this tree's kernels/.
 sys.path.insert(0, str(REPO / "workflow"))
 
+from groupconv_atlas.runtime.backward_kernels import BACKWARD_KERNELS  # noqa: E402
 from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR  # noqa: E402
 
 
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="write nothing; exit 1 on a difference")
     args = parser.parse_args(argv)
     stale = 0
-    for spec in KERNELS.values():
+    for spec in [*KERNELS.values(), *BACKWARD_KERNELS.values()]:
         if spec.table is None or (why := spec.table.stale(spec.table_origin)) is None:
             continue
         if args.check:

@@ -11,9 +11,12 @@ launch resolved then (the launch tables' choice, entry, grid, block, scalars) is
 (call_plans), so a later call allocates the output and enqueues the kernel on the caller's
 current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
 use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
-backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask): registered
-as the op's autograd formula, and run by `_Conv2dFunction`, the cheaper path an eager call with
-a gradient to record takes.
+backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless
+`configure(backward_dispatch=...)` names an implementation for a pass, layout and geometry
+(backward_plans.routed_backward): then that pass runs it (runtime/backward.py: the weight
+gradient's own kernels, deterministic, bit-identical across runs; the input gradient through the
+forward kernels), the rest through aten as before. It is registered as the op's autograd formula,
+and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
 
 Where the launch tables come from: `configure(...)` sets them; by default the newest committed
 record under records/ that has them (tuned launches, dispatch choices), looked up by geometry
@@ -29,26 +32,37 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call, implementations,  # noqa: F401
                           support)
+from .backward_plans import configure_backward, routed_backward
 from .call_plans import _Runtime
 from .gpu import Launcher
 from .kernels import DISPATCH, layout_of
+from .torch_fallback import _ONES, _ZEROS
+from .torch_fallback import CONV_BACKWARD as _CONV_BACKWARD
 
 
 _RUNTIME: _Runtime | None = None
+# ("input_grad" | "weight_grad", "nchw" | "nhwc", (N, C_in, C_out, H, W, groups)) ->
+# implementation (backward.backward_implementations); empty: every backward is aten's.
+_BACKWARD_DISPATCH: dict = {}
 
 
 def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               dispatch: dict | None = None, record: str | Path | None = None,
               launcher: Launcher | None = None, autotune: bool | None = None,
-              dispatch_nhwc: dict | None = None) -> None:
+              dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None) -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
     pipeline stage passes its own `launcher` (its session, cubins and tables). `dispatch` and
     `dispatch_nhwc` map a geometry (N, C_in, C_out, H, W, groups) to the implementation for
     contiguous NCHW and channels_last calls. `autotune=True` measures a geometry no table holds
     on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json (default: the
-    GROUPCONV_AUTOTUNE variable; off)."""
-    global _RUNTIME
+    GROUPCONV_AUTOTUNE variable; off). `backward_dispatch` maps (pass, layout, geometry) to the
+    implementation of that backward pass ("input_grad" or "weight_grad", "nchw" or "nhwc");
+    a pass and geometry it lacks runs aten.convolution_backward as F.conv2d's backward does.
+    `cubins` may name the weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc")."""
+    global _RUNTIME, _BACKWARD_DISPATCH
     _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc)
+    _BACKWARD_DISPATCH = dict(backward_dispatch or {})
+    configure_backward(cubins)
 
 
 def runtime() -> _Runtime:
@@ -93,10 +107,8 @@ def _conv2d_setup(ctx, inputs, output):
     ctx.groups = groups
 
 
-# aten's convolution_backward as a resolved overload (no overload lookup per call) and its fixed
-# arguments: stride 1, padding 1, dilation 1, not transposed, no output padding, no bias.
-_CONV_BACKWARD = torch.ops.aten.convolution_backward.default
-_ONES, _ZEROS = [1, 1], [0, 0]
+def _forward(x, weight, groups, implementation):
+    return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
 
 
 def _conv2d_backward(ctx, grad):
@@ -106,6 +118,10 @@ def _conv2d_backward(ctx, grad):
     # gradients, kernels and cost F.conv2d's backward has.
     x, weight = ctx.saved_tensors
     needs = ctx.needs_input_grad
+    if _BACKWARD_DISPATCH:  # configure(backward_dispatch=...): its passes, the rest aten's
+        grad_x, grad_w = routed_backward(_BACKWARD_DISPATCH, _forward, grad, x, weight,
+                                         ctx.groups, needs)
+        return grad_x, grad_w, None, None
     grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,
                                        ctx.groups, [needs[0], needs[1], False])
     return grad_x, grad_w, None, None

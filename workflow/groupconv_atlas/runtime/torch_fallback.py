@@ -60,3 +60,33 @@ def _strict_fp32_call():
     finally:
         _SET_B(saved_b)
         _SET_P(saved_p)
+
+
+# aten's convolution_backward (what autograd runs for F.conv2d) and its fixed arguments: stride 1,
+# padding 1, dilation 1, not transposed, no output padding, no bias.
+CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+_ONES, _ZEROS = [1, 1], [0, 0]
+
+
+def _baseline_backward_call(baseline: str, groups: int, mask: tuple[bool, bool]):
+    """A strict-FP32 PyTorch reference of one backward pass (or both): aten.convolution_backward
+    with that pass's output mask, the reference's cudnn.benchmark and TF32 off, the caller's
+    settings back afterwards. Returns run(grad_y, x, weight) -> (grad_x or None, grad_w or
+    None); a pass the mask leaves out only needs its tensor's size and layout."""
+    benchmark, output_mask = BASELINES[baseline]["benchmark"], [mask[0], mask[1], False]
+
+    def run_backward(grad_y, x, weight):
+        saved_b, saved_p = _GET_B(), _GET_P()
+        changed = saved_b != benchmark or saved_p != _STRICT_P
+        if changed:
+            _SET_B(benchmark)
+            _SET_P(_STRICT_P)
+        try:
+            grad_x, grad_w, _ = CONV_BACKWARD(grad_y, x, weight, None, _ONES, _ONES, _ONES,
+                                              False, _ZEROS, groups, output_mask)
+        finally:
+            if changed:
+                _SET_B(saved_b)
+                _SET_P(saved_p)
+        return grad_x, grad_w
+    return run_backward

@@ -1,0 +1,231 @@
+// Weight gradient of the 3x3 / stride 1 / padding 1 grouped convolution on channels_last (NHWC)
+// tensors, stage 1 of the deterministic two-stage reduction (kernels/wgrad_common.cuh), and the
+// stage-2 entry wg_reduce. kernels/NOTES-wgrad.md describes the design.
+// - Lanes run along channels: threadIdx.x takes a channel vector (depthwise: VEC channels, each
+//   its own group) or a channel tile (COB output by CIB input channels of one group; the tiles of
+//   a group are neighbouring lanes, input blocks fastest, so their X loads are contiguous and their
+//   dY loads the same address: coalesced or broadcast). threadIdx.y takes pixel strips: ROWS
+//   output rows by SEG columns of one image, walked along w with a (ROWS + 2) x 3 window of X in
+//   registers (one new X column and ROWS dY pixels per step).
+// - blockIdx.x: a block of channel vectors or tiles; blockIdx.y: the slice of strips. The
+//   block's sums: over threadIdx.y in order, through shared memory, one tap set at a time.
+#include "wgrad_common.cuh"
+// WG_NHWC_DW, WG_NHWC_TILES, WG_THREADS, WG_MIN_BLOCKS: written in Python (backward_kernels.WG_NHWC_TABLE).
+#include "wgrad_nhwc_table.cuh"
+
+// The strips of the launch and this block's slice of them; a strip is (column segment, row
+// block, image), column segments fastest.
+struct WgStrips {
+    int row_blocks, col_segs, iters, begin, end;
+};
+
+__device__ __forceinline__ WgStrips wg_strips(int N, int H, int W, int rows, int seg, int sps) {
+    WgStrips s;
+    s.row_blocks = (H + rows - 1) / rows;
+    s.col_segs = (W + seg - 1) / seg;
+    s.begin = blockIdx.y * sps;
+    s.end = min(N * s.row_blocks * s.col_segs, s.begin + sps);
+    s.iters = (sps + blockDim.y - 1) / blockDim.y;
+    return s;
+}
+
+// Assumptions at the signatures (the host's plan refuses the rest):
+// - FP32; dy: N x H x W x C_out, x: N x H x W x C_in, contiguous channels_last.
+// - blockDim = (lanes, WG_THREADS / lanes, 1); grid = (ceil(vectors or tiles / lanes), slices);
+//   sps strips per slice (the last slice may hold fewer, or none: its partial is then zero).
+// - ws: slices x C_out x C_in/groups x 9 floats, every one written (slices == 1: it is dW).
+// - Element offsets are 64-bit; strip and tile counts are below 2**31 (the host checks).
+// Depthwise (groups == C_in == C_out): VEC = 4 or 2 needs C % VEC == 0 and x, dy aligned to
+// 4 * VEC bytes.
+template <int VEC, int ROWS>
+__device__ __forceinline__ void wg_nhwc_dw(const float* __restrict__ dy,
+                                           const float* __restrict__ x, float* __restrict__ ws,
+                                           int N, int C, int H, int W, int seg, int sps) {
+    using Vec = ChannelVec<VEC>;
+    __shared__ float red[WG_THREADS][9];
+    const int vectors = C / VEC;
+    const int vector = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool channel_ok = vector < vectors;
+    const WgStrips s = wg_strips(N, H, W, ROWS, seg, sps);
+    const long long row = (long long)W * C;  // floats between vertically adjacent pixels
+
+    Vec acc[9];
+#pragma unroll
+    for (int t = 0; t < 9; ++t) acc[t] = Vec::zero();
+
+    for (int it = 0; it < s.iters; ++it) {
+        const int strip = s.begin + threadIdx.y + it * blockDim.y;
+        if (!channel_ok || strip >= s.end) break;
+        int cs, rb, n;
+        wg_split(strip, s.col_segs, s.row_blocks, cs, rb, n);
+        const int h0 = rb * ROWS, w0 = cs * seg, w_end = min(W, w0 + seg);
+        const float* x_n = x + (long long)n * H * row + vector * VEC;
+        const float* dy_n = dy + (long long)n * H * row + vector * VEC;
+        // win[r][c]: X at row h0 - 1 + r, column w - 1 + c.
+        Vec win[ROWS + 2][3];
+        auto load_col = [&](int c, int wc) {
+#pragma unroll
+            for (int r = 0; r < ROWS + 2; ++r) {
+                const int h = h0 - 1 + r;
+                win[r][c] = (h >= 0 && h < H && wc >= 0 && wc < W)
+                                ? Vec::load(x_n + (long long)h * row + (long long)wc * C)
+                                : Vec::zero();
+            }
+        };
+        load_col(0, w0 - 1);
+        load_col(1, w0);
+        for (int w = w0; w < w_end; ++w) {
+            load_col(2, w + 1);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const Vec d = h0 + r < H
+                                  ? Vec::load(dy_n + (long long)(h0 + r) * row + (long long)w * C)
+                                  : Vec::zero();
+#pragma unroll
+                for (int kh = 0; kh < 3; ++kh)
+#pragma unroll
+                    for (int kw = 0; kw < 3; ++kw) acc[kh * 3 + kw].fma(d, win[r + kh][kw]);
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS + 2; ++r) win[r][0] = win[r][1], win[r][1] = win[r][2];
+        }
+    }
+
+    // The block's sums over threadIdx.y, in order, one channel of the vector at a time.
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+        for (int t = 0; t < 9; ++t) red[tid][t] = wg_lane(acc[t], j);
+        __syncthreads();
+        for (int e = tid; e < (int)blockDim.x * 9; e += blockDim.x * blockDim.y) {
+            const int lane = e / 9, t = e % 9;
+            const int v = blockIdx.x * blockDim.x + lane;
+            if (v >= vectors) continue;
+            float sum = red[lane][t];
+            for (int p = 1; p < (int)blockDim.y; ++p) sum += red[p * blockDim.x + lane][t];
+            ws[((long long)blockIdx.y * C + v * VEC + j) * 9 + t] = sum;
+        }
+        __syncthreads();
+    }
+}
+
+// Grouped and depth multiplier: a lane's tile is COB output by CIB input channels of group g.
+// V = 1: C_in/groups % CIB == 0, C_out/groups % COB == 0 and x, dy 16-byte aligned (runs loaded
+// 16 or 8 bytes at a time); V = 0: any group sizes, one float at a time.
+template <int COB, int CIB, int ROWS, int V>
+__device__ __forceinline__ void wg_nhwc_tile(const float* __restrict__ dy,
+                                             const float* __restrict__ x, float* __restrict__ ws,
+                                             int N, int C_in, int C_out, int H, int W, int groups,
+                                             int seg, int sps) {
+    __shared__ float red[WG_THREADS][9];
+    const int cig = C_in / groups, cog = C_out / groups;
+    const int ciblk = (cig + CIB - 1) / CIB, coblk = (cog + COB - 1) / COB;
+    const int tiles = groups * ciblk * coblk;
+    const int tile = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool tile_ok = tile < tiles;
+    int cib = 0, cob = 0, g = 0;
+    if (tile_ok) wg_split(tile, ciblk, coblk, cib, cob, g);
+    const int ci0 = cib * CIB, co0 = cob * COB;
+    const WgStrips s = wg_strips(N, H, W, ROWS, seg, sps);
+
+    float acc[COB][CIB][9];
+#pragma unroll
+    for (int o = 0; o < COB; ++o)
+#pragma unroll
+        for (int i = 0; i < CIB; ++i)
+#pragma unroll
+            for (int t = 0; t < 9; ++t) acc[o][i][t] = 0.f;
+
+    for (int it = 0; it < s.iters; ++it) {
+        const int strip = s.begin + threadIdx.y + it * blockDim.y;
+        if (!tile_ok || strip >= s.end) break;
+        int cs, rb, n;
+        wg_split(strip, s.col_segs, s.row_blocks, cs, rb, n);
+        const int h0 = rb * ROWS, w0 = cs * seg, w_end = min(W, w0 + seg);
+        const float* x_n = x + (long long)n * H * W * C_in + g * cig + ci0;
+        const float* dy_n = dy + (long long)n * H * W * C_out + g * cog + co0;
+        float win[ROWS + 2][3][CIB];  // X at row h0 - 1 + r, column w - 1 + c, channel ci0 + i
+        auto load_col = [&](int c, int wc) {
+#pragma unroll
+            for (int r = 0; r < ROWS + 2; ++r) {
+                const int h = h0 - 1 + r;
+                const bool ok = h >= 0 && h < H && wc >= 0 && wc < W;
+                wg_load_run<CIB, V>(win[r][c],
+                                    x_n + (ok ? ((long long)h * W + wc) * C_in : 0LL),
+                                    cig - ci0, ok);
+            }
+        };
+        load_col(0, w0 - 1);
+        load_col(1, w0);
+        for (int w = w0; w < w_end; ++w) {
+            load_col(2, w + 1);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                float d[COB];
+                const bool ok = h0 + r < H;
+                wg_load_run<COB, V>(d, dy_n + (ok ? ((long long)(h0 + r) * W + w) * C_out : 0LL),
+                                    cog - co0, ok);
+#pragma unroll
+                for (int o = 0; o < COB; ++o)
+#pragma unroll
+                    for (int i = 0; i < CIB; ++i)
+#pragma unroll
+                        for (int kh = 0; kh < 3; ++kh)
+#pragma unroll
+                            for (int kw = 0; kw < 3; ++kw)
+                                acc[o][i][kh * 3 + kw] = fmaf(d[o], win[r + kh][kw][i],
+                                                              acc[o][i][kh * 3 + kw]);
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS + 2; ++r)
+#pragma unroll
+                for (int i = 0; i < CIB; ++i)
+                    win[r][0][i] = win[r][1][i], win[r][1][i] = win[r][2][i];
+        }
+    }
+
+    // The block's sums over threadIdx.y, in order, one (output, input) channel pair at a time.
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int o = 0; o < COB; ++o)
+#pragma unroll
+        for (int i = 0; i < CIB; ++i) {
+#pragma unroll
+            for (int t = 0; t < 9; ++t) red[tid][t] = acc[o][i][t];
+            __syncthreads();
+            for (int e = tid; e < (int)blockDim.x * 9; e += blockDim.x * blockDim.y) {
+                const int lane = e / 9, t = e % 9;
+                const int tl = blockIdx.x * blockDim.x + lane;
+                if (tl >= tiles) continue;
+                int lcib, lcob, lg;
+                wg_split(tl, ciblk, coblk, lcib, lcob, lg);
+                const int co = lcob * COB + o, ci = lcib * CIB + i;
+                if (co >= cog || ci >= cig) continue;
+                float sum = red[lane][t];
+                for (int p = 1; p < (int)blockDim.y; ++p) sum += red[p * blockDim.x + lane][t];
+                ws[(((long long)blockIdx.y * C_out + lg * cog + co) * cig + ci) * 9 + t] = sum;
+            }
+            __syncthreads();
+        }
+}
+
+#define WG_NHWC_DW_ENTRY(VEC, ROWS)                                                             \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) wg_nhwc_dw_v##VEC##_r##ROWS(      \
+        const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ ws,     \
+        int N, int C_in, int C_out, int H, int W, int groups, int unused, int seg, int sps) {   \
+        wg_nhwc_dw<VEC, ROWS>(dy, x, ws, N, C_in, H, W, seg, sps);                             \
+    }
+
+#define WG_NHWC_TILE_ENTRY(COB, CIB, ROWS, V)                                                   \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)                                    \
+        wg_nhwc_o##COB##_i##CIB##_r##ROWS##_v##V(                                               \
+            const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ ws, \
+            int N, int C_in, int C_out, int H, int W, int groups, int unused, int seg,         \
+            int sps) {                                                                          \
+        wg_nhwc_tile<COB, CIB, ROWS, V>(dy, x, ws, N, C_in, C_out, H, W, groups, seg, sps);    \
+    }
+
+WG_NHWC_DW(WG_NHWC_DW_ENTRY)
+WG_NHWC_TILES(WG_NHWC_TILE_ENTRY)
+WG_REDUCE_ENTRY

@@ -1,0 +1,126 @@
+"""The op's backward passes, one public face: which implementations compute each pass, in which
+layout, on which geometry, and the calls themselves.
+
+- `weight_grad(grad_y, x, groups, implementation)`: dW (C_out, C_in/groups, 3, 3), contiguous.
+  The custom kernels ("wg_nchw" on contiguous NCHW, "wg_nhwc" on channels_last;
+  kernels/wgrad_*.cu, kernels/NOTES-wgrad.md) are **deterministic**: stage 1 sums fixed slices
+  of the (n, h, w) strips in a fixed order into a workspace, stage 2 sums the slices in slice
+  order, no atomics, so two runs on the same inputs give bit-identical gradients.
+- `input_grad(grad_y, weight, groups, implementation)`: dX (N, C_in, H, W) in grad_y's layout.
+  The custom passes ("ig_nchw", "ig_nhwc") compute dX = conv(dY, w') with the forward
+  kernels, through the op's dispatcher on the swapped geometry (N, C_out, C_in, H, W, groups);
+  w'[g*cig + i, o, kh, kw] = w[g*cog + o, i, 2 - kh, 2 - kw], gathered by one torch.take.
+- The strict-FP32 PyTorch references, by the forward references' names ("torch_default",
+  "torch_tuned" on NCHW, "torch_default_nhwc", "torch_tuned_nhwc" on channels_last):
+  aten.convolution_backward with that one pass's mask (what autograd runs), cudnn.benchmark off
+  or on, TF32 off.
+
+Both calls check their arguments once per key (UnsupportedConv naming the field), resolve and
+cache their launch (backward_plans), allocate outputs and workspace with torch's caching
+allocator and launch on the caller's current stream through launch.LaunchPlan, never
+synchronising: a CUDA graph captures them. `conv2d`'s own backward takes them where
+`configure(backward_dispatch=...)` names them (runtime/conv.py)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import backward_plans
+from .backward_kernels import wgrad_plan
+from .backward_plans import CUSTOM_BACKWARD, PASSES, REFERENCES, implementation_layout
+from .call_checks import UnsupportedConv, support
+from .conv import runtime
+from .kernels import KERNELS, layout_of
+from .shapes import Shape, geometry_shape
+
+__all__ = ["PASSES", "CUSTOM_BACKWARD", "backward_implementations", "backward_layout",
+           "backward_support", "input_grad", "weight_grad"]
+# The H200's SMs: support asks the launch rule on the GPU the atlas measures (the rule's limits
+# do not depend on it).
+SUPPORT_SM_COUNT = 132
+_FIELDS = ("n", "c_in", "c_out", "h", "w", "groups")
+
+
+def backward_implementations(pass_: str) -> tuple[str, ...]:
+    """The implementations of a pass: the custom ones first, then the four strict-FP32 PyTorch
+    references ("forward": the forward kernels, then the references)."""
+    if pass_ == "forward":
+        return (*KERNELS, *REFERENCES)
+    if pass_ not in CUSTOM_BACKWARD:
+        raise UnsupportedConv(f"pass_: {pass_!r}, must be one of {', '.join(PASSES)}")
+    return (*CUSTOM_BACKWARD[pass_], *REFERENCES)
+
+
+def backward_layout(implementation: str) -> str:
+    """"nchw" or "nhwc": the layout an implementation of any pass computes in."""
+    if implementation in KERNELS:
+        return layout_of(implementation)
+    try:
+        return implementation_layout(implementation)
+    except KeyError:
+        known = sorted({i for p in PASSES for i in backward_implementations(p)})
+        raise UnsupportedConv(f"implementation: unknown {implementation!r}; known: "
+                              f"{', '.join(known)}") from None
+
+
+def _as_shape(shape) -> Shape | str:
+    """A Shape from a Shape, an object with n, c_in, c_out, h, w, groups (a geometry), or a
+    sequence (N, C_in, C_out, H, W, groups); else the reason, naming the field."""
+    if isinstance(shape, Shape):
+        values = [getattr(shape, f) for f in _FIELDS]
+    elif all(hasattr(shape, f) for f in _FIELDS):
+        values = [getattr(shape, f) for f in _FIELDS]
+    elif isinstance(shape, Sequence) and not isinstance(shape, str) and len(shape) == 6:
+        values = list(shape)
+    else:
+        return (f"shape: {shape!r}, must be a Shape, a geometry with "
+                f"{', '.join(_FIELDS)}, or (N, C_in, C_out, H, W, groups)")
+    for name, value in zip(_FIELDS, values):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{name}: {value!r}, must be a positive int"
+    n, c_in, c_out, h, w, groups = values
+    if c_in % groups or c_out % groups:
+        return f"groups: {groups} does not divide c_in={c_in} and c_out={c_out}"
+    return shape if isinstance(shape, Shape) else geometry_shape(*values)
+
+
+def backward_support(pass_: str, implementation: str, shape) -> tuple[bool, str]:
+    """Whether `implementation` computes `pass_` on this geometry, and why (no GPU needed)."""
+    if pass_ not in PASSES:
+        return False, f"pass_: {pass_!r}, must be one of {', '.join(PASSES)}"
+    found = _as_shape(shape)
+    if isinstance(found, str):
+        return False, found
+    if pass_ == "forward":
+        return support(implementation, *found.geometry)
+    if implementation not in backward_implementations(pass_):
+        return False, (f"implementation: unknown {implementation!r} for {pass_}; known: "
+                       f"{', '.join(backward_implementations(pass_))}")
+    if implementation in REFERENCES:
+        return True, "PyTorch's convolution backward handles every valid grouped convolution"
+    layout = implementation_layout(implementation)
+    if pass_ == "input_grad":
+        return True, (f"the forward dispatcher ({layout}) on the swapped geometry "
+                      f"(N, C_out, C_in, H, W, groups) with the weight turned 180 degrees")
+    try:
+        plan = wgrad_plan(found, layout, SUPPORT_SM_COUNT)
+    except ValueError as err:
+        return False, f"shape: {err}"
+    return True, (f"weight gradient on {layout}: {plan.stage1.entry}, {plan.slices} slices "
+                  "summed in a fixed order (deterministic)")
+
+
+def _forward(x, weight, groups, implementation):
+    return runtime().forward(x, weight, groups, implementation)
+
+
+def input_grad(grad_y, weight, groups: int, implementation: str):
+    """dX of y = conv2d(x, weight, groups) from grad_y (N, C_out, H, W, in the implementation's
+    layout); dX comes back in that layout. Raises UnsupportedConv naming the field."""
+    return backward_plans.BACKWARD.input_grad(grad_y, weight, groups, implementation, _forward)
+
+
+def weight_grad(grad_y, x, groups: int, implementation: str):
+    """dW (C_out, C_in/groups, 3, 3), contiguous, of y = conv2d(x, weight, groups) from grad_y
+    and x (both in the implementation's layout). The custom kernels are deterministic. Raises
+    UnsupportedConv naming the field."""
+    return backward_plans.BACKWARD.weight_grad(grad_y, x, groups, implementation)

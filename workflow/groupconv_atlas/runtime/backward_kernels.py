@@ -1,0 +1,204 @@
+"""The launch geometry of the weight-gradient kernels (kernels/wgrad_nchw.cu, wgrad_nhwc.cu): their
+tile tables (shared with the sources as generated headers, source_tables.SourceTable), the
+entries their cubins export, and a geometry's plan: the tile, stage 1's launch (a slice of the
+(n, h, w) strips per blockIdx.y), the workspace of partial sums and stage 2's launch (wg_reduce,
+which sums the slices in order). kernels/NOTES-wgrad.md describes the design. They are not
+forward implementations, so they are not in kernels.KERNELS (which the atlas times): the op's
+backward (backward_plans, backward) uses them. Pure Python: nothing here needs a GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .shapes import Shape
+from .source_tables import MAX_GRID_X, Launch, SourceTable, _ceil_div, included_headers
+
+WG_THREADS = 128  # threads of a stage-1 block
+WG_MIN_BLOCKS = 2  # __launch_bounds__'s blocks per SM (without it ptxas spilled small entries)
+REDUCE_THREADS = 256
+MAX_GRID_Y = 65535
+INT32_MAX = 2**31 - 1
+# (COB, CIB): output by input channels of one group a thread accumulates (9 taps each).
+TILES = ((1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4))
+_DEFINES = {"WG_THREADS": WG_THREADS, "WG_MIN_BLOCKS": WG_MIN_BLOCKS}
+WG_NCHW_TABLE = SourceTable("kernels/wgrad_nchw.cu", defines=dict(_DEFINES),
+                            lists={"WG_NCHW_TILES": TILES})
+# Depthwise on channels_last: (VEC, ROWS), channels per load by output rows per strip. Grouped:
+# (COB, CIB, ROWS, V), V = 1 loading runs of channels 16 or 8 bytes at a time; two rows only for
+# the small tiles (the large ones would pass 200 registers).
+NHWC_DW = tuple((vec, rows) for vec in (4, 2, 1) for rows in (1, 2, 4))
+NHWC_TILES = tuple((o, i, rows, v) for o, i in TILES for rows in ((1, 2) if o * i <= 4 else (1,))
+                   for v in (0, 1))
+WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu", defines=dict(_DEFINES),
+                            lists={"WG_NHWC_DW": NHWC_DW, "WG_NHWC_TILES": NHWC_TILES})
+# Stage 1 aims at this many blocks per SM (several waves, also at N = 1), and gives each lane
+# group at least MIN_ITERS strips where the work allows, so the block's reduction is amortised.
+BLOCKS_PER_SM = 8
+MIN_ITERS = 2
+# The workspace holds at most this many floats (slices x dW elements).
+MAX_WORKSPACE_FLOATS = 2**26
+
+
+def nchw_entry(cob: int, cib: int) -> str:
+    return f"wg_nchw_o{cob}_i{cib}"
+
+
+def nhwc_dw_entry(vec: int, rows: int) -> str:
+    return f"wg_nhwc_dw_v{vec}_r{rows}"
+
+
+def nhwc_tile_entry(cob: int, cib: int, rows: int, v: int) -> str:
+    return f"wg_nhwc_o{cob}_i{cib}_r{rows}_v{v}"
+
+
+@dataclass(frozen=True)
+class BackwardKernel:
+    """A backward kernel source: its layout, its table and the entries its cubin exports."""
+
+    name: str
+    source: str
+    layout: str
+    table: SourceTable
+    entry_names: Callable[[], list[str]]
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        return included_headers(self.source)
+
+    @property
+    def table_origin(self) -> str:
+        return f'BACKWARD_KERNELS["{self.name}"].table ({__name__})'
+
+
+BACKWARD_KERNELS = {
+    "wg_nchw": BackwardKernel("wg_nchw", "kernels/wgrad_nchw.cu", "nchw", WG_NCHW_TABLE,
+                              lambda: [*(nchw_entry(*t) for t in TILES), "wg_reduce"]),
+    "wg_nhwc": BackwardKernel("wg_nhwc", "kernels/wgrad_nhwc.cu", "nhwc", WG_NHWC_TABLE,
+                              lambda: [*(nhwc_dw_entry(*t) for t in NHWC_DW),
+                                       *(nhwc_tile_entry(*t) for t in NHWC_TILES), "wg_reduce"]),
+}
+
+
+@dataclass(frozen=True)
+class WgradPlan:
+    """A geometry's weight gradient: stage 1 (pointers dy, x, ws), then, where there is more than
+    one slice, stage 2 (wg_reduce: ws, dw, elems, slices) over a workspace of `workspace_floats`
+    (0: stage 1 writes dW itself). `choice` names the tile, lanes and strips chosen."""
+
+    stage1: Launch
+    reduce: Launch | None
+    slices: int
+    workspace_floats: int
+    choice: dict
+
+
+def _tile(cog: int, cig: int, table) -> tuple[int, int]:
+    """The (COB, CIB) of `table` that wastes least of the tile (ceil-padded channels over real
+    ones), then the largest (most sums per load), then the widest in output channels."""
+    def key(t):
+        o, i = t
+        waste = (_ceil_div(cog, o) * o * _ceil_div(cig, i) * i) / (cog * cig)
+        return (round(waste, 6), -o * i, -o)
+    return min((t for t in table if t[0] <= cog and t[1] <= cig), key=key)
+
+
+def _lanes(count: int) -> int:
+    """Lanes a block gives the channel dimension (NHWC): 32, 16 or 8 (the fewest padded lanes,
+    then the most), or the power of two covering a smaller count."""
+    if count < 8:
+        return 1 << (count - 1).bit_length()
+    return min((32, 16, 8), key=lambda lanes: (_ceil_div(count, lanes) * lanes, -lanes))
+
+
+def _split(tile_blocks: int, groups_per_block: int, strips_of: Callable[[int], int],
+           segs: tuple[int, ...], elems: int, sm_count: int) -> tuple[int, int, int, int]:
+    """(seg, strips, slices, strips per slice): the longest strip segment that still gives
+    BLOCKS_PER_SM blocks per SM (else the shortest), then the slices that get there, each lane
+    group keeping MIN_ITERS strips where the work allows."""
+    target = BLOCKS_PER_SM * sm_count
+    for seg in segs:
+        strips = strips_of(seg)
+        if tile_blocks * _ceil_div(strips, groups_per_block * MIN_ITERS) >= target:
+            break
+    limit = max(1, min(strips // (groups_per_block * MIN_ITERS), MAX_GRID_Y,
+                       MAX_WORKSPACE_FLOATS // max(elems, 1)))
+    slices = max(1, min(_ceil_div(target, tile_blocks), limit))
+    sps = _ceil_div(strips, slices)
+    return seg, strips, _ceil_div(strips, sps), sps
+
+
+def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
+    return tuple(sorted({min(s, extent) for s in options}, reverse=True))
+
+
+def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16) -> WgradPlan:
+    """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
+    `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
+    channels_last kernels' 16- and 8-byte loads need it)."""
+    s = shape
+    cig, cog, groups = s.cin_per_group, s.cout_per_group, s.groups
+    elems = s.c_out * cig * 9
+    scalars = (s.n, s.c_in, s.c_out, s.h, s.w, groups)
+    if layout == "nchw":
+        cob, cib = _tile(cog, cig, TILES)
+        wt = 32 if s.w > 16 else 1 << (s.w - 1).bit_length()
+        tiles = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
+        per_block = WG_THREADS // wt
+        seg, strips, slices, sps = _split(
+            tiles, per_block, lambda seg: s.n * _ceil_div(s.w, wt) * _ceil_div(s.h, seg),
+            _segments(s.h), elems, sm_count)
+        entry, grid, block = nchw_entry(cob, cib), (tiles, slices, 1), (WG_THREADS, 1, 1)
+        choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
+        tail = (wt, seg, sps)
+    elif layout == "nhwc":
+        if cig == 1 and cog == 1:
+            vec = next(v for v in (4, 2, 1) if s.c_in % v == 0 and alignment % (4 * v) == 0)
+            rows = 2 if s.h >= 2 else 1
+            count, entry = s.c_in // vec, nhwc_dw_entry(vec, rows)
+            choice = {"vec": vec, "rows": rows}
+        else:
+            cob, cib = _tile(cog, cig, TILES)
+            v = int(cig % cib == 0 and cog % cob == 0 and alignment % 16 == 0)
+            rows = 2 if s.h >= 2 and (cob, cib, 2, v) in NHWC_TILES else 1
+            count = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
+            entry = nhwc_tile_entry(cob, cib, rows, v)
+            choice = {"cob": cob, "cib": cib, "rows": rows, "v": v}
+        lanes = _lanes(count)
+        tile_blocks, per_block = _ceil_div(count, lanes), WG_THREADS // lanes
+        seg, strips, slices, sps = _split(
+            tile_blocks, per_block,
+            lambda seg: s.n * _ceil_div(s.h, rows) * _ceil_div(s.w, seg),
+            _segments(s.w, (32, 16, 8, 4, 2, 1)), elems, sm_count)
+        grid, block = (tile_blocks, slices, 1), (lanes, per_block, 1)
+        choice.update(lanes=lanes, seg_cols=seg)
+        tail = (0, seg, sps)
+    else:
+        raise ValueError(f"layout: {layout!r}, must be 'nchw' or 'nhwc'")
+    if strips > INT32_MAX or grid[0] > MAX_GRID_X:
+        raise ValueError(f"{s.id}: {strips} strips and {grid[0]} blocks: over the kernels' "
+                         "32-bit counts")
+    choice.update(slices=slices, strips=strips, strips_per_slice=sps)
+    stage1 = Launch(entry, grid, block, "PPP" + "i" * 9, (*scalars, *tail))
+    reduce = None if slices == 1 else Launch(
+        "wg_reduce", (_ceil_div(elems, REDUCE_THREADS), 1, 1), (REDUCE_THREADS, 1, 1), "PPqi",
+        (elems, slices))
+    return WgradPlan(stage1, reduce, slices, 0 if slices == 1 else slices * elems, choice)
+
+
+def transposed_weight_index(c_out: int, cin_per_group: int, groups: int, layout: str):
+    """The input gradient's weight as a gather of the forward weight w (C_out, C_in/groups, 3, 3):
+    w'[g*cig + i, o, kh, kw] = w[g*cog + o, i, 2 - kh, 2 - kw] (C_in and C_out swap roles,
+    groups unchanged, the taps turned 180 degrees). Returns, for each element of w' in memory
+    order (NCHW: (C_in, cog, 3, 3); NHWC: (C_in, 3, 3, cog), channels_last), the index of its
+    source in w's logical (contiguous) order: torch.take(w, index) is w' in one gather."""
+    import numpy as np
+
+    cig, cog = cin_per_group, c_out // groups
+    g, i, o, kh, kw = np.meshgrid(np.arange(groups), np.arange(cig), np.arange(cog),
+                                  np.arange(3), np.arange(3), indexing="ij")
+    source = (((g * cog + o) * cig + i) * 3 + (2 - kh)) * 3 + (2 - kw)  # (g, i, o, kh, kw)
+    if layout == "nhwc":
+        source = source.transpose(0, 1, 3, 4, 2)  # (g, i, kh, kw, o)
+    elif layout != "nchw":
+        raise ValueError(f"layout: {layout!r}, must be 'nchw' or 'nhwc'")
+    return np.ascontiguousarray(source).reshape(-1).astype(np.int64)

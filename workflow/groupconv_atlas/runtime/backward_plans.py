@@ -1,0 +1,239 @@
+"""The op's backward passes in one process: the implementations of each pass, their argument
+checks, and the plan cache. A pass's plan is resolved once per key (implementation, sizes,
+groups, dtypes, devices, layouts; for the channels_last weight gradient the pointers' 16-byte
+alignment): the call checked (UnsupportedConv naming the field), the launch resolved and its
+functions loaded. A later call allocates its output (and workspace) with torch's caching
+allocator and enqueues on the caller's current stream through launch.LaunchPlan, so a CUDA graph
+captures it; nothing synchronises.
+
+- weight_grad, custom ("wg_nchw", "wg_nhwc"): the kernels of backward_kernels, deterministic
+  (a fixed-order two-stage reduction: bit-identical across runs).
+- input_grad, custom ("ig_nchw", "ig_nhwc"): dX = conv(dY, w') with w' the weight gathered by
+  backward_kernels.transposed_weight_index (one torch.take), through the op's forward dispatcher
+  on (N, C_out, C_in, H, W, groups).
+- The references: aten.convolution_backward with that pass's mask (torch_fallback)."""
+from __future__ import annotations
+
+import torch
+
+from .backward_kernels import BACKWARD_KERNELS, transposed_weight_index, wgrad_plan
+from .call_checks import LAYOUT_WORDS, MEMORY_FORMATS, UnsupportedConv, call_layout
+from .call_plans import _current_device, _raw_stream
+from .cubin_cache import built_backward_cubins
+from .kernels import DISPATCH
+from .launch import kernel_plan, plan_for
+from .shapes import geometry_shape
+from .torch_fallback import CONV_BACKWARD, _ONES, _ZEROS, _baseline_backward_call
+
+PASSES = ("forward", "input_grad", "weight_grad")
+CUSTOM_BACKWARD = {"input_grad": ("ig_nchw", "ig_nhwc"), "weight_grad": ("wg_nchw", "wg_nhwc")}
+# The strict-FP32 PyTorch references, by the forward references' names, and their layouts.
+REFERENCES = {"torch_default": "nchw", "torch_tuned": "nchw", "torch_default_nhwc": "nhwc",
+              "torch_tuned_nhwc": "nhwc"}
+# The tensor each backward pass reads beside grad_y.
+OTHER = {"input_grad": "weight", "weight_grad": "x"}
+
+
+def implementation_layout(implementation: str) -> str:
+    """"nchw" or "nhwc": a custom backward's suffix, a reference's own layout."""
+    if implementation in REFERENCES:
+        return REFERENCES[implementation]
+    for suffix in ("nchw", "nhwc"):
+        if implementation.endswith("_" + suffix):
+            return suffix
+    raise KeyError(f"implementation: unknown {implementation!r}")
+
+
+def _alignment(*pointers: int) -> int:
+    combined = 0
+    for p in pointers:
+        combined |= p
+    return 16 if combined % 16 == 0 else 8 if combined % 8 == 0 else 4
+
+
+def check_backward(pass_: str, grad_y, other, groups: int, implementation: str):
+    """The Shape (N, C_in, C_out, H, W, groups) of a backward call, or UnsupportedConv naming the
+    first field that does not fit: grad_y (N, C_out, H, W) with `other` the weight (C_out,
+    C_in/groups, 3, 3) for input_grad, x (N, C_in, H, W) for weight_grad."""
+    if pass_ not in CUSTOM_BACKWARD:
+        raise UnsupportedConv(f"pass_: {pass_!r}, must be one of {', '.join(CUSTOM_BACKWARD)}")
+    known = (*CUSTOM_BACKWARD[pass_], *REFERENCES)
+    if implementation not in known:
+        raise UnsupportedConv(f"implementation: unknown {implementation!r} for {pass_}; known: "
+                              f"{', '.join(known)}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise UnsupportedConv(f"groups: {groups!r}, must be a positive int")
+    name = OTHER[pass_]
+    for field, t in (("grad_y", grad_y), (name, other)):
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedConv(f"{field}: {type(t).__name__}, must be a torch.Tensor")
+        if t.dim() != 4:
+            raise UnsupportedConv(f"{field}: {t.dim()} dimensions {tuple(t.shape)}, must be 4")
+        if t.dtype != torch.float32:
+            raise UnsupportedConv(f"{field}: dtype {t.dtype}, must be torch.float32")
+    n, c_out, h, w = (int(v) for v in grad_y.shape)
+    if c_out % groups:
+        raise UnsupportedConv(f"groups: {groups} does not divide grad_y's {c_out} channels")
+    if pass_ == "input_grad":
+        if tuple(other.shape[2:]) != (3, 3):
+            raise UnsupportedConv(f"weight: kernel {tuple(other.shape[2:])}, must be 3x3")
+        if int(other.shape[0]) != c_out:
+            raise UnsupportedConv(f"weight: {int(other.shape[0])} output channels, grad_y has "
+                                  f"{c_out}")
+        c_in = int(other.shape[1]) * groups
+    else:
+        if (int(other.shape[0]), *map(int, other.shape[2:])) != (n, h, w):
+            raise UnsupportedConv(f"x: sizes {tuple(other.shape)}, must have grad_y's N, H, W "
+                                  f"{(n, h, w)}")
+        c_in = int(other.shape[1])
+        if c_in % groups:
+            raise UnsupportedConv(f"groups: {groups} does not divide x's {c_in} channels")
+    layout = implementation_layout(implementation)
+    checked = (("grad_y", grad_y),) + ((("x", other),) if pass_ == "weight_grad" else ())
+    for field, t in checked:
+        if not t.is_contiguous(memory_format=MEMORY_FORMATS[layout]):
+            raise UnsupportedConv(f"{field}: strides {t.stride()}, but {implementation} computes "
+                                  f"on {LAYOUT_WORDS[layout]} tensors")
+    if pass_ == "input_grad" and call_layout(other) is None:
+        raise UnsupportedConv(f"weight: strides {other.stride()} are neither contiguous nor "
+                              "channels_last")
+    for field, t in (("grad_y", grad_y), (name, other)):
+        if t.device.type != "cuda":
+            raise UnsupportedConv(f"{field}: on {t.device}, must be on a CUDA GPU")
+    if other.device != grad_y.device:
+        raise UnsupportedConv(f"{name}: on {other.device}, grad_y on {grad_y.device}: must be "
+                              "one GPU")
+    return geometry_shape(n, c_in, c_out, h, w, groups)
+
+
+def _key(grad_y, other):
+    return (grad_y.shape, other.shape, grad_y.dtype, other.dtype, grad_y.get_device(),
+            other.get_device(), grad_y.is_contiguous() or call_layout(grad_y),
+            other.is_contiguous() or call_layout(other))
+
+
+class BackwardRuntime:
+    """The backward passes' cubins and plan cache (one per process: BACKWARD)."""
+
+    def __init__(self, cubins: dict[str, str] | None = None):
+        self._plans: dict = {}
+        self._cubins = {k: str(v) for k, v in (cubins or {}).items() if k in BACKWARD_KERNELS}
+
+    def cubin(self, kernel: str) -> str:
+        if kernel not in self._cubins:
+            major, minor = torch.cuda.get_device_capability()
+            self._cubins.update(built_backward_cubins(f"sm_{major}{minor}"))
+        return self._cubins[kernel]
+
+    def weight_grad(self, grad_y, x, groups: int, implementation: str):
+        key = ("weight_grad", implementation, groups, *_key(grad_y, x),
+               _alignment(grad_y.data_ptr(), x.data_ptr()))
+        run = self._plans.get(key)
+        if run is None:
+            run = self._plans[key] = self._weight_grad_plan(grad_y, x, groups, implementation)
+        return run(grad_y, x)
+
+    def input_grad(self, grad_y, weight, groups: int, implementation: str, forward):
+        key = ("input_grad", implementation, groups, *_key(grad_y, weight))
+        run = self._plans.get(key)
+        if run is None:
+            run = self._plans[key] = self._input_grad_plan(grad_y, weight, groups, implementation)
+        return run(grad_y, weight, forward)
+
+    def _weight_grad_plan(self, grad_y, x, groups: int, implementation: str):
+        shape = check_backward("weight_grad", grad_y, x, groups, implementation)
+        layout = implementation_layout(implementation)
+        w_shape = (shape.c_out, shape.cin_per_group, 3, 3)
+        if implementation in REFERENCES:
+            reference = _baseline_backward_call(implementation, groups, (False, True))
+            fmt = MEMORY_FORMATS[layout]
+
+            def run_reference(grad_y, x):
+                weight = torch.empty(w_shape, device=x.device, memory_format=fmt)  # sizes only
+                return reference(grad_y, x, weight)[1].contiguous()
+            return run_reference
+        device, index = x.device, x.device.index
+        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+        plan = wgrad_plan(shape, layout, sm_count, _alignment(grad_y.data_ptr(), x.data_ptr()))
+        cubin = self.cubin(implementation)
+        with torch.cuda.device(device):  # the device's context current while its cubin loads
+            stage1 = plan_for(cubin, plan.stage1).launch3
+            reduce = None if plan.reduce is None else kernel_plan(
+                cubin, plan.reduce.entry, plan.reduce.grid, plan.reduce.block,
+                plan.reduce.arg_format, "main").launch
+        elems, slices, ws_floats = shape.weight_elems, plan.slices, plan.workspace_floats
+
+        def run_kernels(grad_y, x):
+            if _current_device() != index:  # another device is current: switch for the call
+                with torch.cuda.device(device):
+                    return run_kernels(grad_y, x)
+            grad_w = x.new_empty(w_shape)
+            stream = _raw_stream(index)
+            if reduce is None:
+                stage1(stream, grad_y.data_ptr(), x.data_ptr(), grad_w.data_ptr())
+            else:
+                # the partial sums, from the caching allocator (a graph's pool under capture)
+                ws = x.new_empty(ws_floats)
+                stage1(stream, grad_y.data_ptr(), x.data_ptr(), ws.data_ptr())
+                reduce(stream, ws.data_ptr(), grad_w.data_ptr(), elems, slices)
+            return grad_w
+        run_kernels.plan = plan  # what was chosen, for tests and logs
+        return run_kernels
+
+    def _input_grad_plan(self, grad_y, weight, groups: int, implementation: str):
+        shape = check_backward("input_grad", grad_y, weight, groups, implementation)
+        layout = implementation_layout(implementation)
+        fmt = MEMORY_FORMATS[layout]
+        x_shape = (shape.n, shape.c_in, shape.h, shape.w)
+        if implementation in REFERENCES:
+            reference = _baseline_backward_call(implementation, groups, (True, False))
+
+            def run_reference(grad_y, weight, forward):
+                x = torch.empty(x_shape, device=grad_y.device, memory_format=fmt)  # sizes only
+                return reference(grad_y, x, weight)[0].contiguous(memory_format=fmt)
+            return run_reference
+        c_in, cog = shape.c_in, shape.cout_per_group
+        index = torch.from_numpy(transposed_weight_index(
+            shape.c_out, shape.cin_per_group, groups, layout)).to(grad_y.device)
+
+        def run_forward(grad_y, weight, forward):
+            # w' in one gather, in the layout the forward kernels read (NHWC: OHWI memory)
+            flipped = torch.take(weight, index)
+            flipped = flipped.view(c_in, cog, 3, 3) if layout == "nchw" else \
+                flipped.view(c_in, 3, 3, cog).permute(0, 3, 1, 2)
+            return forward(grad_y, flipped, groups, DISPATCH)
+        return run_forward
+
+
+BACKWARD = BackwardRuntime()
+
+
+def configure_backward(cubins: dict[str, str] | None = None) -> None:
+    """A fresh plan cache; `cubins` may name the weight-gradient kernels' cubins (by
+    BACKWARD_KERNELS name), else they are compiled on first use into the cubin cache."""
+    global BACKWARD
+    BACKWARD = BackwardRuntime(cubins)
+
+
+def routed_backward(table: dict, forward, grad, x, weight, groups: int, needs):
+    """(grad_x, grad_w) of the op's backward: each pass the table names for (pass, layout,
+    geometry) through that implementation, the others (every pass of a geometry the table lacks)
+    through aten.convolution_backward exactly as F.conv2d's backward calls it."""
+    layout = "nchw" if x.is_contiguous() else "nhwc"
+    geometry = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], x.shape[3], groups)
+    impl_x = table.get(("input_grad", layout, geometry)) if needs[0] else None
+    impl_w = table.get(("weight_grad", layout, geometry)) if needs[1] else None
+    grad_x = grad_w = None
+    rest_x, rest_w = needs[0] and impl_x is None, needs[1] and impl_w is None
+    if rest_x or rest_w:
+        grad_x, grad_w, _ = CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False,
+                                          _ZEROS, groups, [rest_x, rest_w, False])
+    if impl_x is not None:
+        fmt = MEMORY_FORMATS[implementation_layout(impl_x)]
+        grad_x = BACKWARD.input_grad(grad.contiguous(memory_format=fmt), weight, groups, impl_x,
+                                     forward)
+    if impl_w is not None:
+        fmt = MEMORY_FORMATS[implementation_layout(impl_w)]
+        grad_w = BACKWARD.weight_grad(grad.contiguous(memory_format=fmt),
+                                      x.contiguous(memory_format=fmt), groups, impl_w)
+    return grad_x, grad_w
