@@ -126,15 +126,23 @@ class BackwardRuntime:
         return self._cubins[kernel]
 
     def weight_grad(self, grad_y, x, groups: int, implementation: str):
-        key = ("weight_grad", implementation, groups, *_key(grad_y, x),
-               _alignment(grad_y.data_ptr(), x.data_ptr()))
+        try:
+            key = ("weight_grad", implementation, groups, *_key(grad_y, x),
+                   _alignment(grad_y.data_ptr(), x.data_ptr()))
+        except AttributeError:  # not tensors: the check names which
+            check_backward("weight_grad", grad_y, x, groups, implementation)
+            raise
         run = self._plans.get(key)
         if run is None:
             run = self._plans[key] = self._weight_grad_plan(grad_y, x, groups, implementation)
         return run(grad_y, x)
 
     def input_grad(self, grad_y, weight, groups: int, implementation: str, forward):
-        key = ("input_grad", implementation, groups, *_key(grad_y, weight))
+        try:
+            key = ("input_grad", implementation, groups, *_key(grad_y, weight))
+        except AttributeError:  # not tensors: the check names which
+            check_backward("input_grad", grad_y, weight, groups, implementation)
+            raise
         run = self._plans.get(key)
         if run is None:
             run = self._plans[key] = self._input_grad_plan(grad_y, weight, groups, implementation)

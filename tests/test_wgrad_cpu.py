@@ -1,0 +1,242 @@
+"""The backward passes without a GPU: the weight-gradient kernels (kernels/wgrad_nchw.cu,
+wgrad_nhwc.cu) compile for sm_90 with every entry, no spills and no local memory, their tables'
+headers are the registry's; a numpy emulation of their index and reduction logic
+(tests/wgrad_emulation.py) shows that every dW element receives each (n, h, w) contribution
+exactly once, from the right X element, and that every workspace element is written once per
+slice; the input gradient's weight gather matches the formula; and runtime/backward.py's
+interface (support, layouts, argument errors naming the field, conv2d's backward routing, which
+falls back to aten where its table lacks a geometry) on CPU objects."""
+from __future__ import annotations
+
+import re
+import shutil
+import types
+
+import numpy as np
+import pytest
+import torch
+from wgrad_emulation import check, emulate_nchw, emulate_nhwc
+
+from groupconv_atlas.runtime import backward, backward_plans, conv
+from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, transposed_weight_index,
+                                                      wgrad_plan)
+from groupconv_atlas.runtime.build import compile_kernel_source
+from groupconv_atlas.runtime.call_checks import UnsupportedConv
+from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv_atlas.runtime.source_tables import KERNELS_DIR
+
+from emulation import Geometry, frozen_geometries  # noqa: E402  (tests/emulation.py)
+
+# (N, C_in, C_out, H, W, groups): depthwise with W < 32, W % 4 != 0, N = 1, C % 4 != 0; a depth
+# multiplier; grouped with C_in/groups != C_out/groups (3 in, 2 out); W > 32 with a column tail;
+# groups of 8; a one-row map; a tall map that takes longer row segments on a small GPU.
+GEOMETRIES = [(1, 32, 32, 7, 7, 32), (2, 8, 8, 9, 13, 8), (1, 6, 6, 5, 6, 6),
+              (2, 4, 8, 5, 37, 4), (1, 9, 6, 7, 11, 3), (2, 16, 16, 6, 5, 2),
+              (1, 3, 3, 1, 9, 3), (1, 4, 4, 20, 40, 4), (1, 12, 24, 4, 3, 2)]
+SM_COUNTS = (132, 1)  # the H200, and a GPU so small that strips get longer and slices fewer
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel", list(BACKWARD_KERNELS))
+def test_every_entry_compiles_without_spills_or_local_memory(kernel, tmp_path):
+    spec = BACKWARD_KERNELS[kernel]
+    assert spec.table.stale(spec.table_origin) is None
+    record = compile_kernel_source(KERNELS_DIR / spec.source.split("/")[-1],
+                                   tmp_path / f"{kernel}.cubin", arch="sm_90")
+    assert "-arch=sm_90" in record["nvcc_flags"]
+    assert set(spec.entry_names()) == set(record["functions"])
+    for name, res in record["functions"].items():
+        assert res["registers"] and res["registers"] <= 255, name
+        assert (res["stack_frame_bytes"], res["spill_store_bytes"], res["spill_load_bytes"],
+                res["local_bytes"]) == (0, 0, 0, 0), f"{name} uses local memory: {res}"
+
+
+@pytest.mark.parametrize("sm_count", SM_COUNTS)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_emulated_nchw_takes_every_contribution_once(geometry, sm_count):
+    shape = geometry_shape(*geometry)
+    plan = wgrad_plan(shape, "nchw", sm_count)
+    found, writes = emulate_nchw(plan, plan.choice["cob"], plan.choice["cib"])
+    check(shape, found, writes, plan.slices)
+
+
+@pytest.mark.parametrize("alignment", (16, 4))
+@pytest.mark.parametrize("sm_count", SM_COUNTS)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_emulated_nhwc_takes_every_contribution_once(geometry, sm_count, alignment):
+    shape = geometry_shape(*geometry)
+    plan = wgrad_plan(shape, "nhwc", sm_count, alignment)
+    found, writes = emulate_nhwc(plan, plan.choice)
+    check(shape, found, writes, plan.slices)
+
+
+def test_the_emulation_catches_a_wrong_window():
+    shape = geometry_shape(2, 8, 8, 9, 13, 8)
+    plan = wgrad_plan(shape, "nchw", 132)
+    found, writes = emulate_nchw(plan, 1, 1)
+    e, pix, xi = found[0]
+    found[0] = (e, pix, np.where(xi >= 0, xi + 1, xi))  # one tap a column off
+    with pytest.raises(AssertionError, match="wrong X element"):
+        check(shape, found, writes, plan.slices)
+    with pytest.raises(AssertionError, match="exactly once"):
+        check(shape, found[1:], writes, plan.slices)
+
+
+def test_the_emulation_covers_every_kind_of_launch():
+    plans = [wgrad_plan(geometry_shape(*g), layout, sm, align) for g in GEOMETRIES
+             for sm in SM_COUNTS for layout, align in (("nchw", 16), ("nhwc", 16), ("nhwc", 4))]
+    nchw = [p for p in plans if p.stage1.entry.startswith("wg_nchw")]
+    assert {p.choice["wt"] for p in nchw} >= {8, 16, 32}
+    assert any(p.choice["seg_rows"] > 1 for p in nchw) and any(p.slices > 1 for p in plans)
+    entries = {p.stage1.entry for p in plans}
+    assert {"wg_nhwc_dw_v4_r2", "wg_nhwc_dw_v2_r2", "wg_nhwc_dw_v1_r2"} <= entries
+    assert any(re.fullmatch(r"wg_nhwc_o\d_i\d_r\d_v1", e) for e in entries)
+    assert any(p.choice.get("cob", 1) > 1 and p.choice.get("cib", 1) > 1 for p in plans)
+
+
+FROZEN = frozen_geometries(lambda g: True)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_every_frozen_shape_has_a_valid_plan_that_fills_the_gpu(layout):
+    for shape_id, g in FROZEN.items():
+        shape = g.shape
+        plan = wgrad_plan(shape, layout, 132)
+        grid = plan.stage1.grid
+        assert grid[1] <= 65535 and grid[0] < 2**31 and plan.choice["strips"] < 2**31, shape_id
+        assert plan.workspace_floats == (0 if plan.slices == 1 else
+                                         plan.slices * shape.weight_elems), shape_id
+        assert (plan.reduce is None) == (plan.slices == 1), shape_id
+        blocks = grid[0] * grid[1]
+        # several blocks per SM where the work has them: at least 2 strips per lane group
+        assert blocks >= min(132, grid[0] * max(1, plan.choice["strips"] // 64)), \
+            (shape_id, plan.choice, grid)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("geometry", [(1, 6, 6, 3, 3, 6), (1, 12, 24, 3, 3, 4),
+                                      (1, 9, 6, 3, 3, 3), (1, 64, 64, 3, 3, 1)], ids=str)
+def test_the_transposed_weight_is_the_formula(geometry, layout):
+    n, c_in, c_out, h, w, groups = geometry
+    cig, cog = c_in // groups, c_out // groups
+    weight = np.random.default_rng(3).standard_normal((c_out, cig, 3, 3))
+    want = np.empty((c_in, cog, 3, 3))
+    for j in range(c_in):
+        g, i = divmod(j, cig)
+        for o in range(cog):
+            want[j, o] = weight[g * cog + o, i, ::-1, ::-1]
+    got = np.take(weight, transposed_weight_index(c_out, cig, groups, layout))
+    if layout == "nhwc":  # OHWI memory: the (C_in, cog, 3, 3) tensor in channels_last
+        got = got.reshape(c_in, 3, 3, cog).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+    # torch.take reads a channels_last weight by its logical order too
+    t = torch.from_numpy(weight).contiguous(memory_format=torch.channels_last)
+    index = torch.from_numpy(transposed_weight_index(c_out, cig, groups, "nchw"))
+    np.testing.assert_array_equal(torch.take(t, index).reshape(want.shape).numpy(), want)
+
+
+def test_names_and_layouts_of_the_interface():
+    assert backward.PASSES == ("forward", "input_grad", "weight_grad")
+    assert backward.CUSTOM_BACKWARD == {"input_grad": ("ig_nchw", "ig_nhwc"),
+                                        "weight_grad": ("wg_nchw", "wg_nhwc")}
+    refs = ("torch_default", "torch_tuned", "torch_default_nhwc", "torch_tuned_nhwc")
+    assert backward.backward_implementations("weight_grad") == ("wg_nchw", "wg_nhwc", *refs)
+    assert backward.backward_implementations("input_grad") == ("ig_nchw", "ig_nhwc", *refs)
+    assert backward.backward_implementations("forward")[-4:] == refs
+    assert [backward.backward_layout(i) for i in ("wg_nchw", "ig_nhwc", "torch_tuned",
+                                                  "torch_default_nhwc", "k8")] == \
+        ["nchw", "nhwc", "nchw", "nhwc", "nhwc"]
+    with pytest.raises(UnsupportedConv, match="^implementation: unknown 'wg_x'"):
+        backward.backward_layout("wg_x")
+    with pytest.raises(UnsupportedConv, match="^pass_: 'grad'"):
+        backward.backward_implementations("grad")
+
+
+def test_support_answers_and_names_the_field():
+    from groupconv_atlas.runtime.shapes import Shape
+
+    shape = Shape("s", "", 2, 8, 16, 9, 13, 8)
+    for given in (shape, Geometry(2, 8, 16, 9, 13, 8), (2, 8, 16, 9, 13, 8)):
+        for pass_, impls in backward.CUSTOM_BACKWARD.items():
+            for impl in (*impls, "torch_tuned_nhwc"):
+                ok, why = backward.backward_support(pass_, impl, given)
+                assert ok, (pass_, impl, why)
+    assert backward.backward_support("forward", "k8", (1, 8, 8, 7, 7, 8))[0]
+    cases = {("weight_grad", "wg_nchw", (2, 8, 16, 9, 13, 3)): "^groups: 3",
+             ("weight_grad", "wg_nchw", (0, 8, 16, 9, 13, 8)): "^n: 0",
+             ("weight_grad", "wg_nchw", (2, 8, 16, 9, 1.5, 8)): "^w: 1.5",
+             ("weight_grad", "ig_nchw", (2, 8, 16, 9, 13, 8)): "^implementation: unknown",
+             ("grad", "wg_nchw", (2, 8, 16, 9, 13, 8)): "^pass_: 'grad'",
+             ("input_grad", "ig_nchw", "2x8"): "^shape: '2x8'"}
+    for (pass_, impl, given), pattern in cases.items():
+        ok, why = backward.backward_support(pass_, impl, given)
+        assert not ok and re.search(pattern, why), (pass_, impl, given, why)
+
+
+def _t(*size, fmt=torch.contiguous_format, dtype=torch.float32):
+    return torch.zeros(size, dtype=dtype).contiguous(memory_format=fmt)
+
+
+@pytest.mark.parametrize("call, pattern", [
+    (lambda: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 8, "wg_x"),
+     "^implementation: unknown 'wg_x'"),
+    (lambda: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 3, "wg_nchw"), "^groups: 3"),
+    (lambda: backward.weight_grad(_t(2, 16, 9, 13, dtype=torch.float64), _t(2, 8, 9, 13), 8,
+                                  "wg_nchw"), "^grad_y: dtype torch.float64"),
+    (lambda: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 12), 8, "wg_nchw"), "^x: sizes"),
+    (lambda: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 8, "wg_nhwc"),
+     "^grad_y: strides .* channels_last"),
+    (lambda: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 8, "wg_nchw"),
+     "^grad_y: on cpu, must be on a CUDA GPU"),
+    (lambda: backward.input_grad(_t(2, 16, 9, 13), _t(16, 1, 3, 3), 8, "ig_nchw"),
+     "^grad_y: on cpu"),
+    (lambda: backward.input_grad(_t(2, 16, 9, 13), _t(8, 1, 3, 3), 8, "ig_nchw"),
+     "^weight: 8 output channels"),
+    (lambda: backward.input_grad(_t(2, 16, 9, 13), _t(16, 1, 5, 5), 16, "ig_nchw"),
+     "^weight: kernel"),
+    (lambda: backward.input_grad(_t(2, 16, 9, 13), "w", 16, "ig_nchw"), "^weight: str"),
+])
+def test_argument_errors_name_the_field(call, pattern):
+    with pytest.raises(UnsupportedConv, match=pattern):
+        call()
+
+
+def _ctx(x, weight, groups, needs=(True, True)):
+    return types.SimpleNamespace(saved_tensors=(x, weight), needs_input_grad=(*needs, False, False),
+                                 groups=groups)
+
+
+def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_geometry(monkeypatch):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 8, 9, 13, generator=gen, requires_grad=True)
+    weight = torch.randn(16, 1, 3, 3, generator=gen, requires_grad=True)
+    grad = torch.randn(2, 16, 9, 13, generator=gen)
+    y = torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, 8)
+    want_x, want_w = torch.autograd.grad(y, (x, weight), grad)
+    other = {("weight_grad", "nchw", (2, 8, 16, 9, 14, 8)): "wg_nchw",
+             ("input_grad", "nhwc", (2, 8, 16, 9, 13, 8)): "ig_nhwc"}
+    for table in ({}, other):
+        monkeypatch.setattr(conv, "_BACKWARD_DISPATCH", table)
+        got_x, got_w, *_ = conv._conv2d_backward(_ctx(x.detach(), weight.detach(), 8), grad)
+        assert torch.equal(got_x, want_x) and torch.equal(got_w, want_w)
+    # a geometry the table names goes to that implementation (here refusing CPU tensors), the
+    # other pass still to aten
+    monkeypatch.setattr(conv, "_BACKWARD_DISPATCH",
+                        {("weight_grad", "nchw", (2, 8, 16, 9, 13, 8)): "wg_nchw"})
+    with pytest.raises(UnsupportedConv, match="^grad_y: on cpu"):
+        conv._conv2d_backward(_ctx(x.detach(), weight.detach(), 8), grad)
+    got_x, got_w = backward_plans.routed_backward(
+        {("weight_grad", "nchw", (2, 8, 16, 9, 13, 8)): "wg_nchw"}, None, grad, x.detach(),
+        weight.detach(), 8, (True, False))
+    assert got_w is None and torch.equal(got_x, want_x)
+
+
+def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(conv, "_RUNTIME", None)
+    monkeypatch.setattr(conv, "_BACKWARD_DISPATCH", {})
+    table = {("weight_grad", "nhwc", (2, 8, 16, 9, 13, 8)): "wg_nhwc"}
+    conv.configure(launcher=object(), backward_dispatch=table, cubins={"wg_nchw": "/x.cubin"})
+    assert conv._BACKWARD_DISPATCH == table and conv._BACKWARD_DISPATCH is not table
+    assert backward_plans.BACKWARD.cubin("wg_nchw") == "/x.cubin"
+    backward_plans.configure_backward()
