@@ -1,0 +1,216 @@
+"""The backward passes on the GPU (runtime/backward.py): on every atlas shape and small odd ones,
+in both layouts, each custom input and weight gradient against FP64 on fresh seeded inputs with
+NaN-poisoned free memory (outputs and workspaces come from it), within the verification bound
+with K the pass's reduction length (9 * C_out/groups for the input gradient, N * H * W for the
+weight gradient); the weight gradient bit-identical across runs; each captured in a CUDA graph;
+a training step through conv2d with configure(backward_dispatch=...); and compute-sanitizer
+memcheck and racecheck over the weight-gradient kernels and the input gradient's path."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from gpu_helpers import SHAPES, TOLERANCE_FACTOR, check_seed, poison_free_memory
+
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv_atlas.runtime.verify import bound_scale
+
+pytestmark = pytest.mark.gpu
+
+ODD = [geometry_shape(*g) for g in ((1, 32, 32, 7, 7, 32), (2, 9, 9, 5, 6, 9), (1, 9, 6, 7, 11, 3),
+                                    (2, 4, 8, 5, 37, 4), (3, 12, 24, 1, 3, 2), (2, 128, 128, 6, 5, 2),
+                                    (1, 96, 192, 9, 9, 3), (1, 1152, 1152, 7, 7, 1152))]
+CASES = SHAPES + ODD
+FORMATS = ("nchw", "nhwc")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _fmt(layout):
+    torch = _torch()
+    return torch.contiguous_format if layout == "nchw" else torch.channels_last
+
+
+def _inputs(shape, seed, layout):
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn((shape.n, shape.c_in, shape.h, shape.w), generator=gen, device="cuda")
+    w = torch.randn((shape.c_out, shape.cin_per_group, 3, 3), generator=gen, device="cuda")
+    dy = torch.randn((shape.n, shape.c_out, shape.h, shape.w), generator=gen, device="cuda")
+    fmt = _fmt(layout)
+    return x.contiguous(memory_format=fmt), w, dy.contiguous(memory_format=fmt)
+
+
+def _fp64(x, w, dy, groups, mask):
+    torch = _torch()
+    back = torch.ops.aten.convolution_backward.default
+    out = back(dy.double(), x.double(), w.double(), None, [1, 1], [1, 1], [1, 1], False, [0, 0],
+               groups, [mask[0], mask[1], False])
+    scale = back(dy.abs().double(), x.abs().double(), w.abs().double(), None, [1, 1], [1, 1],
+                 [1, 1], False, [0, 0], groups, [mask[0], mask[1], False])
+    i = 0 if mask[0] else 1
+    return out[i], scale[i]
+
+
+def assert_within_bound(got, ref, scale, k, what):
+    torch = _torch()
+    tol = bound_scale(k, TOLERANCE_FACTOR) * scale
+    err = (got.double() - ref).abs()
+    bad = ~(err <= tol)  # NaN (an unwritten element) is bad
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {got.numel()} outside the bound "
+                           f"(K={k}); {int((~torch.isfinite(got)).sum())} non-finite; worst "
+                           f"{float((err / tol).nan_to_num(nan=float('inf')).max()):.3g}")
+
+
+def _workspace_floats(shape, layout):
+    from groupconv_atlas.runtime.backward_kernels import wgrad_plan
+    torch = _torch()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    return wgrad_plan(shape, layout, sm_count).workspace_floats
+
+
+@pytest.fixture(autouse=True)
+def strict_fp32():
+    from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call
+    with _strict_fp32_call():
+        yield
+
+
+@pytest.mark.parametrize("layout", FORMATS)
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: s.id)
+def test_weight_grad_matches_fp64_and_is_bit_identical(shape, layout):
+    from groupconv_atlas.runtime import backward
+    torch = _torch()
+    x, w, dy = _inputs(shape, check_seed("wgrad", shape.id, layout), layout)
+    impl = f"wg_{layout}"
+    poison = _workspace_floats(shape, layout) + shape.weight_elems  # workspace and dW
+    poison_free_memory(torch, poison)
+    got = backward.weight_grad(dy, x, shape.groups, impl)
+    assert tuple(got.shape) == (shape.c_out, shape.cin_per_group, 3, 3) and got.is_contiguous()
+    ref, scale = _fp64(x, w, dy, shape.groups, (False, True))
+    assert_within_bound(got, ref, scale, shape.n * shape.h * shape.w, f"{impl} {shape.id}")
+    poison_free_memory(torch, poison)
+    again = backward.weight_grad(dy, x, shape.groups, impl)
+    torch.cuda.synchronize()
+    assert torch.equal(got, again), f"{impl} {shape.id}: two runs differ"
+
+
+@pytest.mark.parametrize("layout", FORMATS)
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: s.id)
+def test_input_grad_matches_fp64(shape, layout):
+    from groupconv_atlas.runtime import backward
+    torch = _torch()
+    x, w, dy = _inputs(shape, check_seed("igrad", shape.id, layout), layout)
+    impl = f"ig_{layout}"
+    poison_free_memory(torch, x.numel())
+    got = backward.input_grad(dy, w, shape.groups, impl)
+    assert tuple(got.shape) == tuple(x.shape)
+    assert got.is_contiguous(memory_format=_fmt(layout))
+    ref, scale = _fp64(x, w, dy, shape.groups, (True, False))
+    assert_within_bound(got, ref, scale, 9 * shape.cout_per_group, f"{impl} {shape.id}")
+
+
+@pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
+@pytest.mark.parametrize("layout", FORMATS)
+@pytest.mark.parametrize("shape", ODD[:4] + [s for s in SHAPES if s.n == 1][:2],
+                         ids=lambda s: s.id)
+def test_each_pass_is_captured_in_a_cuda_graph(shape, layout, pass_):
+    from groupconv_atlas.runtime import backward
+    torch = _torch()
+    x, w, dy = _inputs(shape, 11, layout)
+    impl = ("ig_" if pass_ == "input_grad" else "wg_") + layout
+    call = (lambda: backward.input_grad(dy, w, shape.groups, impl)) if pass_ == "input_grad" \
+        else (lambda: backward.weight_grad(dy, x, shape.groups, impl))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # plans resolved, cubins loaded, the forward's plan too, before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    x2, w2, dy2 = _inputs(shape, 12, layout)
+    x.copy_(x2), w.copy_(w2), dy.copy_(dy2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, call()), f"{impl} {shape.id}: replay differs from an eager call"
+
+
+@pytest.mark.parametrize("layout", FORMATS)
+def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
+    import groupconv_atlas as g
+    from groupconv_atlas.runtime import conv
+    torch = _torch()
+    shapes = [s for s in CASES if s.n * s.c_in * s.h * s.w <= 2_000_000][:12]
+    table = {}
+    for s in shapes:
+        table[("input_grad", layout, s.geometry)] = f"ig_{layout}"
+        table[("weight_grad", layout, s.geometry)] = f"wg_{layout}"
+    conv.configure(backward_dispatch=table)
+    try:
+        for s in shapes:
+            x, w, dy = _inputs(s, check_seed("train", s.id, layout), layout)
+            x.requires_grad_(True)
+            weight = torch.nn.Parameter(w.contiguous(memory_format=_fmt(layout)))
+            y = g.conv2d(x, weight, s.groups)
+            y.backward(dy)
+            ref_x, scale_x = _fp64(x.detach(), w, dy, s.groups, (True, False))
+            ref_w, scale_w = _fp64(x.detach(), w, dy, s.groups, (False, True))
+            assert_within_bound(x.grad, ref_x, scale_x, 9 * s.cout_per_group, f"dX {s.id}")
+            assert_within_bound(weight.grad, ref_w, scale_w, s.n * s.h * s.w, f"dW {s.id}")
+            # the same through F.conv2d's backward, within the same bound
+            xr = x.detach().clone().requires_grad_(True)
+            wr = w.clone().requires_grad_(True)
+            torch.nn.functional.conv2d(xr, wr, None, 1, 1, 1, s.groups).backward(dy)
+            assert_within_bound(xr.grad, ref_x, scale_x, 9 * s.cout_per_group, f"ref dX {s.id}")
+    finally:
+        conv.configure()
+
+
+SANITIZED = ((2, 8, 8, 19, 37, 8), (1, 9, 6, 7, 11, 3), (1, 16, 32, 9, 14, 4), (1, 6, 6, 9, 13, 6),
+             (1, 16, 16, 5, 6, 2))
+PROGRAM = r'''
+import json, sys
+import torch
+from groupconv_atlas.runtime import backward
+gen = torch.Generator(device="cuda").manual_seed(1)
+for n, c_in, c_out, h, w, groups in json.loads(sys.argv[1]):
+    for layout, fmt in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
+        x = torch.randn((n, c_in, h, w), generator=gen, device="cuda").contiguous(memory_format=fmt)
+        dy = torch.randn((n, c_out, h, w), generator=gen, device="cuda").contiguous(memory_format=fmt)
+        wt = torch.randn((c_out, c_in // groups, 3, 3), generator=gen, device="cuda")
+        backward.weight_grad(dy, x, groups, "wg_" + layout)
+        backward.input_grad(dy, wt, groups, "ig_" + layout)
+        torch.cuda.synchronize()
+        print("ran", layout, [n, c_in, c_out, h, w, groups], flush=True)
+'''
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_the_backward_kernels_run_clean_under_the_sanitizer(tool, tmp_path):
+    import os
+
+    from test_gpu_sanitizer import TIMEOUT_S, reported_errors, sanitizer
+    from groupconv_atlas.runtime import backward
+    torch = _torch()
+    backward.weight_grad(torch.zeros(1, 8, 4, 4, device="cuda"),
+                         torch.zeros(1, 8, 4, 4, device="cuda"), 8, "wg_nchw")  # cubins built
+    program = tmp_path / "backward_program.py"
+    program.write_text(PROGRAM)
+    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "workflow"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sanitizer(), "--tool", tool, "--error-exitcode", "1",
+                          "--target-processes", "application-only", "--report-api-errors", "no",
+                          sys.executable, str(program), json.dumps(SANITIZED)],
+                         capture_output=True, text=True, env=env, timeout=TIMEOUT_S * 2)
+    output = res.stdout + res.stderr
+    counts = reported_errors(output)
+    assert res.returncode == 0 and counts and not any(counts), output[-6000:]
+    assert res.stdout.count("ran ") == 2 * len(SANITIZED), output[-3000:]
