@@ -103,3 +103,49 @@ def frame_problems(view: dict, what: str, size: str, figure: bool = False) -> li
 
 def size_name(viewport: dict) -> str:
     return f"{viewport['width']}x{viewport['height']}"
+
+
+# The report's own layout (Snakemake 9's React report): the navigation pane, the pane holding
+# its menu / subcategory list / results table (not the breadcrumbs), the breadcrumbs, and the
+# content pane beside the navigation where a result is shown (an iframe or an img).
+NAV = "#app nav:not(nav nav)"
+NAV_PANE = f"{NAV} > div > div.p-3"
+BREADCRUMBS = f"{NAV} nav ol"
+CONTENT = f"{NAV} + div"
+
+# Whether a frame's page is done: loaded, unpacked (a packed page replaces its loader note with
+# the page, or says in it that it could not unpack) and, where a page says when it is ready (the
+# atlas map's body[data-ready]), ready.
+FRAME_READY_JS = """() => document.readyState === "complete"
+    && (!document.getElementById("packed-note")
+        || document.getElementById("packed-note").textContent.includes("could not unpack"))
+    && (!document.body || document.body.dataset.ready === undefined
+        || document.body.dataset.ready === "true")"""
+# What a frame shows: its address, whether it has a body and anything in it, the visible text
+# and the visible images (decoded img, svg, canvas, object with an area), the packing note.
+FRAME_STATE_JS = """() => {
+    const body = document.body;
+    const visible = el => { const r = el.getBoundingClientRect();
+        const s = getComputedStyle(el);
+        return r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none"; };
+    const media = body ? [...body.querySelectorAll("img, svg, canvas, object, video")]
+        .filter(el => visible(el) && (el.tagName !== "IMG" || (el.complete && el.naturalWidth > 0)))
+        .length : 0;
+    const note = document.getElementById("packed-note");
+    return {url: location.href, body: !!body,
+            children: body ? body.children.length : 0,
+            text: body ? body.innerText.trim().length : 0,
+            media: media,
+            packedNote: note ? note.textContent : null,
+            height: Math.max(document.documentElement.scrollHeight,
+                             body ? body.scrollHeight : 0)};
+}"""
+
+
+# Until the page's finite animations are over (the loading screen's endless one aside), at
+# most 5 s: a guard, not a wait that anything is judged by.
+SETTLED_JS = """() => Promise.race([
+    Promise.all(document.getAnimations()
+        .filter(a => a.effect && a.effect.getComputedTiming().endTime !== Infinity)
+        .map(a => a.finished.catch(() => null))),
+    new Promise(done => setTimeout(done, 5000))])"""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from report_view import VIEWPORTS, size_name
-from test_report_browser import ARTIFACTS, walk, walk_report  # noqa: F401  (walk: the fixture)
+from report_walk import ARTIFACTS, walk, walk_report  # noqa: F401  (walk: the fixture)
 
 from groupconv_atlas.runtime.files import REPO_ROOT
 
@@ -53,7 +53,7 @@ def test_every_page_and_figure_file_opened_on_its_own_is_shown_whole(browser, sm
     above its top, and scrolling reaching its end."""
     from helpers import SMOKE_DEVICE
     from report_view import FRAME_JS, frame_problems
-    from test_report_browser import FRAME_READY_JS, READY_TIMEOUT_MS
+    from report_walk import FRAME_READY_JS, READY_TIMEOUT_MS
 
     folder = smoke_replay / "results" / SMOKE_DEVICE / "report"
     files = sorted([*folder.glob("*.html"), *folder.glob("*.svg"), *folder.glob("forest/*.svg")])
