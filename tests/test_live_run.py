@@ -233,3 +233,39 @@ def test_gpu_run_makes_one_snakemake_call_with_its_environment_as_config(tmp_pat
     # Those arguments make the live DAG here (a dry run), the gate and the rerun check in it.
     jobs = dag(snakemake(copy, "-n", *args[:1], *args[3:]).stdout)
     assert set(jobs) == {"gpu_tests", "live_run", "rerun_check", "live_record"}
+
+
+def test_the_plan_leaves_a_failed_gate_kernel_out_of_every_list_and_names_it(repo):
+    import yaml
+    from snakemake.utils import validate
+
+    from groupconv_atlas.study.plan import PlanError
+    from groupconv_atlas.study.run_plan import RunPlan
+
+    def plan(**overrides):
+        config = {**yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),
+                  "mode": "live", "gate_kernel": "k10", **overrides}
+        validate(config, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+        return RunPlan.from_config(config, repo, 4)
+
+    gate = repo / live_run.result_path("results/h200", "k10")
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        gate.write_text(json.dumps({"passed": False, "exit_code": 1, "counts": {"failed": 1}}))
+        gated = plan(nsight={"shapes": ["mobilenetv2-n32-c32-112x112-g32"], "warmup_launches": 1,
+                             "implementations": ["k3", "k10"],
+                             "pairs": [["mobilenetv2-n32-c32-112x112-g32", "k10"]]})
+        assert "k10" not in gated.kernels and "k10" not in gated.implementations
+        assert "k10" not in gated.config["timing"]["candidates"]
+        assert gated.config["nsight"]["implementations"] == ["k3"]
+        assert gated.config["nsight"]["pairs"] == []
+        # What snapshot_record puts in the record's caveats.
+        assert [g["kernel"] for g in gated.gated_out] == ["k10"]
+        assert "k10 failed its GPU tests on this machine" in gated.gated_out[0]["note"]
+        with pytest.raises(PlanError, match="timing.aa_implementation names it"):
+            plan(timing={**yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[
+                "timing"], "aa_implementation": "k10"})
+        gate.write_text(json.dumps({"passed": True, "exit_code": 0, "counts": {"passed": 3}}))
+        assert "k10" in plan().kernels and not plan().gated_out
+    finally:
+        gate.unlink()
