@@ -174,6 +174,11 @@ COMMANDS: dict[str, How] = {
         "GPU jobs ask gpu=1; also run as typed (replay) after make atlas", extra=LIVE),
     "snakemake atlas --workflow-profile profiles/slurm --config mode=live": How(
         DRY, "-n as typed: the profile is read, GPU jobs ask gpu_model, CPU jobs no GPU"),
+    "snakemake live_record --configfile config/config.yaml config/gpu-run.yaml --config "
+    "mode=live": How(DRY, "-n as typed: live_run (the measuring call), then live_record"),
+    "snakemake live_record --configfile config/config.yaml config/gpu-run.yaml "
+    "config/lean-run.yaml --config mode=live gate_kernel=k10 rerun_check=True": How(
+        DRY, "-n as typed: the gate's GPU tests before live_run, the rerun check after it"),
     # Installs and git: not run (they change the environment or the repository).
     'pip install -e ".[gpu,evidence]"': How(STATIC, "the extras gpu and evidence exist"),
     'pip install -e ".[gpu]"': How(STATIC, "the extra gpu exists"),
@@ -215,8 +220,7 @@ TARGET_SEQUENCE = [
     "snakemake overhead_probe", "snakemake unseen_probe", "snakemake network_probe",
     "snakemake compare_records", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
-    "time_job=1 tune_kernel=1 ceilings=1",
-    f"make replay RECORD={NEWEST.name}",
+    "time_job=1 tune_kernel=1 ceilings=1", f"make replay RECORD={NEWEST.name}",
 ]
 
 # README's Python statements: CPU ones run here; GPU ones are bound against the API's signatures.
@@ -226,8 +230,7 @@ PYTHON_STATEMENTS = {
     'x, w = torch.randn(32, 144, 56, 56, device="cuda"), torch.randn(144, 1, 3, 3, device="cuda")':
         GPU,
     "y = g.conv2d(x, w, groups=144)": GPU,
-    "report = g.convert(model, example_input)": GPU,
-    "g.configure(autotune=True)": GPU,
+    "report = g.convert(model, example_input)": GPU, "g.configure(autotune=True)": GPU,
     "g.convert(model, example_input)": GPU,
     "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)": GPU,
     "for inputs in [example_input] * 3:  # your data loader\n"

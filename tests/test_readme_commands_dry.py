@@ -61,6 +61,15 @@ def _check_slurm(jobs, res):
             assert "gpu" not in job["resources"] and "gpu_model" not in job["resources"], job
 
 
+def _check_live_record(jobs, res):
+    assert rules_of(jobs) == {"live_run", "live_record"}, sorted(rules_of(jobs))
+
+
+def _check_gated_live_record(jobs, res):
+    assert rules_of(jobs) == {"gpu_tests", "live_run", "rerun_check", "live_record"}
+    assert "wildcards: suite=k10" in res.stdout
+
+
 DRY_CHECKS = {
     "snakemake --cores 1 atlas": _check_live_atlas,
     "snakemake mobilenet_probe nsight": _check_probes,
@@ -68,6 +77,11 @@ DRY_CHECKS = {
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
     "time_job=1 tune_kernel=1 ceilings=1": _check_several_gpus,
     "snakemake atlas --workflow-profile profiles/slurm --config mode=live": _check_slurm,
+    "snakemake live_record --configfile config/config.yaml config/gpu-run.yaml --config "
+    "mode=live": _check_live_record,
+    "snakemake live_record --configfile config/config.yaml config/gpu-run.yaml "
+    "config/lean-run.yaml --config mode=live gate_kernel=k10 rerun_check=True":
+        _check_gated_live_record,
 }
 
 

@@ -64,3 +64,17 @@ def plan_input(method, *args):
 
 wildcard_constraints:
     **PLAN.wildcard_constraints,
+
+
+def live_extra_inputs(wildcards) -> list[str]:
+    """The files of a live run's extra targets (config `extra_targets`; each a target rule, its
+    inputs), asked for once every rule is defined."""
+    if not PLAN.measures_on_gpu:
+        return []
+    files = []
+    for name in config.get("extra_targets") or []:
+        for item in getattr(rules, name).input:
+            # A target's input function (a probe's refusal where it has nothing to measure).
+            item = item(wildcards) if callable(item) else item
+            files += [str(f) for f in (item if isinstance(item, list) else [item])]
+    return files

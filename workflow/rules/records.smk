@@ -75,6 +75,9 @@ if PLAN.measures_on_gpu:
         input:
             atlas_index=PLAN.atlas.provenance_complete,
             timing=[PLAN.raw(f"timing/{job}.parquet") for job in PLAN.timing_jobs],
+            # The live run's extra targets (extra_targets) end before its times are taken, so
+            # the snapshot after them carries their samples and times.
+            extra=live_extra_inputs,
             code=code("jobs", "provenance", "stage_times"),
         output:
             times=PLAN.raw("stage_times.json"),
@@ -89,7 +92,8 @@ if PLAN.measures_on_gpu:
     SNAPSHOT = f"records/{PLAN.device}-{config.get('record_name') or date.today().isoformat()}"
 
     rule snapshot_record:
-        """Copy this live run's raw layer and job provenance into records/ (then commit it)."""
+        """Copy this live run's raw layer (its GPU tests' results in raw/gpu-tests/ too) and job
+        provenance into records/ (then commit it)."""
         input:
             atlas=f"{PLAN.results}/atlas.json",
             artifacts=PLAN.atlas.artifacts,
@@ -102,6 +106,8 @@ if PLAN.measures_on_gpu:
             # The results folder the run wrote: the one holding its atlas.json.
             results=lambda wildcards, input: str(Path(input.atlas).parent),
             device=PLAN.device,
+            # Kernels a failed gate left out (gate_kernel): the record says so in a caveat.
+            gated_out=PLAN.gated_out,
             # How to replay the record: the config files this run layered on config/config.yaml,
             # entered in records/INDEX.json (`make replay RECORD=<name>` reads them).
             replay=[a for f in workflow.overwrite_configfiles

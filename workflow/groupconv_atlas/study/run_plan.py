@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..runtime import kernels as registry
 from ..runtime.files import INDEX, find_record
-from . import plan
+from . import live_run, plan
 from .atlas_plan import AtlasPlan
 from .code_inputs import code_files
 from .config_check import resolve_kernel_lists, shape_id_errors
@@ -92,6 +92,11 @@ class RunPlan:
         self.measure_alone = bool(config.get("measure_alone", True))
         self.measure_threads = self.run_cores if self.measure_alone else 1
 
+        # A live run with a gate: a kernel whose GPU tests failed here (the gpu_tests rule's
+        # result) is left out of every kernel list, so the atlas runs without it.
+        self.gated_out: list[dict] = []
+        if self.measures_on_gpu:
+            self._apply_gate(config)
         self.kernels = list(config["kernels"])
         self.implementations = [*self.kernels, *config["baselines"]]
         if self.replays_record:
@@ -115,6 +120,20 @@ class RunPlan:
         # The Nsight captures and what `atlas` makes, each with its own part of the plan.
         self.nsight = NsightPlan(self, self.notes)
         self.atlas = AtlasPlan(self, self.notes)
+
+    def _apply_gate(self, config: dict) -> None:
+        kernel = live_run.settings(config)["gate_kernel"]
+        path = live_run.result_path(self.results, kernel) if kernel else None
+        result = path and live_run.read_result(self.at(path))
+        if not result or result.get("passed"):
+            return
+        refusal = live_run.gate_refusal(config, kernel)
+        if refusal:
+            raise PlanError(refusal)
+        live_run.leave_out(config, kernel)
+        note = live_run.gate_note(kernel, result, path)
+        self.gated_out.append({"kernel": kernel, "result": path, "note": note})
+        self.notes.append(note)
 
     # ---- the mode ----
 
