@@ -40,15 +40,17 @@ _RUNTIME: _Runtime | None = None
 def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               dispatch: dict | None = None, record: str | Path | None = None,
               launcher: Launcher | None = None, autotune: bool | None = None,
-              dispatch_nhwc: dict | None = None) -> None:
+              dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None) -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
     pipeline stage passes its own `launcher` (its session, cubins and tables). `dispatch` and
     `dispatch_nhwc` map a geometry (N, C_in, C_out, H, W, groups) to the implementation for
     contiguous NCHW and channels_last calls. `autotune=True` measures a geometry no table holds
     on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json (default: the
-    GROUPCONV_AUTOTUNE variable; off)."""
+    GROUPCONV_AUTOTUNE variable; off). `backward_dispatch` maps (pass, layout, geometry) to the
+    backward pass's implementation (default: the record's raw/dispatch/backward.json, if any)."""
     global _RUNTIME
-    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc)
+    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
+                        backward_dispatch)
 
 
 def runtime() -> _Runtime:
