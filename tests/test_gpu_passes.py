@@ -47,7 +47,8 @@ def test_a_wrong_result_is_caught(gpu_session, pass_, monkeypatch):
             return out + 1e-2 * out.abs().max()  # an error far above the bound
         return call
 
-    fake = types.SimpleNamespace(**{k: getattr(real, k) for k in dir(real) if not k.startswith("__")})
+    fake = types.SimpleNamespace(**{k: getattr(real, k) for k in dir(real)
+                                    if not k.startswith("__")})
     setattr(fake, pass_, shifted(getattr(real, pass_)))
     monkeypatch.setattr(pass_verify, "backward_module", lambda: fake)
     rows = pass_verify.verify_pass(gpu_session, pass_, SHAPES[:1], 7, 16.0,

@@ -102,6 +102,7 @@ if PLAN.measures_on_gpu:
             prov=PLAN.prov("time_pass", "{passjob}"),
         params:
             pass_=PLAN.passes.job_pass,
+            group=PLAN.passes.job_group,
             references=PLAN.passes.job_references,
             processes=config["timing"]["processes"],
             timing=PLAN.timing_params(),

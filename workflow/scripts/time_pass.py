@@ -37,7 +37,7 @@ info["sync_api_call"] = {"custom implementations": f"groupconv_atlas.runtime.bac
                                                    "(on the current stream)",
                          "PyTorch references": "torch.ops.aten.convolution_backward with the "
                                                "pass's output mask"}
-meta = {"job": smk.wildcards.passjob, "pass": pass_, "group": smk.wildcards.passjob.split("-", 1)[1],
+meta = {"job": smk.wildcards.passjob, "pass": pass_, "group": smk.params.group,
         "implementations": impls, "candidates": candidates, "references": references,
         "layouts": {i: layout_of(backward, i) for i in impls},
         "config": smk.params.timing, "wall_s": wall_s,

@@ -101,6 +101,9 @@ class PassPlan:
     def job_pass(self, wildcards) -> str:
         return self.jobs[wildcards.passjob]["pass"]
 
+    def job_group(self, wildcards) -> str:
+        return self.jobs[wildcards.passjob]["group"]
+
     def job_references(self, wildcards) -> list[str]:
         return list(self.jobs[wildcards.passjob]["references"])
 

@@ -26,6 +26,9 @@ INPUT_GRAD, WEIGHT_GRAD = "input_grad", "weight_grad"
 # aten.convolution_backward's output mask (grad_input, grad_weight, grad_bias) per pass.
 OUTPUT_MASK = {INPUT_GRAD: [True, False, False], WEIGHT_GRAD: [False, True, False]}
 STRICT_REFERENCES = tuple(r for r, spec in BASELINES.items() if not spec["tf32"])
+# grad_y's seed: the check's (or timed shape's) own seed plus this, far past every other seed of
+# the run (base + 1000 * shape index + slot), so grad_y is never another draw's x or weight.
+GRAD_SEED_OFFSET = 10**7
 
 
 def backward_module():
@@ -62,8 +65,9 @@ def support(backward, pass_: str, impl: str, shape) -> tuple[bool, str]:
 
 
 def grad_output(torch, shape, seed: int):
-    """Fresh standard-normal grad_y of the output's size (never zeros), reproducible from `seed`."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    """Fresh standard-normal grad_y of the output's size (never zeros), reproducible from the
+    check's `seed` (drawn from seed + GRAD_SEED_OFFSET)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed + GRAD_SEED_OFFSET)
     return torch.randn((shape.n, shape.c_out, shape.h_out, shape.w_out), generator=gen,
                        device="cuda", dtype=torch.float32)
 
@@ -111,8 +115,8 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
 
 def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> dict:
     """{name: gpu.Bound} of every implementation of `impls` as `pass_` on one shape's input x and
-    weight w and a fresh grad_y (from `seed`), for a timing worker (timing_workers._worker): the
-    same runs the sampler takes for a forward implementation."""
+    weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
+    timing worker (timing_workers._worker): the runs the sampler takes, as a forward's."""
     from ..runtime.gpu import Bound
 
     torch, backward = session.torch, backward_module()

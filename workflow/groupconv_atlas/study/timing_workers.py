@@ -108,9 +108,8 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                     y = session.empty_output(shape)
                     if pass_ == FORWARD:
                         bound = {i: launcher.bind(i, shape, x, w, y) for i in convs}
-                    else:  # grad_y seeded apart from x and w, as the verification draws it
-                        bound = bind_pass(session, pass_, shape, convs, x, w,
-                                          cfg.seed + index + 1)
+                    else:  # the shape's x and w, and a grad_y drawn apart from them
+                        bound = bind_pass(session, pass_, shape, convs, x, w, cfg.seed + index)
                     runs = {n: b.run for n, b in bound.items()}
                     details = {n: b.details for n, b in bound.items()}
                     if any(i in FLOOR_RUNS for i in impls):

@@ -41,10 +41,11 @@ def pass_figure(table: pd.DataFrame) -> bytes:
             rows = best_rows(table, pass_, boundary)
             measured = rows[rows["class"].isin(CLASSES)]
             y = np.arange(len(rows))
-            for k, row in enumerate(measured.itertuples(index=False)):
-                colour = CLASS_COLOURS[row[measured.columns.get_loc("class")]]
-                ax.errorbar(row.ratio, k, xerr=[[row.ratio - row.ci_low], [row.ci_high - row.ratio]],
-                            fmt="o", color=colour, ecolor=colour, markersize=4, capsize=2)
+            for k, row in enumerate(measured.to_dict("records")):
+                colour = CLASS_COLOURS[row["class"]]
+                spread = [[row["ratio"] - row["ci_low"]], [row["ci_high"] - row["ratio"]]]
+                ax.errorbar(row["ratio"], k, xerr=spread, fmt="o", color=colour, ecolor=colour,
+                            markersize=4, capsize=2)
             ax.axvline(1.0, color="black", linewidth=0.8)
             ax.axvspan(1 / 1.05, 1.05, color="#EEEEEE", zorder=0)
             ax.set_xscale("log")
