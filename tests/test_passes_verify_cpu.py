@@ -82,3 +82,16 @@ def test_the_bound_passes_pytorchs_fp32_and_fails_a_wrong_result(pass_):
     unwritten.view(-1)[3] = float("nan")
     failures = full_output_failures(full_output_errors(torch, unwritten, ref32, ref64, tol), True)
     assert failures[0] == "1 output elements non-finite (NaN poison survived: unwritten)"
+
+
+def test_a_checkout_without_the_backward_module_says_so(monkeypatch):
+    import importlib
+
+    name = "groupconv_atlas.runtime.backward"
+
+    def missing(module):
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(RuntimeError, match=f"{name} is not in this checkout"):
+        pass_runs.backward_module()

@@ -34,7 +34,15 @@ GRAD_SEED_OFFSET = 10**7
 def backward_module():
     """groupconv_atlas.runtime.backward (PASSES, CUSTOM_BACKWARD, backward_implementations,
     backward_layout, backward_support, input_grad, weight_grad)."""
-    return importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.runtime.{BACKWARD_MODULE}")
+    name = f"{__package__.rsplit('.', 1)[0]}.runtime.{BACKWARD_MODULE}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:
+            raise
+        raise RuntimeError(f"{name} is not in this checkout: the backward passes need it "
+                           "(`passes: [forward]` in the configuration measures the forward "
+                           "alone)") from None
 
 
 def reduction_length(pass_: str, shape) -> int:
