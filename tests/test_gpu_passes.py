@@ -66,11 +66,15 @@ def test_a_pass_job_samples_both_boundaries_in_its_processes():
     cfg = TimingConfig(batches=2, samples_per_batch=3, seed=1, warmup_launches=2,
                        graph_min_replay_us=20.0, graph_max_replay_us=1e4, graph_max_launches=50,
                        l2_policy="warm", clock_flag_fraction=0.9)
-    customs = list(backward_module().backward_implementations("input_grad"))
-    impls = [customs[0], "torch_tuned", "torch_tuned_nhwc"]
-    samples, info = time_job(SHAPES, {s.id: impls for s in SHAPES}, cfg, 2, launcher_inputs(),
+    backward = backward_module()
+    customs = list(backward.backward_implementations("input_grad"))
+    refs = ["torch_tuned", "torch_tuned_nhwc"]
+    impls_for = {s.id: [*(c for c in customs if backward.backward_support("input_grad", c, s)[0]),
+                        *refs] for s in SHAPES}
+    samples, info = time_job(SHAPES, impls_for, cfg, 2, launcher_inputs(),
                              progress=lambda _: None, pass_="input_grad")
-    assert set(samples["implementation"]) == set(impls)
+    assert set(samples["implementation"]) == {i for impls in impls_for.values() for i in impls}
+    assert set(samples["implementation"]) - set(refs), "no custom implementation was timed"
     assert set(samples["boundary"]) == {"graph_device", "sync_api"}
     assert set(samples["process"]) == {0, 1}
     assert np.isfinite(samples["latency_us"]).all() and (samples["latency_us"] > 0).all()
