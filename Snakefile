@@ -40,3 +40,12 @@ rule atlas:
         PLAN.atlas.report_assets,
         PLAN.atlas.optional_report_assets,
         PLAN.atlas.comparison_assets,
+
+
+rule backward_passes:
+    """The backward passes alone (`passes` in the configuration): their verification, timing,
+    statistics, tables and (live) dispatch table, without the forward's jobs; `atlas` makes them
+    too, with their page. A replay of a record without them has nothing to do."""
+    input:
+        PLAN.passes.artifacts(),
+        PLAN.passes.backward_dispatch(),

@@ -162,6 +162,9 @@ COMMANDS: dict[str, How] = {
     "snakemake --cores 1 atlas": How(DRY, "-n with mode=live: builds, tuning, verification, "
                                      "timing in the DAG; also run as typed (replay) after "
                                      "make atlas", extra=LIVE),
+    "snakemake backward_passes": How(DRY, "-n with mode=live: the backward passes' "
+                                     "verification, timing, statistics, tables and dispatch "
+                                     "table, and none of the forward's jobs", extra=LIVE),
     "snakemake mobilenet_probe nsight": How(DRY, "-n with mode=live: mobilenet_measure and "
                                             "nsight_profile in the DAG; also run as typed "
                                             "(replay) after make atlas", extra=LIVE),

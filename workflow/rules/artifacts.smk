@@ -24,12 +24,14 @@ rule assemble_atlas:
         record_shapes=PLAN.record_shapes(),
         check=PLAN.record_check(),
         session_agreement=PLAN.atlas.session_agreement_input,
+        # atlas.json's `passes` section (assemble_passes), only where the run has backward passes
+        passes=PLAN.passes.atlas_section(),
         gpu_provenance=PLAN.atlas.gpu_job_provenance(),
         template="workflow/templates/current-evidence.md",
         # What assemble_atlas.py imports; artifacts brings the evidence, the headline and the
         # report package's helpers along (code() follows imports).
         code=code("artifacts", "floors", "jobs", "files", "provenance", "stats", "medians",
-                  "probe_summaries"),
+                  "probe_summaries", "headline_lines"),
     output:
         atlas=f"{PLAN.results}/atlas.json",
         details=f"{PLAN.results}/map-details.json",
@@ -110,3 +112,28 @@ rule verify_provenance:
         "../../envs/cpu.yaml"
     script:
         "../scripts/verify_provenance.py"
+
+
+rule assemble_passes:
+    """The backward passes' tables (study/pass_stats): every comparison per pass with torch_best
+    and the best custom implementation, the geometric means per pass, and atlas.json's `passes`
+    section (assemble_atlas copies it in)."""
+    input:
+        stats=PLAN.passes.all_stats(),
+        timing_meta=PLAN.passes.all_raw_timing("json"),
+        verification=PLAN.passes.all_verification(),
+        check=PLAN.record_check(),
+        code=code("artifacts", "jobs", "pass_stats", "provenance", "stats"),
+    output:
+        table=PLAN.passes.table,
+        summary=PLAN.passes.summary,
+        section=PLAN.passes.section,
+        prov=PLAN.prov("assemble_passes"),
+    params:
+        statistics=config["statistics"],
+    log:
+        f"{PLAN.results}/logs/assemble_passes.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/assemble_passes.py"

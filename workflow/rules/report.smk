@@ -229,3 +229,25 @@ rule report_tuning:
         "../../envs/cpu.yaml"
     script:
         "../scripts/report_tuning.py"
+
+
+rule report_passes:
+    """The backward passes (assemble_passes): per pass the best custom implementation against
+    torch_best on every shape, a page and a figure; only where the run has backward passes."""
+    input:
+        atlas=f"{PLAN.results}/atlas.json",
+        table=report(PLAN.passes.table, caption="../report/download.rst", category="Provenance",
+                     subcategory="Downloads"),
+        code=REPORT_JOB_CODE,
+    output:
+        page=report(PLAN.passes.page, caption="../report/passes.rst",
+                    category="Backward passes"),
+        figure=report(PLAN.passes.figure, caption="../report/passes.rst",
+                      category="Backward passes"),
+        prov=PLAN.prov("report_passes"),
+    log:
+        f"{PLAN.results}/logs/report_passes.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/report_passes.py"

@@ -20,3 +20,25 @@ rule compare_job:
         "../../envs/cpu.yaml"
     script:
         "../scripts/compare_job.py"
+
+
+# The backward passes' jobs (PLAN.passes): the same statistics per job, against the pass's own
+# verification, into stats/passes/ (the forward's stats/ tables stay as they were).
+rule compare_pass:
+    input:
+        samples=PLAN.passes.raw_timing("{passjob}", "parquet"),
+        meta=PLAN.passes.raw_timing("{passjob}", "json"),
+        verification=PLAN.passes.job_verification,
+        check=PLAN.record_check(),
+        code=code("jobs", "pass_stats", "provenance", "stats", "comparisons", "timing"),
+    output:
+        table=f"{PLAN.passes.stats_dir}/{{passjob}}.parquet",
+        prov=PLAN.prov("compare_pass", "{passjob}"),
+    params:
+        statistics=config["statistics"],
+    log:
+        f"{PLAN.results}/logs/compare_pass-{{passjob}}.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/compare_pass.py"

@@ -80,3 +80,59 @@ if PLAN.measures_on_gpu:
             "../../envs/cpu.yaml"
         script:
             "../scripts/dispatch_table.py"
+
+    # The backward passes' timing jobs (PLAN.passes, study/pass_plan): one per (pass, reference
+    # group), the pass's custom implementations against the group's strict-FP32 references run as
+    # that pass, by the forward's worker loop and sampler (timing_workers.time_job, PairedSampler)
+    # at both boundaries, in the group's processes. A rule of their own, not more jobs of
+    # time_job: every raw/timing/ file is a forward job to the readers of the raw layer (the
+    # plan's recorded jobs, dispatch_table, compare_records, the session agreement), so the
+    # passes' samples live in raw/passes/ and leave the forward's files and every committed
+    # record's replay as they were; and weight_grad's reduction over N*H*W would pace the forward's
+    # launches per replay if it shared its graphs.
+    rule time_pass:
+        input:
+            shapes=f"{PLAN.results}/shapes.json",
+            verification=PLAN.passes.job_verification,
+            code=PLAN.passes.code("gpu", "jobs", "pass_runs", "provenance", "shapes_table",
+                                  "timing", "timing_workers"),
+        output:
+            samples=PLAN.passes.raw_timing("{passjob}", "parquet"),
+            meta=PLAN.passes.raw_timing("{passjob}", "json"),
+            prov=PLAN.prov("time_pass", "{passjob}"),
+        params:
+            pass_=PLAN.passes.job_pass,
+            group=PLAN.passes.job_group,
+            references=PLAN.passes.job_references,
+            processes=config["timing"]["processes"],
+            timing=PLAN.timing_params(),
+            measured_alone=PLAN.measure_alone,
+        threads: PLAN.measure_threads
+        resources:
+            gpu=1,
+        log:
+            f"{PLAN.results}/logs/time_pass-{{passjob}}.log",
+        conda:
+            "../../envs/gpu.yaml"
+        script:
+            "../scripts/time_pass.py"
+
+    rule backward_dispatch_table:
+        """Per pass, layout and geometry, the fastest implementation verified there (PyTorch
+        included), from the passes' raw timings; beside the forward's table.json, where the op's
+        launch tables are read from (runtime/launch_tables.record_backward_dispatch)."""
+        input:
+            samples=PLAN.passes.all_raw_timing("parquet"),
+            meta=PLAN.passes.all_raw_timing("json"),
+            verification=PLAN.passes.all_verification(),
+            shapes=f"{PLAN.results}/shapes.json",
+            code=code("jobs", "pass_stats", "provenance", "shapes_table"),
+        output:
+            table=f"{PLAN.results}/raw/dispatch/backward.json",
+            prov=PLAN.prov("backward_dispatch_table"),
+        log:
+            f"{PLAN.results}/logs/backward_dispatch_table.log",
+        conda:
+            "../../envs/cpu.yaml"
+        script:
+            "../scripts/backward_dispatch_table.py"

@@ -22,3 +22,26 @@ if PLAN.measures_on_gpu:
             "../../envs/gpu.yaml"
         script:
             "../scripts/verify.py"
+
+    rule verify_pass:
+        """A backward pass (input_grad, weight_grad) of every implementation on every shape, both
+        layouts (study/pass_verify): the custom ones of runtime/backward.py and PyTorch's four
+        strict-FP32 references run as that pass, against FP64, poisoned, unsupported cases kept
+        with their reason."""
+        input:
+            shapes=f"{PLAN.results}/shapes.json",
+            code=PLAN.passes.code("gpu", "jobs", "pass_verify", "provenance", "shapes_table"),
+        output:
+            table=PLAN.passes.raw_verification("{pass_}"),
+            prov=PLAN.prov("verify_pass", "{pass_}"),
+        params:
+            seed=config["verification"]["seed"],
+            tolerance_factor=config["verification"]["tolerance_factor"],
+        resources:
+            gpu=1,
+        log:
+            f"{PLAN.results}/logs/verify_pass-{{pass_}}.log",
+        conda:
+            "../../envs/gpu.yaml"
+        script:
+            "../scripts/verify_pass.py"

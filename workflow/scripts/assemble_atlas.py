@@ -6,6 +6,7 @@ import pandas as pd
 
 from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
                                              map_details)
+from groupconv_atlas.study.headline_lines import with_passes
 from groupconv_atlas.study.floors import floor_table, read_floor_samples
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import sha256_file
@@ -80,6 +81,10 @@ atlas, summary, roofline = atlas_document(shapes_doc, comparisons, verification,
                                           mobilenet, agreement_cells, gpu_environment, probes,
                                           agreement_pair, algorithms, floors)
 details = map_details(shapes_doc, comparisons, verification, evidence, floors)
+# The backward passes (assemble_passes), where the run has them: atlas.json's `passes` section and
+# their headline sentences. Without them nothing here changes (a forward-only record's bytes).
+if smk.input.get("passes"):
+    atlas = with_passes(atlas, load_json(smk.input.passes[0]))
 
 write_parquet(smk.output.summary, summary)
 write_parquet(smk.output.comparisons, comparisons)

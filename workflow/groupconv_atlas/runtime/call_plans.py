@@ -15,7 +15,7 @@ from .call_checks import UnsupportedConv, call_layout, check_call
 from .cubin_cache import built_cubins, cache_root
 from .gpu import CallerSession, Launcher
 from .kernels import BASELINES, DISPATCH, pointer_alignment
-from .launch_tables import newest_record_with_tables, record_tables
+from .launch_tables import newest_record_with_tables, record_backward_dispatch, record_tables
 from .torch_fallback import _baseline_call, _strict_fp32_call
 from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
 
@@ -38,8 +38,11 @@ class _Runtime:
     the caller's current stream."""
 
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
-                 autotune: bool | None = None, dispatch_nhwc=None):
+                 autotune: bool | None = None, dispatch_nhwc=None, backward_dispatch=None):
         self._plans: dict = {}
+        # {(pass, layout, geometry): implementation} of the backward passes (runtime/backward.py
+        # reads it); from the record where it holds one (launch_tables.record_backward_dispatch).
+        self.backward_dispatch = dict(backward_dispatch or {})
         self.autotune = autotune_enabled(autotune)
         self.choices: dict = {}  # (layout, geometry) -> (implementation, variant, why), unseen
         if launcher is not None:  # a pipeline stage's own session and launcher
@@ -54,6 +57,8 @@ class _Runtime:
             tunings = rec_tunings if tunings is None else tunings
             dispatch = rec_dispatch if dispatch is None else dispatch
             dispatch_nhwc = rec_nhwc if dispatch_nhwc is None else dispatch_nhwc
+            if backward_dispatch is None:
+                self.backward_dispatch = record_backward_dispatch(record) or {}
         self.source = str(record) if record is not None else "configure()"
         self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
                                  tunings or {}, dispatch, dispatch_nhwc)

@@ -56,21 +56,26 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
     contiguous NCHW and channels_last calls. `autotune=True` measures a geometry no table holds
     on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json (default: the
     GROUPCONV_AUTOTUNE variable; off). `backward_dispatch` maps (pass, layout, geometry) to the
-    implementation of that backward pass ("input_grad" or "weight_grad", "nchw" or "nhwc");
-    a pass and geometry it lacks runs aten.convolution_backward as F.conv2d's backward does.
-    `cubins` may name the weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc")."""
+    implementation of that backward pass ("input_grad" or "weight_grad", "nchw" or "nhwc")
+    (default: the record's raw/dispatch/backward.json, if any); a pass and geometry it lacks
+    runs aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
+    weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc")."""
     global _RUNTIME, _BACKWARD_DISPATCH
-    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc)
-    _BACKWARD_DISPATCH = dict(backward_dispatch or {})
+    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
+                        backward_dispatch)
+    # The backward reads the runtime's table through this module's global: one truth test per
+    # backward call when it is empty (the default), no attribute lookups on the runtime.
+    _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
     configure_backward(cubins)
 
 
 def runtime() -> _Runtime:
-    global _RUNTIME
+    global _RUNTIME, _BACKWARD_DISPATCH
     if _RUNTIME is None:
         if not torch.cuda.is_available():
             raise RuntimeError("groupconv_atlas.conv2d needs a CUDA GPU; none is visible here")
         _RUNTIME = _Runtime()
+        _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
     return _RUNTIME
 
 

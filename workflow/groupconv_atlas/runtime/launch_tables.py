@@ -1,6 +1,8 @@
 """Where the op's launch tables come from: a committed record's tuned launches and dispatch
 tables, keyed by geometry, each file checked against the record's manifest; by default the newest
-record of the configured device that has them."""
+record of the configured device that has them. A record with backward passes also holds their
+dispatch table (raw/dispatch/backward.json: per pass, layout and geometry the fastest verified
+implementation), loaded into the op's `backward_dispatch`."""
 from __future__ import annotations
 
 import json
@@ -9,7 +11,9 @@ from pathlib import Path
 import yaml
 
 from .files import REPO_ROOT, check_inputs, find_record
-from .gpu import dispatch_table, tuning_table
+from .gpu import Geometry, _geometry, dispatch_table, tuning_table
+
+BACKWARD_TABLE = "backward.json"  # beside the forward's table.json in raw/dispatch/
 
 
 def record_tables(record: str | Path) -> tuple[dict, dict | None, dict | None]:
@@ -43,3 +47,22 @@ def newest_record_with_tables(records: Path = REPO_ROOT / "records") -> Path | N
         return find_record(records, "newest", device, having="raw/tuning/*.json")
     except LookupError:
         return None
+
+
+def backward_dispatch_table(path: str | Path) -> dict[tuple[str, str, Geometry], str]:
+    """{(pass, layout, geometry): implementation} from a backward dispatch table
+    (study/pass_stats.dispatch_choices per pass, written by the backward_dispatch_table job)."""
+    doc = json.loads(Path(path).read_text())
+    return {(pass_, layout, _geometry(c["geometry"])): c["implementation"]
+            for pass_, layouts in doc.get("passes", {}).items()
+            for layout, table in layouts.items() for c in table.values()}
+
+
+def record_backward_dispatch(record: str | Path) -> dict | None:
+    """The record's backward dispatch table (backward_dispatch_table), checked against its
+    manifest first; None for a record without backward passes (every record made before them)."""
+    table = Path(record) / "raw" / "dispatch" / BACKWARD_TABLE
+    if not table.is_file():
+        return None
+    check_inputs([table])
+    return backward_dispatch_table(table)

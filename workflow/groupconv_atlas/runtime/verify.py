@@ -123,6 +123,41 @@ def unsupported_row(shape: Shape, impl: str, reason: str, seed: int) -> dict:
             "reason": reason, "seed": seed, "accumulation_length": shape.accumulation_length}
 
 
+def full_output_errors(torch, out, ref32, ref64, tol) -> dict:
+    """The full-output checks of one result `out` against an FP32 reference and an FP64 one,
+    elementwise in units of the tolerance `tol` (same shape): the largest ratio to each, the
+    non-finite elements (an unwritten poisoned one among them) and where the FP64 error peaks.
+    The one checker of every verified output (the convolution's, and the backward passes' in
+    study/pass_verify)."""
+    out64 = out.double()
+    diff32 = (out64 - ref32.double()).abs()
+    diff64 = (out64 - ref64).abs()
+    return {
+        "unwritten": int((~torch.isfinite(out)).sum().item()),
+        "ratio32": float((diff32 / tol).nan_to_num(nan=float("inf")).max().item()),
+        "ratio64": float((diff64 / tol).nan_to_num(nan=float("inf")).max().item()),
+        "max_abs": float(diff32.nan_to_num(nan=float("inf")).max().item()),
+        "ref_max": float(ref32.abs().max().item()),
+        "full64_abs": float(diff64.nan_to_num(nan=float("inf")).max().item()),
+        "worst": np.unravel_index(int(diff64.nan_to_num(nan=float("inf")).argmax().item()),
+                                  tuple(out.shape)),
+    }
+
+
+def full_output_failures(full: dict, poisoned: bool) -> list[str]:
+    """The failures full_output_errors found, worded for the record's `reason` (none: correct)."""
+    failures = []
+    if full["unwritten"]:
+        failures.append(f"{full['unwritten']} output elements non-finite"
+                        + (" (NaN poison survived: unwritten)" if poisoned else ""))
+    if full["ratio32"] > 1:
+        failures.append(f"full output vs PyTorch FP32 at {full['ratio32']:.3g}x the tolerance")
+    if full["ratio64"] > 1:
+        failures.append(f"full output vs PyTorch FP64 at {full['ratio64']:.3g}x the tolerance, "
+                        f"worst at (n,c,h,w)={tuple(int(i) for i in full['worst'])}")
+    return failures
+
+
 def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_points: int,
                variant: dict | None = None) -> dict:
     """Run all checks for one (shape, implementation) on the GPU through the one launcher
@@ -152,17 +187,7 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
         absconv = functional.conv2d(x.abs().double(), w.abs().double(), None, 1, 1, 1,
                                     shape.groups)
         tol = scale * absconv
-        out64 = out.double()
-        unwritten = int((~torch.isfinite(out)).sum().item())
-        diff32 = (out64 - ref32.double()).abs()
-        diff64 = (out64 - ref64).abs()
-        ratio32 = float((diff32 / tol).nan_to_num(nan=float("inf")).max().item())
-        ratio64 = float((diff64 / tol).nan_to_num(nan=float("inf")).max().item())
-        max_abs = float(diff32.nan_to_num(nan=float("inf")).max().item())
-        ref_max = float(ref32.abs().max().item())
-        full64_abs = float(diff64.nan_to_num(nan=float("inf")).max().item())
-        worst = np.unravel_index(int(diff64.nan_to_num(nan=float("inf")).argmax().item()),
-                                 tuple(out.shape))
+        full = full_output_errors(torch, out, ref32, ref64, tol)
 
         # (b) FP64 at sampled points from the same inputs, without PyTorch arithmetic.
         pts = sample_points(shape, n_points, seed)
@@ -182,15 +207,9 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
     pts_abs = float(err_pts.max())
     pts_rel = float(pts_abs / max(np.abs(ref_pts).max(), 1e-30))
 
-    failures = []
-    if unwritten:
-        failures.append(f"{unwritten} output elements non-finite"
-                        + (" (NaN poison survived: unwritten)" if poisoned else ""))
-    if ratio32 > 1:
-        failures.append(f"full output vs PyTorch FP32 at {ratio32:.3g}x the tolerance")
-    if ratio64 > 1:
-        failures.append(f"full output vs PyTorch FP64 at {ratio64:.3g}x the tolerance, worst at "
-                        f"(n,c,h,w)={tuple(int(i) for i in worst)}")
+    failures = full_output_failures(full, poisoned)
+    unwritten, ratio32, ratio64 = full["unwritten"], full["ratio32"], full["ratio64"]
+    max_abs, ref_max = full["max_abs"], full["ref_max"]
     if ratio_pts > 1:
         failures.append(f"FP64 point check at {ratio_pts:.3g}x the tolerance")
     status = "incorrect" if failures else "correct"
@@ -199,7 +218,7 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
     return {
         "shape_id": shape.id, "implementation": impl, "status": status, "reason": reason,
         "max_abs_error": max_abs, "max_rel_error": max_abs / max(ref_max, 1e-30),
-        "fp64_full_max_abs_error": full64_abs,
+        "fp64_full_max_abs_error": full["full64_abs"],
         "fp64_points_max_abs_error": pts_abs, "fp64_points_max_rel_error": pts_rel,
         "error_to_tolerance_fp32": ratio32, "error_to_tolerance_fp64": ratio64,
         "error_to_tolerance_points": ratio_pts,

@@ -172,6 +172,8 @@ class AtlasPlan:
         jobs = [prov("freeze_shapes"), prov("assemble_atlas")]
         jobs += [prov("session_agreement")] if self.agreement_pair else []
         jobs += [prov("compare_job", j) for j in run.timing_jobs]
+        jobs += [prov("compare_pass", j) for j in run.passes.jobs]
+        jobs += [prov("assemble_passes")] if run.passes.on else []
         if run.measures_on_gpu:
             jobs += [prov("ceilings")] + [prov("crosscheck") for _ in self.crosscheck_reading()]
             jobs += [prov("dispatch_table")] if run.jobs_of(["dispatch"]) else []
@@ -180,6 +182,9 @@ class AtlasPlan:
             jobs += [prov("tune_kernel", k) for k in run.tuned_kernels]
             jobs += [prov("verify", i) for i in run.implementations]
             jobs += [prov("time_job", j) for j in run.timing_jobs]
+            jobs += [prov("verify_pass", p) for p in run.passes.passes]
+            jobs += [prov("time_pass", j) for j in run.passes.jobs]
+            jobs += [prov("backward_dispatch_table")] if run.passes.on else []
         else:
             jobs += [prov("check_record")]
             jobs += [prov("mobilenet_stats")] if self.mobilenet_readings() else []
@@ -264,5 +269,7 @@ class AtlasPlan:
         """Everything `atlas` makes besides provenance-complete.json: its tables, the report's
         pages and figures, the optional stages' pages and the cross-record page. The jobs behind
         them (tables, SASS, Nsight, tuning records) are found from their job records."""
+        passes = self.run.passes  # the backward passes' tables, pages and dispatch table
         return [*self.tables, *self.report_assets, *self.optional_report_assets(),
-                *self.comparison_assets()]
+                *self.comparison_assets(), *passes.artifacts(), *passes.report_assets(),
+                *passes.backward_dispatch()]

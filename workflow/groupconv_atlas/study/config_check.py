@@ -61,6 +61,8 @@ def _describe(err) -> list[str]:
         return [f"{field}: {_brief(instance)}, must be {_BOUNDS[kind]} {value}"]
     if kind in ("anyOf", "oneOf") and "description" in err.schema:
         return [f"{field}: {_brief(instance)}, must be {err.schema['description']}"]
+    if kind == "contains" and isinstance(value, dict) and "const" in value:
+        return [f"{field}: {_brief(instance)}, must list {value['const']!r}"]
     if kind == "enum":
         return [f"{field}: {_brief(instance)}, must be one of {', '.join(map(str, value))}"]
     if kind == "type":

@@ -220,3 +220,37 @@ def _group_words(group: str) -> str:
     if "L2" in group:  # a footprint bin: "under 0.5x L2", "2x L2 or more"
         return f"footprint {group}"
     return f"{group} channels per group"
+
+
+def pass_lines(section: dict | None, boundary: str = "graph_device") -> list[str]:
+    """The headline's sentence per backward pass (atlas.json's `passes`, study/pass_stats): the
+    best custom implementation against torch_best, geometric mean with its interval over shapes,
+    the counts by class, the worst shape and which references torch_best was; none without
+    passes (a forward-only record's headline is unchanged)."""
+    lines = []
+    for pass_, entry in ((section or {}).get("by_pass") or {}).items():
+        block = (entry.get("by_boundary") or {}).get(boundary)
+        if not block:
+            continue
+        counts, worst = block["counts"], block.get("worst_shape")
+        worst_words = (f"; its worst shape is {worst['shape_id']} at {_x(worst['ratio'])} "
+                       f"({worst['class']}, {worst['implementation']})" if worst else "")
+        lines.append(
+            f"Backward pass {pass_} at {boundary}: the fastest verified custom implementation per "
+            f"shape (of {', '.join(entry['implementations'])}) against torch_best of that pass "
+            f"(the strongest strict-FP32 PyTorch reference in either layout: "
+            + ", ".join(f"{r} on {n}" for r, n in block["torch_best_was"].items())
+            + f"): geometric mean {_x(block['geomean_ratio'])} {_interval(block)}; wins "
+            f"{counts['WIN']}, losses {counts['LOSS']}, ties {counts['TIE']}, inconclusive "
+            f"{counts['INCONCLUSIVE']} of {block['shapes_compared']} shapes, unsupported "
+            f"{counts['UNSUPPORTED']}{worst_words}.")
+    return lines
+
+
+def with_passes(atlas: dict, section: dict) -> dict:
+    """`atlas` with its `passes` section and the passes' sentences after the headline's own (and
+    under headline.passes); called only where the run has backward passes."""
+    lines = pass_lines(section)
+    headline = {**atlas["headline"], "passes": lines,
+                "summary_lines": [*atlas["headline"].get("summary_lines", []), *lines]}
+    return {**atlas, "passes": section, "headline": headline}

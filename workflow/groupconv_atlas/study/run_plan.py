@@ -23,6 +23,7 @@ from .atlas_plan import AtlasPlan
 from .code_inputs import code_files
 from .config_check import resolve_kernel_lists, shape_id_errors
 from .nsight_plan import NsightPlan
+from .pass_plan import PassPlan
 from .plan import PlanError
 from .record_check import recorded_sources
 from .records import record_files
@@ -120,6 +121,8 @@ class RunPlan:
         # The Nsight captures and what `atlas` makes, each with its own part of the plan.
         self.nsight = NsightPlan(self, self.notes)
         self.atlas = AtlasPlan(self, self.notes)
+        # The backward passes (input_grad, weight_grad): their own jobs, stats and pages.
+        self.passes = PassPlan(self, self.notes)
 
     def _apply_gate(self, config: dict) -> None:
         kernel = live_run.settings(config)["gate_kernel"]
@@ -308,7 +311,8 @@ class RunPlan:
     def wildcard_constraints(self) -> dict[str, str]:
         return {"kernel": "|".join(registry.KERNELS),
                 "impl": "|".join(registry.IMPLEMENTATIONS),
-                "job": "|".join(re.escape(j) for j in self.timing_jobs)}
+                "job": "|".join(re.escape(j) for j in self.timing_jobs),
+                **self.passes.wildcard_constraints}
 
 
 def _from_root(root: Path, path: str | Path) -> Path:

@@ -10,10 +10,11 @@ from datetime import datetime
 from pathlib import Path
 
 # Rules in the order data flows; anything else is listed after them.
-STAGES = ["freeze_shapes", "build_kernel", "tune_kernel", "verify", "ceilings", "time_job",
-          "dispatch_table", "crosscheck", "compare_job", "mobilenet_measure", "mobilenet_stats",
-          "assemble_atlas", "report_figures", "report_tables", "report_map", "report_tuning",
-          "provenance"]
+STAGES = ["freeze_shapes", "build_kernel", "tune_kernel", "verify", "verify_pass", "ceilings",
+          "time_job", "time_pass", "dispatch_table", "backward_dispatch_table", "crosscheck",
+          "compare_job", "compare_pass", "mobilenet_measure", "mobilenet_stats",
+          "assemble_passes", "assemble_atlas", "report_figures", "report_tables", "report_map",
+          "report_tuning", "report_passes", "provenance"]
 METHOD = ("per job: provenance started_utc to the job log's last write; per stage: sum over its "
           "jobs and the span from the first start to the last end; jobs_span_s: the first job's "
           "start to the last job's end; timing_jobs: the seconds inside the samples themselves "

@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..runtime.shapes import Shape
 from ..runtime.timing import ClockReader, TimingConfig, batch_order
+from .pass_plan import FORWARD
 
 RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
                "sm_clock_mhz", "temperature_c", "clock_flagged", "launches_per_replay",
@@ -60,10 +61,12 @@ def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig)
                   "process"]]
 
 
-def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None = None) -> None:
+def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None = None,
+            pass_: str = FORWARD) -> None:
     """A worker's loop: ("shape", index, shape, impls) -> ("ready", L, estimates, details);
     ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends.
-    `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`."""
+    `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`. A backward
+    `pass_` binds its runs through study/pass_runs instead of the launcher."""
     try:
         from ..runtime.gpu import GpuSession, Launcher
 
@@ -73,8 +76,10 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
         session = GpuSession()
         launcher = Launcher(session, **launcher_args)
         # sync_api times the public op for custom kernels (the call a user makes), with this
-        # job's cubins and launch tables.
-        conv.configure(launcher=launcher)
+        # job's cubins and launch tables. A backward pass's job leaves the op as a user gets it
+        # (runtime/backward.py's kernels are not this job's forward cubins).
+        if pass_ == FORWARD:
+            conv.configure(launcher=launcher)
         torch = session.torch
         clocks = ClockReader(torch)
         flush = None
@@ -89,6 +94,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
         sampler, tensors = None, None
         from ..runtime.timing import PairedSampler, warm_up
         from .floors import FLOOR_RUNS, bind_floor
+        from .pass_runs import bind_pass
 
         while True:
             msg = conn.recv()
@@ -100,7 +106,10 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                 with session.on_stream():
                     x, w = session.random_inputs(shape, cfg.seed + index)
                     y = session.empty_output(shape)
-                    bound = {i: launcher.bind(i, shape, x, w, y) for i in convs}
+                    if pass_ == FORWARD:
+                        bound = {i: launcher.bind(i, shape, x, w, y) for i in convs}
+                    else:  # the shape's x and w, and a grad_y drawn apart from them
+                        bound = bind_pass(session, pass_, shape, convs, x, w, cfg.seed + index)
                     runs = {n: b.run for n, b in bound.items()}
                     details = {n: b.details for n, b in bound.items()}
                     if any(i in FLOOR_RUNS for i in impls):
@@ -108,8 +117,8 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                                                                cfg, clocks)
                         runs.update(floor_runs)
                         details.update(floor_details)
-                    api = {i: call for i in convs
-                           if (call := public_call(conv, i, impls, x, w, shape.groups))}
+                    api = {i: call for i in convs if pass_ == FORWARD
+                           and (call := public_call(conv, i, impls, x, w, shape.groups))}
                     # Warm-up outside the samples; for torch_tuned this finishes cudnn.benchmark's
                     # search in this process; for the public op it resolves the call's plan.
                     warm_up(session, list(runs.values()) + list(api.values()),
@@ -200,11 +209,13 @@ def _accept(listener, proc, authkey: bytes):
 
 def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
              processes: int, launcher_args: dict, progress=print,
-             floor_cubin: str | None = None) -> tuple[pd.DataFrame, dict]:
+             floor_cubin: str | None = None, pass_: str = FORWARD) -> tuple[pd.DataFrame, dict]:
     """Time every shape's verified implementations in `processes` worker processes; return
     (raw samples with a `process` column, metadata per shape and per process). With
     `floor_cubin` (kernels/floor_copy.cu built), every shape's batches also sample its floor
-    (study/floors.py) beside the implementations."""
+    (study/floors.py) beside the implementations. With a backward `pass_` (input_grad,
+    weight_grad), `impls_for` names that pass's implementations (study/pass_runs), timed by the
+    same sampler, batches and processes."""
     from .floors import FLOOR_RUNS
 
     if floor_cubin is not None:
@@ -224,7 +235,7 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
         proc.stdin.write(authkey)
         proc.stdin.close()
         conn = _accept(listener, proc, authkey)
-        conn.send((asdict(cfg), launcher_args, floor_cubin))
+        conn.send((asdict(cfg), launcher_args, floor_cubin, pass_))
         workers.append((proc, conn))
     listener.close()
     try:
@@ -294,5 +305,5 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
 if __name__ == "__main__":
     # A worker: connect back to the coordinator, receive the settings, serve until told to stop.
     connection = Client(sys.argv[1], family="AF_UNIX", authkey=sys.stdin.buffer.read())
-    settings, launcher_arguments, floor_build = connection.recv()
-    _worker(connection, settings, launcher_arguments, floor_build)
+    settings, launcher_arguments, floor_build, timed_pass = connection.recv()
+    _worker(connection, settings, launcher_arguments, floor_build, timed_pass)

@@ -6,7 +6,7 @@ replay renders the same bytes as the run it replays.
 Modules: style (colours, labels, formats, SVG settings, page CSS), axes (drawing blocks),
 figures, frames (nested records as tables), html_blocks (page building blocks), the pages
 (atlas_pages: the atlas's own; kernel_pages: Nsight, tuning, machine code; probe_pages: the
-probes), landing (the landing page's headline), glance (the first screen's figure), atlas_map.
+probes; pass_pages: the backward passes), landing (the landing page's headline), glance (the first screen's figure), atlas_map.
 The names below are re-exported so `from groupconv_atlas.study.report import X` keeps working;
 importing this package imports every module, so a job that imports it lists them all as code
 inputs."""
@@ -22,6 +22,7 @@ from .html_blocks import (Markup, esc, fmt_number, frame_html, html_page, markdo
                           short_kernel_name, table_html)
 from .kernel_pages import machine_code_page, nsight_page, tuning_page
 from .landing import landing_headline
+from .pass_pages import pass_figure, pass_page
 from .probe_pages import mobilenet_page, probes_page
 from .style import (BASELINE_LABELS, BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, PAGE_CSS, SVG_RC,
                     UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio, styled,
@@ -33,7 +34,8 @@ __all__ = [
     "boundary_figure", "esc", "evidence_page", "figure_stem", "fmt_interval", "fmt_number",
     "fmt_ratio", "forest_figure", "forest_svgs", "frame_html", "geomean_figure", "glance_figure", "html_page",
     "landing_headline", "latency_page", "machine_code_page", "map_payload", "markdown_html",
-    "mobilenet_figure", "mobilenet_page", "mobilenet_readings", "note_figure", "nsight_page", "per_shape_page",
+    "mobilenet_figure", "mobilenet_page", "mobilenet_readings", "note_figure", "nsight_page", "pass_figure",
+    "pass_page", "per_shape_page",
     "probes_page", "provenance_page",
     "ratio_ticks", "roofline_figure", "session_page", "shapes_page", "short_kernel_name",
     "styled", "summary_page", "svg_bytes", "table_html", "tuning_frame", "tuning_page",

@@ -1,0 +1,97 @@
+"""The backward passes' runs and their verification's arithmetic on the CPU (study/pass_runs,
+study/pass_verify): PyTorch's reference of each pass is the gradient autograd computes, a custom
+implementation (a fake runtime/backward here) gets its layout's tensors, and the forward's bound
+with the pass's reduction length passes PyTorch's own FP32 result and fails a wrong one."""
+import types
+
+import pytest
+import torch
+
+from groupconv_atlas.runtime.shapes import Shape
+from groupconv_atlas.runtime.verify import bound_scale, full_output_errors, full_output_failures
+from groupconv_atlas.study import pass_runs
+from groupconv_atlas.study.pass_verify import fp64_reference
+
+SHAPE = Shape("grouped", "test", 2, 16, 32, 9, 11, 4)
+
+
+def tensors(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w, generator=gen)
+    w = torch.randn(SHAPE.c_out, SHAPE.cin_per_group, 3, 3, generator=gen)
+    gy = torch.randn(SHAPE.n, SHAPE.c_out, SHAPE.h_out, SHAPE.w_out, generator=gen)
+    return x, w, gy
+
+
+def fake_backward(seen: list):
+    """A runtime/backward stand-in computing each pass with PyTorch, recording its tensors."""
+    def compute(pass_, gy, other, groups, impl):
+        seen.append((impl, gy.is_contiguous(memory_format=torch.channels_last)))
+        x, w = (torch.empty(SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w), other) \
+            if pass_ == "input_grad" else (other, torch.empty(SHAPE.c_out, SHAPE.cin_per_group,
+                                                              3, 3))
+        return pass_runs.reference_call(torch, pass_, x, w, gy, groups, False)()
+
+    return types.SimpleNamespace(
+        backward_implementations=lambda p: ("ig_nchw", "ig_nhwc") if p == "input_grad"
+        else ("wg_nchw", "wg_nhwc"),
+        backward_layout=lambda impl: impl.rsplit("_", 1)[1],
+        backward_support=lambda p, impl, shape: (True, ""),
+        input_grad=lambda gy, w, groups, impl: compute("input_grad", gy, w, groups, impl),
+        weight_grad=lambda gy, x, groups, impl: compute("weight_grad", gy, x, groups, impl))
+
+
+@pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
+def test_the_reference_of_a_pass_is_autograds_gradient(pass_):
+    x, w, gy = tensors()
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    torch.nn.functional.conv2d(xa, wa, None, 1, 1, 1, SHAPE.groups).backward(gy)
+    expected = xa.grad if pass_ == "input_grad" else wa.grad
+    got = pass_runs.reference_call(torch, pass_, x, w, gy, SHAPE.groups, False)()
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
+def test_a_custom_implementation_gets_its_layouts_tensors(pass_):
+    seen = []
+    backward = fake_backward(seen)
+    x, w, gy = tensors()
+    for impl in pass_runs.implementations(backward, pass_):
+        run, details = pass_runs.bind(torch, backward, pass_, impl, x, w, gy, SHAPE.groups)
+        run()
+        assert details["pass"] == pass_
+        assert details["layout"] == ("nhwc" if impl.endswith("nhwc") else "nchw")
+    assert seen == [(backward.backward_implementations(pass_)[0], False),
+                    (backward.backward_implementations(pass_)[1], True)]
+
+
+@pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
+def test_the_bound_passes_pytorchs_fp32_and_fails_a_wrong_result(pass_):
+    x, w, gy = tensors(1)
+    scale = bound_scale(pass_runs.reduction_length(pass_, SHAPE), 16.0)
+    ref32 = pass_runs.reference_call(torch, pass_, x, w, gy, SHAPE.groups, False)()
+    ref64 = fp64_reference(torch, pass_, x, w, gy, SHAPE.groups)
+    tol = scale * fp64_reference(torch, pass_, x, w, gy, SHAPE.groups, absolute=True)
+    good = full_output_errors(torch, ref32.clone(), ref32, ref64, tol)
+    assert full_output_failures(good, poisoned=True) == [] and good["ratio64"] < 1
+    wrong = ref32.clone()
+    wrong.view(-1)[7] += 1e-3 * ref32.abs().max()  # one element off, far above the bound
+    bad = full_output_errors(torch, wrong, ref32, ref64, tol)
+    assert any("FP64" in f for f in full_output_failures(bad, poisoned=True))
+    unwritten = ref32.clone()
+    unwritten.view(-1)[3] = float("nan")
+    failures = full_output_failures(full_output_errors(torch, unwritten, ref32, ref64, tol), True)
+    assert failures[0] == "1 output elements non-finite (NaN poison survived: unwritten)"
+
+
+def test_a_checkout_without_the_backward_module_says_so(monkeypatch):
+    import importlib
+
+    name = "groupconv_atlas.runtime.backward"
+
+    def missing(module):
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(RuntimeError, match=f"{name} is not in this checkout"):
+        pass_runs.backward_module()

@@ -1,0 +1,147 @@
+"""The backward passes' part of a run's plan (workflow/rules/passes.smk): which passes this run
+measures or replays (`passes` in the configuration: forward, input_grad, weight_grad), their
+timing jobs, and the raw layer's and results' paths of each stage. Built by RunPlan
+(study/run_plan.py); plain Python on the configuration and the record, so building the DAG
+imports no torch.
+
+A backward pass's jobs follow the forward's reference groups: one job per (pass, group), timing
+the pass's custom implementations (runtime/backward.py names them on the GPU machine) against the
+group's strict-FP32 PyTorch references run as that pass (aten.convolution_backward), so no process
+holds torch_default beside torch_tuned in one layout, as for the forward (plan.check_names). A
+replay takes the passes its record holds (raw/passes/timing/*.json), whatever `passes` says, so a
+record made before the backward passes replays exactly as before.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..runtime.kernels import BASELINES
+
+FORWARD = "forward"
+# The backward passes in the order the atlas shows them; runtime/backward.PASSES is the op's list
+# (forward first) and the configuration schema's enum the same names.
+BACKWARD_ORDER = ("input_grad", "weight_grad")
+# The module that computes them: imported by name on the GPU machine only (study/pass_verify,
+# study/pass_timing); the rules list its file once it exists (PassPlan.code).
+BACKWARD_MODULE = "backward"
+
+
+def strict_references(refs) -> list[str]:
+    """The strict-FP32 PyTorch references among a reference group's names (a backward pass has no
+    TF32 reading and no custom reference: its candidates face PyTorch only)."""
+    return [r for r in refs if r in BASELINES and not BASELINES[r]["tf32"]]
+
+
+def pass_job(pass_: str, group: str) -> str:
+    return f"{pass_}-{group}"
+
+
+def configured_pass_jobs(config: dict) -> dict[str, dict]:
+    """A live run's backward timing jobs: {job: {"pass", "group", "references"}} for every
+    backward pass `passes` lists and every reference group with a strict-FP32 PyTorch reference."""
+    wanted = [p for p in BACKWARD_ORDER if p in (config.get("passes") or [FORWARD])]
+    jobs = {}
+    for pass_ in wanted:
+        for group, refs in config["timing"]["reference_groups"].items():
+            torch_refs = strict_references(refs)
+            if torch_refs:
+                jobs[pass_job(pass_, group)] = {"pass": pass_, "group": group,
+                                                "references": torch_refs}
+    return jobs
+
+
+def recorded_pass_jobs(record: str | Path) -> dict[str, dict]:
+    """The backward timing jobs a record holds (none for a record made before them), from their
+    metadata."""
+    jobs = {}
+    for meta_path in sorted(Path(record, "raw", "passes", "timing").glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        jobs[meta_path.stem] = {"pass": meta["pass"], "group": meta.get("group"),
+                                "references": list(meta["references"])}
+    return jobs
+
+
+class PassPlan:
+    """The backward passes of one run. `run` is the RunPlan it belongs to; its notes join the
+    run's."""
+
+    def __init__(self, run, notes: list[str]):
+        self.run = run
+        configured = [p for p in BACKWARD_ORDER if p in (run.config.get("passes") or [FORWARD])]
+        if run.measures_on_gpu:
+            self.jobs = configured_pass_jobs(run.config)
+        else:
+            self.jobs = recorded_pass_jobs(run.at(run.record))
+            held = {j["pass"] for j in self.jobs.values()}
+            absent = [p for p in configured if p not in held]
+            if absent:
+                notes.append(f"record {run.record_name} holds no {', '.join(absent)} pass "
+                             "(raw/passes/); the replay shows the passes it measured")
+        self.passes = [p for p in BACKWARD_ORDER if any(j["pass"] == p for j in self.jobs.values())]
+        results = run.results
+        self.stats_dir = f"{results}/stats/passes"
+        self.table = f"{results}/passes.parquet"
+        self.summary = f"{results}/passes-summary.parquet"
+        self.section = f"{results}/passes.json"
+        self.page = f"{results}/report/passes.html"
+        self.figure = f"{results}/report/passes.svg"
+
+    @property
+    def on(self) -> bool:
+        """Whether this run has any backward pass to verify, time or show."""
+        return bool(self.jobs)
+
+    def raw_verification(self, pass_: str) -> str:
+        return self.run.raw(f"passes/verification/{pass_}.parquet")
+
+    def raw_timing(self, job: str, suffix: str) -> str:
+        return self.run.raw(f"passes/timing/{job}.{suffix}")
+
+    def job_pass(self, wildcards) -> str:
+        return self.jobs[wildcards.passjob]["pass"]
+
+    def job_group(self, wildcards) -> str:
+        return self.jobs[wildcards.passjob]["group"]
+
+    def job_references(self, wildcards) -> list[str]:
+        return list(self.jobs[wildcards.passjob]["references"])
+
+    def job_verification(self, wildcards) -> str:
+        return self.raw_verification(self.jobs[wildcards.passjob]["pass"])
+
+    def all_raw_timing(self, suffix: str) -> list[str]:
+        return [self.raw_timing(j, suffix) for j in self.jobs]
+
+    def all_verification(self) -> list[str]:
+        return [self.raw_verification(p) for p in self.passes]
+
+    def all_stats(self) -> list[str]:
+        return [f"{self.stats_dir}/{j}.parquet" for j in self.jobs]
+
+    def atlas_section(self) -> list[str]:
+        """What assemble_atlas reads for atlas.json's `passes` section: nothing without passes,
+        so a forward-only run's atlas.json is byte for byte what it was."""
+        return [self.section] if self.on else []
+
+    def report_assets(self) -> list[str]:
+        return [self.page, self.figure] if self.on else []
+
+    def artifacts(self) -> list[str]:
+        return [self.table, self.summary, self.section] if self.on else []
+
+    def backward_dispatch(self) -> list[str]:
+        """The backward dispatch table (a live run's, beside the forward's table.json)."""
+        return [self.run.raw("dispatch/backward.json")] if self.on and self.run.measures_on_gpu \
+            else []
+
+    def code(self, *modules: str) -> list[str]:
+        """run.code(modules), with runtime/backward.py once it is in the checkout: the GPU jobs
+        import it by name (study/pass_verify, study/pass_timing), so code() cannot follow it."""
+        backward = self.run.at("workflow/groupconv_atlas/runtime", f"{BACKWARD_MODULE}.py")
+        return self.run.code(*modules, *([BACKWARD_MODULE] if backward.is_file() else []))
+
+    @property
+    def wildcard_constraints(self) -> dict[str, str]:
+        return {"passjob": "|".join(self.jobs) or "no-pass-job",
+                "pass_": "|".join(BACKWARD_ORDER)}

@@ -1,0 +1,137 @@
+"""The calls of a backward pass on one shape's tensors (GPU side): each custom implementation of
+runtime/backward.py and each strict-FP32 PyTorch reference run as that pass, bound once, as the
+launcher binds a forward implementation (gpu.Launcher.bind), for the verification
+(study/pass_verify) and the timing jobs (study/timing_workers) alike.
+
+- input_grad: grad_x from (grad_y, weight); weight_grad: grad_w from (grad_y, x).
+- A PyTorch reference of a pass is `aten.convolution_backward` with that pass's one-output mask,
+  under the reference's cudnn.benchmark setting (set on every call: it is process-global) with
+  TF32 off (the job's GpuSession is strict), on its layout's tensors (torch_*_nhwc on
+  channels_last ones), converted once here, outside every timed region.
+- A custom implementation takes its layout's tensors (runtime/backward.backward_layout), converted
+  once here as well. Each call launches on the current stream and never synchronizes.
+
+runtime/backward.py is imported by name (backward_module): it is written beside this study and
+the architecture check refuses an import of a module that is not in the tree; the rules list its
+file once it exists (study/pass_plan.PassPlan.code).
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..runtime.kernels import BASELINES
+from .pass_plan import BACKWARD_MODULE
+
+INPUT_GRAD, WEIGHT_GRAD = "input_grad", "weight_grad"
+# aten.convolution_backward's output mask (grad_input, grad_weight, grad_bias) per pass.
+OUTPUT_MASK = {INPUT_GRAD: [True, False, False], WEIGHT_GRAD: [False, True, False]}
+STRICT_REFERENCES = tuple(r for r, spec in BASELINES.items() if not spec["tf32"])
+# grad_y's seed: the check's (or timed shape's) own seed plus this, far past every other seed of
+# the run (base + 1000 * shape index + slot), so grad_y is never another draw's x or weight.
+GRAD_SEED_OFFSET = 10**7
+
+
+def backward_module():
+    """groupconv_atlas.runtime.backward (PASSES, CUSTOM_BACKWARD, backward_implementations,
+    backward_layout, backward_support, input_grad, weight_grad)."""
+    name = f"{__package__.rsplit('.', 1)[0]}.runtime.{BACKWARD_MODULE}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:
+            raise
+        raise RuntimeError(f"{name} is not in this checkout: the backward passes need it "
+                           "(`passes: [forward]` in the configuration measures the forward "
+                           "alone)") from None
+
+
+def reduction_length(pass_: str, shape) -> int:
+    """K of the error bound: how many products each output element of the pass sums. input_grad
+    sums 3x3 taps over a group's output channels (9 * C_out/groups); weight_grad sums over every
+    image and output position (N * H * W)."""
+    if pass_ == INPUT_GRAD:
+        return 9 * shape.cout_per_group
+    if pass_ == WEIGHT_GRAD:
+        return shape.n * shape.h_out * shape.w_out
+    raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
+
+
+def implementations(backward, pass_: str) -> list[str]:
+    """A pass's implementations: its custom ones, then the four strict-FP32 PyTorch references."""
+    return [*backward.backward_implementations(pass_), *STRICT_REFERENCES]
+
+
+def layout_of(backward, impl: str) -> str:
+    return BASELINES[impl]["layout"] if impl in BASELINES else backward.backward_layout(impl)
+
+
+def support(backward, pass_: str, impl: str, shape) -> tuple[bool, str]:
+    """(supported, reason): PyTorch runs every shape; a custom one says (backward_support)."""
+    if impl in BASELINES:
+        return True, "PyTorch aten.convolution_backward"
+    return backward.backward_support(pass_, impl, shape)
+
+
+def grad_output(torch, shape, seed: int):
+    """Fresh standard-normal grad_y of the output's size (never zeros), reproducible from the
+    check's `seed` (drawn from seed + GRAD_SEED_OFFSET)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed + GRAD_SEED_OFFSET)
+    return torch.randn((shape.n, shape.c_out, shape.h_out, shape.w_out), generator=gen,
+                       device="cuda", dtype=torch.float32)
+
+
+def in_pass_layout(torch, layout: str, *tensors):
+    if layout == "nchw":
+        return tensors
+    return tuple(t.contiguous(memory_format=torch.channels_last) for t in tensors)
+
+
+def reference_call(torch, pass_: str, x, w, gy, groups: int, benchmark: bool):
+    """PyTorch's pass on these tensors: aten.convolution_backward with the pass's mask."""
+    mask = OUTPUT_MASK[pass_]
+    index = 0 if pass_ == INPUT_GRAD else 1
+
+    def run():
+        # cudnn.benchmark is process-global and read at call time: set it on every call.
+        torch.backends.cudnn.benchmark = benchmark
+        return torch.ops.aten.convolution_backward(gy, x, w, None, [1, 1], [1, 1], [1, 1], False,
+                                                   [0, 0], groups, mask)[index]
+
+    return run
+
+
+def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
+    """(run, details) of `impl` as `pass_` on NCHW tensors x, w, gy, converted to its layout."""
+    layout = layout_of(backward, impl)
+    x, w, gy = in_pass_layout(torch, layout, x, w, gy)
+    if impl in BASELINES:
+        spec = BASELINES[impl]
+        return (reference_call(torch, pass_, x, w, gy, groups, spec["benchmark"]),
+                {"pass": pass_, "layout": layout, "cudnn_benchmark": spec["benchmark"],
+                 "tf32": False, "call": "aten.convolution_backward"})
+    if pass_ == INPUT_GRAD:
+        def run():
+            return backward.input_grad(gy, w, groups, impl)
+    elif pass_ == WEIGHT_GRAD:
+        def run():
+            return backward.weight_grad(gy, x, groups, impl)
+    else:
+        raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
+    return run, {"pass": pass_, "layout": layout, "call": f"groupconv_atlas.runtime.backward."
+                                                          f"{pass_}(..., {impl!r})"}
+
+
+def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> dict:
+    """{name: gpu.Bound} of every implementation of `impls` as `pass_` on one shape's input x and
+    weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
+    timing worker (timing_workers._worker): the runs the sampler takes, as a forward's."""
+    from ..runtime.gpu import Bound
+
+    torch, backward = session.torch, backward_module()
+    with session.on_stream():
+        gy = grad_output(torch, shape, seed)
+        bound = {}
+        for impl in impls:
+            run, details = bind(torch, backward, pass_, impl, x, w, gy, shape.groups)
+            bound[impl] = Bound(impl, run, None, details)
+    return bound

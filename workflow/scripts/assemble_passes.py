@@ -1,0 +1,23 @@
+"""Snakemake job (CPU): the backward passes' tables and atlas.json's `passes` section."""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from groupconv_atlas.study.artifacts import clean
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.pass_stats import pass_tables, passes_section
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.stats import StatsConfig
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "assemble_passes.py")
+cfg = StatsConfig(**smk.params.statistics)
+timing_meta = {Path(m).stem: json.loads(Path(m).read_text()) for m in smk.input.timing_meta}
+verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
+table, summary = pass_tables([pd.read_parquet(p) for p in smk.input.stats], timing_meta, cfg)
+write_parquet(smk.output.table, table)
+write_parquet(smk.output.summary, summary)
+write_json(smk.output.section, clean(passes_section(table, verification, cfg)))
+job.progress("passes: " + ", ".join(sorted(table["pass"].unique())))
+job.finish()

@@ -1,0 +1,50 @@
+"""Snakemake job (GPU machine): one backward pass's timing job (its custom implementations
+interleaved with one reference group's PyTorch references run as that pass) in timing.processes
+worker processes whose batches alternate, by the forward's sampler (study/timing_workers)."""
+import time
+
+import pandas as pd
+
+from groupconv_atlas.runtime.gpu import launcher_inputs
+from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.pass_runs import backward_module, layout_of
+from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.timing_workers import time_job
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "time_pass.py")
+pass_, references = smk.params.pass_, list(smk.params.references)
+backward = backward_module()
+candidates = list(backward.backward_implementations(pass_))
+impls = [*candidates, *references]
+cfg = TimingConfig(**smk.params.timing)
+shapes = load_frozen(smk.input.shapes)
+status = pd.read_parquet(smk.input.verification)
+correct = set(zip(status.loc[status.status == "correct", "shape_id"],
+                  status.loc[status.status == "correct", "implementation"]))
+impls_for = {s.id: [i for i in impls if (s.id, i) in correct] for s in shapes}
+t0 = time.perf_counter()
+# No forward kernel is launched: the worker's launcher holds no cubins (runtime/backward.py
+# brings its own kernels).
+samples, info = time_job(shapes, impls_for, cfg, smk.params.processes, launcher_inputs(),
+                         progress=job.progress, pass_=pass_)
+wall_s = time.perf_counter() - t0
+write_parquet(smk.output.samples, samples)
+flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
+info["sync_api_call"] = {"custom implementations": f"groupconv_atlas.runtime.backward.{pass_} "
+                                                   "(on the current stream)",
+                         "PyTorch references": "torch.ops.aten.convolution_backward with the "
+                                               "pass's output mask"}
+meta = {"job": smk.wildcards.passjob, "pass": pass_, "group": smk.params.group,
+        "implementations": impls, "candidates": candidates, "references": references,
+        "layouts": {i: layout_of(backward, i) for i in impls},
+        "config": smk.params.timing, "wall_s": wall_s,
+        "measured_alone": bool(smk.params.measured_alone),
+        "batches_total": int(len(flagged)), "batches_clock_flagged": int(flagged.sum()), **info}
+write_json(smk.output.meta, meta)
+job.progress(f"{len(samples)} samples in {wall_s:.0f}s; "
+             f"{int(samples.clock_flagged.sum())} samples in clock-flagged batches")
+job.finish({"pass": pass_, "wall_s": wall_s, "samples": len(samples),
+            "processes": smk.params.processes})

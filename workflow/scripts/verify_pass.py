@@ -1,0 +1,29 @@
+"""Snakemake job (GPU machine): verify one backward pass of every implementation on every frozen
+shape (study/pass_verify), before anything of it is timed."""
+import json
+import time
+
+import pandas as pd
+
+from groupconv_atlas.runtime.gpu import GpuSession
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.pass_verify import verify_pass
+from groupconv_atlas.study.provenance import write_parquet
+from groupconv_atlas.study.shapes_table import load_frozen
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "verify_pass.py")
+pass_ = smk.wildcards.pass_
+session = GpuSession()
+t0 = time.perf_counter()
+rows = verify_pass(session, pass_, load_frozen(smk.input.shapes), smk.params.seed,
+                   smk.params.tolerance_factor, progress=job.progress)
+wall_s = time.perf_counter() - t0
+table = pd.DataFrame(rows)
+table["precision"] = json.dumps(session.precision, sort_keys=True)
+write_parquet(smk.output.table, table)
+counts = {f"{impl} {status}": int(n) for (impl, status), n in
+          table.groupby(["implementation", "status"]).size().items()}
+job.progress(f"{pass_}: {counts} in {wall_s:.1f}s")
+job.finish({"pass": pass_, "status_counts": counts, "wall_s": wall_s,
+            "precision": session.precision})
