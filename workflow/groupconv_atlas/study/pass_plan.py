@@ -136,12 +136,26 @@ class PassPlan:
             else []
 
     def code(self, *modules: str) -> list[str]:
-        """run.code(modules), with runtime/backward.py once it is in the checkout: the GPU jobs
-        import it by name (study/pass_verify, study/pass_timing), so code() cannot follow it."""
+        """run.code(modules), with runtime/backward.py once it is in the checkout (the GPU jobs
+        import it by name (study/pass_verify, study/pass_timing), so code() cannot follow it)
+        and the kernel sources a pass compiles: the weight-gradient kernels', and the forward
+        kernels' that the input gradient runs through the op's dispatcher."""
         backward = self.run.at("workflow/groupconv_atlas/runtime", f"{BACKWARD_MODULE}.py")
-        return self.run.code(*modules, *([BACKWARD_MODULE] if backward.is_file() else []))
+        if not backward.is_file():
+            return self.run.code(*modules)
+        return [*self.run.code(*modules, BACKWARD_MODULE), *kernel_sources()]
 
     @property
     def wildcard_constraints(self) -> dict[str, str]:
         return {"passjob": "|".join(self.jobs) or "no-pass-job",
                 "pass_": "|".join(BACKWARD_ORDER)}
+
+
+def kernel_sources() -> list[str]:
+    """Every kernel source and header a backward pass may compile, repository-relative, once."""
+    from ..runtime.backward_kernels import BACKWARD_KERNELS
+    from ..runtime.kernels import KERNELS
+
+    files = [f for spec in KERNELS.values() for f in spec.inputs]
+    files += [f for spec in BACKWARD_KERNELS.values() for f in (spec.source, *spec.headers)]
+    return sorted(set(files))
