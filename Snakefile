@@ -28,6 +28,7 @@ include: "workflow/rules/networks.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/records.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/tables.smk"
 
 
 rule atlas:
