@@ -9,6 +9,9 @@ from groupconv_atlas.study.table_export import export_path as _export_path
 from groupconv_atlas.study.table_export import export_record as _export_record
 from groupconv_atlas.study.table_export import provenance_files as _provenance_files
 
+# The export's provenance and log: beside no device's results (it reads records/ only).
+EXPORTS = "results/tables"
+
 
 def exported_record() -> Path:
     """The record to export, relative to the working directory (records/<name>)."""
@@ -46,11 +49,11 @@ rule export_table:
         code=code("table_export", "jobs", "provenance"),
     output:
         table="workflow/groupconv_atlas/runtime/tables/{gpu_slug}.json",
-        prov=PLAN.prov("export_table", "{gpu_slug}"),
+        prov=f"{EXPORTS}/provenance/export_table-{{gpu_slug}}.json",
     params:
         record=exported_record_param,
     log:
-        f"{PLAN.results}/logs/export_table-{{gpu_slug}}.log",
+        f"{EXPORTS}/logs/export_table-{{gpu_slug}}.log",
     conda:
         "../../envs/cpu.yaml"
     script:
