@@ -76,6 +76,20 @@ def test_any_table_launch_tables_loads_is_exported_and_read_back_unchanged(monke
         assert packaged_tables.decode_table(packaged_tables.encode_table(table)) == table
 
 
+def test_table_source_says_whether_the_kernels_here_are_the_ones_measured(tmp_path):
+    doc = packaged_tables.load_packaged(H200)
+    found = choice_source.table_source(H200)["kernel_sources"]
+    assert set(found) == set(doc["builds"]) and set(found.values()) <= {"measured", "vouched"}
+    # A kernel edited since: its source no longer hashes to what the record built or vouches.
+    import shutil
+
+    from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR
+    shutil.copytree(KERNELS_DIR, tmp_path / "kernels")
+    source = tmp_path / "kernels" / KERNELS["k5"].source.split("/")[-1]
+    source.write_text(source.read_text() + "\n// edited\n")
+    assert choice_source.sources_against_record(doc, tmp_path / "kernels")["k5"] == "differs"
+
+
 def test_the_device_name_picks_the_source(monkeypatch):
     monkeypatch.delenv("GROUPCONV_AUTOTUNE", raising=False)
     packaged = choice_source.table_source(H200)

@@ -151,6 +151,9 @@ def test_the_installed_op_takes_its_tables_by_the_gpus_name_without_the_checkout
     assert h200["table"]["record"] == packaged["record"]
     assert Path(h200["table"]["file"]).is_relative_to(venv), h200["table"]["file"]
     assert h200["choice"]["implementation"] == implementation
+    # The kernel sources the wheel carries are the code the tables were measured on.
+    assert set(h200["table"]["kernel_sources"]) == set(packaged["builds"])
+    assert set(h200["table"]["kernel_sources"].values()) <= {"measured", "vouched"}
     assert h200["choice"]["source"] == "packaged table"
     assert h200["runtime"] == ["packaged table", packaged["record"], False,
                                len(packaged["tables"]["dispatch"]["__tuple_keys__"])]

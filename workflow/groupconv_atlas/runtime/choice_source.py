@@ -19,6 +19,7 @@ no torch needed when a device name is given."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +97,28 @@ def planned_choice(source: TableSource, shape, layout: str = "nchw", tables: dic
     return impl, variant, why, NEAREST if table else UNTUNED
 
 
+def sources_against_record(doc: dict, kernels_dir: Path | None = None) -> dict[str, str]:
+    """{kernel: "measured" | "vouched" | "differs"} for each kernel the tables' record built: its
+    source and headers here (KERNELS_DIR, what the package compiles) against the SHA-256 the
+    record's build hashed, or those it vouches compile to the same machine code. "differs": the
+    tables were measured on other code (re-measure, then re-export)."""
+    from .kernels import KERNELS, KERNELS_DIR
+
+    folder = kernels_dir or KERNELS_DIR
+    found = {}
+    for kernel, build in sorted(doc.get("builds", {}).items()):
+        if kernel not in KERNELS:
+            continue
+        built = {build["source"]: build["source_sha256"], **(build.get("header_sha256") or {})}
+        vouched = doc.get("vouched_sources", {}).get(kernel, {})
+        here = {path: hashlib.sha256((folder / Path(path).name).read_bytes()).hexdigest()
+                for path in KERNELS[kernel].inputs}
+        found[kernel] = ("measured" if here == built else
+                         "vouched" if all(d in vouched.get(p, ()) for p, d in here.items()) else
+                         "differs")
+    return found
+
+
 def _device_name(device_name: str | None) -> str:
     if device_name is not None:
         return device_name
@@ -106,11 +129,16 @@ def _device_name(device_name: str | None) -> str:
 
 def table_source(device_name: str | None = None, autotune: bool | None = None) -> dict:
     """Where conv2d's launch tables come from on the GPU named `device_name` (default: this
-    process's current GPU) without configure(): {"source": "packaged table" (with its "record"
-    and "file"), "autotune on first call" or "untuned rule", "device_name", "autotune", "summary"}.
+    process's current GPU) without configure(): {"source": "packaged table" (with its "record",
+    "file" and "kernel_sources": sources_against_record), "autotune on first call" or "untuned
+    rule", "device_name", "autotune", "summary"}.
     `autotune` as configure's (default: GROUPCONV_AUTOTUNE, else on only where no table covers
     the GPU)."""
-    return gpu_tables(_device_name(device_name), autotune).as_dict()
+    source = gpu_tables(_device_name(device_name), autotune)
+    found = source.as_dict()
+    if source.kind == PACKAGED:
+        found["kernel_sources"] = sources_against_record(load_packaged(source.device_name))
+    return found
 
 
 def describe_choice(n: int, c_in: int, c_out: int, h: int, w: int, groups: int,
