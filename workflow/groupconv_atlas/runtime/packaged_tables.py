@@ -41,7 +41,8 @@ def encode_table(table):
     if table and all(isinstance(k, tuple) for k in table):
         return {TUPLE_KEYS: [[_key_out(k), encode_table(v)] for k, v in sorted(table.items())]}
     if not all(isinstance(k, str) for k in table):
-        raise TypeError(f"a table's keys are all tuples or all strings: {sorted(map(repr, table))[:3]}")
+        raise TypeError("a table's keys are all tuples or all strings: "
+                        f"{sorted(map(repr, table))[:3]}")
     return {k: encode_table(v) for k, v in sorted(table.items())}
 
 
