@@ -62,13 +62,14 @@ def gpu_tables(device_name: str, autotune: bool | None = None) -> TableSource:
     on = autotune_enabled(autotune, covered=False)
     label = (f"no packaged launch table names GPU {device_name!r}: "
              + ("each geometry is autotuned on its first call" if on else
-                f"the untuned rule ({AUTOTUNE_VAR}=0)"))
+                f"the untuned rule (autotuning off: {AUTOTUNE_VAR}=0 or configure(autotune="
+                "False))"))
     return TableSource(AUTOTUNE if on else UNTUNED, label, on, device_name)
 
 
 def record_source(record: str | Path, autotune: bool | None = None) -> TableSource:
     """`configure(record=...)`: a checkout's committed record, its files checked."""
-    from .launch_tables import record_tables
+    from .launch_tables import record_tables  # here: table_source needs no gpu module loaded
 
     return TableSource(RECORD, f"record {Path(record).name}", autotune_enabled(autotune),
                        tables=record_tables(record), record=Path(record).name)
