@@ -176,3 +176,21 @@ def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_r
     assert untuned.tables_source.kind == choice_source.UNTUNED
     assert untuned.choice_for("dispatch", geometry_shape(2, 8, 8, 9, 9, 8))[0] == "k5"
     assert len(measured) == 2
+
+
+def test_a_failed_autotuning_takes_the_untuned_rule_and_keeps_nothing(cpu_runtime, monkeypatch,
+                                                                      caplog):
+    call_plans, make = cpu_runtime
+    from groupconv_atlas.runtime.shapes import geometry_shape
+
+    def broken(shape, cubins, **kwargs):
+        raise RuntimeError("no PyTorch CUDA here")
+
+    monkeypatch.setattr(call_plans, "autotune", broken)
+    runtime = make("NVIDIA Unknown GPU")
+    with caplog.at_level(logging.WARNING, logger="groupconv_atlas"):
+        impl, _, why = runtime.choice_for("dispatch", geometry_shape(8, 32, 32, 56, 56, 32))
+    assert impl == "k5" and "untuned rule" in why
+    assert any("autotuning (8, 32, 32, 56, 56, 32) (nchw) failed" in r.getMessage()
+               for r in caplog.records)
+    assert not (call_plans.cache_root() / "autotune.json").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -20,8 +21,8 @@ from .cubin_cache import built_cubins, cache_root
 from .gpu import CallerSession, Launcher
 from .kernels import BASELINES, DISPATCH, KERNELS, UNSEEN_FALLBACK, pointer_alignment
 from .torch_fallback import _baseline_call, _strict_fp32_call
-from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_VAR, AutotuneCache, autotune, autotune_enabled,
-                     nearest_choice)
+from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, AutotuneCache, autotune,
+                     autotune_enabled, nearest_choice)
 
 LOG = logging.getLogger("groupconv_atlas")
 
@@ -98,24 +99,33 @@ class _Runtime:
                 shape.geometry, layout, self.source, impl, why)
         return self.choices[key]
 
-    def _unseen_choice(self, shape, layout: str, tables: dict, planned
+    def _unseen_choice(self, shape, layout: str, tables: dict, planned, measure: bool = True
                        ) -> tuple[str, dict | None, str]:
-        if planned[0] is None and not torch.cuda.is_current_stream_capturing():
+        if planned[0] is None and measure and not torch.cuda.is_current_stream_capturing():
             cache = AutotuneCache(cache_root() / "autotune.json")
             key = AutotuneCache.key(torch.cuda.get_device_name(), self.cubins_sha256(), layout,
                                     shape.geometry)
             entry = cache.get(key)
             if entry is None:
                 self._announce(self._autotune_note(shape, layout, cache.path))
-                with _strict_fp32_call():
-                    entry = autotune(shape, self.launcher.cubins, progress=LOG.info,
-                                     layout=layout)
+                started = time.perf_counter()
+                try:
+                    with _strict_fp32_call():
+                        entry = autotune(shape, self.launcher.cubins, progress=LOG.info,
+                                         layout=layout)
+                except Exception as err:  # noqa: BLE001 - on by default: must not fail the call
+                    LOG.warning("dispatch: autotuning %s (%s) failed (%s: %s); it takes the "
+                                "nearest measured geometry's choice, nothing kept", shape.geometry,
+                                layout, type(err).__name__, str(err).splitlines()[0][:200])
+                    return self._unseen_choice(shape, layout, tables, (None, None, ""),
+                                               measure=False)
                 cache.put(key, entry)
-                where = f"autotuned now, kept in {cache.path}"
+                where = (f"autotuned now in {time.perf_counter() - started:.1f} s, kept in "
+                         f"{cache.path}")
             else:
                 where = f"autotuned earlier, read from {cache.path}"
             return entry["implementation"], entry["variant"], where
-        if planned[0] is None:  # inside a CUDA graph capture nothing can be measured
+        if planned[0] is None:  # in a CUDA graph capture (or after a failure) nothing is measured
             table = tables.get("dispatch" if layout == "nchw" else f"dispatch_{layout}") or {}
             return nearest_choice(shape, table, tables.get("tunings") or {}, layout)
         return planned
@@ -127,17 +137,25 @@ class _Runtime:
             LOG.warning("groupconv_atlas launch tables: %s", message)
 
     def _autotune_note(self, shape, layout: str, cache_path) -> str:
-        """Why this call autotunes, what a first call costs, where the choice is kept."""
+        """Why this call autotunes, what a first call costs, where the choice is kept. The time
+        is the autotune sampler's own budget (AUTOTUNE_TIMING: batches x samples of CUDA-graph
+        replays between its shortest and longest replay, per timed candidate: each variant,
+        then each kernel's best and the references together), not a measurement."""
         kernels = [k for k, spec in KERNELS.items() if k in self.launcher.cubins
                    and spec.layout == layout and spec.supports(shape)[0]]
         variants = sum(len(KERNELS[k].variants(shape)) if KERNELS[k].variants else 1
                        for k in kernels)
+        references = len(AUTOTUNE_REFERENCES[layout])
+        samples = AUTOTUNE_TIMING["batches"] * AUTOTUNE_TIMING["samples_per_batch"]
+        timed = (variants + len(kernels) + references) * samples / 1e6
         return (f"{self.source}; the first call of each new geometry measures every kernel that "
                 f"fits it (on {shape.geometry} {layout}: {variants} launch variants of "
-                f"{len(kernels)} kernels, each verified, then timed against "
-                f"{len(AUTOTUNE_REFERENCES[layout])} PyTorch references), so it takes far longer "
-                f"than later calls; each choice is kept in {cache_path} for later processes. "
-                f"{AUTOTUNE_VAR}=0 turns this off (then the untuned rule)")
+                f"{len(kernels)} kernels, each verified, then timed against {references} PyTorch "
+                f"references: timing alone {timed * AUTOTUNE_TIMING['graph_min_replay_us']:.1f}"
+                f" to {timed * AUTOTUNE_TIMING['graph_max_replay_us']:.1f} s, verification and a "
+                f"cold cubin cache's nvcc on top), so it takes far longer than later calls; each "
+                f"choice is kept in {cache_path} for later processes (each one's time is logged "
+                f"at INFO). {AUTOTUNE_VAR}=0 turns this off (then the untuned rule)")
 
     def cubins_sha256(self) -> str:
         digest = hashlib.sha256()
