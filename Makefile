@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 .PHONY: install atlas test test-all test-integration report verify mobilenet_probe nsight compare_records overhead_probe \
-	network_probe unseen_probe replay clean
+	network_probe unseen_probe replay export_tables clean
 install: $(VENV)/.installed
 
 # The command is echoed whole (make's own echo would show the shell words that read RECORD).
@@ -60,6 +60,12 @@ verify: $(VENV)/.installed
 
 mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe: $(VENV)/.installed
 	@$(WITH_RECORD) $(SNAKEMAKE) $@ $$args $(QUIET)
+
+# The op's launch tables from a record (default: the newest of the device that has tables) into
+# workflow/groupconv_atlas/runtime/tables/<GPU name>.json, the package data an installed conv2d
+# reads; rerun whatever the files' times (a record is older than the file it replaces). Commit it.
+export_tables: $(VENV)/.installed
+	@$(WITH_RECORD) $(SNAKEMAKE) export_tables --forcerun export_table $$args $(QUIET)
 
 replay: $(VENV)/.installed
 	@test -n "$(RECORD)" || { echo "make replay RECORD=<name>: one of $$(ls records | grep -v INDEX | tr '\n' ' ')"; exit 2; }

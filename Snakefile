@@ -29,6 +29,7 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/records.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/live.smk"
+include: "workflow/rules/tables.smk"
 
 
 rule atlas:

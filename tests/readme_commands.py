@@ -142,6 +142,8 @@ COMMANDS: dict[str, How] = {
     "make mobilenet_probe": How(RUN, "fresh copy, before make atlas: mobilenet.json written"),
     "make nsight": How(RUN, "fresh copy: nsight.parquet and machine_code.parquet written"),
     "make compare_records": How(RUN, "fresh copy: results/comparisons/records.html written"),
+    "make export_tables": How(RUN, "last, after the replays: rewrites the package's table file "
+                              "from the newest record, byte for byte the committed one"),
     "make verify": How(RUN, "after make atlas, and again after every later rerun: files match"),
     "make report": How(RUN, "after make atlas: reports/atlas.html written"),
     "snakemake --report reports/atlas.html": How(RUN, "after make atlas: the file is written"),
@@ -186,6 +188,8 @@ COMMANDS: dict[str, How] = {
     'pip install -e ".[gpu,evidence]"': How(STATIC, "the extras gpu and evidence exist"),
     'pip install -e ".[gpu]"': How(STATIC, "the extra gpu exists"),
     "pip install -e .": How(STATIC, "the project installs from workflow/ (installed here)"),
+    'pip install ".[gpu]"': How(STATIC, "the extra gpu exists; tests/test_packaging.py installs "
+                                "the wheel outside the checkout and runs it from there"),
     "pip install snakemake-executor-plugin-slurm": How(STATIC, "in the test extra and "
                                                        "importable (the SLURM dry run uses it)"),
     "git add records/<device>-<date> records/INDEX.json": How(
@@ -208,7 +212,7 @@ COMMANDS: dict[str, How] = {
     **{f"make {target} RECORD=<name>": How(
         PLACEHOLDER, "every make target takes RECORD (test_newcomer."
         "test_every_make_target_takes_record runs each with Snakemake replaced by echo)")
-       for target in ("report", "verify")},
+       for target in ("report", "verify", "export_tables")},
     "snakemake …": How(PLACEHOLDER, "stands for the snakemake lines below; nothing to run"),
     "make": How(PLACEHOLDER, "the tool; its default goal (make -n) installs the package"),
 }
@@ -223,7 +227,8 @@ TARGET_SEQUENCE = [
     "snakemake overhead_probe", "snakemake unseen_probe", "snakemake network_probe",
     "snakemake compare_records", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
-    "time_job=1 tune_kernel=1 ceilings=1", f"make replay RECORD={NEWEST.name}",
+    "time_job=1 tune_kernel=1 ceilings=1",
+    f"make replay RECORD={NEWEST.name}", "make export_tables",
 ]
 
 # README's Python statements: CPU ones run here; GPU ones are bound against the API's signatures.

@@ -11,6 +11,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
 from helpers import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,11 @@ def copy_sources(dest: Path) -> None:
             shutil.copy2(src, target)
 
 
-def test_a_wheel_in_a_fresh_environment_holds_and_imports_every_module(tmp_path):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path, Path, dict]:
+    """(its interpreter, the fresh environment, a folder outside the checkout, the environment
+    variables without PYTHONPATH) of a wheel built from this tree and installed with --no-deps."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     source, wheels, venv, elsewhere = (tmp_path / n for n in ("src", "wheels", "venv", "elsewhere"))
     copy_sources(source)
     built = run_guarded([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -81,9 +86,13 @@ def test_a_wheel_in_a_fresh_environment_holds_and_imports_every_module(tmp_path)
     installed = run_guarded([sys.executable, "-m", "pip", "--python", str(python), "install",
                              "--no-deps", "--no-index", "-q", str(wheel)], tmp_path)
     assert installed.returncode == 0, installed.stdout + installed.stderr
-
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return python, venv, elsewhere, env
+
+
+def test_a_wheel_in_a_fresh_environment_holds_and_imports_every_module(installed):
+    python, venv, elsewhere, env = installed
     res = run_guarded([python, "-c", _CHECK], elsewhere, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     found = json.loads(res.stdout.splitlines()[-1])
@@ -97,3 +106,69 @@ def test_a_wheel_in_a_fresh_environment_holds_and_imports_every_module(tmp_path)
     assert Path(found["kernels_dir"]).is_relative_to(venv)
     assert found["kernel_sources"] == sorted(p.name for p in (ROOT / "kernels").glob("*.cu*"))
     assert found["shim_found"] and Path(found["shim"]).is_relative_to(venv), found["shim"]
+
+
+# Run by the installed package outside the checkout, on the CPU, torch.cuda's device name faked
+# (argv[1]): where the tables and a `dispatch` call's choice on geometry argv[2] come from,
+# through the public names and through the runtime's own default path (its GPU session faked,
+# no cubin compiled), and every file opened and folder listed on the way.
+_CHOICES = r"""
+import json, os, sys
+opened = set()
+sys.addaudithook(lambda event, args: opened.add(str(args[0]))
+                 if event in ("open", "os.listdir", "os.scandir") and args else None)
+import torch
+import groupconv_atlas as g
+from groupconv_atlas.runtime import call_plans
+torch.cuda.get_device_name = lambda *args: sys.argv[1]
+class Session:
+    capability = (9, 0)
+call_plans.CallerSession = Session
+runtime = call_plans._Runtime(cubins={"k5": "not compiled on the CPU"})
+print(json.dumps({"table": g.table_source(), "choice": g.describe_choice(*json.loads(sys.argv[2])),
+                  "runtime": [runtime.tables_source.kind, runtime.tables_source.record,
+                              runtime.autotune, len(runtime.launcher.dispatch or {})],
+                  "opened": sorted(opened)}))
+"""
+
+
+def test_the_installed_op_takes_its_tables_by_the_gpus_name_without_the_checkout(installed):
+    """A faked H200 gets the packaged table (its record named); an unknown GPU autotunes on the
+    first call; with GROUPCONV_AUTOTUNE=0 it takes the untuned rule; no run reads the checkout,
+    a config.yaml or a record."""
+    python, venv, elsewhere, env = installed
+    packaged = json.loads((PACKAGE_DIR / "runtime" / "tables" / "nvidia-h200.json").read_text())
+    geometry, implementation = packaged["tables"]["dispatch"]["__tuple_keys__"][0]
+    runs = {}
+    for name, gpu, extra in (("h200", "NVIDIA H200", {}), ("unknown", "NVIDIA Unknown GPU", {}),
+                             ("opt-out", "NVIDIA Unknown GPU", {"GROUPCONV_AUTOTUNE": "0"})):
+        res = run_guarded([python, "-c", _CHOICES, gpu, json.dumps(geometry)], elsewhere,
+                          env={**env, "GROUPCONV_AUTOTUNE": "", **extra})
+        assert res.returncode == 0, res.stdout + res.stderr
+        runs[name] = json.loads(res.stdout.splitlines()[-1])
+    h200 = runs["h200"]
+    assert h200["table"]["source"] == "packaged table", h200["table"]
+    assert h200["table"]["record"] == packaged["record"]
+    assert Path(h200["table"]["file"]).is_relative_to(venv), h200["table"]["file"]
+    assert h200["choice"]["implementation"] == implementation
+    # The kernel sources the wheel carries are the code the tables were measured on.
+    assert set(h200["table"]["kernel_sources"]) == set(packaged["builds"])
+    assert set(h200["table"]["kernel_sources"].values()) <= {"measured", "vouched"}
+    assert h200["choice"]["source"] == "packaged table"
+    assert h200["runtime"] == ["packaged table", packaged["record"], False,
+                               len(packaged["tables"]["dispatch"]["__tuple_keys__"])]
+    unknown = runs["unknown"]
+    assert unknown["table"]["source"] == unknown["choice"]["source"] == "autotune on first call"
+    assert unknown["runtime"] == ["autotune on first call", None, True, 0]
+    opt_out = runs["opt-out"]
+    assert opt_out["table"]["source"] == opt_out["choice"]["source"] == "untuned rule"
+    assert opt_out["runtime"] == ["untuned rule", None, False, 0]
+    assert any(p.endswith("tables/nvidia-h200.json") for p in h200["opened"])
+    # The environments this test lends the fresh one (torch and the rest) lie under the
+    # checkout here; nothing else of it is opened or listed.
+    lent = (ROOT / ".venv", Path(sys.prefix))
+    for run in runs.values():
+        read = [p for p in run["opened"] if (Path(p).is_relative_to(ROOT)
+                                             and not any(Path(p).is_relative_to(e) for e in lent))
+                or "/records/" in p or p.endswith("config.yaml")]
+        assert read == [], read

@@ -127,8 +127,8 @@ def test_install_commands_name_what_exists():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
     for command, how in COMMANDS.items():
-        if command.startswith("pip install -e "):
-            target = split(command)[1][3]
+        if command.startswith("pip install ") and split(command)[1][-1].startswith("."):
+            target = split(command)[1][-1]
             named = re.fullmatch(r"\.(?:\[([\w,]+)\])?", target)
             assert named, command
             for extra in filter(None, (named.group(1) or "").split(",")):

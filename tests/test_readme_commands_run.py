@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import copy_checkout, copy_replayed, run_guarded
-from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW, REPLAY,
+from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW, REPLAY, ROOT,
                              SMOKE_RECORD, SUITE, TARGET_SEQUENCE, atlas_of, newest_holds, output,
                              repo_env, run_command, split)
 
@@ -53,6 +53,11 @@ def _after(command: str, repo: Path, res) -> None:
         assert re.search(r"snakemake atlas\s*$", res.stdout, re.MULTILINE), res.stdout[-2000:]
     elif command == "make verify":
         assert "files match" in log, log[-2000:]
+    elif command == "make export_tables":
+        table = Path("workflow/groupconv_atlas/runtime/tables/nvidia-h200.json")
+        assert "export_table[nvidia-h200]" in log, log[-2000:]
+        assert (repo / table).read_bytes() == (ROOT / table).read_bytes(), \
+            "make export_tables wrote another file than the committed one"
     elif command == f"make replay RECORD={NEWEST.name}":
         assert re.search(rf"^snakemake atlas .*record={re.escape(NEWEST.name)}\b", res.stdout,
                          re.MULTILINE), res.stdout[-2000:]

@@ -18,10 +18,14 @@ __version__ = "0.1.0"
 # The public entry point lives in .conv, which imports torch; these names load it on first use,
 # so the CPU stages import the package without torch.
 _PUBLIC = ("conv2d", "GroupConv2d", "UnsupportedConv", "implementations", "support", "configure",
-           "convert")
+           "convert", "table_source", "describe_choice")
 
 
 def __getattr__(name):
+    if name in ("table_source", "describe_choice"):  # where a choice comes from: no torch, no GPU
+        from .runtime import choice_source
+
+        return getattr(choice_source, name)
     if name == "convert":
         from .runtime.conversion import convert
 

@@ -1,23 +1,28 @@
 """The op's runtime in one process (`_Runtime`): its launcher, cubins and launch tables, the
 choice of implementation for a call (a named one, the dispatch table's, or on an unseen geometry
-the nearest measured one's or an autotuned one), and the plan cache: a call's plan is resolved
+the nearest measured one's or an autotuned one; where the tables come from: choice_source), and
+the plan cache: a call's plan is resolved
 once per key and later calls allocate the output and make one driver call on the caller's
 current stream."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import time
 from pathlib import Path
 
 import torch
 
 from .call_checks import UnsupportedConv, call_layout, check_call
+from .choice_source import (AUTOTUNE, CONFIGURED, STAGE, TABLE_HIT, UNTUNED, TableSource,
+                            gpu_tables, planned_choice, record_source, with_tables)
 from .cubin_cache import built_cubins, cache_root
 from .gpu import CallerSession, Launcher
-from .kernels import BASELINES, DISPATCH, pointer_alignment
-from .launch_tables import newest_record_with_tables, record_backward_dispatch, record_tables
+from .kernels import BASELINES, DISPATCH, KERNELS, UNSEEN_FALLBACK, pointer_alignment
 from .torch_fallback import _baseline_call, _strict_fp32_call
-from .unseen import AutotuneCache, autotune, autotune_enabled, nearest_choice
+from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, AutotuneCache, autotune,
+                     autotune_enabled, nearest_choice)
 
 LOG = logging.getLogger("groupconv_atlas")
 
@@ -40,64 +45,122 @@ class _Runtime:
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
                  autotune: bool | None = None, dispatch_nhwc=None, backward_dispatch=None):
         self._plans: dict = {}
-        # {(pass, layout, geometry): implementation} of the backward passes (runtime/backward.py
-        # reads it); from the record where it holds one (launch_tables.record_backward_dispatch).
-        self.backward_dispatch = dict(backward_dispatch or {})
-        self.autotune = autotune_enabled(autotune)
         self.choices: dict = {}  # (layout, geometry) -> (implementation, variant, why), unseen
+        self._announced = False  # the one line a GPU without tables logs before it autotunes
+        # {(pass, layout, geometry): implementation} of the backward passes (conv's backward
+        # reads it): configure()'s, else the tables' own where they hold one.
+        self.backward_dispatch = dict(backward_dispatch or {})
         if launcher is not None:  # a pipeline stage's own session and launcher
-            self.launcher, self.source = launcher, "a stage"
+            self.launcher = launcher
+            self.tables_source = TableSource(STAGE, STAGE, autotune_enabled(autotune))
+            self.source, self.autotune = STAGE, self.tables_source.autotune
             return
         device = CallerSession()
         major, minor = device.capability
-        if record is None and tunings is None and dispatch is None:
-            record = newest_record_with_tables()
+        given = {"tunings": tunings, "dispatch": dispatch, "dispatch_nhwc": dispatch_nhwc,
+                 "backward_dispatch": backward_dispatch}
+        # configure(record=...) reads a checkout's record; configure(tunings=..., ...) gives the
+        # tables; by default the package's own for this GPU's name (choice_source).
         if record is not None:
-            rec_tunings, rec_dispatch, rec_nhwc = record_tables(record)
-            tunings = rec_tunings if tunings is None else tunings
-            dispatch = rec_dispatch if dispatch is None else dispatch
-            dispatch_nhwc = rec_nhwc if dispatch_nhwc is None else dispatch_nhwc
-            if backward_dispatch is None:
-                self.backward_dispatch = record_backward_dispatch(record) or {}
-        self.source = str(record) if record is not None else "configure()"
+            found = record_source(record, autotune)
+        elif any(v is not None for v in given.values()):
+            found = TableSource(CONFIGURED, CONFIGURED, autotune_enabled(autotune))
+        else:
+            found = gpu_tables(torch.cuda.get_device_name(), autotune)
+        self.tables_source = with_tables(found, given)
+        self.source, self.autotune = self.tables_source.label, self.tables_source.autotune
+        tables = self.tables_source.tables
+        self.backward_dispatch = dict(tables.get("backward_dispatch") or {})
         self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
-                                 tunings or {}, dispatch, dispatch_nhwc)
+                                 tables.get("tunings") or {}, tables.get("dispatch"),
+                                 tables.get("dispatch_nhwc"))
 
     def choice_for(self, implementation: str, shape, layout: str = "nchw"
                    ) -> tuple[str, dict | None, str]:
         """(implementation, launch variant or None for the launch tables' own, why) of a call
-        in `layout`: a named implementation as named; `dispatch` from the layout's table, else
-        (unseen.py) the autotuned choice when autotuning is on, else the nearest measured
-        geometry's."""
+        in `layout`: a named implementation as named; `dispatch` as choice_source.planned_choice
+        decides (the layout's table, else autotuned when autotuning is on, else the nearest
+        measured geometry's choice), from the launcher's tables."""
         if implementation != DISPATCH:
             return implementation, None, f"named {implementation}"
-        table = (self.launcher.dispatch or {}) if layout == "nchw" else self.launcher.dispatch_nhwc
-        if shape.geometry in table:
-            return table[shape.geometry], None, f"the {layout} dispatch table ({self.source})"
+        launcher = self.launcher
+        tables = {"tunings": launcher.tunings, "dispatch": launcher.dispatch,
+                  "dispatch_nhwc": launcher.dispatch_nhwc}
+        source = dataclasses.replace(self.tables_source, autotune=self.autotune)
+        impl, variant, why, where = planned_choice(source, shape, layout, tables)
+        if where == TABLE_HIT:
+            return impl, variant, why
         key = (layout, shape.geometry)
         if key not in self.choices:
-            self.choices[key] = self._unseen_choice(shape, table, layout)
+            self.choices[key] = self._unseen_choice(shape, layout, tables, (impl, variant, why))
             impl, _, why = self.choices[key]
-            LOG.warning("dispatch: geometry %s (%s) is not in the dispatch table (%s): %s (%s)",
-                        shape.geometry, layout, self.source, impl, why)
+            # A GPU without tables meets every geometry unseen: one line says so (_announce),
+            # each geometry's choice is logged at INFO.
+            log = LOG.info if self.tables_source.kind in (AUTOTUNE, UNTUNED) else LOG.warning
+            if self.tables_source.kind == UNTUNED:
+                self._announce(f"{self.source}: dispatch takes it for every geometry (NCHW: "
+                               f"{UNSEEN_FALLBACK}'s untuned rule; channels_last: PyTorch)")
+            log("dispatch: geometry %s (%s) is not in the dispatch table (%s): %s (%s)",
+                shape.geometry, layout, self.source, impl, why)
         return self.choices[key]
 
-    def _unseen_choice(self, shape, table, layout: str) -> tuple[str, dict | None, str]:
-        if self.autotune and not torch.cuda.is_current_stream_capturing():
+    def _unseen_choice(self, shape, layout: str, tables: dict, planned, measure: bool = True
+                       ) -> tuple[str, dict | None, str]:
+        if planned[0] is None and measure and not torch.cuda.is_current_stream_capturing():
             cache = AutotuneCache(cache_root() / "autotune.json")
             key = AutotuneCache.key(torch.cuda.get_device_name(), self.cubins_sha256(), layout,
                                     shape.geometry)
             entry = cache.get(key)
             if entry is None:
-                with _strict_fp32_call():
-                    entry = autotune(shape, self.launcher.cubins, progress=LOG.info,
-                                     layout=layout)
+                self._announce(self._autotune_note(shape, layout, cache.path))
+                started = time.perf_counter()
+                try:
+                    with _strict_fp32_call():
+                        entry = autotune(shape, self.launcher.cubins, progress=LOG.info,
+                                         layout=layout)
+                except Exception as err:  # noqa: BLE001 - on by default: must not fail the call
+                    LOG.warning("dispatch: autotuning %s (%s) failed (%s: %s); it takes the "
+                                "nearest measured geometry's choice, nothing kept", shape.geometry,
+                                layout, type(err).__name__, str(err).splitlines()[0][:200])
+                    return self._unseen_choice(shape, layout, tables, (None, None, ""),
+                                               measure=False)
                 cache.put(key, entry)
-                where = f"autotuned now, kept in {cache.path}"
+                where = (f"autotuned now in {time.perf_counter() - started:.1f} s, kept in "
+                         f"{cache.path}")
             else:
                 where = f"autotuned earlier, read from {cache.path}"
             return entry["implementation"], entry["variant"], where
-        return nearest_choice(shape, table, self.launcher.tunings, layout)
+        if planned[0] is None:  # in a CUDA graph capture (or after a failure) nothing is measured
+            table = tables.get("dispatch" if layout == "nchw" else f"dispatch_{layout}") or {}
+            return nearest_choice(shape, table, tables.get("tunings") or {}, layout)
+        return planned
+
+    def _announce(self, message: str) -> None:
+        """Where a GPU's choices come from when no table covers it: one line per process."""
+        if not self._announced:
+            self._announced = True
+            LOG.warning("groupconv_atlas launch tables: %s", message)
+
+    def _autotune_note(self, shape, layout: str, cache_path) -> str:
+        """Why this call autotunes, what a first call costs, where the choice is kept. The time
+        is the autotune sampler's own budget (AUTOTUNE_TIMING: batches x samples of CUDA-graph
+        replays between its shortest and longest replay, per timed candidate: each variant,
+        then each kernel's best and the references together), not a measurement."""
+        kernels = [k for k, spec in KERNELS.items() if k in self.launcher.cubins
+                   and spec.layout == layout and spec.supports(shape)[0]]
+        variants = sum(len(KERNELS[k].variants(shape)) if KERNELS[k].variants else 1
+                       for k in kernels)
+        references = len(AUTOTUNE_REFERENCES[layout])
+        samples = AUTOTUNE_TIMING["batches"] * AUTOTUNE_TIMING["samples_per_batch"]
+        timed = (variants + len(kernels) + references) * samples / 1e6
+        return (f"{self.source}; the first call of each new geometry measures every kernel that "
+                f"fits it (on {shape.geometry} {layout}: {variants} launch variants of "
+                f"{len(kernels)} kernels, each verified, then timed against {references} PyTorch "
+                f"references: timing alone {timed * AUTOTUNE_TIMING['graph_min_replay_us']:.1f}"
+                f" to {timed * AUTOTUNE_TIMING['graph_max_replay_us']:.1f} s, verification and a "
+                f"cold cubin cache's nvcc on top), so it takes far longer than later calls; each "
+                f"choice is kept in {cache_path} for later processes (each one's time is logged "
+                f"at INFO). {AUTOTUNE_VAR}=0 turns this off (then the untuned rule)")
 
     def cubins_sha256(self) -> str:
         digest = hashlib.sha256()

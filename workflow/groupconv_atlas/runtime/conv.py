@@ -18,10 +18,13 @@ gradient's own kernels, deterministic, bit-identical across runs; the input grad
 forward kernels), the rest through aten as before. It is registered as the op's autograd formula,
 and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
 
-Where the launch tables come from: `configure(...)` sets them; by default the newest committed
-record under records/ that has them (tuned launches, dispatch choices), looked up by geometry
-(launch_tables). Cubins are compiled on first use with nvcc into a cache (GROUPCONV_CACHE, default
-~/.cache/groupconv_atlas), keyed by the sources' hash and the GPU's architecture (cubin_cache).
+Where the launch tables come from (choice_source): `configure(...)` sets them (`record=`: a
+checkout's committed record, launch_tables); by default the package's own for the GPU's name
+(runtime/tables/<name>.json, exported from a committed record by `make export_tables`;
+packaged_tables), looked up by geometry. A GPU no packaged file names autotunes each geometry on
+its first call and keeps the choice (unseen; GROUPCONV_AUTOTUNE=0: the untuned rule). Cubins are
+compiled on first use with nvcc into a cache (GROUPCONV_CACHE, default ~/.cache/groupconv_atlas),
+keyed by the sources' hash and the GPU's architecture (cubin_cache).
 """
 from __future__ import annotations
 
@@ -51,14 +54,16 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               launcher: Launcher | None = None, autotune: bool | None = None,
               dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None) -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
-    pipeline stage passes its own `launcher` (its session, cubins and tables). `dispatch` and
+    pipeline stage passes its own `launcher` (its session, cubins and tables). `record`: a
+    checkout's committed record (records/<name>) in place of the package's tables. `dispatch` and
     `dispatch_nhwc` map a geometry (N, C_in, C_out, H, W, groups) to the implementation for
     contiguous NCHW and channels_last calls. `autotune=True` measures a geometry no table holds
-    on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json (default: the
-    GROUPCONV_AUTOTUNE variable; off). `backward_dispatch` maps (pass, layout, geometry) to the
-    implementation of that backward pass ("input_grad" or "weight_grad", "nchw" or "nhwc")
-    (default: the record's raw/dispatch/backward.json, if any); a pass and geometry it lacks
-    runs aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
+    on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json, False takes
+    the nearest measured geometry's choice (default: the GROUPCONV_AUTOTUNE variable, 1 or 0;
+    unset, on only for a GPU no packaged table names). `backward_dispatch` maps (pass, layout,
+    geometry) to the implementation of that backward pass ("input_grad" or "weight_grad",
+    "nchw" or "nhwc") (default: the tables' own, if any); a pass and geometry it lacks runs
+    aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
     weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc")."""
     global _RUNTIME, _BACKWARD_DISPATCH
     _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
@@ -179,9 +184,10 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     x: FP32 (N, C_in, H, W) on a CUDA GPU, contiguous NCHW or channels_last; weight: FP32
     (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W) in x's layout.
     implementation: one of `implementations()`: "dispatch" (the atlas's fastest verified choice
-    for this geometry and layout; a geometry no table holds takes the choice of the nearest
-    measured one, or with configure(autotune=True) one measured here once and cached; logged
-    once), a custom kernel ("k0".."k7" compute on NCHW, "k8" and "k9" on channels_last), or the
+    for this geometry and layout, from the package's table for this GPU; a geometry no table
+    holds takes the choice of the nearest measured one, or on a GPU without a table (or with
+    configure(autotune=True)) one measured here on its first call and cached; logged), a custom
+    kernel ("k0".."k7" compute on NCHW, "k8" and "k9" on channels_last), or the
     strict-FP32 PyTorch references "torch_default", "torch_tuned" (NCHW) and
     "torch_default_nhwc", "torch_tuned_nhwc" (channels_last): F.conv2d with TF32 off,
     cudnn.benchmark off or on. A named implementation must be given tensors in its layout.

@@ -1,52 +1,53 @@
-"""Where the op's launch tables come from: a committed record's tuned launches and dispatch
-tables, keyed by geometry, each file checked against the record's manifest; by default the newest
-record of the configured device that has them. A record with backward passes also holds their
-dispatch table (raw/dispatch/backward.json: per pass, layout and geometry the fastest verified
-implementation), loaded into the op's `backward_dispatch`."""
+"""Where the op's launch tables come from in a checkout: a committed record's tuned launches and
+dispatch tables, keyed by geometry, each file checked against the record's manifest. The
+pipeline's export_tables rule writes these same tables into the package (packaged_tables), which
+is where an installed op reads them; `configure(record=...)` reads a record here. A record with
+backward passes also holds their dispatch table (raw/dispatch/backward.json: per pass, layout and
+geometry the fastest verified implementation), loaded as `backward_dispatch`."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import yaml
-
-from .files import REPO_ROOT, check_inputs, find_record
+from .files import check_inputs
 from .gpu import Geometry, _geometry, dispatch_table, tuning_table
 
+# Every table by the name the runtime and the export know it under: a table loaded here is
+# exported and packaged under its name with no change of the package's format.
+TABLE_NAMES = ("tunings", "dispatch", "dispatch_nhwc", "backward_dispatch")
 BACKWARD_TABLE = "backward.json"  # beside the forward's table.json in raw/dispatch/
 
 
-def record_tables(record: str | Path) -> tuple[dict, dict | None, dict | None]:
-    """(tunings, NCHW dispatch, channels_last dispatch) keyed by geometry from a committed
-    record's raw layer (a record made before the channels_last table has an empty one); each
-    file read is first checked against the record's manifest (files.check_inputs)."""
+def record_table_files(record: str | Path) -> list[Path]:
+    """The record files the tables are read from (tuning records, the dispatcher's table)."""
     raw = Path(record) / "raw"
-    tuning_files = sorted((raw / "tuning").glob("*.json"))
-    table = raw / "dispatch" / "table.json"
-    check_inputs([*tuning_files, *([table] if table.is_file() else [])])
-    tunings = {p.stem: tuning_table(p) for p in tuning_files}
-    if not (table.is_file() and _has_geometry(table)):
-        return tunings, None, None
-    return tunings, dispatch_table(table), dispatch_table(table, "nhwc")
+    tables = [raw / "dispatch" / "table.json", raw / "dispatch" / BACKWARD_TABLE]
+    return [*sorted((raw / "tuning").glob("*.json")), *(t for t in tables if t.is_file())]
+
+
+def record_tables(record: str | Path) -> dict[str, dict | None]:
+    """{"tunings": {kernel: {geometry: variant}}, "dispatch": {geometry: implementation} (NCHW),
+    "dispatch_nhwc": (channels_last)} from a committed record's raw layer (a record made before
+    the channels_last table has an empty one; one without geometry-keyed dispatch None), and
+    "backward_dispatch" where the record has backward passes (absent otherwise, so an export of
+    an older record is what it was); each file read is first checked against the record's
+    manifest (files.check_inputs)."""
+    files = record_table_files(record)
+    check_inputs(files)
+    tunings = {p.stem: tuning_table(p) for p in files if p.parent.name == "tuning"}
+    table = Path(record) / "raw" / "dispatch" / "table.json"
+    backward = Path(record) / "raw" / "dispatch" / BACKWARD_TABLE
+    found = {"tunings": tunings, "dispatch": None, "dispatch_nhwc": None}
+    if table.is_file() and _has_geometry(table):
+        found.update(dispatch=dispatch_table(table), dispatch_nhwc=dispatch_table(table, "nhwc"))
+    if backward.is_file():
+        found["backward_dispatch"] = backward_dispatch_table(backward)
+    return found
 
 
 def _has_geometry(table: Path) -> bool:
     entries = list(json.loads(table.read_text())["table"].values())
     return bool(entries) and "geometry" in entries[0]
-
-
-def newest_record_with_tables(records: Path = REPO_ROOT / "records") -> Path | None:
-    """The newest committed record of the configured device whose tuning tables carry
-    geometries (older records kept launches by shape name, unusable for arbitrary calls); None
-    outside a checkout (an installed wheel carries no records)."""
-    config = REPO_ROOT / "config" / "config.yaml"
-    if not config.is_file():
-        return None
-    device = yaml.safe_load(config.read_text())["device"]
-    try:
-        return find_record(records, "newest", device, having="raw/tuning/*.json")
-    except LookupError:
-        return None
 
 
 def backward_dispatch_table(path: str | Path) -> dict[tuple[str, str, Geometry], str]:

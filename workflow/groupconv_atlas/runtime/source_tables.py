@@ -8,15 +8,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import REPO_ROOT
-
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
-# The kernel sources: the checkout's kernels/, or in an installed wheel the copy it carries
-# (runtime/kernel_sources, which in the checkout is a link to kernels/).
-KERNELS_DIR = REPO_ROOT / "kernels"
-if not KERNELS_DIR.is_dir():
-    KERNELS_DIR = Path(__file__).resolve().parent / "kernel_sources"
+# The kernel sources: the package's runtime/kernel_sources, which an installed wheel carries as
+# package data and which in a checkout is a link to kernels/ (resolved: the checkout's folder).
+# Found beside this file, never by guessing where a checkout might be.
+KERNELS_DIR = (Path(__file__).resolve().parent / "kernel_sources").resolve()
 
 
 @dataclass(frozen=True)

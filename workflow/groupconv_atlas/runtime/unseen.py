@@ -8,7 +8,8 @@ implementation supports the new geometry count; a PyTorch choice carries over (t
 PyTorch faster on a shape like it), and a tuned kernel takes the nearest geometry's tuned launch
 where that launch fits the new geometry, else its untuned rule.
 
-Autotune (opt-in: `configure(autotune=True)` or GROUPCONV_AUTOTUNE=1): every kernel that supports
+Autotune (on by default only on a GPU no table covers; `configure(autotune=...)` or
+GROUPCONV_AUTOTUNE=1/0 decide otherwise): every kernel that supports
 the geometry, each tuned kernel through its tuning stage (every variant verified as the
 verification stage verifies a launch, the correct ones timed with the atlas's graph_device
 sampler), then the best of each kernel and the strict-FP32 PyTorch references timed together;
@@ -79,10 +80,18 @@ def nearest_choice(shape, table: dict, tunings: dict, layout: str = "nchw"
                                    "rule")
 
 
-def autotune_enabled(setting: bool | None) -> bool:
+def autotune_enabled(setting: bool | None, covered: bool = True) -> bool:
+    """Whether a geometry no table holds is measured on its first call: `setting` when given
+    (configure(autotune=...)), else GROUPCONV_AUTOTUNE (1/0, true/false, yes/no, on/off), else
+    only where no table covers the GPU (`covered`: the launch tables are this GPU's)."""
     if setting is not None:
         return bool(setting)
-    return os.environ.get(AUTOTUNE_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    value = os.environ.get(AUTOTUNE_VAR, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return not covered
 
 
 class AutotuneCache:

@@ -1,0 +1,196 @@
+"""The launch tables the package carries (runtime/tables/<GPU name>.json, `make export_tables`):
+each file is a fresh export of the newest committed record of its device that has tables (a
+record committed without a re-export, or a file edited by hand, fails here, naming the command
+that fixes it); the export carries every table launch_tables loads, under its name, so a new
+table (the backward dispatch table, keyed by (pass, layout, geometry)) needs no format change;
+and the runtime takes its tables by the GPU's name: the packaged file where one names the GPU,
+else autotuning on the first call of each geometry, logged in one line, or with
+GROUPCONV_AUTOTUNE=0 the untuned rule. Everything on the CPU; tests/test_packaging.py checks the
+same from a wheel installed outside the checkout."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import yaml
+
+from groupconv_atlas.runtime import choice_source, packaged_tables
+from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv_atlas.runtime.launch_tables import TABLE_NAMES, record_tables
+from groupconv_atlas.study import table_export
+
+RECORDS = REPO_ROOT / "records"
+DEVICE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["device"]
+H200 = "NVIDIA H200"
+
+
+def test_every_packaged_table_is_a_fresh_export_of_its_devices_newest_record():
+    assert table_export.stale_exports(RECORDS, packaged_tables.TABLES_DIR, (DEVICE,)) == []
+    newest = table_export.export_record(RECORDS, "newest", DEVICE)
+    doc = packaged_tables.load_packaged(H200)
+    assert doc["record"] == newest.name and doc["gpu_name"] == H200
+    assert set(doc["tables"]) == set(TABLE_NAMES)
+    assert doc["tables"] == record_tables(newest)
+    # Provenance: the record's manifest as records/INDEX.json vouches for it, every file read,
+    # each kernel's cubin and sources.
+    index = json.loads((RECORDS / "INDEX.json").read_text())["records"][newest.name]
+    assert doc["record_manifest_sha256"] == index["manifest_sha256"]
+    assert "raw/dispatch/table.json" in doc["read"] and "raw/tuning/k5.json" in doc["read"]
+    assert {"cubin_sha256", "source_sha256", "header_sha256"} <= set(doc["builds"]["k5"])
+
+
+def test_a_stale_or_outdated_export_is_caught(tmp_path):
+    current = packaged_tables.TABLES_DIR / "nvidia-h200.json"
+    edited = json.loads(current.read_text())
+    rows = edited["tables"]["dispatch"][packaged_tables.TUPLE_KEYS]
+    rows[0][1] = "k0" if rows[0][1] != "k0" else "k3"
+    (tmp_path / current.name).write_text(json.dumps(edited, indent=1, sort_keys=True) + "\n")
+    problems = table_export.stale_exports(RECORDS, tmp_path)
+    assert problems == [f"{current.name}: differs from a fresh export of record "
+                        f"{edited['record']}: run `make export_tables RECORD={edited['record']}`"]
+    # An export of an older record: what the file looks like after a new record is committed
+    # without `make export_tables`.
+    older = RECORDS / "h200-2026-12-02-b"
+    (tmp_path / current.name).write_text(table_export.export_text(older))
+    problems = table_export.stale_exports(RECORDS, tmp_path)
+    assert len(problems) == 1 and f"exported from {older.name}, but the newest" in problems[0]
+    # A device whose newest record has no file at all.
+    (tmp_path / current.name).unlink()
+    assert "is not exported" in table_export.stale_exports(RECORDS, tmp_path, (DEVICE,))[0]
+
+
+def test_any_table_launch_tables_loads_is_exported_and_read_back_unchanged(monkeypatch, tmp_path):
+    newest = table_export.export_record(RECORDS, "newest", DEVICE)
+    loaded = record_tables(newest)
+    # A table keyed by (pass, layout, geometry), as the backward dispatch table will be.
+    backward = {("dgrad", "nchw", (8, 32, 32, 56, 56, 32)): "torch_tuned",
+                ("wgrad", "nhwc", (8, 32, 32, 56, 56, 32)): "k9"}
+    monkeypatch.setattr(table_export, "record_tables",
+                        lambda record: {**loaded, "backward_dispatch": backward})
+    (tmp_path / "nvidia-h200.json").write_text(table_export.export_text(newest))
+    doc = packaged_tables.load_packaged.__wrapped__(H200, tmp_path)
+    assert doc["tables"] == {**loaded, "backward_dispatch": backward}
+    # A string-keyed dict whose only key could look like the encoding's marker stays itself.
+    for table in ({"rows": 2}, {}, {"k5": {(1, 2): {"rows": 1}}}, None):
+        assert packaged_tables.decode_table(packaged_tables.encode_table(table)) == table
+
+
+def test_table_source_says_whether_the_kernels_here_are_the_ones_measured(tmp_path):
+    doc = packaged_tables.load_packaged(H200)
+    found = choice_source.table_source(H200)["kernel_sources"]
+    assert set(found) == set(doc["builds"]) and set(found.values()) <= {"measured", "vouched"}
+    # A kernel edited since: its source no longer hashes to what the record built or vouches.
+    import shutil
+
+    from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR
+    shutil.copytree(KERNELS_DIR, tmp_path / "kernels")
+    source = tmp_path / "kernels" / KERNELS["k5"].source.split("/")[-1]
+    source.write_text(source.read_text() + "\n// edited\n")
+    assert choice_source.sources_against_record(doc, tmp_path / "kernels")["k5"] == "differs"
+
+
+def test_the_device_name_picks_the_source(monkeypatch):
+    monkeypatch.delenv("GROUPCONV_AUTOTUNE", raising=False)
+    packaged = choice_source.table_source(H200)
+    assert packaged["source"] == choice_source.PACKAGED and not packaged["autotune"]
+    assert packaged["record"] == table_export.export_record(RECORDS, "newest", DEVICE).name
+    other = choice_source.table_source("NVIDIA GeForce RTX 4090")
+    assert other["source"] == choice_source.AUTOTUNE and other["record"] is None
+    assert choice_source.describe_choice(8, 32, 32, 56, 56, 32, device_name="X")["source"] == \
+        choice_source.AUTOTUNE
+    # A geometry the table lacks, on the covered GPU: the nearest measured geometry's choice.
+    near = choice_source.describe_choice(3, 40, 40, 29, 31, 40, device_name=H200)
+    assert near["source"] == choice_source.NEAREST and near["implementation"]
+    monkeypatch.setenv("GROUPCONV_AUTOTUNE", "0")
+    untuned = choice_source.describe_choice(8, 32, 32, 56, 56, 32, device_name="X")
+    assert untuned["source"] == choice_source.UNTUNED and untuned["implementation"] == "k5"
+    assert choice_source.describe_choice(8, 32, 32, 56, 56, 32, "nhwc", "X")["implementation"] \
+        == "torch_tuned_nhwc"
+    monkeypatch.setenv("GROUPCONV_AUTOTUNE", "1")
+    assert choice_source.table_source(H200)["autotune"]
+
+
+@pytest.fixture
+def cpu_runtime(monkeypatch, tmp_path):
+    """call_plans._Runtime built on the CPU: a faked GPU name, no session, no cubins."""
+    pytest.importorskip("torch")
+    from groupconv_atlas.runtime import call_plans
+
+    class Session:
+        capability = (9, 0)
+
+    names = {"gpu": H200}
+    monkeypatch.setattr(call_plans, "CallerSession", Session)
+    monkeypatch.setattr(call_plans.torch.cuda, "get_device_name", lambda *a: names["gpu"])
+    monkeypatch.setattr(call_plans.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setenv("GROUPCONV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GROUPCONV_AUTOTUNE", raising=False)
+
+    def make(gpu: str, **kwargs):
+        names["gpu"] = gpu
+        return call_plans._Runtime(cubins={"k5": str(tmp_path / "k5.cubin")}, **kwargs)
+
+    (tmp_path / "k5.cubin").write_bytes(b"cubin")
+    return call_plans, make
+
+
+def test_the_runtime_takes_the_packaged_table_by_the_gpus_name(cpu_runtime):
+    call_plans, make = cpu_runtime
+    from groupconv_atlas.runtime.shapes import geometry_shape
+
+    runtime = make(H200)
+    doc = packaged_tables.load_packaged(H200)
+    assert runtime.tables_source.kind == choice_source.PACKAGED and not runtime.autotune
+    assert runtime.launcher.dispatch == doc["tables"]["dispatch"]
+    assert runtime.launcher.tunings == doc["tables"]["tunings"]
+    geometry, impl = next(iter(doc["tables"]["dispatch"].items()))
+    assert runtime.choice_for("dispatch", geometry_shape(*geometry))[0] == impl
+    # configure(dispatch=...) still overrides the packaged table's.
+    assert make(H200, dispatch={geometry: "k0"}).launcher.dispatch == {geometry: "k0"}
+
+
+def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_runtime, caplog,
+                                                                           monkeypatch):
+    call_plans, make = cpu_runtime
+    from groupconv_atlas.runtime.shapes import geometry_shape
+
+    measured = []
+    monkeypatch.setattr(call_plans, "autotune", lambda shape, cubins, **kw: measured.append(
+        shape.geometry) or {"implementation": "k5", "variant": None, "median_us": 1.0})
+    runtime = make("NVIDIA Unknown GPU")
+    assert runtime.tables_source.kind == choice_source.AUTOTUNE and runtime.autotune
+    with caplog.at_level(logging.INFO, logger="groupconv_atlas"):
+        for geometry in [(8, 32, 32, 56, 56, 32), (4, 64, 64, 28, 28, 64), (8, 32, 32, 56, 56, 32)]:
+            assert runtime.choice_for("dispatch", geometry_shape(*geometry))[0] == "k5"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "GROUPCONV_AUTOTUNE=0" in warnings[0], warnings
+    assert "first call of each new geometry" in warnings[0] and "autotune.json" in warnings[0]
+    assert measured == [(8, 32, 32, 56, 56, 32), (4, 64, 64, 28, 28, 64)]
+    # A later process reads the kept choice and measures nothing.
+    assert make("NVIDIA Unknown GPU").choice_for(
+        "dispatch", geometry_shape(4, 64, 64, 28, 28, 64))[2].startswith("autotuned earlier")
+    assert len(measured) == 2
+    monkeypatch.setenv("GROUPCONV_AUTOTUNE", "0")
+    untuned = make("NVIDIA Unknown GPU")
+    assert untuned.tables_source.kind == choice_source.UNTUNED
+    assert untuned.choice_for("dispatch", geometry_shape(2, 8, 8, 9, 9, 8))[0] == "k5"
+    assert len(measured) == 2
+
+
+def test_a_failed_autotuning_takes_the_untuned_rule_and_keeps_nothing(cpu_runtime, monkeypatch,
+                                                                      caplog):
+    call_plans, make = cpu_runtime
+    from groupconv_atlas.runtime.shapes import geometry_shape
+
+    def broken(shape, cubins, **kwargs):
+        raise RuntimeError("no PyTorch CUDA here")
+
+    monkeypatch.setattr(call_plans, "autotune", broken)
+    runtime = make("NVIDIA Unknown GPU")
+    with caplog.at_level(logging.WARNING, logger="groupconv_atlas"):
+        impl, _, why = runtime.choice_for("dispatch", geometry_shape(8, 32, 32, 56, 56, 32))
+    assert impl == "k5" and "untuned rule" in why
+    assert any("autotuning (8, 32, 32, 56, 56, 32) (nchw) failed" in r.getMessage()
+               for r in caplog.records)
+    assert not (call_plans.cache_root() / "autotune.json").exists()

@@ -1,0 +1,126 @@
+"""The op's launch tables exported from a committed record into the package
+(runtime/tables/<GPU name's slug>.json), so an installed op chooses its launches by the GPU's name
+without the checkout (runtime/packaged_tables reads them). Target: `snakemake export_tables`
+(`make export_tables RECORD=<name>`; default the newest record of the configured device that
+has tables).
+
+The file holds every table runtime/launch_tables.record_tables loads, under its name (a table
+added there is exported with no change here), and where they came from: the record's name,
+creation stamp and manifest hash, the SHA-256 of every record file read, the cubin and source
+hashes of each kernel's build, and the source hashes the record vouches compile to the same
+machine code. Nothing in it depends on when it was written, so a fresh export of its record
+equals it byte for byte (stale_exports: a file that differs, or a device whose newest record
+with tables is not the one its file names)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..runtime.files import MANIFEST, find_record, load_index, sha256_file
+from ..runtime.launch_tables import record_table_files, record_tables
+from ..runtime.packaged_tables import FORMAT, TABLES_DIR, device_slug, encode_table
+from .records import checked_files, vouched_sources
+
+# A record that has launch tables holds tuning records (older ones kept k5's inside its build).
+HAVING_TABLES = "raw/tuning/*.json"
+ABOUT = ("Launch tables of groupconv_atlas.conv2d for one GPU, exported from a committed record "
+         "by `make export_tables` (study/table_export.py); tables keyed by tuples are "
+         "{\"__tuple_keys__\": [[key, value], ...]} (runtime/packaged_tables.py). Regenerate, "
+         "never edit.")
+
+
+def export_record(records_dir: str | Path, setting: str, device: str) -> Path:
+    """The record to export: `setting` (a record's name), or "newest": the newest record of
+    `device` that has tables."""
+    return find_record(records_dir, setting, device, having=HAVING_TABLES)
+
+
+def provenance_files(record_dir: str | Path) -> dict[str, list[Path]]:
+    """The record files an export reads, by what they give: its tables, the builds (cubin and
+    source hashes), the timing records (the GPU's name), the vouched sources if any."""
+    raw = Path(record_dir) / "raw"
+    vouched = raw / "same_machine_code.json"
+    return {"tables": record_table_files(record_dir),
+            "builds": sorted((raw / "builds").glob("*.json")),
+            "timing": sorted((raw / "timing").glob("*.json")),
+            "vouched": [vouched] if vouched.is_file() else []}
+
+
+def record_gpu_name(record_dir: str | Path) -> str:
+    """The GPU every timing job of the record ran on (torch's device name), refused unless one."""
+    names = {json.loads(p.read_text())["environment"].get("gpu_name")
+             for p in checked_files(provenance_files(record_dir)["timing"])}
+    if len(names) != 1 or None in names:
+        raise ValueError(f"record {Path(record_dir).name}: its timing records name GPUs "
+                         f"{sorted(map(str, names))}, not one; its tables cannot be keyed by one")
+    return names.pop()
+
+
+def export_path(record_dir: str | Path, tables_dir: str | Path = TABLES_DIR) -> Path:
+    return Path(tables_dir) / f"{device_slug(record_gpu_name(record_dir))}.json"
+
+
+def export_document(record_dir: str | Path) -> dict:
+    """The package file's content for a committed record (every file read checked first)."""
+    record_dir = Path(record_dir)
+    files = provenance_files(record_dir)
+    checked_files([p for group in files.values() for p in group])
+    tables = record_tables(record_dir)
+    if not tables.get("dispatch"):
+        raise ValueError(f"record {record_dir.name}: no dispatch table keyed by geometry; "
+                         "nothing the op could choose by")
+    manifest = json.loads((record_dir / MANIFEST).read_text())
+    builds = {}
+    for path in files["builds"]:
+        build = json.loads(path.read_text())
+        builds[build["kernel"]] = {k: build.get(k) for k in (
+            "target_arch", "cubin_sha256", "source", "source_sha256", "header_sha256")}
+    entry = load_index(record_dir.parent)["records"].get(record_dir.name, {})
+    return {
+        "about": ABOUT,
+        "format": FORMAT,
+        "gpu_name": record_gpu_name(record_dir),
+        "device": manifest.get("device"),
+        "record": record_dir.name,
+        "record_created_utc": manifest.get("created_utc"),
+        "record_manifest_sha256": entry.get("manifest_sha256"),
+        "read": {p.relative_to(record_dir).as_posix(): sha256_file(p)
+                 for p in files["tables"] + files["timing"] + files["builds"] + files["vouched"]},
+        "builds": builds,
+        "vouched_sources": vouched_sources(record_dir),
+        "tables": {name: encode_table(table) for name, table in tables.items()},
+    }
+
+
+def export_text(record_dir: str | Path) -> str:
+    return json.dumps(export_document(record_dir), indent=1, sort_keys=True) + "\n"
+
+
+def stale_exports(records_dir: str | Path, tables_dir: str | Path = TABLES_DIR,
+                  devices: tuple[str, ...] = ()) -> list[str]:
+    """What is out of date in the package's tables, in words: a file that is not a fresh export
+    of the record it names, or whose device's newest record with tables is another one (a new
+    record committed without `make export_tables`), and each of `devices` whose newest record
+    with tables has no file. [] when every file is current."""
+    problems = []
+    for device in devices:
+        newest = export_record(records_dir, "newest", device)
+        if not export_path(newest, tables_dir).is_file():
+            problems.append(f"device {device}: its newest record with tables, {newest.name}, is "
+                            f"not exported (no {export_path(newest, tables_dir).name}): run "
+                            "`make export_tables`")
+    for path in sorted(Path(tables_dir).glob("*.json")):
+        doc = json.loads(path.read_text())
+        record_dir = Path(records_dir) / doc["record"]
+        if not (record_dir / MANIFEST).is_file():
+            problems.append(f"{path.name}: names record {doc['record']}, which is not committed")
+            continue
+        if path.read_text() != export_text(record_dir):
+            problems.append(f"{path.name}: differs from a fresh export of record {doc['record']}"
+                            f": run `make export_tables RECORD={doc['record']}`")
+        newest = export_record(records_dir, "newest", doc["device"])
+        if export_path(newest, tables_dir) == path and newest.name != doc["record"]:
+            problems.append(f"{path.name}: exported from {doc['record']}, but the newest "
+                            f"{doc['device']} record with tables is {newest.name}: run "
+                            "`make export_tables`")
+    return problems
