@@ -7,14 +7,11 @@ What counts as a command (extracted from the files, never typed in here):
 
 * every line of README.md's fenced shell blocks (```bash, ```sh, ```shell, ```console), comments
   and a console's `$ ` prompt stripped, `\\` continuations joined;
-* every inline code span of README.md's prose whose first word, after any `NAME=value` environment
-  assignments, is one of COMMAND_WORDS (`make`, `snakemake`, `pip`, `python`, `pytest`, `git`,
-  `time`, `.`): the README tells a reader to type these (the Quick start's make targets, the
-  several-GPU and SLURM lines, `snakemake network_probe`, ...). Spans that are paths, options
-  (`--cores 1`), settings (`cores: all`) or bare assignments (`PYTHONPATH=workflow`) are not
-  commands. The remote-GPU and CI scripts (`tools/gpu_run.sh`, `tools/records_aside.sh`,
-  `.ci/run`) are left out: they run on the GPU host or in CI, and tests/test_records_aside.py and
-  tests/test_stage_times.py test them;
+* every inline code span of README.md's prose whose first word, after any `NAME=value`
+  assignments, is one of COMMAND_WORDS (the Quick start's make targets, the several-GPU and SLURM
+  lines, ...); paths, options, settings and bare assignments are not commands. The GPU host's
+  and CI's scripts (`tools/gpu_run.sh`, `tools/records_aside.sh`, `.ci/run`) are left out: their
+  own tests (test_live_run.py, test_records_aside.py, test_stage_times.py) test them;
 * the command in profiles/slurm/config.yaml's comment (`#   snakemake atlas --workflow-profile
   ...`), which the profile documents for itself;
 * README.md's ```python blocks, statement by statement (PYTHON_STATEMENTS): every block is
@@ -32,30 +29,26 @@ files no longer hold). The kinds:
   everything that reads its results (integration: minutes);
 * REPLAY: `make replay RECORD=<name>` for real, each record in a fresh copy; the smoke record in
   a copy of the session's `smoke_replay`, where it must find nothing to redo (integration);
-* PROBE: the probes of the public op (`make overhead_probe`, `unseen_probe`, `network_probe` and
-  their snakemake lines) replay from the newest record's raw samples: run for real in the same
-  sequence; where that record holds the probe's samples it must write its JSON, where it lacks
-  them it must refuse naming the missing file, as the README says of such a record
-  (integration). `snakemake snapshot_record` in a replay checkout must likewise refuse, saying it
-  needs a live run on a GPU (fast);
+* PROBE: the public op's probes (`make overhead_probe`, `unseen_probe`, `network_probe` and
+  their snakemake lines) replay from the newest record's raw samples in the same sequence: they
+  write their JSON where it holds the samples, else refuse naming the missing file
+  (integration); `snakemake snapshot_record` in a replay checkout refuses too (fast);
 * DRY: needs a GPU or a cluster: a Snakemake dry run (`-n` right after `snakemake`, so the rest
   parses exactly as typed) with the arguments that select the live DAG appended
   (`--config mode=live` last: `--config` takes every word after it), then a check of the DAG
   (threads, resources, outputs) (fast);
 * SUITE: the test targets: `make -n` shows the pytest line (fast); the set is collected through
-  the target itself with `PYTEST_ARGS=--collect-only -q` (integration), never run (that would be
-  the whole suite, inside itself);
+  the target with `PYTEST_ARGS=--collect-only -q` (integration), never run (the whole suite);
 * STATIC: installs and `git add` (they change the environment or the repository): the extras
   they name exist in pyproject.toml, the paths they name are what snapshot_record writes (fast);
 * PLACEHOLDER: templates (`make replay RECORD=<name>`, `snakemake …`), and `make`, which the
   README names as the tool: checked for what they stand for (fast).
 
-Fast part (`make test`, about 30 s on 2 cores beside the shared smoke replay): extraction and
-the table, `make -n` of every make command, the dry runs, the refusal of snapshot_record, the
-Python blocks. Everything else (tests/test_readme_commands_run.py) is marked `integration` (about half an hour on 2 cores, most of it
-the 80-shape replays). The rows for `make replay RECORD=<name>` are one per committed record
-(records/*/record.json), and the probes' expectations follow what the newest record holds: both
-are data, and the README is held to them. Subprocesses run under helpers.run_guarded: a hang guard, never a
+Fast part (`make test`): extraction and the table, `make -n` of every make command, the dry
+runs, the refusal of snapshot_record, the Python blocks. Everything else
+(tests/test_readme_commands_run.py) is marked `integration`. The rows for `make replay
+RECORD=<name>` are one per committed record, and the probes' expectations follow what the newest
+record holds: both are data. Subprocesses run under helpers.run_guarded: a hang guard, never a
 verdict on time.
 """
 from __future__ import annotations
