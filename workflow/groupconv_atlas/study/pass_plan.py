@@ -143,7 +143,7 @@ class PassPlan:
         backward = self.run.at("workflow/groupconv_atlas/runtime", f"{BACKWARD_MODULE}.py")
         if not backward.is_file():
             return self.run.code(*modules)
-        return [*self.run.code(*modules, BACKWARD_MODULE), *kernel_sources()]
+        return [*self.run.code(*modules, BACKWARD_MODULE), *kernel_sources(self.run.kernels)]
 
     @property
     def wildcard_constraints(self) -> dict[str, str]:
@@ -151,11 +151,13 @@ class PassPlan:
                 "pass_": "|".join(BACKWARD_ORDER)}
 
 
-def kernel_sources() -> list[str]:
-    """Every kernel source and header a backward pass may compile, repository-relative, once."""
+def kernel_sources(kernels) -> list[str]:
+    """The sources and headers a backward pass may compile, repository-relative, once: the
+    weight-gradient kernels' and those of the run's forward `kernels` (a kernel a failed gate
+    left out of the run is not among them)."""
     from ..runtime.backward_kernels import BACKWARD_KERNELS
     from ..runtime.kernels import KERNELS
 
-    files = [f for spec in KERNELS.values() for f in spec.inputs]
+    files = [f for name in kernels for f in KERNELS[name].inputs]
     files += [f for spec in BACKWARD_KERNELS.values() for f in (spec.source, *spec.headers)]
     return sorted(set(files))
