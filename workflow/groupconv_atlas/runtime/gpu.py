@@ -23,6 +23,7 @@ from typing import Callable
 
 from .kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation, launch_for
 from .launch import plan_for
+from .precision import set_conv_tf32, strict_fp32
 from .shapes import Shape
 
 LOG = logging.getLogger("groupconv_atlas")
@@ -30,31 +31,6 @@ Geometry = tuple[int, int, int, int, int, int]
 FROM_TUNING = "tuning stage"
 FROM_RULE = "untuned rule (the tuning stage did not see this geometry)"
 FROM_VARIANT = "variant under test"
-
-
-def set_conv_tf32(torch, allowed: bool) -> None:
-    """Allow or forbid TF32 in cuDNN convolutions, with whichever API strict_fp32 used."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        conv.fp32_precision = "tf32" if allowed else "ieee"
-    else:
-        torch.backends.cudnn.allow_tf32 = allowed
-
-
-def strict_fp32(torch) -> dict:
-    """Switch TF32 off for cuDNN convolutions and matmuls; return the settings as recorded."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        # The new API only: mixing it with allow_tf32 makes PyTorch raise on later reads.
-        conv.fp32_precision = "ieee"
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-        return {"api": "fp32_precision", "cudnn_conv_fp32_precision": conv.fp32_precision,
-                "cuda_matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
-                "tf32": False}
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return {"api": "allow_tf32", "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-            "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32, "tf32": False}
 
 
 def device_figures(torch) -> tuple[int, int | None, tuple[int, int]]:

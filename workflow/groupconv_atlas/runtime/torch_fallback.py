@@ -8,27 +8,17 @@ import contextlib
 import torch
 
 from .kernels import BASELINES
+from .precision import conv_tf32_accessors
 
 
-def _precision_flag():
-    """(get, set, strict value) of cuDNN convolutions' TF32 switch, through PyTorch's own C-level
-    accessors, in whichever API gpu.strict_fp32 uses (a few tenths of a microsecond a pair; the
-    torch.backends properties cost several microseconds, which a call on a small map notices)."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        backend, op = conv.__dict__.get("backend", "cuda"), conv.__dict__.get("op", "conv")
-        getter, setter = torch._C._get_fp32_precision_getter, torch._C._set_fp32_precision_setter
-        return (lambda: getter(backend, op)), (lambda value: setter(backend, op, value)), "ieee"
-    return torch._C._get_cudnn_allow_tf32, torch._C._set_cudnn_allow_tf32, False
-
-
-_GET_P, _SET_P, _STRICT_P = _precision_flag()
+# cuDNN convolutions' TF32 switch (precision.conv_tf32_accessors: the one switch, C-level).
+_GET_P, _SET_P, _STRICT_P = conv_tf32_accessors(torch)
 _GET_B, _SET_B = torch._C._get_cudnn_benchmark, torch._C._set_cudnn_benchmark
 
 
 def _baseline_call(baseline: str, groups: int):
     """A strict-FP32 PyTorch reference as the op's call: F.conv2d with the reference's
-    cudnn.benchmark and TF32 off, the caller's settings back afterwards (_precision_flag's
+    cudnn.benchmark and TF32 off, the caller's settings back afterwards (the C-level
     accessors: no context manager per call). The tensors are the caller's, in the layout they
     came in (check_call matched the reference's layout to theirs)."""
     conv2d_, benchmark = torch.nn.functional.conv2d, BASELINES[baseline]["benchmark"]
