@@ -1,0 +1,147 @@
+"""Older record formats, upgraded to the current shape where a record's file is read, so the
+stages behind a reader hold no format branches.
+
+Two kinds of difference between records (issue 32, item 5):
+- a *format* difference: a column or key added with a known default, renamed, or moved. Each is
+  upgraded here, and listed in UPGRADES with the first record written in the current shape.
+- a *feature* an older record lacks (no floor runs, no training reading, no Nsight): not a
+  format, it is content, and a stage still says "not measured". `features` says which a record
+  holds, so that is asked one way.
+
+The runtime reads records too (launch tables), so this sits in the runtime's lowest layer and
+imports nothing of the package; pandas only where a frame is read (the op's launch tables need
+none).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# (what is read, what changed, the first record written in the current shape)
+UPGRADES = (
+    ("timing samples (raw/timing/<job>.parquet)",
+     "`process` column added: jobs before it ran every batch in one process, now process 0",
+     "h200-2026-12-01"),
+    ("probe samples (mobilenet, overhead, networks, unseen)",
+     "`process` column: a probe samples in one process and writes none; process 0", "-"),
+    ("timing metadata (raw/timing/<job>.json)",
+     "`candidates` and `references` added: before them the first implementation was the "
+     "candidate, the rest references", "h200-2026-12-01"),
+    ("tuning records (raw/tuning/<kernel>.json)",
+     "k6's `cols` variant key added: choices before it were one column (cols=1)",
+     "h200-2026-12-01-c"),
+    ("tuning records (raw/tuning/<kernel>.json)",
+     "`kernel` key: a record without it is named by its file", "h200-2026-12-01"),
+    ("dispatch table (raw/dispatch/table.json)",
+     "`table_nhwc` added: a record before the channels_last table has an empty one",
+     "h200-2026-12-02"),
+    ("MobileNetV2 probe samples (raw/mobilenet/samples.parquet)",
+     "`layout` column added after `experiment`: readings before it are contiguous NCHW, the "
+     "overhead reading layout-free ('any')", "h200-2026-12-02-b"),
+)
+
+# Record features (content, not format): a feature -> the raw files that hold it (any of them).
+FEATURE_FILES = {
+    "tuning": ("tuning/*.json",),
+    "stage_times": ("stage_times.json",),
+    "nsight": ("nsight/*",),
+    "overhead": ("overhead/samples.parquet",),
+    "unseen": ("probes/unseen/samples.parquet",),
+    "networks": ("probes/networks/samples.parquet",),
+    "mobilenet": ("mobilenet/samples.parquet",),
+}
+
+# The MobileNetV2 probe's layouts, as records before `layout` meant them (frozen history, not
+# the probe's current configuration): the overhead reading has no memory format.
+_LAYOUT_FREE_EXPERIMENTS = ("overhead",)
+_ANY_LAYOUT = "any"
+# A k6 tuning choice from before its `cols` key computed one column per thread.
+_K6_COLS_BEFORE_KEY = 1
+
+
+# ---- sample frames ----
+
+def samples(frame: pd.DataFrame) -> pd.DataFrame:
+    """Raw timing or probe samples with a `process` column (0 where one process sampled them:
+    timing jobs before h200-2026-12-01, and every probe)."""
+    return frame if "process" in frame.columns else frame.assign(process=0)
+
+
+def read_samples(path: str | Path, **kwargs) -> pd.DataFrame:
+    """A raw samples parquet (pandas.read_parquet's keyword arguments), upgraded (samples)."""
+    import pandas as pd
+
+    return samples(pd.read_parquet(path, **kwargs))
+
+
+def mobilenet_samples(frame: pd.DataFrame) -> pd.DataFrame:
+    """The MobileNetV2 probe's samples with `layout` after `experiment` (records before
+    h200-2026-12-02-b: block and network readings NCHW, the overhead reading 'any') and
+    `process`."""
+    import numpy as np
+
+    if "layout" not in frame.columns:
+        frame = frame.copy()
+        frame.insert(frame.columns.get_loc("experiment") + 1, "layout",
+                     np.where(frame["experiment"].isin(_LAYOUT_FREE_EXPERIMENTS), _ANY_LAYOUT,
+                              "nchw"))
+    return samples(frame)
+
+
+def read_mobilenet_samples(path: str | Path, **kwargs) -> pd.DataFrame:
+    import pandas as pd
+
+    return mobilenet_samples(pd.read_parquet(path, **kwargs))
+
+
+# ---- JSON documents ----
+
+def timing_meta(doc: dict) -> dict:
+    """A timing job's metadata with `candidates` and `references` (before h200-2026-12-01: the
+    first implementation, then the rest)."""
+    if "candidates" in doc or "references" in doc:
+        return doc
+    impls = list(doc["implementations"])
+    return {**doc, "candidates": impls[:1], "references": impls[1:]}
+
+
+def tuning_record(doc: dict, name: str) -> dict:
+    """A tuning record with its `kernel` (else `name`, its file's stem), and every k6 choice with
+    `cols` (1 before h200-2026-12-01-c)."""
+    kernel = doc.get("kernel", name)
+    choices = doc["choices"]
+    if kernel == "k6":
+        choices = {key: {**c, "cols": c.get("cols", _K6_COLS_BEFORE_KEY)}
+                   for key, c in choices.items()}
+    return {**doc, "kernel": kernel, "choices": choices}
+
+
+def dispatch_document(doc: dict) -> dict:
+    """The dispatcher's table with `table_nhwc` (empty before h200-2026-12-02)."""
+    return doc if "table_nhwc" in doc else {**doc, "table_nhwc": {}}
+
+
+def read_timing_meta(path: str | Path) -> dict:
+    return timing_meta(json.loads(Path(path).read_text()))
+
+
+def read_tuning_record(path: str | Path) -> dict:
+    return tuning_record(json.loads(Path(path).read_text()), Path(path).stem)
+
+
+def read_dispatch_document(path: str | Path) -> dict:
+    return dispatch_document(json.loads(Path(path).read_text()))
+
+
+# ---- features ----
+
+def features(raw: str | Path) -> set[str]:
+    """The features (FEATURE_FILES) a record's raw layer `raw` holds; the rest it did not
+    measure, which a stage says as content ("not measured"), never as a format."""
+    raw = Path(raw)
+    return {name for name, patterns in FEATURE_FILES.items()
+            if any(next(raw.glob(p), None) is not None for p in patterns)}
