@@ -116,7 +116,8 @@ FORMAT_NAMES = {"process", "layout", "candidates", "references", "table_nhwc", "
 # The same names where no record is read, each with why.
 NOT_RECORDS = {
     # the registry's own default layout for a PyTorch baseline
-    ("workflow/groupconv_atlas/runtime/kernels.py", "BASELINES.get(base, {}).get('layout', 'nchw')"),
+    ("workflow/groupconv_atlas/runtime/kernels.py",
+     "BASELINES.get(base, {}).get('layout', 'nchw')"),
     # the configuration's timing section, checked before any job runs
     ("workflow/groupconv_atlas/study/config_check.py", "'candidates' not in timing"),
 }
