@@ -37,6 +37,11 @@ def test_an_old_records_timing_samples_read_with_process():
     assert set(rf.read_samples(old)["process"]) == {0}
     new = RECORDS / "h200-2026-12-02-c" / "raw" / "timing" / "default.parquet"
     pd.testing.assert_frame_equal(rf.read_samples(new), pd.read_parquet(new))
+    # a column subset keeps the file's own processes where it has them
+    subset = rf.read_samples(new, columns=["shape_id", "latency_us"])
+    assert list(subset.columns) == ["shape_id", "latency_us", "process"]
+    assert subset["process"].nunique() > 1
+    assert list(rf.read_samples(old, columns=["batch"]).columns) == ["batch", "process"]
 
 
 def test_mobilenet_samples_gain_their_layout_after_experiment():

@@ -71,11 +71,16 @@ def samples(frame: pd.DataFrame) -> pd.DataFrame:
     return frame if "process" in frame.columns else frame.assign(process=0)
 
 
-def read_samples(path: str | Path, **kwargs) -> pd.DataFrame:
-    """A raw samples parquet (pandas.read_parquet's keyword arguments), upgraded (samples)."""
+def read_samples(path: str | Path, columns: list[str] | None = None, **kwargs) -> pd.DataFrame:
+    """A raw samples parquet (pandas.read_parquet's arguments), upgraded (samples); `columns`
+    gain `process` where the file holds it."""
     import pandas as pd
 
-    return samples(pd.read_parquet(path, **kwargs))
+    if columns is not None and "process" not in columns:
+        import pyarrow.parquet as pq
+
+        columns = [*columns, *(["process"] if "process" in pq.read_schema(path).names else [])]
+    return samples(pd.read_parquet(path, columns=columns, **kwargs))
 
 
 def mobilenet_samples(frame: pd.DataFrame) -> pd.DataFrame:
