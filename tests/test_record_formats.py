@@ -101,6 +101,13 @@ def test_launch_tables_of_every_record_read_in_one_shape():
     assert dispatch_table(old, "nhwc") == {} and dispatch_table(old)
 
 
+def test_stage_times_without_timing_jobs_gain_an_empty_list():
+    old = rf.read_stage_times(RECORDS / "h200-2026-12-01" / "raw" / "stage_times.json")
+    assert old["timing_jobs"] == [] and old["workflow_wall_s"] > 0
+    current = {"stages": [], "timing_jobs": [{"job": "k0"}], "jobs_span_s": 1.0}
+    assert rf.stage_times_document(current) is current
+
+
 def test_every_upgrade_names_the_record_it_upgrades_from():
     for what, change, since in rf.UPGRADES:
         assert what and change and (since == "-" or (RECORDS / since).is_dir()), since
@@ -117,7 +124,7 @@ def test_features_name_what_a_record_holds():
 
 # What a format branch looks like: a membership test, or a .get with a default, on the names the
 # adapter upgrades (a column or key an older record lacks).
-FORMAT_NAMES = {"process", "layout", "candidates", "references", "table_nhwc", "cols"}
+FORMAT_NAMES = {"process", "layout", "candidates", "references", "table_nhwc", "cols", "timing_jobs"}
 # The same names where no record is read, each with why.
 NOT_RECORDS = {
     # the registry's own default layout for a PyTorch baseline

@@ -39,6 +39,9 @@ UPGRADES = (
     ("dispatch table (raw/dispatch/table.json)",
      "`table_nhwc` added: a record before the channels_last table has an empty one",
      "h200-2026-12-02"),
+    ("stage times (raw/stage_times.json)",
+     "`timing_jobs` added (each timing job's seconds inside its samples): none before it",
+     "h200-2026-12-01-b"),
     ("MobileNetV2 probe samples (raw/mobilenet/samples.parquet)",
      "`layout` column added after `experiment`: readings before it are contiguous NCHW, the "
      "overhead reading layout-free ('any')", "h200-2026-12-02-b"),
@@ -128,6 +131,17 @@ def tuning_record(doc: dict, name: str) -> dict:
 def dispatch_document(doc: dict) -> dict:
     """The dispatcher's table with `table_nhwc` (empty before h200-2026-12-02)."""
     return doc if "table_nhwc" in doc else {**doc, "table_nhwc": {}}
+
+
+def stage_times_document(doc: dict) -> dict:
+    """raw/stage_times.json with `timing_jobs` (empty before h200-2026-12-01-b). Which wall time
+    it holds (`workflow_wall_s`, measured outside the workflow, or `jobs_span_s` from
+    h200-2026-12-02-c on) is what was measured, not a format: the reader says which."""
+    return doc if "timing_jobs" in doc else {**doc, "timing_jobs": []}
+
+
+def read_stage_times(path: str | Path) -> dict:
+    return stage_times_document(json.loads(Path(path).read_text()))
 
 
 def read_timing_meta(path: str | Path) -> dict:
