@@ -5,8 +5,9 @@ Two kinds of difference between records (issue 32, item 5):
 - a *format* difference: a column or key added with a known default, renamed, or moved. Each is
   upgraded here, and listed in UPGRADES with the first record written in the current shape.
 - a *feature* an older record lacks (no floor runs, no training reading, no Nsight): not a
-  format, it is content, and a stage still says "not measured". `features` says which a record
-  holds, so that is asked one way.
+  format, it is content, and the stage that reads it still says "not measured" (a raw file a
+  record may lack: run_plan.optional_raw; runs a record's samples may lack: the stage's table
+  comes out empty).
 
 The runtime reads records too (launch tables), so this sits in the runtime's lowest layer and
 imports nothing of the package; pandas only where a frame is read (the op's launch tables need
@@ -46,17 +47,6 @@ UPGRADES = (
      "`layout` column added after `experiment`: readings before it are contiguous NCHW, the "
      "overhead reading layout-free ('any')", "h200-2026-12-02-b"),
 )
-
-# Record features (content, not format): a feature -> the raw files that hold it (any of them).
-FEATURE_FILES = {
-    "tuning": ("tuning/*.json",),
-    "stage_times": ("stage_times.json",),
-    "nsight": ("nsight/*",),
-    "overhead": ("overhead/samples.parquet",),
-    "unseen": ("probes/unseen/samples.parquet",),
-    "networks": ("probes/networks/samples.parquet",),
-    "mobilenet": ("mobilenet/samples.parquet",),
-}
 
 # The MobileNetV2 probe's layouts, as records before `layout` meant them (frozen history, not
 # the probe's current configuration): the overhead reading has no memory format.
@@ -154,13 +144,3 @@ def read_tuning_record(path: str | Path) -> dict:
 
 def read_dispatch_document(path: str | Path) -> dict:
     return dispatch_document(json.loads(Path(path).read_text()))
-
-
-# ---- features ----
-
-def features(raw: str | Path) -> set[str]:
-    """The features (FEATURE_FILES) a record's raw layer `raw` holds; the rest it did not
-    measure, which a stage says as content ("not measured"), never as a format."""
-    raw = Path(raw)
-    return {name for name, patterns in FEATURE_FILES.items()
-            if any(next(raw.glob(p), None) is not None for p in patterns)}
