@@ -58,10 +58,12 @@ def test_mobilenet_samples_gain_their_layout_after_experiment():
 
 def test_timing_metadata_gains_its_roles():
     old = {"job": "k1", "implementations": ["k1", "k0", "torch_default"]}
-    assert rf.timing_meta(old) == {**old, "candidates": ["k1"],
+    assert rf.timing_meta(old) == {**old, "candidates": ["k1"], "measured_alone": True,
                                    "references": ["k0", "torch_default"]}
-    current = {"implementations": ["k5", "k5_twin"], "candidates": ["k5"],
-               "references": ["k5_twin"]}
+    shared = {"implementations": ["k5", "k5_twin"], "candidates": ["k5"],
+              "references": ["k5_twin"]}  # 12-01/12-01-b: roles, not yet measured_alone
+    assert rf.timing_meta(shared) == {**shared, "measured_alone": True}
+    current = {**shared, "measured_alone": False}
     assert rf.timing_meta(current) is current
     meta = rf.read_timing_meta(RECORDS / "h200-2026-11-29" / "raw" / "timing" / "k1.json")
     assert (meta["candidates"], meta["references"]) == (["k1"], ["k0", "torch_default",
@@ -118,7 +120,7 @@ def test_every_upgrade_names_the_record_it_upgrades_from():
 # What a format branch looks like: a membership test, or a .get with a default, on the names the
 # adapter upgrades (a column or key an older record lacks).
 FORMAT_NAMES = {"process", "layout", "candidates", "references", "table_nhwc", "cols",
-                "timing_jobs"}
+                "timing_jobs", "measured_alone"}
 # The same names where no record is read, each with why.
 NOT_RECORDS = {
     # the registry's own default layout for a PyTorch baseline

@@ -32,6 +32,8 @@ UPGRADES = (
     ("timing metadata (raw/timing/<job>.json)",
      "`candidates` and `references` added: before them the first implementation was the "
      "candidate, the rest references", "h200-2026-12-01"),
+    ("timing metadata (raw/timing/<job>.json)",
+     "`measured_alone` added: jobs before the setting each ran alone (true)", "h200-2026-12-01-c"),
     ("tuning records (raw/tuning/<kernel>.json)",
      "k6's `cols` variant key added: choices before it were one column (cols=1)",
      "h200-2026-12-01-c"),
@@ -100,11 +102,13 @@ def read_mobilenet_samples(path: str | Path, **kwargs) -> pd.DataFrame:
 
 def timing_meta(doc: dict) -> dict:
     """A timing job's metadata with `candidates` and `references` (before h200-2026-12-01: the
-    first implementation, then the rest)."""
-    if "candidates" in doc or "references" in doc:
-        return doc
-    impls = list(doc["implementations"])
-    return {**doc, "candidates": impls[:1], "references": impls[1:]}
+    first implementation, then the rest) and `measured_alone` (true before h200-2026-12-01-c)."""
+    upgraded = {**doc}
+    if "candidates" not in doc and "references" not in doc:
+        impls = list(doc["implementations"])
+        upgraded.update(candidates=impls[:1], references=impls[1:])
+    upgraded.setdefault("measured_alone", True)
+    return doc if upgraded == doc else upgraded
 
 
 def tuning_record(doc: dict, name: str) -> dict:
