@@ -80,6 +80,12 @@ def test_k6_tuning_choices_gain_one_column():
     assert rf.tuning_record(k5, "k5") == k5  # a kernel without the key is left alone
 
 
+def test_a_build_record_that_held_the_tuning_gives_it_up():
+    build = RECORDS / "h200-2026-11-29-c" / "raw" / "builds" / "k5.json"
+    held = json.loads(build.read_text())["tuning"]
+    assert rf.read_tuning_record(build) == {**held, "kernel": "k5"}
+
+
 def test_a_tuning_record_without_its_kernel_is_named_by_its_file():
     assert rf.tuning_record({"choices": {}}, "k7")["kernel"] == "k7"
     assert rf.tuning_record({"kernel": "k5", "choices": {}}, "other")["kernel"] == "k5"
@@ -120,7 +126,7 @@ def test_every_upgrade_names_the_record_it_upgrades_from():
 # What a format branch looks like: a membership test, or a .get with a default, on the names the
 # adapter upgrades (a column or key an older record lacks).
 FORMAT_NAMES = {"process", "layout", "candidates", "references", "table_nhwc", "cols",
-                "timing_jobs", "measured_alone"}
+                "timing_jobs", "measured_alone", "tuning"}
 # The same names where no record is read, each with why.
 NOT_RECORDS = {
     # the registry's own default layout for a PyTorch baseline

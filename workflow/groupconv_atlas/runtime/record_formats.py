@@ -39,6 +39,9 @@ UPGRADES = (
      "h200-2026-12-01-c"),
     ("tuning records (raw/tuning/<kernel>.json)",
      "`kernel` key: a record without it is named by its file", "h200-2026-12-01"),
+    ("tuning records (raw/tuning/<kernel>.json)",
+     "moved out of the build record (raw/builds/<kernel>.json), which held it under `tuning`",
+     "h200-2026-12-01"),
     ("dispatch table (raw/dispatch/table.json)",
      "`table_nhwc` added: a record before the channels_last table has an empty one",
      "h200-2026-12-02"),
@@ -112,8 +115,10 @@ def timing_meta(doc: dict) -> dict:
 
 
 def tuning_record(doc: dict, name: str) -> dict:
-    """A tuning record with its `kernel` (else `name`, its file's stem), and every k6 choice with
-    `cols` (1 before h200-2026-12-01-c)."""
+    """The tuning stage's record of kernel `name`: from a tuning record, or from a build record
+    that held it under `tuning` (before h200-2026-12-01); with its `kernel` (else `name`, its
+    file's stem), and every k6 choice with `cols` (1 before h200-2026-12-01-c)."""
+    doc = doc.get("tuning", doc)
     kernel = doc.get("kernel", name)
     choices = doc["choices"]
     if kernel == "k6":
