@@ -38,10 +38,8 @@ UPGRADES = (
      "k6's `cols` variant key added: choices before it were one column (cols=1)",
      "h200-2026-12-01-c"),
     ("tuning records (raw/tuning/<kernel>.json)",
-     "`kernel` key: a record without it is named by its file", "h200-2026-12-01"),
-    ("tuning records (raw/tuning/<kernel>.json)",
-     "moved out of the build record (raw/builds/<kernel>.json), which held it under `tuning`",
-     "h200-2026-12-01"),
+     "moved out of the build record (raw/builds/<kernel>.json), which held it under `tuning` "
+     "without a `kernel` key: named by its file", "h200-2026-12-01"),
     ("dispatch table (raw/dispatch/table.json)",
      "`table_nhwc` added: a record before the channels_last table has an empty one",
      "h200-2026-12-02"),
