@@ -180,13 +180,13 @@ def test_each_layout_chooses_among_its_own_kernels():
 
 
 def test_graph_device_medians_from_raw_timing_tables():
-    rows = [("a", "k3", boundary, batch, sample, latency, None, None, False, 10, 0, "warm")
+    rows = [("a", "k3", boundary, batch, sample, latency, None, None, False, 10, 0, "warm", 0)
             for boundary, base in (("graph_device", 5.0), ("sync_api", 50.0))
             for batch in range(3) for sample, latency in enumerate((base, base + batch, base + 9))]
     raw = pd.DataFrame(rows, columns=["shape_id", "implementation", "boundary", "batch", "sample",
                                       "latency_us", "sm_clock_mhz", "temperature_c",
                                       "clock_flagged", "launches_per_replay", "order_in_batch",
-                                      "l2_policy"])
+                                      "l2_policy", "process"])
     medians = mobilenet.graph_device_medians([raw])
     # batch medians 5, 6, 7 -> median 6; sync_api rows are ignored
     assert medians.to_dict("records") == [{"shape_id": "a", "implementation": "k3",

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from groupconv_atlas.runtime import record_formats  # noqa: E402
 from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
 from groupconv_atlas.study.stats import StatsConfig  # noqa: E402
 from helpers import CpuSession  # noqa: E402
@@ -105,7 +106,7 @@ def synthetic_samples(layouts=("nchw", "nhwc"), empty="launcher_empty_kernel") -
                                      sample, value, 1980.0, 40.0, False, 1, position))
     frame = pd.DataFrame(rows, columns=mobilenet.SAMPLE_COLUMNS)
     frame["n"] = frame["n"].astype("Int64")
-    return frame
+    return record_formats.mobilenet_samples(frame)  # as the stats job reads them
 
 
 def test_reading_names_carry_the_layout_and_keep_the_nchw_names_of_older_records():
@@ -173,8 +174,8 @@ def test_a_record_without_the_layout_column_replays_nchw_and_names_channels_last
     """Samples committed before the probe measured channels_last have no `layout` column: their
     block and network readings are NCHW, and channels_last is named as not measured."""
     cfg = StatsConfig(resamples=2000)
-    old = synthetic_samples(layouts=("nchw",)).drop(columns="layout")
-    summary = mobilenet.summarize_samples(old, cfg)
+    old = synthetic_samples(layouts=("nchw",)).drop(columns=["layout", "process"])
+    summary = mobilenet.summarize_samples(record_formats.mobilenet_samples(old), cfg)
     assert list(summary.columns) == mobilenet.SUMMARY_COLUMNS
     assert dict(zip(summary["reading"], summary["layout"])) == {
         "block-n1": "nchw", "network-n4": "nchw", "overhead": "any"}

@@ -14,6 +14,7 @@ import yaml
 from helpers import CpuSession
 
 from groupconv_atlas.runtime.files import REPO_ROOT, find_record
+from groupconv_atlas.runtime.record_formats import read_samples
 from groupconv_atlas.runtime.timing import batch_medians
 from groupconv_atlas.study import network_training as nt
 from groupconv_atlas.study.config_check import config_errors
@@ -33,7 +34,7 @@ def _samples(network: str, layout: str, means: dict, boundaries=("graph_device",
     return pd.DataFrame([
         {"shape_id": network, "implementation": nt.run_name(role, layout), "boundary": b,
          "batch": batch, "sample": s, "latency_us": mean * rng.lognormal(0, 0.01),
-         "clock_flagged": False}
+         "clock_flagged": False, "process": 0}
         for role, means_ in means.items() for b, mean in zip(boundaries, means_)
         if mean is not None for batch in range(5) for s in range(3)])
 
@@ -43,7 +44,8 @@ def _inference_samples(network: str) -> pd.DataFrame:
     rng = np.random.default_rng(5)
     return pd.DataFrame([
         {"shape_id": network, "implementation": impl, "boundary": b, "batch": batch,
-         "sample": s, "latency_us": 1000.0 * rng.lognormal(0, 0.01), "clock_flagged": False}
+         "sample": s, "latency_us": 1000.0 * rng.lognormal(0, 0.01), "clock_flagged": False,
+         "process": 0}
         for impl in ("original", "converted") for b in ("graph_device", "sync_api")
         for batch in range(5) for s in range(3)])
 
@@ -145,7 +147,7 @@ def test_the_probes_page_shows_the_training_table_and_a_graph_it_could_not_captu
 def test_a_record_from_before_the_training_reading_summarises_and_shows_as_before():
     # the newest record whose network probe predates the training reading
     record = REPO_ROOT / "records" / "h200-2026-12-02-b"
-    samples = pd.read_parquet(record / "raw/probes/networks/samples.parquet")
+    samples = read_samples(record / "raw/probes/networks/samples.parquet")
     probe = json.loads((record / "raw/probes/networks/probe.json").read_text())
     assert nt.summarize_training(batch_medians(samples), probe["details"], CFG) == []
     table = summarize_networks(samples, CFG)

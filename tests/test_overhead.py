@@ -23,7 +23,7 @@ def _samples():
                 rows.append({"shape_id": "s", "implementation": impl, "boundary": boundary,
                              "batch": batch, "sample": sample,
                              "latency_us": mean * rng.lognormal(0, 0.01),
-                             "clock_flagged": False})
+                             "clock_flagged": False, "process": 0})
     hosts = pd.DataFrame([{"shape_id": "s", "run": run, "repeat": r, "calls": 100,
                            "host_us_per_call": us + 0.01 * r, "drain_us": 1.0}
                           for run, us in (("op", 8.0), ("kernel", 5.0), ("torch", 12.0))
@@ -117,7 +117,7 @@ def _frame(shape_id, means, boundaries=("graph_device", "sync_api"), batches=6):
     rng = np.random.default_rng(len(shape_id))
     return pd.DataFrame([{"shape_id": shape_id, "implementation": impl, "boundary": b,
                           "batch": batch, "sample": s, "latency_us": mean * rng.lognormal(0, 0.01),
-                          "clock_flagged": False}
+                          "clock_flagged": False, "process": 0}
                          for impl, mean in means.items() for b in boundaries
                          for batch in range(batches) for s in range(4)])
 

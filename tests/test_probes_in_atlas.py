@@ -272,7 +272,7 @@ def _samples(network: str, means: dict, boundaries=("graph_device", "sync_api"))
     rng = np.random.default_rng(len(network))
     return pd.DataFrame([{"shape_id": network, "implementation": impl, "boundary": b,
                           "batch": batch, "sample": s, "latency_us": mean * rng.lognormal(0, 0.01),
-                          "clock_flagged": False}
+                          "clock_flagged": False, "process": 0}
                          for impl, (mean_graph, mean_eager) in means.items()
                          for b, mean in zip(boundaries, (mean_graph, mean_eager))
                          for batch in range(6) for s in range(4)])

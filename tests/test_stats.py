@@ -5,6 +5,7 @@ import pytest
 
 from groupconv_atlas.study.comparisons import comparisons_for_job, summarize
 from groupconv_atlas.study.stats import StatsConfig, classify, hierarchical_geomean, paired_interval
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.runtime.timing import batch_medians
 
 CFG = StatsConfig(seed=3)
@@ -63,9 +64,9 @@ def _samples(shape_ids, impls, speed, batches=10, per_batch=5, seed=0):
                 for impl in impls:
                     for s in range(per_batch):
                         rows.append((sid, impl, boundary, b, s,
-                                     speed[impl] * rng.lognormal(0, 0.01), False))
+                                     speed[impl] * rng.lognormal(0, 0.01), False, 0))
     return pd.DataFrame(rows, columns=["shape_id", "implementation", "boundary", "batch",
-                                       "sample", "latency_us", "clock_flagged"])
+                                       "sample", "latency_us", "clock_flagged", "process"])
 
 
 def test_job_comparisons_keep_unsupported_and_incorrect_cells():
@@ -132,16 +133,11 @@ def test_process_is_a_level_when_a_comparison_spans_processes():
     assert row["interval_method"] == "process-t" and row["processes"] == 3
     assert row["batch_processes"] == [0] * 4 + [1] * 4 + [2] * 4
     assert row["class"] == "INCONCLUSIVE" and row["ci_low"] < 1.0
-    pooled = compare(batch_medians(samples.drop(columns="process")), "k5", "torch_tuned",
-                     CFG).iloc[0]
+    # the same samples read as one process's (a record before the split: record_formats)
+    pooled = compare(batch_medians(record_formats.samples(samples.drop(columns="process"))),
+                     "k5", "torch_tuned", CFG).iloc[0]
     assert pooled["processes"] == 1 and pooled["interval_method"] == "t"
     assert pooled["class"] == "WIN"
-
-
-def test_records_without_a_process_column_are_one_process():
-    samples = _samples(["a"], ["k2", "k0"], {"k2": 10.0, "k0": 20.0})
-    medians = batch_medians(samples)
-    assert set(medians["process"]) == {0}
 
 
 def test_job_pairs_take_roles_from_the_metadata():

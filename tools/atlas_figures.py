@@ -16,6 +16,7 @@ import pandas as pd
 from groupconv_atlas.runtime.files import REPO_ROOT, check_inputs
 from groupconv_atlas.runtime.kernels import DISPATCH
 from groupconv_atlas.runtime.timing import BOUNDARIES
+from groupconv_atlas.runtime.record_formats import read_stage_times
 from groupconv_atlas.study.stage_times import summary_lines
 
 pd.set_option("display.width", 250)
@@ -173,7 +174,7 @@ def pipeline_times(record: Path) -> None:
         return
     check_inputs([stages])
     print(f"# pipeline ({record.name}, raw/stage_times.json)")
-    print("\n".join(summary_lines(json.loads(stages.read_text()))))
+    print("\n".join(summary_lines(read_stage_times(stages))))
 
 
 def main(results: Path) -> None:

@@ -5,10 +5,10 @@ record (records/<name>). The document is raw/stage_times.json, a pipeline output
 record."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from groupconv_atlas.runtime.record_formats import read_stage_times
 from groupconv_atlas.study.stage_times import summary_lines
 
 
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
               "mode=live` (records made before that rule hold it where measured)",
               file=sys.stderr)
         return 1
-    print("\n".join(summary_lines(json.loads(path.read_text()))))
+    print("\n".join(summary_lines(read_stage_times(path))))
     return 0
 
 

@@ -32,7 +32,8 @@ if PLAN.measures_on_gpu:
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{PLAN.results}/shapes.json",
             ceilings_source="kernels/ceilings.cu",  # the overhead reading's empty kernel
-            code=code("build", "gpu", "jobs", "mobilenet/__init__", "provenance", "shapes_table"),
+            code=code("build", "gpu", "jobs", "mobilenet/__init__", "provenance", "record_formats",
+                      "shapes_table"),
         output:
             samples=PLAN.raw("mobilenet/samples.parquet"),
             probe=PLAN.raw("mobilenet/probe.json"),
@@ -57,7 +58,7 @@ rule mobilenet_stats:
         samples=PLAN.raw("mobilenet/samples.parquet"),
         probe=PLAN.raw("mobilenet/probe.json"),
         check=PLAN.record_check(),
-        code=code("files", "jobs", "mobilenet/__init__", "provenance", "stats"),
+        code=code("files", "jobs", "mobilenet/__init__", "provenance", "record_formats", "stats"),
     output:
         summary=f"{PLAN.results}/mobilenet/summary.parquet",
         report=f"{PLAN.results}/mobilenet/mobilenet.json",

@@ -57,8 +57,8 @@ rule probe_stats:
         probe=PLAN.raw("probes/{probe}/probe.json"),
         check=PLAN.record_check(),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("files", "jobs", "networks", "network_training", "provenance", "stats",
-                  "timing"),
+        code=code("files", "jobs", "networks", "network_training", "provenance", "record_formats",
+                  "stats", "timing"),
     output:
         summary=f"{PLAN.results}/probes/{{probe}}.parquet",
         report=f"{PLAN.results}/probes/{{probe}}.json",

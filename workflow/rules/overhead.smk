@@ -49,7 +49,7 @@ rule overhead_stats:
         probe=PLAN.raw("overhead/probe.json"),
         check=PLAN.record_check(),
         # overhead.py holds the GPU measurement beside the statistics: its imports come along.
-        code=code("files", "jobs", "overhead", "provenance", "stats"),
+        code=code("files", "jobs", "overhead", "provenance", "record_formats", "stats"),
     output:
         report=f"{PLAN.results}/overhead.json",
         prov=PLAN.prov("overhead_stats"),

@@ -7,7 +7,7 @@ rule compare_job:
         meta=PLAN.raw("timing/{job}.json"),
         verification=PLAN.job_verification,
         check=PLAN.record_check(),
-        code=code("jobs", "provenance", "stats", "comparisons", "timing"),
+        code=code("jobs", "provenance", "record_formats", "stats", "comparisons", "timing"),
     output:
         table=f"{PLAN.results}/stats/{{job}}.parquet",
         prov=PLAN.prov("compare_job", "{job}"),

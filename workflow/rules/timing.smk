@@ -42,7 +42,8 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             samples=f"{PLAN.results}/raw/timing/{PLAN.torch_tuned_job()}.parquet",
-            code=code("crosscheck", "gpu", "jobs", "provenance", "shapes_table", "timing"),
+            code=code("crosscheck", "gpu", "jobs", "provenance", "record_formats", "shapes_table",
+                      "timing"),
         output:
             crosscheck=f"{PLAN.results}/raw/crosscheck.json",
             prov=PLAN.prov("crosscheck"),
@@ -68,7 +69,8 @@ if PLAN.measures_on_gpu:
                            job=PLAN.jobs_of(config["timing"]["candidates"])),
             verification=expand(PLAN.raw("verification/{impl}.parquet"), impl=PLAN.implementations),
             shapes=f"{PLAN.results}/shapes.json",
-            code=code("dispatch", "jobs", "kernels", "provenance", "shapes_table", "timing"),
+            code=code("dispatch", "jobs", "kernels", "provenance", "record_formats", "shapes_table",
+                      "timing"),
         output:
             table=f"{PLAN.results}/raw/dispatch/table.json",
             verification=f"{PLAN.results}/raw/verification/dispatch.parquet",

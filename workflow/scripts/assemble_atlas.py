@@ -9,6 +9,7 @@ from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_blo
 from groupconv_atlas.study.headline_lines import with_passes
 from groupconv_atlas.study.floors import floor_table, read_floor_samples
 from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.runtime.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
 from groupconv_atlas.study.medians import with_torch_best
@@ -34,7 +35,7 @@ if record_check is not None:
         raise SystemExit(f"record {record_check['record']} was measured on shape set {frozen[:12]}…"
                          f" but {smk.input.shapes} is {shapes_doc['sha256'][:12]}…: the shapes in "
                          "config changed since; measure live or restore the shape set")
-timing_meta = {Path(m).stem: load_json(m) for m in smk.input.timing_meta}
+timing_meta = {Path(m).stem: record_formats.read_timing_meta(m) for m in smk.input.timing_meta}
 # The kernels cuDNN ran per process for each PyTorch reference, where the record names them:
 # torch_best takes a reference's fastest algorithm (study/reference_algorithms).
 algorithms = algorithm_table(timing_meta)

@@ -1,9 +1,7 @@
 """Snakemake job (CPU): batch medians, paired ratios, intervals and classes for one timing job."""
-import json
-from pathlib import Path
-
 import pandas as pd
 
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.comparisons import comparisons_for_job
@@ -13,14 +11,12 @@ from groupconv_atlas.runtime.timing import BOUNDARIES, batch_medians
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_job.py")
 cfg = StatsConfig(**smk.params.statistics)
-samples = pd.read_parquet(smk.input.samples)
+samples = record_formats.read_samples(smk.input.samples)
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 status = {(r.shape_id, r.implementation): (r.status, r.reason)
           for r in verification.itertuples(index=False)}
 shape_ids = list(dict.fromkeys(verification["shape_id"]))
-# The job's metadata may name candidates and references; without them the first implementation
-# is the candidate (comparisons.job_pairs).
-meta = json.loads(Path(smk.input.meta).read_text())
+meta = record_formats.read_timing_meta(smk.input.meta)
 table = comparisons_for_job(batch_medians(samples), list(smk.params.implementations), status,
                             shape_ids, BOUNDARIES, cfg, meta)
 table.insert(0, "job", smk.wildcards.job)

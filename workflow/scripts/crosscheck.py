@@ -1,6 +1,5 @@
 """Snakemake job (GPU machine): tuned PyTorch under triton's do_bench_cudagraph vs the atlas."""
-import pandas as pd
-
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.study.crosscheck import atlas_medians, compare, measure
 from groupconv_atlas.runtime.gpu import GpuSession, Launcher
 from groupconv_atlas.study.jobs import Job
@@ -16,7 +15,7 @@ session = GpuSession()
 with session.on_stream():
     rows = measure(Launcher(session, {}), shapes, smk.params.seed,
                    TimingConfig(**smk.params.timing))
-ours = atlas_medians(pd.read_parquet(smk.input.samples), "torch_tuned")
+ours = atlas_medians(record_formats.read_samples(smk.input.samples), "torch_tuned")
 result = {"implementation": "torch_tuned", "timer": "triton.testing.do_bench_cudagraph(rep=50, "
           "return_mode='median'), median of 5 calls, in the same process as the atlas sampler",
           "rows": compare(rows, ours)}

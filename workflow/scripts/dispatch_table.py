@@ -1,6 +1,7 @@
 """Snakemake job (CPU, live): the dispatcher's per-shape table and its derived verification."""
 import pandas as pd
 
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.runtime.dispatch import choose, verification_rows
 from groupconv_atlas.runtime.kernels import DISPATCH_NHWC
 from groupconv_atlas.study.jobs import Job
@@ -10,7 +11,8 @@ from groupconv_atlas.runtime.timing import pooled_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")
-samples = pd.concat([pd.read_parquet(p) for p in smk.input.samples], ignore_index=True)
+samples = pd.concat([record_formats.read_samples(p) for p in smk.input.samples],
+                    ignore_index=True)
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 samples = samples[~samples["implementation"].str.endswith("_twin")]
 medians = pooled_medians(samples)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.runtime.build import compile_kernel_source
 from groupconv_atlas.study import mobilenet
 from groupconv_atlas.runtime.gpu import launcher_inputs
@@ -16,7 +17,8 @@ job = Job(smk, "mobilenet_probe.py")
 probe_cfg = mobilenet.ProbeConfig(**smk.params.mobilenet)
 timing_cfg = mobilenet.timing_config(probe_cfg, smk.params.timing)
 launcher_args = launcher_inputs(smk.input.builds, smk.input.tunings)
-medians = mobilenet.graph_device_medians([pd.read_parquet(p) for p in smk.input.timing])
+medians = mobilenet.graph_device_medians([record_formats.read_samples(p)
+                                          for p in smk.input.timing])
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 
 # The overhead reading's empty kernel, built as the ceilings job builds its micro-kernels.

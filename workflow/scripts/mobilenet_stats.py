@@ -4,8 +4,7 @@ the record did not measure is named in the log and in mobilenet.json."""
 import json
 from pathlib import Path
 
-import pandas as pd
-
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.study import mobilenet
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import sha256_file
@@ -15,7 +14,7 @@ from groupconv_atlas.study.stats import StatsConfig
 smk = snakemake  # noqa: F821
 job = Job(smk, "mobilenet_stats.py")
 cfg = StatsConfig(**smk.params.statistics)
-samples = pd.read_parquet(smk.input.samples)
+samples = record_formats.read_mobilenet_samples(smk.input.samples)
 probe = json.loads(Path(smk.input.probe).read_text())
 
 summary = mobilenet.summarize_samples(samples, cfg)

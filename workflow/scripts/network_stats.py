@@ -4,8 +4,7 @@ where its samples hold one, as `training_summary` beside the inference `summary`
 import json
 from pathlib import Path
 
-import pandas as pd
-
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.study import network_training, networks
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.files import sha256_file
@@ -16,7 +15,7 @@ from groupconv_atlas.study.stats import StatsConfig
 smk = snakemake  # noqa: F821
 job = Job(smk, "network_stats.py")
 cfg = StatsConfig(**smk.params.statistics)
-samples = pd.read_parquet(smk.input.samples)
+samples = record_formats.read_samples(smk.input.samples)
 probe = json.loads(Path(smk.input.probe).read_text())
 extra = {}
 if smk.params.probe == "networks":

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from groupconv_atlas.runtime import record_formats
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.overhead import summarize, summary_lines
 from groupconv_atlas.runtime.files import sha256_file
@@ -13,7 +14,7 @@ from groupconv_atlas.study.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "overhead_stats.py")
-shapes = summarize(pd.read_parquet(smk.input.samples), pd.read_parquet(smk.input.host),
+shapes = summarize(record_formats.read_samples(smk.input.samples), pd.read_parquet(smk.input.host),
                    StatsConfig(**smk.params.statistics))
 probe = json.loads(Path(smk.input.probe).read_text())
 lines = summary_lines(shapes)

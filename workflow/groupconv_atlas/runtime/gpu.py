@@ -15,12 +15,12 @@ not see the geometry, its untuned rule, logged once and named in the launch deta
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import record_formats
 from .kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation, launch_for
 from .launch import plan_for
 from .precision import set_conv_tf32, strict_fp32
@@ -132,20 +132,19 @@ def _geometry(value) -> Geometry:
 
 def tuning_table(path: str | Path) -> dict[Geometry, dict]:
     """{geometry: the chosen variant, by the kernel's variant keys} from a tuning record
-    (raw/tuning/<kernel>.json). A key a record predates (k6's "cols") is left out: the launch
-    takes its default."""
-    doc = json.loads(Path(path).read_text())
-    keys = KERNELS[doc.get("kernel", Path(path).stem)].variant_keys
-    return {_geometry(c["geometry"]): {k: int(c[k]) for k in keys if k in c}
+    (raw/tuning/<kernel>.json, read in the current format: record_formats)."""
+    doc = record_formats.read_tuning_record(path)
+    keys = KERNELS[doc["kernel"]].variant_keys
+    return {_geometry(c["geometry"]): {k: int(c[k]) for k in keys}
             for c in doc["choices"].values()}
 
 
 def dispatch_table(path: str | Path, layout: str = "nchw") -> dict[Geometry, str]:
-    """{geometry: implementation} from the dispatcher's table (raw/dispatch/table.json) for
-    calls in `layout`; records made before the channels_last table have none ({})."""
-    doc = json.loads(Path(path).read_text())
+    """{geometry: implementation} from the dispatcher's table (raw/dispatch/table.json, read in
+    the current format: record_formats) for calls in `layout`."""
+    doc = record_formats.read_dispatch_document(path)
     key = "table" if layout == "nchw" else f"table_{layout}"
-    return {_geometry(c["geometry"]): c["implementation"] for c in doc.get(key, {}).values()}
+    return {_geometry(c["geometry"]): c["implementation"] for c in doc[key].values()}
 
 
 @dataclass

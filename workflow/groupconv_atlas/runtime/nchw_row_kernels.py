@@ -93,9 +93,9 @@ def k6_default_variant(s: Shape, sm_count: int) -> dict:
 
 def launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k6_default_variant(s, sm_count)
-    # Tuning records written before K6_ENTRY_COLS name no "cols": theirs was one column.
+    # A tuning record from before K6_ENTRY_COLS is read with cols=1 (runtime/record_formats).
     tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
-    cols = int(v.get("cols", 1))
+    cols = int(v["cols"])
     if ((tile_floats, outs, cols) not in K6_TILES or threads not in K6_BLOCKS
             or s.cin_per_group != 1 or k6_tile_rows(tile_floats, outs, s.w, cols) < 1):
         raise ValueError(f"k6 variant {v} does not fit shape {s.id} "

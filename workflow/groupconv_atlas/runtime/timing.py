@@ -210,15 +210,15 @@ def samples_frame(rows: list[tuple], shape_id: str) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(rows, columns=columns)
     frame.insert(0, "shape_id", shape_id)
     frame["clock_flagged"] = False  # a selection stage: no clock screening
+    frame["process"] = 0  # every batch in this one process
     return frame
 
 
 def batch_medians(raw: pd.DataFrame) -> pd.DataFrame:
     """Median latency per (shape, implementation, boundary, batch), with the OS process that ran
-    the batch (0 for records made before timing jobs were split over processes)."""
+    the batch (`raw` in the current format: a record's samples are read by record_formats)."""
     keys = ["shape_id", "implementation", "boundary", "batch"]
-    frame = raw if "process" in raw else raw.assign(process=0)
-    out = frame.groupby(keys, sort=True, observed=True).agg(
+    out = raw.groupby(keys, sort=True, observed=True).agg(
         median_us=("latency_us", "median"),
         clock_flagged=("clock_flagged", "max"),
         process=("process", "first")).reset_index()

@@ -109,9 +109,7 @@ def session_block(timing_meta: dict[str, dict], gpu_environment: dict | None = N
         "max_sm_clock_mhz": first.get("max_sm_clock_mhz"), "l2_bytes": first.get("l2_bytes"),
         "nvml": first.get("nvml"),
         "timing_wall_s": {job: meta.get("wall_s") for job, meta in sorted(timing_meta.items())},
-        # records from before the setting ran every job alone
-        "timing_measured_alone": all(meta.get("measured_alone", True)
-                                     for meta in timing_meta.values()),
+        "timing_measured_alone": all(meta["measured_alone"] for meta in timing_meta.values()),
     }
 
 

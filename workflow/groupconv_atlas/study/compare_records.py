@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime import record_formats
 from ..runtime.files import RecordError
 from ..runtime.kernels import base_implementation
 from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
@@ -75,8 +76,8 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig,
     shape_ids = list(dict.fromkeys(verification["shape_id"]))
     frames = []
     for meta_path in checked_files(sorted(raw.glob("timing/*.json"))):
-        meta = json.loads(meta_path.read_text())
-        samples = pd.read_parquet(*checked_files([meta_path.with_suffix(".parquet")]))
+        meta = record_formats.read_timing_meta(meta_path)
+        samples = record_formats.read_samples(*checked_files([meta_path.with_suffix(".parquet")]))
         table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
                                     shape_ids, BOUNDARIES, cfg, meta)
         table["job"] = meta_path.stem

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..runtime import record_formats
 from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST_NCHW_FROM, StatsConfig, classify,
                     hierarchical_geomean, interval_method, paired_interval, process_means,
                     two_stage_geomean)
@@ -16,8 +17,6 @@ def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConf
     """One row per (shape, boundary) where both were timed: ratio, interval, class."""
     rows = []
     sub = medians[medians["implementation"].isin([candidate, baseline])]
-    if "process" not in sub:
-        sub = sub.assign(process=0)
     for (shape_id, boundary), grp in sub.groupby(["shape_id", "boundary"], sort=True):
         wide = grp.pivot(index="batch", columns="implementation", values="median_us")
         if candidate not in wide or baseline not in wide:
@@ -46,18 +45,16 @@ def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConf
 
 
 def job_pairs(implementations: list[str], meta: dict | None = None) -> list[tuple[str, str]]:
-    """The (candidate, reference) pairs a timing job measured. Its metadata may name roles
-    ("candidates", "references"): every candidate against every reference other than itself.
-    Without them (older records) the first implementation is the candidate, the rest references."""
-    meta = meta or {}
-    if "candidates" in meta or "references" in meta:
-        candidates, references = meta.get("candidates"), meta.get("references")
-        for key, value in (("candidates", candidates), ("references", references)):
-            if not isinstance(value, list) or not value:
-                raise ValueError(f"timing job {meta.get('job', '?')}: meta key {key!r} must be a "
-                                 f"non-empty list when roles are given, not {value!r}")
-        return [(c, r) for c in candidates for r in references if c != r]
-    return [(implementations[0], r) for r in implementations[1:]]
+    """The (candidate, reference) pairs a timing job measured: every candidate of its metadata
+    against every reference other than itself. `meta` is read in the current format
+    (record_formats.timing_meta); without it, `implementations` as a job that names no roles."""
+    meta = record_formats.timing_meta(meta or {"implementations": implementations})
+    candidates, references = meta.get("candidates"), meta.get("references")
+    for key, value in (("candidates", candidates), ("references", references)):
+        if not isinstance(value, list) or not value:
+            raise ValueError(f"timing job {meta.get('job', '?')}: meta key {key!r} must be a "
+                             f"non-empty list when roles are given, not {value!r}")
+    return [(c, r) for c in candidates for r in references if c != r]
 
 
 def comparisons_for_job(medians: pd.DataFrame, implementations: list[str],

@@ -169,12 +169,14 @@ def geomean_over_floor(values) -> float:
 
 def read_floor_samples(paths) -> pd.DataFrame:
     """The floor runs' raw samples of every timing job (only those rows are read)."""
-    frames = [pd.read_parquet(p, filters=[("implementation", "in", list(FLOOR_RUNS))])
+    from ..runtime.record_formats import read_samples
+
+    frames = [read_samples(p, filters=[("implementation", "in", list(FLOOR_RUNS))])
               for p in paths]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["shape_id", "implementation", "boundary", "batch", "latency_us",
-                 "clock_flagged"])
+                 "clock_flagged", "process"])
 
 
 # ---- where each kind of shape stands: the headline's regions ----

@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..runtime.kernels import support
 from ..runtime.shapes import Shape
+from ..runtime.record_formats import read_samples
 from ..runtime.timing import pooled_medians
 from .nsight import kernel_entry
 from .nsight_metrics import (SCALAR_METRICS, STALL_COLUMNS, SUMMED_METRICS, launch_rates,
@@ -33,8 +34,8 @@ def graph_device_medians_by_pair(timing_sources: dict[str, list[str]]
     parts = []
     for impl, paths in timing_sources.items():
         for path in paths:
-            frame = pd.read_parquet(path, columns=["shape_id", "implementation", "boundary",
-                                                   "batch", "latency_us", "clock_flagged"])
+            frame = read_samples(path, columns=["shape_id", "implementation", "boundary",
+                                                "batch", "latency_us", "clock_flagged"])
             parts.append(frame[(frame["boundary"] == "graph_device")
                                & (frame["implementation"] == impl)])
     if not parts:

@@ -4,10 +4,10 @@ data, imported while Snakemake builds the DAG (so it imports no renderer, no tor
 PyCUDA), and tested on its own."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from ..runtime import record_formats
 from ..runtime.kernels import (BASELINES, DISPATCHERS, IMPLEMENTATIONS, KERNELS,
                                base_implementation, twin_name)
 
@@ -90,14 +90,13 @@ def configured_jobs(timing: dict) -> dict[str, Roles]:
 
 def recorded_jobs(record: str | Path) -> dict[str, Roles]:
     """The jobs a record measured and their roles, from its timing metadata, so a record stays
-    replayable whatever the configuration says now. Older records name only `implementations`:
-    the first is the candidate, the rest references."""
+    replayable whatever the configuration says now (read in the current format:
+    record_formats.timing_meta)."""
     jobs: dict[str, Roles] = {}
     for meta_path in sorted(Path(record, "raw", "timing").glob("*.json")):
-        meta = json.loads(meta_path.read_text())
-        impls = meta["implementations"]
-        jobs[meta_path.stem] = {"candidates": list(meta.get("candidates", impls[:1])),
-                                "references": list(meta.get("references", impls[1:]))}
+        meta = record_formats.read_timing_meta(meta_path)
+        jobs[meta_path.stem] = {"candidates": list(meta["candidates"]),
+                                "references": list(meta["references"])}
     return jobs
 
 

@@ -90,7 +90,9 @@ def summary_lines(doc: dict) -> list[str]:
              f"(span {r['span_s']:.1f} s)" for r in doc["stages"]]
     lines += [f"  timing {r['job']:<17} {r['seconds_inside_samples']:>7.1f} s inside samples of "
               + (f"{r['job_timing_wall_s']:.1f} s" if r["job_timing_wall_s"] is not None
-                 else "a job of unknown time") for r in doc.get("timing_jobs", [])]
+                 else "a job of unknown time") for r in doc["timing_jobs"]]
+    # The run's wall time as the record measured it: outside the workflow (older records) or
+    # the jobs' span (record_formats.stage_times_document says which records hold which).
     if doc.get("workflow_wall_s") is not None:
         lines.append(f"{'workflow':<20} {doc['workflow_wall_s']:.0f} s")
     elif doc.get("jobs_span_s") is not None:

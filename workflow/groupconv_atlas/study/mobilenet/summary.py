@@ -28,17 +28,6 @@ NOT_MEASURED = ("not measured in this record: its samples hold no {title} readin
                 "made before the probe measured channels_last hold contiguous NCHW only)")
 
 
-def with_layout(samples: pd.DataFrame) -> pd.DataFrame:
-    """The samples with their `layout` column. A record made before the probe measured
-    channels_last has none: its block and network readings are contiguous NCHW."""
-    if "layout" in samples.columns:
-        return samples
-    frame = samples.copy()
-    frame.insert(frame.columns.get_loc("experiment") + 1, "layout",
-                 np.where(frame["experiment"].isin(LAYOUT_FREE_EXPERIMENTS), ANY_LAYOUT, "nchw"))
-    return frame
-
-
 def reading_layouts(samples: pd.DataFrame) -> pd.Series:
     """reading -> its layout; a reading whose samples span layouts is refused (its statistics
     would pool them)."""
@@ -54,8 +43,7 @@ def summarize_samples(samples: pd.DataFrame, cfg: StatsConfig) -> pd.DataFrame:
     """One row per (reading, boundary), a reading being one experiment at one N in one layout:
     both medians with intervals, the paired ratio baseline / candidate over batch medians with
     its interval and class (comparisons.compare). Layouts are never pooled: every statistic is of
-    one reading."""
-    samples = with_layout(samples)
+    one reading. `samples` as record_formats.read_mobilenet_samples reads them."""
     layout_of_reading = reading_layouts(samples)
     frame = samples.rename(columns={"reading": "shape_id"})
     medians = batch_medians(frame)
@@ -126,7 +114,6 @@ def probe_report(summary: pd.DataFrame, probe: dict, cfg: StatsConfig, sources: 
     layouts side by side), which layouts were measured (one that was not is named so), the
     statistics settings, the probe's own record (checks, replacements, agreement, overhead
     definitions, environment) and the sources it was computed from."""
-    summary = with_layout(summary)
     readings: dict = {}
     for row in summary.to_dict("records"):
         size = "all" if pd.isna(row["n"]) else f"n{int(row['n'])}"
