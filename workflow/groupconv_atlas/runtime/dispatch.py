@@ -26,6 +26,15 @@ def choose(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str = "g
     # Strict FP32 only: a TF32 baseline computes less precisely, so it is never a dispatch target.
     medians = medians[~medians["implementation"].isin(NOT_STRICT_FP32)
                       & (medians["implementation"].map(layout_of) == layout)]
+    return fastest_verified(medians, verification, boundary, layout)
+
+
+def fastest_verified(medians: pd.DataFrame, verification: pd.DataFrame, boundary: str,
+                     layout: str) -> dict[str, dict]:
+    """{shape_id: {"implementation", "median_us", "reason"}}: per shape, the fastest of
+    `medians` (already restricted to one layout's implementations) at `boundary` among those
+    verified correct on the shape; ties by name. The one rule of the forward's dispatcher and the
+    backward passes' (study/pass_stats)."""
     correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
                       verification.loc[verification["status"] == "correct", "implementation"]))
     sub = medians[medians["boundary"] == boundary]

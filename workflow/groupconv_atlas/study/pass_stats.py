@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..runtime.dispatch import fastest_verified
 from ..runtime.timing import BOUNDARIES, batch_medians, pooled_medians
 from .comparisons import comparisons_for_job, geomean_block, summarize
 from .medians import with_torch_best
@@ -151,22 +152,11 @@ def dispatch_choices(samples: pd.DataFrame, verification: pd.DataFrame,
     shape among those computing in that layout (`layouts`: implementation -> layout), PyTorch's
     references included, by the median of batch medians over every job that timed it."""
     medians = pooled_medians(samples)
-    medians = medians[medians["boundary"] == boundary]
-    correct = set(zip(verification.loc[verification["status"] == "correct", "shape_id"],
-                      verification.loc[verification["status"] == "correct", "implementation"]))
     out: dict[str, dict] = {}
     for layout in sorted(set(layouts.values())):
-        sub = medians[medians["implementation"].map(layouts) == layout]
-        table = {}
-        for shape_id, grp in sub.groupby("shape_id", sort=True):
-            grp = grp[[(shape_id, i) in correct for i in grp["implementation"]]]
-            if grp.empty:
-                continue
-            best = grp.sort_values(["median_us", "implementation"], kind="stable").iloc[0]
-            table[shape_id] = {"implementation": best["implementation"],
-                               "median_us": float(best["median_us"]),
-                               "geometry": list(geometry[shape_id]),
-                               "reason": f"fastest verified {boundary} median of {len(grp)} "
-                                         f"{layout} implementations"}
+        table = fastest_verified(medians[medians["implementation"].map(layouts) == layout],
+                                 verification, boundary, layout)
+        for shape_id, entry in table.items():
+            entry["geometry"] = list(geometry[shape_id])
         out[layout] = table
     return out
