@@ -12,7 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.runtime.conv")
-plans = pytest.importorskip("groupconv_atlas.runtime.call_plans")
+plans = pytest.importorskip("groupconv_atlas.runtime.op_runtime")
+call_plan = pytest.importorskip("groupconv_atlas.runtime.call_plan")
 
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
@@ -20,6 +21,10 @@ CL = torch.channels_last
 
 
 class _Plan:
+    """A LaunchPlan's face: what the call plan reads (entry, grid, block) and launch3."""
+
+    entry, grid, block = "recorded", (1, 1, 1), (128, 1, 1)
+
     def __init__(self, calls):
         self.calls = calls
 
@@ -45,9 +50,9 @@ def runtime(monkeypatch):
                         lambda x, w, groups, impl: geometry_shape(x.shape[0], x.shape[1],
                                                                   w.shape[0], x.shape[2],
                                                                   x.shape[3], groups))
-    monkeypatch.setattr(plans.torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(plans, "_current_device", lambda: None)  # a CPU tensor's device index
-    monkeypatch.setattr(plans, "_raw_stream", lambda index: 0xCAFE)
+    monkeypatch.setattr(call_plan.torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(call_plan, "_current_device", lambda: None)  # a CPU tensor's device index
+    monkeypatch.setattr(call_plan, "_raw_stream", lambda index: 0xCAFE)
     return plans._Runtime(launcher=_Launcher())
 
 

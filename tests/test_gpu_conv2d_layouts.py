@@ -13,7 +13,7 @@ g = pytest.importorskip("groupconv_atlas.runtime.conv")
 
 from groupconv_atlas.runtime.kernels import BASELINES, pointer_alignment  # noqa: E402
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
-from groupconv_atlas.runtime.torch_fallback import _baseline_call  # noqa: E402
+from groupconv_atlas.runtime.torch_fallback import baseline_call  # noqa: E402
 
 
 # ------------------------------------------------------------ channels_last (NHWC) calls, GPU
@@ -174,7 +174,7 @@ def test_a_reference_call_is_strict_fp32_with_its_benchmark_setting_and_restores
 
     real = torch.nn.functional.conv2d
     monkeypatch.setattr(torch.nn.functional, "conv2d", recording_conv2d)
-    call = _baseline_call(baseline, 8)
+    call = baseline_call(baseline, 8)
     before = (torch.backends.cudnn.benchmark, torch.backends.cudnn.conv.fp32_precision)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", not BASELINES[baseline]["benchmark"])
     torch.backends.cudnn.conv.fp32_precision = "tf32"

@@ -17,7 +17,7 @@ STRESS = ["stress-1xw-n64-c256-1x301-g256", "stress-oddw-n32-c144-57x13-g144",
 @pytest.fixture(scope="module")
 def launcher(tmp_path_factory, gpu_session):
     """Every kernel compiled for this GPU, without tuning tables (k5 takes its untuned rule)."""
-    from groupconv_atlas.runtime.gpu import Launcher
+    from groupconv_atlas.runtime.launcher import Launcher
 
     folder = tmp_path_factory.mktemp("cubins")
     for k in KERNELS:

@@ -58,7 +58,7 @@ def test_a_wrong_result_is_caught(gpu_session, pass_, monkeypatch):
 
 
 def test_a_pass_job_samples_both_boundaries_in_its_processes():
-    from groupconv_atlas.runtime.gpu import launcher_inputs
+    from groupconv_atlas.runtime.launcher import launcher_inputs
     from groupconv_atlas.runtime.timing import TimingConfig
     from groupconv_atlas.study.pass_runs import backward_module
     from groupconv_atlas.study.timing_workers import time_job

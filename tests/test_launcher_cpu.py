@@ -4,6 +4,7 @@ NCHW tensors, and its bound run keeps every tensor its pointers point into alive
 memory would be reused under the launch: an illegal access once seen on the GPU machine)."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 
@@ -11,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from groupconv_atlas.runtime import gpu  # noqa: E402
+from groupconv_atlas.runtime import call_plan, launcher as launcher_module  # noqa: E402
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
 
 
@@ -40,18 +41,21 @@ def launcher(monkeypatch):
         made["plan"] = _Plan(launch.entry)
         return made["plan"], origin
 
-    monkeypatch.setattr(gpu.Launcher, "kernel_plan", kernel_plan)
+    monkeypatch.setattr(launcher_module.Launcher, "kernel_plan", kernel_plan)
+    # CPU tensors: no CUDA device to make current while the (recording) plan is made
+    monkeypatch.setattr(call_plan.torch.cuda, "device", lambda device: contextlib.nullcontext())
     converted = []
-    real = gpu.in_layout
+    real = call_plan.in_layout
 
     def recording_in_layout(torch_, layout, *tensors):
         out = real(torch_, layout, *tensors)
-        converted.extend(weakref.ref(t) for t in out if t is not None)
+        if layout != "nchw":  # NCHW: the stage's own tensors, nothing converted
+            converted.extend(weakref.ref(t) for t in out if t is not None)
         return out
 
-    monkeypatch.setattr(gpu, "in_layout", recording_in_layout)
+    monkeypatch.setattr(call_plan, "in_layout", recording_in_layout)
     cubins = {"k8": "unused.cubin", "k9": "unused.cubin", "k5": "unused.cubin"}
-    return gpu.Launcher(_Session(), cubins), made, converted
+    return launcher_module.Launcher(_Session(), cubins), made, converted
 
 
 # k8: depthwise, whose (C, 1, 3, 3) weight is channels_last already; k9: grouped with C_out != C_in,

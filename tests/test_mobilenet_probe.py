@@ -338,7 +338,7 @@ def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_ses
     pytest.importorskip("torchvision")
     from groupconv_atlas.runtime import conv as public
     from groupconv_atlas.runtime.build import compile_kernel
-    from groupconv_atlas.runtime.gpu import Launcher
+    from groupconv_atlas.runtime.launcher import Launcher
 
     kernels = {"nchw": "k3", "nhwc": "k8"}
     cubins = {}

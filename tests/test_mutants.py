@@ -84,7 +84,8 @@ def test_mutant_names_are_unique():
 # kills the CUDA context, which must not take the other mutants' verdicts (or tests) with it.
 VERIFY_PROGRAM = r"""
 import json, sys
-from groupconv_atlas.runtime.gpu import GpuSession, Launcher
+from groupconv_atlas.runtime.launcher import Launcher
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.runtime.shapes import Shape
 from groupconv_atlas.runtime.verify import verify_one
 

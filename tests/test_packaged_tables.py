@@ -114,30 +114,30 @@ def test_the_device_name_picks_the_source(monkeypatch):
 
 @pytest.fixture
 def cpu_runtime(monkeypatch, tmp_path):
-    """call_plans._Runtime built on the CPU: a faked GPU name, no session, no cubins."""
+    """op_runtime._Runtime built on the CPU: a faked GPU name, no session, no cubins."""
     pytest.importorskip("torch")
-    from groupconv_atlas.runtime import call_plans
+    from groupconv_atlas.runtime import op_runtime
 
     class Session:
         capability = (9, 0)
 
     names = {"gpu": H200}
-    monkeypatch.setattr(call_plans, "CallerSession", Session)
-    monkeypatch.setattr(call_plans.torch.cuda, "get_device_name", lambda *a: names["gpu"])
-    monkeypatch.setattr(call_plans.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(op_runtime, "CallerSession", Session)
+    monkeypatch.setattr(op_runtime.torch.cuda, "get_device_name", lambda *a: names["gpu"])
+    monkeypatch.setattr(op_runtime.torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setenv("GROUPCONV_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("GROUPCONV_AUTOTUNE", raising=False)
 
     def make(gpu: str, **kwargs):
         names["gpu"] = gpu
-        return call_plans._Runtime(cubins={"k5": str(tmp_path / "k5.cubin")}, **kwargs)
+        return op_runtime._Runtime(cubins={"k5": str(tmp_path / "k5.cubin")}, **kwargs)
 
     (tmp_path / "k5.cubin").write_bytes(b"cubin")
-    return call_plans, make
+    return op_runtime, make
 
 
 def test_the_runtime_takes_the_packaged_table_by_the_gpus_name(cpu_runtime):
-    call_plans, make = cpu_runtime
+    op_runtime, make = cpu_runtime
     from groupconv_atlas.runtime.shapes import geometry_shape
 
     runtime = make(H200)
@@ -153,11 +153,11 @@ def test_the_runtime_takes_the_packaged_table_by_the_gpus_name(cpu_runtime):
 
 def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_runtime, caplog,
                                                                            monkeypatch):
-    call_plans, make = cpu_runtime
+    op_runtime, make = cpu_runtime
     from groupconv_atlas.runtime.shapes import geometry_shape
 
     measured = []
-    monkeypatch.setattr(call_plans, "autotune", lambda shape, cubins, **kw: measured.append(
+    monkeypatch.setattr(op_runtime, "autotune", lambda shape, cubins, **kw: measured.append(
         shape.geometry) or {"implementation": "k5", "variant": None, "median_us": 1.0})
     runtime = make("NVIDIA Unknown GPU")
     assert runtime.tables_source.kind == choice_source.AUTOTUNE and runtime.autotune
@@ -181,17 +181,17 @@ def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_r
 
 def test_a_failed_autotuning_takes_the_untuned_rule_and_keeps_nothing(cpu_runtime, monkeypatch,
                                                                       caplog):
-    call_plans, make = cpu_runtime
+    op_runtime, make = cpu_runtime
     from groupconv_atlas.runtime.shapes import geometry_shape
 
     def broken(shape, cubins, **kwargs):
         raise RuntimeError("no PyTorch CUDA here")
 
-    monkeypatch.setattr(call_plans, "autotune", broken)
+    monkeypatch.setattr(op_runtime, "autotune", broken)
     runtime = make("NVIDIA Unknown GPU")
     with caplog.at_level(logging.WARNING, logger="groupconv_atlas"):
         impl, _, why = runtime.choice_for("dispatch", geometry_shape(8, 32, 32, 56, 56, 32))
     assert impl == "k5" and "untuned rule" in why
     assert any("autotuning (8, 32, 32, 56, 56, 32) (nchw) failed" in r.getMessage()
                for r in caplog.records)
-    assert not (call_plans.cache_root() / "autotune.json").exists()
+    assert not (op_runtime.cache_root() / "autotune.json").exists()

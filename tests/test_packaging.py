@@ -119,12 +119,12 @@ sys.addaudithook(lambda event, args: opened.add(str(args[0]))
                  if event in ("open", "os.listdir", "os.scandir") and args else None)
 import torch
 import groupconv_atlas as g
-from groupconv_atlas.runtime import call_plans
+from groupconv_atlas.runtime import op_runtime
 torch.cuda.get_device_name = lambda *args: sys.argv[1]
 class Session:
     capability = (9, 0)
-call_plans.CallerSession = Session
-runtime = call_plans._Runtime(cubins={"k5": "not compiled on the CPU"})
+op_runtime.CallerSession = Session
+runtime = op_runtime._Runtime(cubins={"k5": "not compiled on the CPU"})
 print(json.dumps({"table": g.table_source(), "choice": g.describe_choice(*json.loads(sys.argv[2])),
                   "runtime": [runtime.tables_source.kind, runtime.tables_source.record,
                               runtime.autotune, len(runtime.launcher.dispatch or {})],

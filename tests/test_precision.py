@@ -45,6 +45,10 @@ def test_the_accessors_read_what_the_switch_wrote(restored):
     assert get() != strict
     set_(strict)
     assert get() == strict
+    set_(precision.conv_tf32_value(torch, True))  # the TF32 reference's own call
+    assert get() != strict
+    precision.set_conv_tf32(torch, False)
+    assert get() == strict == precision.conv_tf32_value(torch, False)
 
 
 def test_no_other_module_writes_a_tf32_setting():

@@ -10,7 +10,7 @@ import pytest
 from helpers import PACKAGE_DIR, ROOT
 
 from groupconv_atlas.runtime import record_formats as rf
-from groupconv_atlas.runtime.gpu import dispatch_table, tuning_table
+from groupconv_atlas.runtime.launch_tables import dispatch_table, tuning_table
 from groupconv_atlas.runtime.kernels import KERNELS
 
 RECORDS = ROOT / "records"

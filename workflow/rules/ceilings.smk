@@ -5,7 +5,7 @@ if PLAN.measures_on_gpu:
     rule ceilings:
         input:
             source="kernels/ceilings.cu",
-            code=code("build", "ceilings", "gpu", "jobs", "provenance"),
+            code=code("build", "ceilings", "launcher", "sessions", "jobs", "provenance"),
         output:
             ceilings=f"{PLAN.results}/raw/ceilings.json",
             prov=PLAN.prov("ceilings"),

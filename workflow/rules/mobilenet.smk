@@ -32,7 +32,7 @@ if PLAN.measures_on_gpu:
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{PLAN.results}/shapes.json",
             ceilings_source="kernels/ceilings.cu",  # the overhead reading's empty kernel
-            code=code("build", "gpu", "jobs", "mobilenet/__init__", "provenance", "record_formats",
+            code=code("build", "launcher", "sessions", "jobs", "mobilenet/__init__", "provenance", "record_formats",
                       "shapes_table"),
         output:
             samples=PLAN.raw("mobilenet/samples.parquet"),

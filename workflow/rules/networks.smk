@@ -29,7 +29,7 @@ if PLAN.measures_on_gpu:
             cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
             tunings=PLAN.tuning_records(PLAN.kernels),
             dispatch_table=PLAN.raw("dispatch/table.json"),
-            code=code("gpu", "jobs", "networks", "network_training", "provenance", "timing"),
+            code=code("launcher", "sessions", "jobs", "networks", "network_training", "provenance", "timing"),
         output:
             samples=PLAN.raw("probes/{probe}/samples.parquet"),
             probe=PLAN.raw("probes/{probe}/probe.json"),

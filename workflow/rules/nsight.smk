@@ -19,7 +19,7 @@ if PLAN.measures_on_gpu:
         input:
             unpack(PLAN.nsight.profile_inputs),
             # nsight_profile.py runs nsight_capture.py under Nsight Compute: what both import.
-            code=[*code("gpu", "jobs", "kernels", "nsight", "shapes_table"),
+            code=[*code("launcher", "sessions", "jobs", "kernels", "nsight", "shapes_table"),
                   "workflow/scripts/nsight_capture.py"],
         output:
             report=PLAN.raw("nsight/{shape}__{impl}.ncu-rep"),

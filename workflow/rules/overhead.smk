@@ -22,7 +22,7 @@ if PLAN.measures_on_gpu:
             cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
             tunings=PLAN.tuning_records(PLAN.kernels),
             dispatch_table=PLAN.raw("dispatch/table.json"),
-            code=code("gpu", "jobs", "overhead", "provenance", "shapes_table", "timing"),
+            code=code("launcher", "sessions", "jobs", "overhead", "provenance", "shapes_table", "timing"),
         output:
             samples=PLAN.raw("overhead/samples.parquet"),
             host=PLAN.raw("overhead/host.parquet"),

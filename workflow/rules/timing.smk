@@ -14,7 +14,7 @@ if PLAN.measures_on_gpu:
             builds=PLAN.timing_builds,
             tunings=PLAN.timing_tunings,
             floor_source="kernels/floor_copy.cu",
-            code=code("build", "gpu", "jobs", "kernels", "provenance", "shapes_table", "timing",
+            code=code("build", "launcher", "sessions", "jobs", "kernels", "provenance", "shapes_table", "timing",
                       "timing_workers"),
         output:
             samples=f"{PLAN.results}/raw/timing/{{job}}.parquet",
@@ -42,7 +42,7 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             samples=f"{PLAN.results}/raw/timing/{PLAN.torch_tuned_job()}.parquet",
-            code=code("crosscheck", "gpu", "jobs", "provenance", "record_formats", "shapes_table",
+            code=code("crosscheck", "launcher", "sessions", "jobs", "provenance", "record_formats", "shapes_table",
                       "timing"),
         output:
             crosscheck=f"{PLAN.results}/raw/crosscheck.json",
@@ -96,7 +96,7 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             verification=PLAN.passes.job_verification,
-            code=PLAN.passes.code("gpu", "jobs", "pass_runs", "provenance", "shapes_table",
+            code=PLAN.passes.code("launcher", "sessions", "jobs", "pass_runs", "provenance", "shapes_table",
                                   "timing", "timing_workers"),
         output:
             samples=PLAN.passes.raw_timing("{passjob}", "parquet"),

@@ -10,7 +10,7 @@ if PLAN.measures_on_gpu:
             shapes=f"{PLAN.results}/shapes.json",
             build=f"{PLAN.results}/raw/builds/{{kernel}}.json",
             cubin=f"{PLAN.results}/raw/builds/{{kernel}}.cubin",
-            code=code("gpu", "jobs", "provenance", "shapes_table", "timing", "tuning"),
+            code=code("launcher", "sessions", "jobs", "provenance", "shapes_table", "timing", "tuning"),
         output:
             record=f"{PLAN.results}/raw/tuning/{{kernel}}.json",
             prov=PLAN.prov("tune_kernel", "{kernel}"),

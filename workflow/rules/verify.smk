@@ -6,7 +6,7 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             builds=PLAN.verification_builds,
-            code=code("gpu", "jobs", "provenance", "shapes_table", "verify"),
+            code=code("launcher", "sessions", "jobs", "provenance", "shapes_table", "verify"),
         output:
             table=f"{PLAN.results}/raw/verification/{{impl}}.parquet",
             prov=PLAN.prov("verify", "{impl}"),
@@ -30,7 +30,7 @@ if PLAN.measures_on_gpu:
         with their reason."""
         input:
             shapes=f"{PLAN.results}/shapes.json",
-            code=PLAN.passes.code("gpu", "jobs", "pass_verify", "provenance", "shapes_table"),
+            code=PLAN.passes.code("launcher", "sessions", "jobs", "pass_verify", "provenance", "shapes_table"),
         output:
             table=PLAN.passes.raw_verification("{pass_}"),
             prov=PLAN.prov("verify_pass", "{pass_}"),

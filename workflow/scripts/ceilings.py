@@ -3,7 +3,7 @@ from pathlib import Path
 
 from groupconv_atlas.runtime.build import compile_kernel_source
 from groupconv_atlas.study.ceilings import measure
-from groupconv_atlas.runtime.gpu import GpuSession
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 

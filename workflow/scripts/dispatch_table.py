@@ -16,7 +16,7 @@ samples = pd.concat([record_formats.read_samples(p) for p in smk.input.samples],
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 samples = samples[~samples["implementation"].str.endswith("_twin")]
 medians = pooled_medians(samples)
-# Launches are looked up by geometry, not by shape name (groupconv_atlas.runtime.gpu.dispatch_table).
+# Launches are looked up by geometry, not by shape name (groupconv_atlas.runtime.launch_tables.dispatch_table).
 geometry = {s.id: list(s.geometry) for s in load_frozen(smk.input.shapes)}
 table, table_nhwc = ({shape_id: {**choice, "geometry": geometry[shape_id]}
                       for shape_id, choice in choose(medians, verification, layout=layout).items()}

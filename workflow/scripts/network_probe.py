@@ -1,6 +1,7 @@
 """Snakemake job (GPU machine): the network probe or the unseen-geometry probe
 (groupconv_atlas.study.networks), by the rule's `probe` parameter: raw samples and details."""
-from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.networks import measure_networks, measure_unseen
 from groupconv_atlas.study.provenance import write_json, write_parquet

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from groupconv_atlas.runtime.gpu import GpuSession, Launcher, tuning_table
+from groupconv_atlas.runtime.launch_tables import tuning_table
+from groupconv_atlas.runtime.launcher import Launcher
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.runtime.kernels import KERNELS, base_implementation
 from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
 

@@ -1,6 +1,7 @@
 """Snakemake job (GPU machine): the call-overhead benchmark (groupconv_atlas.study.overhead) on the
 configured shapes: raw samples, host cost per call, and what each op call resolved to."""
-from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.overhead import measure
 from groupconv_atlas.study.provenance import write_json, write_parquet

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv_atlas.runtime.build import compile_kernel_source
-from groupconv_atlas.runtime.gpu import launcher_inputs
+from groupconv_atlas.runtime.launcher import launcher_inputs
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.kernels import base_implementation
 from groupconv_atlas.study.provenance import write_json, write_parquet

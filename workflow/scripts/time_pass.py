@@ -5,7 +5,7 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.runtime.gpu import launcher_inputs
+from groupconv_atlas.runtime.launcher import launcher_inputs
 from groupconv_atlas.runtime.timing import TimingConfig
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.pass_runs import backward_module, layout_of

@@ -1,7 +1,8 @@
 """Snakemake job (GPU machine): the tuning stage of one tuned kernel on every frozen shape."""
 import time
 
-from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.shapes_table import load_frozen

@@ -5,7 +5,8 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.runtime.gpu import GpuSession, Launcher, launcher_inputs
+from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen

@@ -5,7 +5,7 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.runtime.gpu import GpuSession
+from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.pass_verify import verify_pass
 from groupconv_atlas.study.provenance import write_parquet

@@ -18,7 +18,7 @@ import torch
 
 from .backward_kernels import BACKWARD_KERNELS, transposed_weight_index, wgrad_plan
 from .call_checks import LAYOUT_WORDS, MEMORY_FORMATS, UnsupportedConv, call_layout
-from .call_plans import _current_device, _raw_stream
+from .call_plan import _current_device, _raw_stream
 from .cubin_cache import built_backward_cubins
 from .kernels import DISPATCH
 from .launch import kernel_plan, plan_for

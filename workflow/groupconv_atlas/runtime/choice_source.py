@@ -11,7 +11,7 @@ channels_last: PyTorch).
 A `dispatch` call's choice (`planned_choice`): the layout's dispatch table where it holds the
 geometry; else autotuned where autotuning is on; else the nearest measured geometry's choice
 (unseen.nearest_choice), which without a table is the untuned rule. The runtime's plan cache
-makes this choice once per key (call_plans), with the same function `describe_choice` answers
+makes this choice once per key (op_runtime), with the same function `describe_choice` answers
 on the CPU.
 
 Public (groupconv_atlas.table_source, groupconv_atlas.describe_choice): plain dicts, no GPU,

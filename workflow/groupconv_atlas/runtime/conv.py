@@ -8,7 +8,7 @@ weights, stride 1, padding 1, dilation 1, no bias) and the implementation's supp
 time its key (implementation, sizes, groups, dtypes, devices, layouts) is seen (call_checks);
 what does not fit raises `UnsupportedConv` naming the field, never a silent wrong launch. The
 launch resolved then (the launch tables' choice, entry, grid, block, scalars) is kept
-(call_plans), so a later call allocates the output and enqueues the kernel on the caller's
+(op_runtime, call_plan), so a later call allocates the output and enqueues the kernel on the caller's
 current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
 use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
 backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless
@@ -36,8 +36,8 @@ import torch
 from .call_checks import (UnsupportedConv, call_layout, check_call, implementations,  # noqa: F401
                           support)
 from .backward_plans import configure_backward, routed_backward
-from .call_plans import _Runtime
-from .gpu import Launcher
+from .launcher import Launcher
+from .op_runtime import _Runtime
 from .kernels import DISPATCH, layout_of
 from .torch_fallback import _ONES, _ZEROS
 from .torch_fallback import CONV_BACKWARD as _CONV_BACKWARD

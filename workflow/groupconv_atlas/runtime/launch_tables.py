@@ -1,4 +1,6 @@
-"""Where the op's launch tables come from in a checkout: a committed record's tuned launches and
+"""The launch tables, keyed by geometry: the parsers of a tuning record and of the dispatcher's table
+(which the pipeline's launcher and the op both read), and where the op's tables come from in a
+checkout: a committed record's tuned launches and
 dispatch tables, keyed by geometry, each file checked against the record's manifest. The
 pipeline's export_tables rule writes these same tables into the package (packaged_tables), which
 is where an installed op reads them; `configure(record=...)` reads a record here. A record with
@@ -9,13 +11,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from . import record_formats
 from .files import check_inputs
-from .gpu import Geometry, _geometry, dispatch_table, tuning_table
+from .kernels import KERNELS
+
+Geometry = tuple[int, int, int, int, int, int]
 
 # Every table by the name the runtime and the export know it under: a table loaded here is
 # exported and packaged under its name with no change of the package's format.
 TABLE_NAMES = ("tunings", "dispatch", "dispatch_nhwc", "backward_dispatch")
 BACKWARD_TABLE = "backward.json"  # beside the forward's table.json in raw/dispatch/
+
+
+def _geometry(value) -> Geometry:
+    return tuple(int(v) for v in value)  # type: ignore[return-value]
+
+
+def tuning_table(path: str | Path) -> dict[Geometry, dict]:
+    """{geometry: the chosen variant, by the kernel's variant keys} from a tuning record
+    (raw/tuning/<kernel>.json, read in the current format: record_formats)."""
+    doc = record_formats.read_tuning_record(path)
+    keys = KERNELS[doc["kernel"]].variant_keys
+    return {_geometry(c["geometry"]): {k: int(c[k]) for k in keys}
+            for c in doc["choices"].values()}
+
+
+def dispatch_table(path: str | Path, layout: str = "nchw") -> dict[Geometry, str]:
+    """{geometry: implementation} from the dispatcher's table (raw/dispatch/table.json, read in
+    the current format: record_formats) for calls in `layout`."""
+    doc = record_formats.read_dispatch_document(path)
+    key = "table" if layout == "nchw" else f"table_{layout}"
+    return {_geometry(c["geometry"]): c["implementation"] for c in doc[key].values()}
 
 
 def record_table_files(record: str | Path) -> list[Path]:

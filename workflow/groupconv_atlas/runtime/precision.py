@@ -39,6 +39,14 @@ def strict_fp32(torch) -> dict:
             "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32, "tf32": False}
 
 
+def conv_tf32_value(torch, allowed: bool):
+    """The value conv_tf32_accessors' setter takes to allow (True) or forbid TF32, in the API
+    strict_fp32 uses."""
+    if _conv_precision(torch) is not None:
+        return "tf32" if allowed else "ieee"
+    return bool(allowed)
+
+
 def conv_tf32_accessors(torch):
     """(get, set, strict value) of cuDNN convolutions' TF32 switch through PyTorch's C-level
     accessors, in the API strict_fp32 uses."""
@@ -46,5 +54,7 @@ def conv_tf32_accessors(torch):
     if conv is not None:
         backend, op = conv.__dict__.get("backend", "cuda"), conv.__dict__.get("op", "conv")
         getter, setter = torch._C._get_fp32_precision_getter, torch._C._set_fp32_precision_setter
-        return (lambda: getter(backend, op)), (lambda value: setter(backend, op, value)), "ieee"
-    return torch._C._get_cudnn_allow_tf32, torch._C._set_cudnn_allow_tf32, False
+        return ((lambda: getter(backend, op)), (lambda value: setter(backend, op, value)),
+                conv_tf32_value(torch, False))
+    return torch._C._get_cudnn_allow_tf32, torch._C._set_cudnn_allow_tf32, conv_tf32_value(torch,
+                                                                                         False)

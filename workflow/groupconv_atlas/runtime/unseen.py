@@ -132,7 +132,8 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
     candidate's median), "variants" (each kernel's best variant)}."""
     import numpy as np
 
-    from .gpu import GpuSession, Launcher
+    from .launcher import Launcher
+    from .sessions import GpuSession
     from .timing import TimingConfig, median_latencies
     from .tuning import tune_kernel
     from .verify import verify_one

@@ -1,6 +1,6 @@
 """The calls of a backward pass on one shape's tensors (GPU side): each custom implementation of
 runtime/backward.py and each strict-FP32 PyTorch reference run as that pass, bound once, as the
-launcher binds a forward implementation (gpu.Launcher.bind), for the verification
+launcher binds a forward implementation (launcher.Launcher.bind), for the verification
 (study/pass_verify) and the timing jobs (study/timing_workers) alike.
 
 - input_grad: grad_x from (grad_y, weight); weight_grad: grad_w from (grad_y, x).
@@ -122,10 +122,10 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
 
 
 def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> dict:
-    """{name: gpu.Bound} of every implementation of `impls` as `pass_` on one shape's input x and
+    """{name: launcher.Bound} of every implementation of `impls` as `pass_` on one shape's input x and
     weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
     timing worker (timing_workers._worker): the runs the sampler takes, as a forward's."""
-    from ..runtime.gpu import Bound
+    from ..runtime.launcher import Bound
 
     torch, backward = session.torch, backward_module()
     with session.on_stream():

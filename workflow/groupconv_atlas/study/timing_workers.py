@@ -68,7 +68,8 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
     `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`. A backward
     `pass_` binds its runs through study/pass_runs instead of the launcher."""
     try:
-        from ..runtime.gpu import GpuSession, Launcher
+        from ..runtime.launcher import Launcher
+        from ..runtime.sessions import GpuSession
 
         from ..runtime import conv
 
@@ -163,7 +164,7 @@ def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
     if twin_name(impl) in impls:
         return None
     if impl in DISPATCHERS or impl in KERNELS:
-        from ..runtime.gpu import in_layout
+        from ..runtime.call_plan import in_layout
         from ..runtime.kernels import layout_of
 
         # A kernel's own layout (channels_last for k8), converted once here, outside the timed

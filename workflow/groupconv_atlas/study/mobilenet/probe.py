@@ -280,7 +280,8 @@ def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFr
     import torch
 
     from ...runtime import conv as public
-    from ...runtime.gpu import GpuSession, Launcher
+    from ...runtime.launcher import Launcher
+    from ...runtime.sessions import GpuSession
     from ..provenance import gpu_environment, software_environment
 
     session = GpuSession()

@@ -1,9 +1,9 @@
 """The op's runtime in one process (`_Runtime`): its launcher, cubins and launch tables, the
 choice of implementation for a call (a named one, the dispatch table's, or on an unseen geometry
 the nearest measured one's or an autotuned one; where the tables come from: choice_source), and
-the plan cache: a call's plan is resolved
-once per key and later calls allocate the output and make one driver call on the caller's
-current stream."""
+the plan cache: a call's plan (call_plan, the one every pipeline stage binds too) is made once
+per key, and later calls allocate the output and make one driver call on the caller's current
+stream."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,25 +14,19 @@ from pathlib import Path
 
 import torch
 
-from .call_checks import UnsupportedConv, call_layout, check_call
+from .call_checks import call_layout, check_call
 from .choice_source import (AUTOTUNE, CONFIGURED, STAGE, TABLE_HIT, UNTUNED, TableSource,
                             gpu_tables, planned_choice, record_source, with_tables)
+from . import call_plan
 from .cubin_cache import built_cubins, cache_root
-from .gpu import CallerSession, Launcher
-from .kernels import BASELINES, DISPATCH, KERNELS, UNSEEN_FALLBACK, pointer_alignment
-from .torch_fallback import _baseline_call, _strict_fp32_call
+from .kernels import DISPATCH, KERNELS, UNSEEN_FALLBACK
+from .launcher import Launcher
+from .sessions import CallerSession
+from .torch_fallback import _strict_fp32_call
 from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, AutotuneCache, autotune,
                      autotune_enabled, nearest_choice)
 
 LOG = logging.getLogger("groupconv_atlas")
-
-
-# The caller's current stream as a raw CUstream handle: PyTorch's own fast accessor (the one its
-# generated code uses), else the public one.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
-_current_device = getattr(torch._C, "_cuda_getDevice", None) or (
-    lambda: torch.cuda.current_device())
 
 
 class _Runtime:
@@ -180,62 +174,11 @@ class _Runtime:
         return run(x, weight)
 
     def _plan(self, x, weight, groups: int, implementation: str):
-        """The call checked once and its launch resolved: a function (x, weight) -> y."""
+        """The call checked once, its implementation chosen and its plan made (call_plan): a
+        function (x, weight) -> y."""
         shape = check_call(x, weight, groups, implementation)
         # A named implementation's own layout where x is contiguous in both (check_call's).
         layout = call_layout(x, implementation=implementation)
         impl, variant, _ = self.choice_for(implementation, shape, layout)
-        if impl in BASELINES:
-            return _baseline_call(impl, groups)
-        device, index = x.device, x.device.index
-        with torch.cuda.device(device):  # the device's context current while its cubin loads
-            enqueue = self.launcher.kernel_plan(impl, shape, variant)[0].launch3
-        _, c_out, h, w = out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
-        # The cheapest allocation of an FP32 output on x's device in x's layout: empty_like(x)
-        # (which keeps channels_last) when the output has x's size, else new_empty (contiguous
-        # NCHW) or new_empty_strided with channels_last strides (k9 with C_out != C_in).
-        same = out_shape == tuple(x.shape)
-        nhwc = layout == "nhwc"
-        out_strides = (h * w * c_out, 1, w * c_out, c_out)
-        # An NHWC kernel reads the weight's channels_last memory (k9: OHWI, w[co][kh][kw][ci]).
-        # A weight that is not channels_last-contiguous (a contiguous NCHW one) is converted on
-        # every call, a copy before the launch (captured with it in a CUDA graph, so a replay
-        # reads the weight's current values); a model converted with .to(memory_format=
-        # torch.channels_last) passes channels_last weights, and nothing is converted. The
-        # plan's key holds the weight's layout, so this is decided once here. (k8's (C, 1, 3, 3)
-        # weight is channels_last-contiguous in either layout: never converted.)
-        convert = nhwc and not weight.is_contiguous(memory_format=torch.channels_last)
-        # The pointers the kernel's vector loads need aligned (kernels.pointer_alignment): a
-        # fresh tensor is, a view with an offset may not be. A float pointer is 4-byte aligned
-        # already (mask 0: no check, the NCHW kernels' call is unchanged); a converted weight is
-        # a fresh allocation, so only a caller's channels_last weight is checked.
-        x_align, w_align = pointer_alignment(impl, shape)
-        x_mask = x_align - 1 if x_align > 4 else 0
-        w_mask = w_align - 1 if w_align > 4 and not convert else 0
-        fallback = _baseline_call("torch_tuned_nhwc", groups)
-
-        def run_aligned(x, weight):
-            # A misaligned pointer: a named kernel refuses, naming the tensor; `dispatch` takes
-            # the channels_last reference.
-            if x.data_ptr() & x_mask or (w_mask and weight.data_ptr() & w_mask):
-                if implementation != DISPATCH:
-                    name, ptr, need = (("x", x.data_ptr(), x_align) if x.data_ptr() & x_mask
-                                       else ("weight", weight.data_ptr(), w_align))
-                    raise UnsupportedConv(f"{name}: data pointer {ptr:#x} is not {need}-byte "
-                                          f"aligned, which {impl} needs on {shape.id}")
-                return fallback(x, weight)
-            return run_checked(x, weight)
-
-        def run_converted(x, weight):
-            return run_kernel(x, weight.contiguous(memory_format=torch.channels_last))
-
-        def run_kernel(x, weight):
-            if _current_device() != index:  # another device is current: switch for the call
-                with torch.cuda.device(device):
-                    return run_kernel(x, weight)
-            y = torch.empty_like(x) if same else \
-                x.new_empty_strided(out_shape, out_strides) if nhwc else x.new_empty(out_shape)
-            enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr())
-            return y
-        run_checked = run_converted if convert else run_kernel
-        return run_aligned if x_mask or w_mask else run_checked
+        return call_plan.plan_call(self.launcher, impl, shape, layout, x, weight, variant,
+                                   requested=implementation).call
