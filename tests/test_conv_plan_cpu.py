@@ -6,7 +6,6 @@ only when the caller's is not; and what it refuses: pointers the kernel's vector
 named for a named kernel, computed by the channels_last reference for `dispatch`."""
 from __future__ import annotations
 
-import contextlib
 
 import pytest
 
@@ -16,20 +15,9 @@ plans = pytest.importorskip("groupconv_atlas.runtime.op_runtime")
 call_plan = pytest.importorskip("groupconv_atlas.runtime.call_plan")
 
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
+from launch_fakes import CALLER_STREAM, RecordingPlan, plan_on_cpu  # noqa: E402
 
 CL = torch.channels_last
-
-
-class _Plan:
-    """A LaunchPlan's face: what the call plan reads (entry, grid, block) and launch3."""
-
-    entry, grid, block = "recorded", (1, 1, 1), (128, 1, 1)
-
-    def __init__(self, calls):
-        self.calls = calls
-
-    def launch3(self, stream, x, w, y):
-        self.calls.append((stream, x, w, y))
 
 
 class _Launcher:
@@ -41,7 +29,7 @@ class _Launcher:
 
     def kernel_plan(self, kernel, shape, variant=None, handle="main"):
         self.kernel = kernel
-        return _Plan(self.calls), None
+        return RecordingPlan(self.calls), None
 
 
 @pytest.fixture
@@ -50,9 +38,7 @@ def runtime(monkeypatch):
                         lambda x, w, groups, impl: geometry_shape(x.shape[0], x.shape[1],
                                                                   w.shape[0], x.shape[2],
                                                                   x.shape[3], groups))
-    monkeypatch.setattr(call_plan.torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(call_plan, "_current_device", lambda: None)  # a CPU tensor's device index
-    monkeypatch.setattr(call_plan, "_raw_stream", lambda index: 0xCAFE)
+    plan_on_cpu(monkeypatch, call_plan)
     return plans._Runtime(launcher=_Launcher())
 
 
@@ -77,7 +63,7 @@ def test_k9_gets_a_channels_last_output_of_the_calls_size(runtime, c_out):
     y = runtime.forward(x, w, 4, "k9")
     assert tuple(y.shape) == (2, c_out, 5, 7)
     assert y.is_contiguous(memory_format=CL) and not y.is_contiguous()
-    assert runtime.launcher.calls == [(0xCAFE, x.data_ptr(), w.data_ptr(), y.data_ptr())]
+    assert runtime.launcher.calls == [(CALLER_STREAM, x.data_ptr(), w.data_ptr(), y.data_ptr())]
 
 
 def test_a_channels_last_weight_is_passed_as_it_is_and_an_nchw_one_converted_on_each_call(
@@ -109,7 +95,7 @@ def test_k8_never_converts_its_depthwise_weight(runtime, monkeypatch):
     x, w = _inputs(2, 8, 8, 5, 7, 8, torch.contiguous_format)
     assert w.is_contiguous() and w.is_contiguous(memory_format=CL)
     y = runtime.forward(x, w, 8, "k8")
-    assert runtime.launcher.calls == [(0xCAFE, x.data_ptr(), w.data_ptr(), y.data_ptr())]
+    assert runtime.launcher.calls == [(CALLER_STREAM, x.data_ptr(), w.data_ptr(), y.data_ptr())]
     assert y.is_contiguous(memory_format=CL) and tuple(y.shape) == (2, 8, 5, 7)
 
 

@@ -4,7 +4,6 @@ NCHW tensors, and its bound run keeps every tensor its pointers point into alive
 memory would be reused under the launch: an illegal access once seen on the GPU machine)."""
 from __future__ import annotations
 
-import contextlib
 import gc
 import weakref
 
@@ -14,22 +13,7 @@ torch = pytest.importorskip("torch")
 
 from groupconv_atlas.runtime import call_plan, launcher as launcher_module  # noqa: E402
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
-
-
-class _Session:
-    torch = torch
-    sm_count = 132
-
-    class stream:  # noqa: N801 - the attribute a session has
-        handle = 0xCAFE
-
-
-class _Plan:
-    def __init__(self, entry):
-        self.entry, self.grid, self.block, self.calls = entry, (1, 1, 1), (128, 1, 1), []
-
-    def launch3(self, stream, x, w, y):
-        self.calls.append((stream, x, w, y))
+from launch_fakes import STAGE_STREAM, RecordingPlan, StageSession, plan_on_cpu  # noqa: E402
 
 
 @pytest.fixture
@@ -38,12 +22,11 @@ def launcher(monkeypatch):
 
     def kernel_plan(self, kernel, shape, variant=None, handle="main"):
         launch, origin = self.kernel_launch(kernel, shape, variant)
-        made["plan"] = _Plan(launch.entry)
+        made["plan"] = RecordingPlan([], launch.entry)
         return made["plan"], origin
 
     monkeypatch.setattr(launcher_module.Launcher, "kernel_plan", kernel_plan)
-    # CPU tensors: no CUDA device to make current while the (recording) plan is made
-    monkeypatch.setattr(call_plan.torch.cuda, "device", lambda device: contextlib.nullcontext())
+    plan_on_cpu(monkeypatch, call_plan)
     converted = []
     real = call_plan.in_layout
 
@@ -55,7 +38,7 @@ def launcher(monkeypatch):
 
     monkeypatch.setattr(call_plan, "in_layout", recording_in_layout)
     cubins = {"k8": "unused.cubin", "k9": "unused.cubin", "k5": "unused.cubin"}
-    return launcher_module.Launcher(_Session(), cubins), made, converted
+    return launcher_module.Launcher(StageSession(), cubins), made, converted
 
 
 # k8: depthwise, whose (C, 1, 3, 3) weight is channels_last already; k9: grouped with C_out != C_in,
@@ -81,7 +64,7 @@ def test_an_nhwc_kernel_is_bound_to_channels_last_copies_that_live_as_long_as_it
     assert torch.equal(x_cl, x) and y_cl is bound.writes_into
     out = bound.run()
     assert out is y_cl and out.is_contiguous(memory_format=torch.channels_last)
-    assert made["plan"].calls == [(0xCAFE, x_cl.data_ptr(), w_cl.data_ptr(), y_cl.data_ptr())]
+    assert made["plan"].calls == [(STAGE_STREAM, x_cl.data_ptr(), w_cl.data_ptr(), y_cl.data_ptr())]
     del x_cl, w_cl, y_cl, copies, out
     del bound
     gc.collect()
@@ -97,5 +80,5 @@ def test_an_nchw_kernel_is_bound_to_the_stage_s_own_tensors(launcher):
     x, w, y = torch.randn(2, 8, 5, 6), torch.randn(8, 1, 3, 3), torch.empty(2, 8, 5, 6)
     bound = launcher.bind("k5", shape, x, w, y)
     assert bound.run() is y and bound.writes_into is y
-    assert made["plan"].calls == [(0xCAFE, x.data_ptr(), w.data_ptr(), y.data_ptr())]
+    assert made["plan"].calls == [(STAGE_STREAM, x.data_ptr(), w.data_ptr(), y.data_ptr())]
     assert not converted  # contiguous NCHW: nothing copied

@@ -7,7 +7,6 @@ launches a convolution kernel or calls F.conv2d as an implementation."""
 from __future__ import annotations
 
 import ast
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ torch = pytest.importorskip("torch")
 from groupconv_atlas.runtime import call_plan, op_runtime  # noqa: E402
 from groupconv_atlas.runtime import launcher as launcher_module  # noqa: E402
 from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
+from launch_fakes import (CALLER_STREAM, STAGE_STREAM, RecordingPlan, StageSession,  # noqa: E402
+                          plan_on_cpu)
 
 PACKAGE = Path(call_plan.__file__).resolve().parents[1]
 CL = torch.channels_last
@@ -31,24 +32,6 @@ OTHER_CONV2D = {"runtime/verify.py", "runtime/conv.py"}
 FUNCTIONAL = ("functional", "F")
 
 
-class _Plan:
-    entry, grid, block = "recorded", (1, 1, 1), (128, 1, 1)
-
-    def __init__(self, calls):
-        self.calls = calls
-
-    def launch3(self, stream, x, w, y):
-        self.calls.append((stream, x, w, y))
-
-
-class _Session:
-    torch = torch
-    sm_count = 132
-
-    class stream:  # noqa: N801 - the attribute a session has
-        handle = 0xCAFE
-
-
 @pytest.fixture
 def planned(monkeypatch):
     """Every plan made, as (implementation, layout, requested); launches recorded, not made."""
@@ -61,13 +44,11 @@ def planned(monkeypatch):
         return real(launcher, impl, shape, layout, x, weight, variant, requested, handle)
 
     def kernel_plan(self, kernel, shape, variant=None, handle="main"):
-        return _Plan(launches), None
+        return RecordingPlan(launches), None
 
     monkeypatch.setattr(call_plan, "plan_call", recording)
     monkeypatch.setattr(launcher_module.Launcher, "kernel_plan", kernel_plan)
-    monkeypatch.setattr(call_plan.torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(call_plan, "_current_device", lambda: None)
-    monkeypatch.setattr(call_plan, "_raw_stream", lambda index: 0xBEEF)
+    plan_on_cpu(monkeypatch, call_plan)
     return made, launches
 
 
@@ -88,7 +69,7 @@ DEPTHWISE = geometry_shape(2, 8, 8, 5, 6, 8)
 def test_a_stage_s_bound_run_is_made_by_the_call_plan(planned, impl, runs, layout):
     made, launches = planned
     launcher = launcher_module.Launcher(
-        _Session(), {"k5": "unused.cubin", "k8": "unused.cubin"},
+        StageSession(), {"k5": "unused.cubin", "k8": "unused.cubin"},
         dispatch={DEPTHWISE.geometry: "k5"}, dispatch_nhwc={DEPTHWISE.geometry: "k8"})
     x, w, y = _tensors(DEPTHWISE)
     bound = launcher.bind(impl, DEPTHWISE, x, w, y)
@@ -101,7 +82,7 @@ def test_a_stage_s_bound_run_is_made_by_the_call_plan(planned, impl, runs, layou
     else:  # the plan's launch, on the session's stream, into the stage's output
         assert len(launches) == 1 and out is bound.writes_into
         stream, x_ptr, w_ptr, y_ptr = launches[0]
-        assert stream == 0xCAFE and y_ptr == out.data_ptr()
+        assert stream == STAGE_STREAM and y_ptr == out.data_ptr()
         if layout == "nchw":  # the stage's own tensors
             assert (x_ptr, w_ptr) == (x.data_ptr(), w.data_ptr())
         assert out.is_contiguous(memory_format=CL) == (layout == "nhwc")
@@ -118,7 +99,7 @@ class _OpLauncher:
         self.dispatch_nhwc = {DEPTHWISE.geometry: "torch_tuned_nhwc"}
 
     def kernel_plan(self, kernel, shape, variant=None, handle="main"):
-        return _Plan(self.launches), None
+        return RecordingPlan(self.launches), None
 
 
 @pytest.mark.parametrize("implementation, channels_last, runs", [
@@ -140,7 +121,7 @@ def test_the_op_s_call_is_made_by_the_same_call_plan(planned, monkeypatch, imple
         assert not launches
         torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w, None, 1, 1, 1, 8))
     else:
-        assert len(launches) == 2 and launches[0][0] == 0xBEEF
+        assert len(launches) == 2 and launches[0][0] == CALLER_STREAM
         assert launches[0][1:3] == (x.data_ptr(), w.data_ptr())
 
 
@@ -150,7 +131,7 @@ def test_a_reference_s_call_restores_the_caller_s_settings(planned):
     from groupconv_atlas.runtime.precision import conv_tf32_value
     from groupconv_atlas.runtime.torch_fallback import _GET_B, _GET_P, _STRICT_P
 
-    launcher = launcher_module.Launcher(_Session(), {})
+    launcher = launcher_module.Launcher(StageSession(), {})
     x, w, y = _tensors(DEPTHWISE)
     before = (_GET_B(), _GET_P())
     seen = {}
