@@ -6,7 +6,6 @@ only when the caller's is not; and what it refuses: pointers the kernel's vector
 named for a named kernel, computed by the channels_last reference for `dispatch`."""
 from __future__ import annotations
 
-
 import pytest
 
 torch = pytest.importorskip("torch")
