@@ -30,7 +30,7 @@ def fake_backward(seen: list):
         x, w = (torch.empty(SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w), other) \
             if pass_ == "input_grad" else (other, torch.empty(SHAPE.c_out, SHAPE.cin_per_group,
                                                               3, 3))
-        return pass_runs.reference_call(torch, pass_, x, w, gy, groups, False)()
+        return pass_runs.reference_call(pass_, x, w, gy, groups, "torch_default")()
 
     return types.SimpleNamespace(
         backward_implementations=lambda p: ("ig_nchw", "ig_nhwc") if p == "input_grad"
@@ -47,7 +47,7 @@ def test_the_reference_of_a_pass_is_autograds_gradient(pass_):
     xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
     torch.nn.functional.conv2d(xa, wa, None, 1, 1, 1, SHAPE.groups).backward(gy)
     expected = xa.grad if pass_ == "input_grad" else wa.grad
-    got = pass_runs.reference_call(torch, pass_, x, w, gy, SHAPE.groups, False)()
+    got = pass_runs.reference_call(pass_, x, w, gy, SHAPE.groups, "torch_default")()
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -69,7 +69,7 @@ def test_a_custom_implementation_gets_its_layouts_tensors(pass_):
 def test_the_bound_passes_pytorchs_fp32_and_fails_a_wrong_result(pass_):
     x, w, gy = tensors(1)
     scale = bound_scale(pass_runs.reduction_length(pass_, SHAPE), 16.0)
-    ref32 = pass_runs.reference_call(torch, pass_, x, w, gy, SHAPE.groups, False)()
+    ref32 = pass_runs.reference_call(pass_, x, w, gy, SHAPE.groups, "torch_default")()
     ref64 = fp64_reference(torch, pass_, x, w, gy, SHAPE.groups)
     tol = scale * fp64_reference(torch, pass_, x, w, gy, SHAPE.groups, absolute=True)
     good = full_output_errors(torch, ref32.clone(), ref32, ref64, tol)

@@ -23,7 +23,7 @@ from .cubin_cache import built_backward_cubins
 from .kernels import DISPATCH
 from .launch import kernel_plan, plan_for
 from .shapes import geometry_shape
-from .torch_fallback import CONV_BACKWARD, _ONES, _ZEROS, _baseline_backward_call
+from .torch_fallback import CONV_BACKWARD, _ONES, _ZEROS, baseline_backward_call
 
 PASSES = ("forward", "input_grad", "weight_grad")
 CUSTOM_BACKWARD = {"input_grad": ("ig_nchw", "ig_nhwc"), "weight_grad": ("wg_nchw", "wg_nhwc")}
@@ -153,7 +153,7 @@ class BackwardRuntime:
         layout = implementation_layout(implementation)
         w_shape = (shape.c_out, shape.cin_per_group, 3, 3)
         if implementation in REFERENCES:
-            reference = _baseline_backward_call(implementation, groups, (False, True))
+            reference = baseline_backward_call(implementation, groups, (False, True))
             fmt = MEMORY_FORMATS[layout]
 
             def run_reference(grad_y, x):
@@ -194,7 +194,7 @@ class BackwardRuntime:
         fmt = MEMORY_FORMATS[layout]
         x_shape = (shape.n, shape.c_in, shape.h, shape.w)
         if implementation in REFERENCES:
-            reference = _baseline_backward_call(implementation, groups, (True, False))
+            reference = baseline_backward_call(implementation, groups, (True, False))
 
             def run_reference(grad_y, weight, forward):
                 x = torch.empty(x_shape, device=grad_y.device, memory_format=fmt)  # sizes only

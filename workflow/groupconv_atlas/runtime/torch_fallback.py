@@ -64,7 +64,7 @@ CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _ONES, _ZEROS = [1, 1], [0, 0]
 
 
-def _baseline_backward_call(baseline: str, groups: int, mask: tuple[bool, bool]):
+def baseline_backward_call(baseline: str, groups: int, mask: tuple[bool, bool]):
     """A strict-FP32 PyTorch reference of one backward pass (or both): aten.convolution_backward
     with that pass's output mask, the reference's cudnn.benchmark and TF32 off, the caller's
     settings back afterwards. Returns run(grad_y, x, weight) -> (grad_x or None, grad_w or

@@ -4,10 +4,10 @@ launcher binds a forward implementation (launcher.Launcher.bind), for the verifi
 (study/pass_verify) and the timing jobs (study/timing_workers) alike.
 
 - input_grad: grad_x from (grad_y, weight); weight_grad: grad_w from (grad_y, x).
-- A PyTorch reference of a pass is `aten.convolution_backward` with that pass's one-output mask,
-  under the reference's cudnn.benchmark setting (set on every call: it is process-global) with
-  TF32 off (the job's GpuSession is strict), on its layout's tensors (torch_*_nhwc on
-  channels_last ones), converted once here, outside every timed region.
+- A PyTorch reference of a pass is the op's own backward reference call
+  (runtime/torch_fallback.baseline_backward_call: `aten.convolution_backward` with that pass's
+  one-output mask, the reference's cudnn.benchmark, TF32 off), on its layout's tensors
+  (torch_*_nhwc on channels_last ones), converted once here, outside every timed region.
 - A custom implementation takes its layout's tensors (runtime/backward.backward_layout), converted
   once here as well. Each call launches on the current stream and never synchronizes.
 
@@ -86,16 +86,18 @@ def in_pass_layout(torch, layout: str, *tensors):
     return tuple(t.contiguous(memory_format=torch.channels_last) for t in tensors)
 
 
-def reference_call(torch, pass_: str, x, w, gy, groups: int, benchmark: bool):
-    """PyTorch's pass on these tensors: aten.convolution_backward with the pass's mask."""
-    mask = OUTPUT_MASK[pass_]
+def reference_call(pass_: str, x, w, gy, groups: int, baseline: str):
+    """PyTorch's pass on these tensors: the op's own backward reference call
+    (torch_fallback.baseline_backward_call: aten.convolution_backward with the pass's one-output
+    mask, the reference's cudnn.benchmark, TF32 off, the caller's settings back afterwards)."""
+    from ..runtime.torch_fallback import baseline_backward_call
+
+    mask = tuple(OUTPUT_MASK[pass_][:2])
     index = 0 if pass_ == INPUT_GRAD else 1
+    call = baseline_backward_call(baseline, groups, mask)
 
     def run():
-        # cudnn.benchmark is process-global and read at call time: set it on every call.
-        torch.backends.cudnn.benchmark = benchmark
-        return torch.ops.aten.convolution_backward(gy, x, w, None, [1, 1], [1, 1], [1, 1], False,
-                                                   [0, 0], groups, mask)[index]
+        return call(gy, x, w)[index]
 
     return run
 
@@ -106,7 +108,7 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
     x, w, gy = in_pass_layout(torch, layout, x, w, gy)
     if impl in BASELINES:
         spec = BASELINES[impl]
-        return (reference_call(torch, pass_, x, w, gy, groups, spec["benchmark"]),
+        return (reference_call(pass_, x, w, gy, groups, impl),
                 {"pass": pass_, "layout": layout, "cudnn_benchmark": spec["benchmark"],
                  "tf32": False, "call": "aten.convolution_backward"})
     if pass_ == INPUT_GRAD:

@@ -102,7 +102,7 @@ def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
 def fp32_reference(torch, pass_: str, x, w, gy, groups: int):
     """PyTorch's FP32 pass in NCHW with cudnn.benchmark off (torch_default's): the FP32 side of
     the check, as F.conv2d is the forward's."""
-    return reference_call(torch, pass_, x, w, gy, groups, benchmark=False)()
+    return reference_call(pass_, x, w, gy, groups, "torch_default")()
 
 
 def verify_pass(session, pass_: str, shapes: list, base_seed: int, factor: float,
