@@ -32,6 +32,8 @@ rule report_map:
                        category="Provenance", subcategory="Downloads"),
         template="workflow/templates/atlas_map.html",
         code=REPORT_JOB_CODE,
+        # the pass switch's data, where the run has backward passes
+        **PLAN.passes.map_inputs(),
     output:
         page=report(f"{REPORT}/atlas-map.html", caption="../report/atlas_map.rst",
                     category="Atlas map", subcategory="Map"),

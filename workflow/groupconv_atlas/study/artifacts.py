@@ -13,6 +13,7 @@ from .ceilings import roofline_block, roofline_table
 from .floors import floor_block, floor_lines, geomean_over_floor, with_floor
 from .headline import build_headline
 from .comparisons import summarize
+from .map_cells import shape_cells, shape_verification
 from .medians import cross_job_spread, with_torch_best
 from .reference_algorithms import algorithm_changes
 from .stats import CLASSES, StatsConfig
@@ -127,22 +128,6 @@ def build_block(builds: dict[str, dict]) -> dict:
             for k, b in sorted(builds.items())}
 
 
-def _cell(row) -> dict:
-    if row["class"] not in CLASSES:
-        return {"class": row["class"], "reason": row.get("reason")}
-    keys = ("ratio", "ci_low", "ci_high", "class", "batches", "candidate_median_us",
-            "baseline_median_us", "batch_ratios", "candidate_batch_medians_us",
-            "baseline_batch_medians_us", "clock_flagged_batches")
-    cell = {k: row[k] for k in keys}
-    # Newer columns, absent from tables made before them.
-    for key in ("interval_method", "processes", "torch_best_choice", "candidate_over_floor",
-                "baseline_over_floor"):
-        value = row.get(key)
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            cell[key] = value
-    return cell
-
-
 def _floor_cells(comparisons: pd.DataFrame, floors: pd.DataFrame | None) -> pd.DataFrame:
     """`comparisons` with each measured side's time over its shape's floor
     (candidate_over_floor, baseline_over_floor); unchanged where no floor was measured (older
@@ -164,16 +149,8 @@ def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.Da
         for r in floors.to_dict("records"):
             floor_of.setdefault(r["shape_id"], {})[r["boundary"]] = {
                 k: r[k] for k in ("floor_copy_us", "floor_launch_us", "measured_floor_us")}
-    ver = {}
-    for r in verification.to_dict("records"):
-        ver.setdefault(r["shape_id"], {})[r["implementation"]] = {
-            k: r.get(k) for k in ("status", "reason", "max_abs_error", "max_rel_error",
-                                  "fp64_points_max_rel_error", "error_to_tolerance_fp64",
-                                  "tolerance_factor", "seed")}
-    cells: dict[str, dict] = {}
-    for r in comparisons.to_dict("records"):
-        key = f"{r['candidate']}:{r['baseline']}"
-        cells.setdefault(r["shape_id"], {}).setdefault(key, {})[r["boundary"]] = _cell(r)
+    ver = shape_verification(verification)
+    cells = shape_cells(comparisons)
     shapes = []
     for entry in shapes_doc["shapes"]:
         sid = entry["id"]

@@ -124,6 +124,14 @@ class PassPlan:
         so a forward-only run's atlas.json is byte for byte what it was."""
         return [self.section] if self.on else []
 
+    def map_inputs(self) -> dict[str, list[str]]:
+        """What the atlas map's pass switch reads (its table, summary and each pass's
+        verification); nothing without passes, so a forward-only map is as it was."""
+        if not self.on:
+            return {"pass_table": [], "pass_summary": [], "pass_verification": []}
+        return {"pass_table": [self.table], "pass_summary": [self.summary],
+                "pass_verification": self.all_verification()}
+
     def report_assets(self) -> list[str]:
         return [self.page, self.figure] if self.on else []
 

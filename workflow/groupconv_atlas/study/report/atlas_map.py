@@ -5,7 +5,11 @@ from __future__ import annotations
 import html
 import json
 
+import pandas as pd
+
 from ...runtime.kernels import IMPLEMENTATIONS, base_implementation, layout_of
+from ..map_cells import shape_cells, shape_verification
+from ..pass_stats import BEST_CUSTOM
 from ..stats import CLASSES, DERIVED_REFERENCES
 from .html_blocks import DATA_URL_LIMIT, data_url_bytes, packed_page
 from .style import BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, UNTIMED, baseline_label
@@ -41,11 +45,45 @@ def _implementation(name: str, measured: set[str]) -> dict:
             "measured_covers": [layout]}
 
 
-def map_payload(details: dict, atlas: dict) -> dict:
+def pass_payload(table: pd.DataFrame, summary: pd.DataFrame, verification: pd.DataFrame
+                 ) -> dict[str, dict]:
+    """Per backward pass (passes.parquet, its summary and each pass's verification), what the
+    map's pass switch shows, in the forward's form: the comparisons, every cell by shape
+    (map_cells, as map-details.json holds the forward's), the summary rows, the verification by
+    shape, and each implementation with its layout (the verification table's; `best_custom`,
+    the best custom implementation of either layout per shape, is derived, as torch_best is)."""
+    out = {}
+    for pass_, rows in table.groupby("pass", sort=False):
+        checked = verification[verification["pass"] == pass_]
+        layouts = dict(zip(checked["implementation"], checked["layout"]))
+        pairs = sorted(set(zip(rows["candidate"], rows["baseline"])))
+        measured = {n for pair in pairs for n in pair} - set(DERIVED_REFERENCES) - {BEST_CUSTOM}
+        candidates = sorted({c for c, _ in pairs})
+        baselines = sorted({b for _, b in pairs})
+        covers = sorted({layouts[c] for c in candidates if c in layouts}, key=_layout_order)
+        out[pass_] = {
+            "comparisons": [f"{c}:{b}" for c, b in pairs],
+            "candidates": [{"id": c, "layout": layouts[c], "derived": False, "covers": [layouts[c]],
+                            "measured_covers": [layouts[c]]} if c in layouts else
+                           {"id": c, "layout": EITHER, "derived": True, "covers": covers,
+                            "measured_covers": covers} for c in candidates],
+            "baselines": [{**_implementation(b, measured), "label": baseline_label(b)}
+                          for b in baselines],
+            "cells": shape_cells(rows),
+            "verification": shape_verification(checked),
+            # JSON's own numbers (NaN as null), to the digits a float carries
+            "summary": json.loads(summary[summary["pass"] == pass_].drop(columns="pass")
+                                  .to_json(orient="records", double_precision=15)),
+        }
+    return out
+
+
+def map_payload(details: dict, atlas: dict, passes: dict | None = None) -> dict:
     """What the page's script reads: every cell of map-details.json as it is (so the page
     shows exactly the artifact's values), plus the summary, the A/A result and the settings;
     and each candidate's and baseline's memory layout (kernels.layout_of), for the page's layout
-    switch, with the layouts this record measured."""
+    switch, with the layouts this record measured; and, where the record has backward passes,
+    each pass's (pass_payload) for the pass switch (absent otherwise: the page is as before)."""
     pairs = [p.split(":", 1) for p in details["comparisons"]]
     baselines = sorted({b for _, b in pairs}, key=lambda b: (b.endswith("_twin"), b))
     candidates = sorted({c for c, _ in pairs})
@@ -82,6 +120,7 @@ def map_payload(details: dict, atlas: dict) -> dict:
         "shapes": details["shapes"],
         # whether the record measured each shape's floor (the map's "time over the floor" layer)
         "floor_measured": any("floor" in s for s in details["shapes"]),
+        **({"passes": passes} if passes else {}),
     }
 
 
@@ -100,13 +139,13 @@ def _rounded(value, digits: int):
     return value
 
 
-def atlas_map_html(details: dict, atlas: dict, template: str) -> str:
+def atlas_map_html(details: dict, atlas: dict, template: str, passes: dict | None = None) -> str:
     """The page with every value of map-details.json; packed where it is too large for the
     report's frames, and its numbers kept to MAP_DIGITS significant digits (said on the page)
     where even packed it would be."""
     if MAP_DATA_MARKER not in template:
         raise ValueError(f"atlas map template lacks the data marker {MAP_DATA_MARKER!r}")
-    payload = map_payload(details, atlas)
+    payload = map_payload(details, atlas, passes)
     page = _page(payload, details, template)
     if data_url_bytes(packed_page(page)) > DATA_URL_LIMIT:
         payload = {**_rounded(payload, MAP_DIGITS), "digits": MAP_DIGITS}
