@@ -59,7 +59,7 @@ def smoke_replay(tmp_path_factory):
     return folder / "repo"
 
 
-# Headless Chromium for the browser tests (test_atlas_map_browser.py, test_report_browser.py):
+# Headless Chromium for the browser tests (test_atlas_map_*.py, test_report_browser.py):
 # Debian's /usr/bin/chromium driven by Playwright for Python; never `playwright install`, which
 # downloads a browser of its own.
 CHROMIUM = "/usr/bin/chromium"

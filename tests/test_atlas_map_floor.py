@@ -3,13 +3,13 @@ measurements): with the shapes' measured floor in the cells, "Show: time over th
 each side's time over the floor in every timed cell; a record without a floor offers the layer
 disabled, saying it was not measured. Needs Chromium and Playwright (the `browser` fixture)."""
 import pytest
-from test_atlas_map_browser import _two_layout_inputs, open_map
+from map_pages import open_map, two_layout_inputs
 
 pytestmark = pytest.mark.integration
 
 
 def test_the_floor_layer_shows_each_side_s_time_over_the_floor(browser, tmp_path):
-    details, atlas = _two_layout_inputs()
+    details, atlas = two_layout_inputs()
     for shape in details["shapes"]:
         shape["floor"] = {b: {"floor_copy_us": 4.0, "floor_launch_us": 1.0,
                               "measured_floor_us": 4.0} for b in ("graph_device", "sync_api")}
@@ -34,7 +34,7 @@ def test_the_floor_layer_shows_each_side_s_time_over_the_floor(browser, tmp_path
 
 
 def test_a_record_without_a_floor_offers_the_layer_disabled(browser, tmp_path):
-    context, page, errors = open_map(browser, tmp_path, *_two_layout_inputs())
+    context, page, errors = open_map(browser, tmp_path, *two_layout_inputs())
     option = page.locator("select#view option[value=floor]")
     assert option.is_disabled() and "not measured in this record" in option.inner_text()
     assert not page.locator("td.cell[data-over-floor]").count()
