@@ -35,9 +35,12 @@ def _layered(*layers: str) -> dict:
 
 def test_the_shipped_configurations_are_valid():
     assert config_errors(BASE) == []
-    for layer in ("smoke", "gpu-run", "repeat-session", "nsight-gaps", "nsight-nhwc",
-                  "cudnn-cache-check"):
-        assert config_errors(_layered(f"config/{layer}.yaml")) == [], layer
+    # every layer file in config/ (the base and the shape set aside), read off the folder
+    layers = sorted(p.name for p in (REPO_ROOT / "config").glob("*.yaml")
+                    if p.name not in ("config.yaml", "shapes.yaml"))
+    assert {"smoke.yaml", "gpu-run.yaml", "lean-run.yaml", "forward-only.yaml"} <= set(layers)
+    for layer in layers:
+        assert config_errors(_layered(f"config/{layer}")) == [], layer
 
 
 def test_every_configuration_a_record_replays_with_is_valid_and_resolves():
