@@ -7,6 +7,7 @@ launches a convolution kernel or calls F.conv2d as an implementation."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,39 @@ def test_only_the_pytorch_path_calls_pytorch_s_convolution_backward():
     calling = {name for name, tree in _modules() if _uses(tree, "convolution_backward")}
     # and a pass's FP64 reference in its verification (checked against, never timed)
     assert calling == {"runtime/torch_fallback.py", "study/pass_verify.py"}, calling
+
+
+def _python_calls(fn, *args) -> list[str]:
+    """The Python functions one call of fn runs, in order (C functions left out)."""
+    names = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return names
+
+
+@pytest.mark.parametrize("implementation, geometry, wrappers", [
+    ("k5", (2, 16, 16, 5, 7, 4), []),  # an NCHW kernel: straight to the launch
+    ("k9", (2, 16, 16, 5, 7, 4), ["run_aligned"]),  # 16-byte vectors: the pointers checked
+])
+def test_the_op_s_call_runs_only_the_steps_its_kernel_needs(planned, monkeypatch, implementation,
+                                                           geometry, wrappers):
+    """The op's per-call path is a few Python calls (its cost is host time on small maps): the
+    plan's kernel call, wrapped only where the kernel needs a check, never a generic wrapper."""
+    monkeypatch.setattr(op_runtime, "check_call", lambda x, w, groups, impl: geometry_shape(
+        x.shape[0], x.shape[1], w.shape[0], x.shape[2], x.shape[3], groups))
+    runtime = op_runtime._Runtime(launcher=_OpLauncher(planned[1]))
+    n, c_in, c_out, h, w_, groups = geometry
+    fmt = CL if implementation == "k9" else torch.contiguous_format
+    x = torch.randn(n, c_in, h, w_).contiguous(memory_format=fmt)
+    w = torch.randn(c_out, c_in // groups, 3, 3).contiguous(memory_format=fmt)
+    runtime.forward(x, w, groups, implementation)  # the plan is made
+    calls = [c for c in _python_calls(runtime.forward, x, w, groups, implementation)
+             if c not in ("<lambda>", "call_layout")]  # the test's stand-ins; the plan key's
+    assert calls == ["forward", *wrappers, "run_kernel", "launch3"], calls
