@@ -106,8 +106,9 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                 convs = [i for i in impls if i not in FLOOR_RUNS]
                 with session.on_stream():
                     x, w = session.random_inputs(shape, cfg.seed + index)
-                    y = session.empty_output(shape)
+                    y = None  # a backward pass's calls allocate their own gradients
                     if pass_ == FORWARD:
+                        y = session.empty_output(shape)
                         bound = {i: launcher.bind(i, shape, x, w, y) for i in convs}
                     else:  # the shape's x and w, and a grad_y drawn apart from them
                         bound = bind_pass(session, pass_, shape, convs, x, w, cfg.seed + index)
