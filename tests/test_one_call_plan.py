@@ -1,5 +1,5 @@
-"""One call plan (runtime/call_plan.py) for the op and for every pipeline stage, on a machine without
-a GPU: the launcher's bound runs (what verification, tuning, timing, the cross-check and the
+"""One call plan (runtime/call_plan.py) for the op and for every pipeline stage, on a machine
+without a GPU: the launcher's bound runs (what verification, tuning, timing, the cross-check and the
 probes run) and conv2d's calls are both made by call_plan.plan_call, for custom kernels, their A/A
 twins, the dispatchers and PyTorch's references; a reference's bound run is the op's PyTorch path
 (it computes on CPU tensors here, with its settings restored after the call); and no other module

@@ -8,8 +8,8 @@ weights, stride 1, padding 1, dilation 1, no bias) and the implementation's supp
 time its key (implementation, sizes, groups, dtypes, devices, layouts) is seen (call_checks);
 what does not fit raises `UnsupportedConv` naming the field, never a silent wrong launch. The
 launch resolved then (the launch tables' choice, entry, grid, block, scalars) is kept
-(op_runtime, call_plan), so a later call allocates the output and enqueues the kernel on the caller's
-current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
+(op_runtime, call_plan), so a later call allocates the output and enqueues the kernel on the
+caller's current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
 use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
 backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless
 `configure(backward_dispatch=...)` names an implementation for a pass, layout and geometry

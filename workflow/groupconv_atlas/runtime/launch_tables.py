@@ -1,9 +1,8 @@
-"""The launch tables, keyed by geometry: the parsers of a tuning record and of the dispatcher's table
-(which the pipeline's launcher and the op both read), and where the op's tables come from in a
-checkout: a committed record's tuned launches and
-dispatch tables, keyed by geometry, each file checked against the record's manifest. The
-pipeline's export_tables rule writes these same tables into the package (packaged_tables), which
-is where an installed op reads them; `configure(record=...)` reads a record here. A record with
+"""The launch tables, keyed by geometry: the parsers of a tuning record and of the dispatcher's
+table (which the pipeline's launcher and the op both read), and where the op's tables come from
+in a checkout: a committed record's tuned launches and dispatch tables, each file checked
+against the record's manifest. The pipeline's export_tables rule writes these same tables into
+the package (packaged_tables), which is where an installed op reads them; `configure(record=...)` reads a record here. A record with
 backward passes also holds their dispatch table (raw/dispatch/backward.json: per pass, layout and
 geometry the fastest verified implementation), loaded as `backward_dispatch`."""
 from __future__ import annotations

@@ -161,8 +161,8 @@ def full_output_failures(full: dict, poisoned: bool) -> list[str]:
 def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_points: int,
                variant: dict | None = None) -> dict:
     """Run all checks for one (shape, implementation) on the GPU through the one launcher
-    (launcher.Launcher, through the call plan conv2d makes); `variant` verifies one launch variant of a tuned kernel (the tuning stage).
-    Returns the record row."""
+    (launcher.Launcher, through the call plan conv2d makes); `variant` verifies one launch
+    variant of a tuned kernel (the tuning stage). Returns the record row."""
     ok, reason = support(impl, shape)
     if not ok:
         return unsupported_row(shape, impl, reason, seed)

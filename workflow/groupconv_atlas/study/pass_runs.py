@@ -124,8 +124,8 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
 
 
 def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> dict:
-    """{name: launcher.Bound} of every implementation of `impls` as `pass_` on one shape's input x and
-    weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
+    """{name: launcher.Bound} of every implementation of `impls` as `pass_` on one shape's input x
+    and weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
     timing worker (timing_workers._worker): the runs the sampler takes, as a forward's."""
     from ..runtime.launcher import Bound
 
