@@ -82,7 +82,8 @@ RUN, REPLAY, PROBE, DRY, SUITE, STATIC, PLACEHOLDER = (
     "run", "replay", "probe", "dry", "suite", "static", "placeholder")
 LIVE = ("--config", "mode=live")
 DEVICE = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["device"]
-NEWEST = find_record(ROOT / "records", "newest", DEVICE)  # what `make atlas` replays
+# What `make atlas` replays: the newest atlas record (a record of the passes alone joins it).
+NEWEST = find_record(ROOT / "records", "newest", DEVICE, having="raw/timing/*.json")
 SMOKE_RECORD = "h200-smoke-2026-11-29"
 # The probes that replay from their record's raw samples, and refuse, naming the file, in a
 # replay of a record that lacks them ("has nothing to replay from it", as the README says).
@@ -124,6 +125,9 @@ def _replay(name: str) -> How:
         return How(RUN, "after make atlas (the same record, the newest): succeeds, names it")
     if name == SMOKE_RECORD:
         return How(REPLAY, "copy of the smoke_replay fixture (the same replay): nothing to redo")
+    if not any((ROOT / "records" / name).glob("raw/timing/*.json")):
+        return How(REPLAY, "fresh copy: a record of the backward passes alone replays beside "
+                   "the newest atlas record; atlas.json's passes name it")
     return How(REPLAY, "fresh copy: replays the record into results/<device>/, atlas.json "
                "names it")
 
@@ -392,9 +396,11 @@ def rules_of(jobs: list[dict]) -> set[str]:
 
 
 def atlas_of(repo: Path, record: str) -> dict:
-    """The atlas.json a replay of `record` wrote, wherever its device put it."""
+    """The atlas.json a replay of `record` wrote, wherever its device put it (for a record of
+    the backward passes alone, the one whose passes it names)."""
     for path in sorted((repo / "results").glob("*/atlas.json")):
         atlas = json.loads(path.read_text())
-        if atlas["evidence"]["record"] == record:
+        passes_from = ((atlas.get("passes") or {}).get("record") or {}).get("name")
+        if record in (atlas["evidence"]["record"], passes_from):
             return atlas
     raise AssertionError(f"no results/*/atlas.json names record {record}")

@@ -4,6 +4,7 @@ plans none and reads nothing new (so its artifacts stay as they were), the reduc
 seeds of the verification, and a bad `passes` value named before any job runs. CPU only."""
 import pytest
 
+from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
 from groupconv_atlas.runtime.shapes import Shape
 from groupconv_atlas.study.config_check import config_errors
 from groupconv_atlas.study.pass_plan import configured_pass_jobs
@@ -53,15 +54,19 @@ def test_one_pass_plans_only_its_jobs():
 
 
 def test_a_record_without_passes_replays_as_before_and_says_so():
-    plan = RunPlan.from_config(config_of(mode="replay"), ROOT, 2, gpu_available=no_gpu)
+    # The newest atlas record by name: a replay of "newest" takes the passes of a record of
+    # the passes alone (tests/test_pass_records.py).
+    forward = find_record(ROOT / "records", "newest", "h200", having=ATLAS_RECORD).name
+    plan = RunPlan.from_config(config_of(mode="replay", record=forward), ROOT, 2,
+                               gpu_available=no_gpu)
     assert plan.passes.jobs == {} and not plan.passes.on
     assert plan.passes.atlas_section() == []
     assert not any("pass" in target for target in plan.atlas.complete_targets())
     assert not any("_pass" in p for p in plan.atlas.all_jobs_provenance())
     assert any(f"record {plan.record_name} holds no input_grad, weight_grad pass" in n
                for n in plan.notes), plan.notes
-    quiet = RunPlan.from_config(config_of(mode="replay", passes=["forward"]), ROOT, 2,
-                                gpu_available=no_gpu)
+    quiet = RunPlan.from_config(config_of(mode="replay", record=forward, passes=["forward"]),
+                                ROOT, 2, gpu_available=no_gpu)
     assert not any("pass (raw/passes/)" in n for n in quiet.notes)
 
 

@@ -84,6 +84,31 @@ def test_the_bound_passes_pytorchs_fp32_and_fails_a_wrong_result(pass_):
     assert failures[0] == "1 output elements non-finite (NaN poison survived: unwritten)"
 
 
+@pytest.mark.parametrize("h, w", [(1, 301), (5, 1)])
+def test_a_one_row_maps_weight_gradient_passes_with_its_padding_taps_exactly_zero(h, w):
+    """On a one-row (one-column) map the weight gradient's top and bottom (left and right) taps
+    only meet the padding: exactly zero, with a zero bound. Record h200-2026-12-03-passes marked
+    every implementation of stress-1xw (H = 1), PyTorch's too, incorrect at "inf x the
+    tolerance" from those 0/0 elements; an exact zero is within any bound, a wrong one is not."""
+    shape = Shape("depthwise", "one-row", 4, 8, 8, h, w, 8)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(shape.n, shape.c_in, h, w, generator=gen)
+    wt = torch.randn(shape.c_out, shape.cin_per_group, 3, 3, generator=gen)
+    gy = torch.randn(shape.n, shape.c_out, h, w, generator=gen)
+    scale = bound_scale(pass_runs.reduction_length("weight_grad", shape), 16.0)
+    ref32 = pass_runs.reference_call("weight_grad", x, wt, gy, shape.groups, "torch_default")()
+    ref64 = fp64_reference(torch, "weight_grad", x, wt, gy, shape.groups)
+    tol = scale * fp64_reference(torch, "weight_grad", x, wt, gy, shape.groups, absolute=True)
+    padding_taps = (tol == 0)
+    assert padding_taps.sum() == shape.c_out * 6 and (ref32[padding_taps] == 0).all()
+    good = full_output_errors(torch, ref32.clone(), ref32, ref64, tol)
+    assert full_output_failures(good, poisoned=True) == [] and good["ratio64"] < 1
+    wrong = ref32.clone()
+    wrong[padding_taps.nonzero()[0].tolist()] = 1e-6  # a padding tap that is not zero
+    assert any("FP64" in f for f in full_output_failures(
+        full_output_errors(torch, wrong, ref32, ref64, tol), poisoned=True))
+
+
 def test_a_checkout_without_the_backward_module_says_so(monkeypatch):
     import importlib
 

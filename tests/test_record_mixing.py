@@ -115,8 +115,11 @@ def test_another_record_is_refused_naming_both_and_the_command_that_goes_on(tmp_
 
 
 def _add_record(records: Path, name: str, created: str, captures: bool) -> None:
-    """A record of device `dev` (Nsight captures or none) and its index entry."""
+    """An atlas record of device `dev` (the forward's timing; Nsight captures or none) and its
+    index entry."""
     (records / name / "raw" / "nsight").mkdir(parents=True)
+    (records / name / "raw" / "timing").mkdir()
+    (records / name / "raw" / "timing" / "default.json").write_text("{}")
     if captures:
         (records / name / "raw" / "nsight" / "a.ncu-rep").write_bytes(b"")
     (records / name / "record.json").write_text(

@@ -122,7 +122,7 @@ rule assemble_passes:
         stats=PLAN.passes.all_stats(),
         timing_meta=PLAN.passes.all_raw_timing("json"),
         verification=PLAN.passes.all_verification(),
-        check=PLAN.record_check(),
+        check=PLAN.passes.record_check(),
         code=code("artifacts", "jobs", "pass_stats", "provenance", "stats"),
     output:
         table=PLAN.passes.table,
@@ -131,6 +131,10 @@ rule assemble_passes:
         prov=PLAN.prov("assemble_passes"),
     params:
         statistics=config["statistics"],
+        # The record the passes were measured in, where it is not the forward's (None else), and
+        # its check (which carries the record's caveats).
+        borrowed_record=PLAN.passes.record_name if PLAN.passes.borrows_record else None,
+        borrowed_check=PLAN.passes.record_check()[-1] if PLAN.passes.borrows_record else None,
     log:
         f"{PLAN.results}/logs/assemble_passes.log",
     conda:

@@ -66,6 +66,22 @@ if PLAN.replays_record:
             script:
                 "../scripts/check_record.py"
 
+    if PLAN.passes.borrows_record:
+
+        rule check_passes_record:
+            """The record the backward passes replay from, when it is not the main one."""
+            input:
+                **PLAN.record_check_inputs(PLAN.passes.record),
+            output:
+                check=f"{PLAN.results}/passes-record-check.json",
+                prov=PLAN.prov("check_passes_record"),
+            log:
+                f"{PLAN.results}/logs/check_passes_record.log",
+            conda:
+                "../../envs/cpu.yaml"
+            script:
+                "../scripts/check_record.py"
+
 
 if PLAN.measures_on_gpu:
 
@@ -121,6 +137,26 @@ if PLAN.measures_on_gpu:
             "../../envs/cpu.yaml"
         script:
             "../scripts/snapshot_record.py"
+
+    rule snapshot_passes:
+        """Copy a live run of the backward passes alone (`snakemake backward_passes`) into
+        records/<device>-<record_name>-passes/: their raw layer, their dispatch table and their
+        jobs' provenance. A replay of the newest atlas record shows them beside its forward
+        (study/pass_plan); the record says it holds the passes alone."""
+        input:
+            artifacts=PLAN.passes.artifacts(),
+            dispatch=PLAN.passes.backward_dispatch(),
+        output:
+            f"{SNAPSHOT}-passes/record.json",
+        params:
+            results=PLAN.results,
+            device=PLAN.device,
+        log:
+            f"{PLAN.results}/logs/snapshot_passes.log",
+        conda:
+            "../../envs/cpu.yaml"
+        script:
+            "../scripts/snapshot_passes.py"
 
 else:
 

@@ -29,7 +29,7 @@ rule compare_pass:
         samples=PLAN.passes.raw_timing("{passjob}", "parquet"),
         meta=PLAN.passes.raw_timing("{passjob}", "json"),
         verification=PLAN.passes.job_verification,
-        check=PLAN.record_check(),
+        check=PLAN.passes.record_check(),
         code=code("jobs", "pass_stats", "provenance", "stats", "comparisons", "timing"),
     output:
         table=f"{PLAN.passes.stats_dir}/{{passjob}}.parquet",

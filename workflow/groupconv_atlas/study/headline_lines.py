@@ -244,6 +244,10 @@ def pass_lines(section: dict | None, boundary: str = "graph_device") -> list[str
             f"{counts['WIN']}, losses {counts['LOSS']}, ties {counts['TIE']}, inconclusive "
             f"{counts['INCONCLUSIVE']} of {block['shapes_compared']} shapes, unsupported "
             f"{counts['UNSUPPORTED']}{worst_words}.")
+    held = (section or {}).get("record")
+    if lines and held:  # passes measured in a record of their own, beside the forward's
+        lines.append(f"The backward passes come from record {held['name']}: {held['note']}."
+                     + "".join(f" Caveat: {c}" for c in held.get("caveats", [])))
     return lines
 
 

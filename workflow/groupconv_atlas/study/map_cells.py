@@ -14,9 +14,10 @@ from .stats import CLASSES
 
 def _plain(value):
     """A value as JSON takes it: a table read back from parquet gives numpy arrays and scalars,
-    and NaN where a row has no figure (None here, null in JSON)."""
+    and NaN where a row has no figure, or an infinite error ratio where a check found a
+    non-finite or unbounded error (None here, null in JSON; the row's reason says which)."""
     value = value.tolist() if hasattr(value, "tolist") else value
-    return None if isinstance(value, float) and math.isnan(value) else value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def map_cell(row) -> dict:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..runtime.files import PASS_RECORD, find_record
 from ..runtime.kernels import BASELINES
+from .plan import PlanError
 
 FORWARD = "forward"
 # The backward passes in the order the atlas shows them; runtime/backward.PASSES is the op's list
@@ -25,6 +27,7 @@ BACKWARD_ORDER = ("input_grad", "weight_grad")
 # The module that computes them: imported by name on the GPU machine only (study/pass_verify,
 # study/pass_timing); the rules list its file once it exists (PassPlan.code).
 BACKWARD_MODULE = "backward"
+PASS_RECORD_DIR = str(Path(PASS_RECORD).parent)  # raw/passes/timing
 
 
 def strict_references(refs) -> list[str]:
@@ -51,6 +54,39 @@ def configured_pass_jobs(config: dict) -> dict[str, dict]:
     return jobs
 
 
+def passes_record(run, notes: list[str]) -> str:
+    """The record a replay takes its backward passes from: a record of the passes alone named by
+    `record:` (run.pass_layer, beside the newest atlas record); the replayed record when it holds
+    passes or was named; else the newest record of the device that holds passes over the same
+    frozen shape set (a note names it; one over another set is named and left out)."""
+    if run.pass_layer:
+        found = run.at(run.pass_layer)
+        if _shape_set(found) != _shape_set(run.at(run.record)):
+            raise PlanError(f"record {found.name} holds backward passes over another shape set "
+                            f"than record {Path(run.record).name}, the newest atlas record, "
+                            "which a record of the passes alone replays beside")
+        notes.append(f"record {found.name} holds the backward passes alone; they replay beside "
+                     f"record {Path(run.record).name}, the newest atlas record")
+        return run.pass_layer
+    if run.config["record"] != "newest" or any(run.at(run.record, PASS_RECORD_DIR).glob("*.json")):
+        return run.record
+    try:
+        found = find_record(run.at("records"), "newest", run.device, having=PASS_RECORD)
+    except LookupError:
+        return run.record
+    if _shape_set(found) != _shape_set(run.at(run.record)):
+        notes.append(f"record {found.name} holds backward passes over another shape set than "
+                     f"record {Path(run.record).name}; the replay shows no backward pass")
+        return run.record
+    notes.append(f"record {Path(run.record).name} holds no backward pass; the passes replay "
+                 f"those of {found.name}, measured in a run of their own")
+    return f"records/{found.name}"
+
+
+def _shape_set(record: Path) -> list:
+    return json.loads(Path(record, "raw", "shapes.json").read_text())["shapes"]
+
+
 def recorded_pass_jobs(record: str | Path) -> dict[str, dict]:
     """The backward timing jobs a record holds (none for a record made before them), from their
     metadata."""
@@ -69,14 +105,20 @@ class PassPlan:
     def __init__(self, run, notes: list[str]):
         self.run = run
         configured = [p for p in BACKWARD_ORDER if p in (run.config.get("passes") or [FORWARD])]
+        # The record the passes replay from: the replayed one, or for a replay of the newest
+        # record that holds none, the newest record of the device that has them (a record of
+        # the passes alone, measured in a run of its own), checked and named like the main one.
+        self.record = run.record
+        if run.replays_record:
+            self.record = passes_record(run, notes)
         if run.measures_on_gpu:
             self.jobs = configured_pass_jobs(run.config)
         else:
-            self.jobs = recorded_pass_jobs(run.at(run.record))
+            self.jobs = recorded_pass_jobs(run.at(self.record))
             held = {j["pass"] for j in self.jobs.values()}
             absent = [p for p in configured if p not in held]
             if absent:
-                notes.append(f"record {run.record_name} holds no {', '.join(absent)} pass "
+                notes.append(f"record {Path(self.record).name} holds no {', '.join(absent)} pass "
                              "(raw/passes/); the replay shows the passes it measured")
         self.passes = [p for p in BACKWARD_ORDER if any(j["pass"] == p for j in self.jobs.values())]
         results = run.results
@@ -92,11 +134,31 @@ class PassPlan:
         """Whether this run has any backward pass to verify, time or show."""
         return bool(self.jobs)
 
+    @property
+    def borrows_record(self) -> bool:
+        """A replay whose passes come from another record than the one it replays."""
+        return self.record != self.run.record
+
+    @property
+    def record_name(self) -> str | None:
+        return self.record and Path(self.record).name
+
+    def record_check(self) -> list[str]:
+        """What a consumer of the passes' raw layer waits for: the main record's check, and the
+        passes' record's own when it is another."""
+        if self.borrows_record:
+            return [*self.run.record_check(), f"{self.run.results}/passes-record-check.json"]
+        return self.run.record_check()
+
+    def raw(self, path: str) -> str:
+        """A file of the passes' raw layer: measured here (live) or in their record (replay)."""
+        return self.run.raw(path) if self.run.measures_on_gpu else f"{self.record}/raw/{path}"
+
     def raw_verification(self, pass_: str) -> str:
-        return self.run.raw(f"passes/verification/{pass_}.parquet")
+        return self.raw(f"passes/verification/{pass_}.parquet")
 
     def raw_timing(self, job: str, suffix: str) -> str:
-        return self.run.raw(f"passes/timing/{job}.{suffix}")
+        return self.raw(f"passes/timing/{job}.{suffix}")
 
     def job_pass(self, wildcards) -> str:
         return self.jobs[wildcards.passjob]["pass"]

@@ -7,7 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
-from ..runtime.files import INDEX, find_record
+from ..runtime.files import ATLAS_RECORD, INDEX, find_record
 from .records import replay_arguments
 
 # The files a replay's record checks write first (records.smk): each names the record it checked.
@@ -49,7 +49,7 @@ def _continue_arguments(records_dir: Path, held: dict,
     # Only record=newest takes the Nsight captures from another record: the folder was made that
     # way, and can still be while its record is the newest of its device.
     try:
-        if (find_record(records_dir, "newest", device).name != held["record"]
+        if (find_record(records_dir, "newest", device, having=ATLAS_RECORD).name != held["record"]
                 or find_record(records_dir, "newest", device, having=NSIGHT_CAPTURES).name
                 != nsight):
             return None

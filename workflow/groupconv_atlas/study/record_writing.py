@@ -30,10 +30,18 @@ def index_record(record_dir: str | Path, replay: list[str] | None = None) -> dic
     return entry
 
 
+# A record of the backward passes alone: their raw layer, their dispatch table, and the
+# provenance of the jobs that made them (the shapes' freeze and the passes' GPU jobs).
+PASS_LAYER = ("raw/passes/", "raw/dispatch/backward.json", "provenance/freeze_shapes.json",
+              "provenance/verify_pass-", "provenance/time_pass-",
+              "provenance/backward_dispatch_table.json")
+
+
 def snapshot(results_dir: str | Path, record_dir: str | Path, device: str, extra: dict,
-             replay: list[str] | None = None) -> dict:
+             replay: list[str] | None = None, only: tuple[str, ...] | None = None) -> dict:
     """Copy a live run's raw layer and job provenance into a record with a hash manifest, and
-    enter the manifest's hash in records/INDEX.json (commit both)."""
+    enter the manifest's hash in records/INDEX.json (commit both). `only`: the files whose
+    results-relative path starts with one of these (PASS_LAYER), else every one."""
     results_dir, record_dir = Path(results_dir), Path(record_dir)
     if record_dir.exists():
         shutil.rmtree(record_dir)
@@ -44,6 +52,8 @@ def snapshot(results_dir: str | Path, record_dir: str | Path, device: str, extra
             raise RecordError(f"{src}: missing; run the atlas live before snapshotting")
         for path in sorted(p for p in src.rglob("*") if p.is_file()):
             rel = path.relative_to(results_dir)
+            if only is not None and not rel.as_posix().startswith(only):
+                continue
             dest = record_dir / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 from ..runtime import kernels as registry
-from ..runtime.files import INDEX, find_record
+from ..runtime.files import ATLAS_RECORD, INDEX, PASS_RECORD, find_record
 from . import live_run, plan
 from .atlas_plan import AtlasPlan
 from .code_inputs import code_files
@@ -38,6 +38,14 @@ def gpu_available() -> bool:
     if smi is None:
         return False
     return subprocess.run([smi, "-L"], capture_output=True, check=False).returncode == 0
+
+
+def timing_settings(timing: dict) -> dict:
+    """The configuration's `timing` section as runtime.timing.TimingConfig takes it: the
+    sampler's settings, without the job lists (which have their own params)."""
+    skip = ("candidates", "reference_groups", "aa_implementation", "dispatch", "processes",
+            "floor")
+    return {k: v for k, v in timing.items() if k not in skip}
 
 
 class RunPlan:
@@ -77,9 +85,17 @@ class RunPlan:
         self.device = config["device"]
         self.results = f"results/{self.device}"
         self.record = None
+        # A named record of the backward passes alone replays beside the newest atlas record of
+        # the device (study/pass_plan.passes_record takes its passes).
+        self.pass_layer: str | None = None
         if self.replays_record:
             try:
-                found = find_record(self.at("records"), config["record"], self.device)
+                found = find_record(self.at("records"), config["record"], self.device,
+                                    having=ATLAS_RECORD)
+                if not any(found.glob(ATLAS_RECORD)) and any(found.glob(PASS_RECORD)):
+                    self.pass_layer = f"records/{found.name}"
+                    found = find_record(self.at("records"), "newest", self.device,
+                                        having=ATLAS_RECORD)
             except LookupError as err:
                 raise PlanError(str(err)) from None
             self.record = f"records/{found.name}"
@@ -214,9 +230,7 @@ class RunPlan:
 
     def timing_params(self) -> dict:
         """The timing settings a job uses (not the job lists, which have their own params)."""
-        skip = ("candidates", "reference_groups", "aa_implementation", "dispatch", "processes",
-                "floor")
-        return {k: v for k, v in self.config["timing"].items() if k not in skip}
+        return timing_settings(self.config["timing"])
 
     def tuning_settings(self) -> dict:
         """What the tuning stage uses: its own seed and sample counts, the verification tolerance

@@ -66,6 +66,11 @@ def pass_page(section: dict, table: pd.DataFrame, evidence: dict) -> str:
     parts = [f'<p class="note">{esc(section["definition"])}. Classes at a '
              f'{esc(section["threshold"])} threshold, {esc(section["confidence_level"])} '
              f'intervals, exactly as the forward. {esc(evidence.get("statement", ""))}</p>']
+    held = section.get("record")
+    if held:  # passes measured in a record of their own, beside the forward's
+        parts.append(f'<p class="note">The backward passes come from record '
+                     f'<code>{esc(held["name"])}</code>: {esc(held["note"])}.</p>')
+        parts += [f'<p class="note"><b>Caveat:</b> {esc(c)}</p>' for c in held.get("caveats", [])]
     for pass_, entry in section["by_pass"].items():
         parts.append(f"<h2>{esc(pass_)}</h2>")
         parts.append("<p>Custom implementations: " + esc(", ".join(entry["implementations"]))
