@@ -1,0 +1,93 @@
+"""One SGD step of whole networks, converted against original, with conv2d's backward through
+PyTorch (no backward table: what the package's op does today) and through a record's backward
+dispatch table (each pass, layout and geometry on the fastest verified implementation the record
+measured, PyTorch's included), on a GPU machine. The measurement and its statistics are the
+network probe's own (study/network_training: measure_all_training, summarize_training), so the
+figures read as the probe's; this runs without the forward jobs the probe's rule needs for its
+dispatch table (the op takes the package's tables, as a user's does).
+
+  python tools/training_check.py RECORD OUT_DIR [--models M ...] [--ns N ...]
+
+(default: the network probe's models and training N, config/config.yaml)
+
+RECORD holds raw/dispatch/backward.json (a record of the backward passes). OUT_DIR gets
+samples.parquet (every raw sample, with the backward it ran) and training-check.json (settings,
+details, the summary per backward and the lines printed)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+BACKWARDS = ("pytorch", "record")  # the two backward routes each step is timed with
+
+
+def main(argv: list[str]) -> int:
+    args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    args.add_argument("record")
+    args.add_argument("out")
+    args.add_argument("--models", nargs="+")
+    args.add_argument("--ns", nargs="+", type=int)
+    opts = args.parse_args(argv)
+
+    import numpy as np
+    import pandas as pd
+
+    from groupconv_atlas.runtime import conv
+    from groupconv_atlas.runtime.conversion import convert
+    from groupconv_atlas.runtime.files import check_inputs
+    from groupconv_atlas.runtime.launch_tables import BACKWARD_TABLE, backward_dispatch_table
+    from groupconv_atlas.runtime.sessions import GpuSession
+    from groupconv_atlas.runtime.timing import ClockReader, TimingConfig, batch_medians
+    from groupconv_atlas.study.network_training import measure_all_training, summarize_training
+    from groupconv_atlas.study.networks import build_model
+    from groupconv_atlas.study.run_plan import timing_settings
+    from groupconv_atlas.study.stats import StatsConfig
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    table_path = Path(opts.record) / "raw" / "dispatch" / BACKWARD_TABLE
+    check_inputs([table_path])  # the record's manifest vouches for the table
+    table = backward_dispatch_table(table_path)
+    settings = {**config["networks"], "models": opts.models or config["networks"]["models"]}
+    settings["training"] = {**settings["training"],
+                            "ns": opts.ns or settings["training"]["ns"]}
+    timing = TimingConfig(**timing_settings(config["timing"]))
+    session = GpuSession()
+    clocks = ClockReader(session.torch)
+    frames, details, summaries = [], {}, {}
+    for backward in BACKWARDS:
+        conv.configure(backward_dispatch=table if backward == "record" else None)
+        rng = np.random.default_rng(settings["seed"])
+        mine = {}
+        got = measure_all_training(session, settings, timing, clocks, rng, build_model, convert,
+                                   mine, progress=lambda line: print(f"[{backward}] {line}",
+                                                                     flush=True))
+        samples = pd.concat(got, ignore_index=True)
+        summaries[backward] = summarize_training(batch_medians(samples),
+                                                 mine, StatsConfig(**config["statistics"]))
+        frames.append(samples.assign(backward=backward))
+        details[backward] = mine
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.concat(frames, ignore_index=True).to_parquet(out / "samples.parquet", index=False)
+    lines = [f"{r['network']} {r['layout']} {r['mode']}: original / converted "
+             f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
+             f"({r['baseline_median_us'] / 1e3:.2f} ms / "
+             f"{r['candidate_median_us'] / 1e3:.2f} ms), backward {backward}"
+             for backward, rows in summaries.items() for r in rows]
+    doc = {"about": __doc__, "record": Path(opts.record).name, "settings": settings,
+           "backward_table_entries": len(table), "details": details, "summary": summaries,
+           "lines": lines}
+    (out / "training-check.json").write_text(json.dumps(doc, indent=1, default=str))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
