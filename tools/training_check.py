@@ -60,32 +60,35 @@ def main(argv: list[str]) -> int:
     timing = TimingConfig(**timing_settings(config["timing"]))
     session = GpuSession()
     clocks = ClockReader(session.torch)
-    frames, details, summaries = [], {}, {}
-    for backward in BACKWARDS:
-        conv.configure(backward_dispatch=table if backward == "record" else None)
-        rng = np.random.default_rng(settings["seed"])
-        mine = {}
-        got = measure_all_training(session, settings, timing, clocks, rng, build_model, convert,
-                                   mine, progress=lambda line: print(f"[{backward}] {line}",
-                                                                     flush=True))
-        samples = pd.concat(got, ignore_index=True)
-        summaries[backward] = summarize_training(batch_medians(samples),
-                                                 mine, StatsConfig(**config["statistics"]))
-        frames.append(samples.assign(backward=backward))
-        details[backward] = mine
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    pd.concat(frames, ignore_index=True).to_parquet(out / "samples.parquet", index=False)
-    lines = [f"{r['network']} {r['layout']} {r['mode']}: original / converted "
-             f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
-             f"({r['baseline_median_us'] / 1e3:.2f} ms / "
-             f"{r['candidate_median_us'] / 1e3:.2f} ms), backward {backward}"
-             for backward, rows in summaries.items() for r in rows]
-    doc = {"about": __doc__, "record": Path(opts.record).name, "settings": settings,
-           "backward_table_entries": len(table), "details": details, "summary": summaries,
-           "lines": lines}
-    (out / "training-check.json").write_text(json.dumps(doc, indent=1, default=str))
-    print("\n".join(lines))
+    frames, details, summaries = [], {b: {} for b in BACKWARDS}, {b: [] for b in BACKWARDS}
+    # Model by model, both routes each, the files rewritten after each: a run stopped early
+    # keeps every model it finished.
+    for model in settings["models"]:
+        for backward in BACKWARDS:
+            conv.configure(backward_dispatch=table if backward == "record" else None)
+            rng = np.random.default_rng(settings["seed"])
+            mine = {}
+            got = measure_all_training(
+                session, {**settings, "models": [model]}, timing, clocks, rng, build_model,
+                convert, mine, progress=lambda line: print(f"[{backward}] {line}", flush=True))
+            samples = pd.concat(got, ignore_index=True)
+            summaries[backward] += summarize_training(batch_medians(samples), mine,
+                                                      StatsConfig(**config["statistics"]))
+            frames.append(samples.assign(backward=backward))
+            details[backward].update(mine)
+        lines = [f"{r['network']} {r['layout']} {r['mode']} ({r['path']}): original / converted "
+                 f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
+                 f"({r['baseline_median_us'] / 1e3:.2f} ms / "
+                 f"{r['candidate_median_us'] / 1e3:.2f} ms), backward {backward}"
+                 for backward, rows in summaries.items() for r in rows]
+        pd.concat(frames, ignore_index=True).to_parquet(out / "samples.parquet", index=False)
+        doc = {"about": __doc__, "record": Path(opts.record).name, "settings": settings,
+               "backward_table_entries": len(table), "details": details,
+               "summary": summaries, "lines": lines}
+        (out / "training-check.json").write_text(json.dumps(doc, indent=1, default=str))
+        print("\n".join(line for line in lines if line.startswith(model)), flush=True)
     return 0
 
 
