@@ -151,6 +151,20 @@ def test_the_runtime_takes_the_packaged_table_by_the_gpus_name(cpu_runtime):
     assert make(H200, dispatch={geometry: "k0"}).launcher.dispatch == {geometry: "k0"}
 
 
+def test_a_backward_table_given_alone_keeps_the_packaged_forward_tables(cpu_runtime):
+    """configure(backward_dispatch=...) alone: the forward keeps the package's tables for this
+    GPU (it ran k5's untuned rule with empty ones, found by tools/training_check.py on an H200),
+    and the backward takes the table given."""
+    op_runtime, make = cpu_runtime
+    doc = packaged_tables.load_packaged(H200)
+    table = {("weight_grad", "nchw", (8, 32, 32, 56, 56, 32)): "wg_nchw"}
+    runtime = make(H200, backward_dispatch=table)
+    assert runtime.tables_source.kind == choice_source.PACKAGED
+    assert runtime.launcher.dispatch == doc["tables"]["dispatch"]
+    assert runtime.launcher.tunings == doc["tables"]["tunings"]
+    assert runtime.backward_dispatch == table
+
+
 def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_runtime, caplog,
                                                                            monkeypatch):
     op_runtime, make = cpu_runtime

@@ -54,10 +54,11 @@ class _Runtime:
         given = {"tunings": tunings, "dispatch": dispatch, "dispatch_nhwc": dispatch_nhwc,
                  "backward_dispatch": backward_dispatch}
         # configure(record=...) reads a checkout's record; configure(tunings=..., ...) gives the
-        # tables; by default the package's own for this GPU's name (choice_source).
+        # forward's tables; by default the package's own for this GPU's name (choice_source). A
+        # backward table given alone joins the default's forward tables, not empty ones.
         if record is not None:
             found = record_source(record, autotune)
-        elif any(v is not None for v in given.values()):
+        elif any(given[k] is not None for k in ("tunings", "dispatch", "dispatch_nhwc")):
             found = TableSource(CONFIGURED, CONFIGURED, autotune_enabled(autotune))
         else:
             found = gpu_tables(torch.cuda.get_device_name(), autotune)
