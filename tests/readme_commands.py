@@ -167,6 +167,10 @@ COMMANDS: dict[str, How] = {
     "snakemake mobilenet_probe nsight": How(DRY, "-n with mode=live: mobilenet_measure and "
                                             "nsight_profile in the DAG; also run as typed "
                                             "(replay) after make atlas", extra=LIVE),
+    # A record name of its own: today's may be committed already.
+    "snakemake snapshot_passes": How(DRY, "-n with mode=live: the backward passes' jobs, then "
+                                     "records/<device>-<name>-passes/, none of the forward's",
+                                     extra=(*LIVE, "record_name=readme-dry-run")),
     "snakemake snapshot_record": How(DRY, "-n with mode=live: writes records/<device>-<date>/; "
                                      "in a replay checkout it refuses naming live mode (fast)",
                                      extra=LIVE),
@@ -242,6 +246,9 @@ PYTHON_STATEMENTS = {
     "    optimizer.zero_grad(set_to_none=True)\n"
     "    model(inputs).square().mean().backward()  # your loss\n"
     "    optimizer.step()": GPU,
+    "from groupconv_atlas.runtime.launch_tables import backward_dispatch_table": CPU,
+    "g.configure(backward_dispatch=backward_dispatch_table(\n"
+    '    "records/h200-2026-12-03-passes/raw/dispatch/backward.json"))': GPU,
 }
 # The free names of a fragment, bound when the blocks run on a GPU.
 PYTHON_PRELUDE = {

@@ -76,10 +76,18 @@ def _check_backward_passes(jobs, res):
     assert not {"build_kernel", "verify", "time_job", "assemble_atlas"} & rules_of(jobs)
 
 
+def _check_snapshot_passes(jobs, res):
+    assert {"verify_pass", "time_pass", "assemble_passes", "backward_dispatch_table",
+            "snapshot_passes"} <= rules_of(jobs), sorted(rules_of(jobs))
+    assert not {"build_kernel", "verify", "time_job", "assemble_atlas"} & rules_of(jobs)
+    assert re.search(r"records/[^/\s]+-passes/record\.json", res.stdout), res.stdout[-3000:]
+
+
 DRY_CHECKS = {
     "snakemake --cores 1 atlas": _check_live_atlas,
     "snakemake mobilenet_probe nsight": _check_probes,
     "snakemake backward_passes": _check_backward_passes,
+    "snakemake snapshot_passes": _check_snapshot_passes,
     "snakemake snapshot_record": _check_snapshot,
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
     "time_job=1 tune_kernel=1 ceilings=1": _check_several_gpus,
