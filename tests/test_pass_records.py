@@ -135,6 +135,9 @@ def test_the_checkouts_record_of_the_passes_alone_replays_by_name_beside_the_new
     plan = RunPlan.from_config(config_of(record=passes.name), ROOT, 1, gpu_available=no_gpu)
     atlas = find_record(ROOT / "records", "newest", "h200", having=ATLAS_RECORD).name
     assert plan.record == f"records/{atlas}" and plan.passes.record == f"records/{passes.name}"
+    # the same replay as `make atlas`'s, its Nsight tables too: one results folder serves both
+    newest = RunPlan.from_config(config_of(), ROOT, 1, gpu_available=no_gpu)
+    assert plan.nsight.record == newest.nsight.record
 
 
 def test_the_headline_names_the_record_the_passes_come_from_and_its_caveats():

@@ -22,10 +22,12 @@ class NsightPlan:
         # Checked here, so an unknown or unsupported pair fails before any job runs.
         pairs = nsight_pairs(run.shapes, section["shapes"], section["implementations"],
                              section.get("pairs", []))
-        # A replay of "newest" whose record has no captures replays those of the newest record of
+        # A replay of "newest" (or of a record of the backward passes alone, which replays
+        # beside the newest) whose record has no captures replays those of the newest record of
         # this device that has them, checked and named like the main record.
         self.record = run.record
-        if run.replays_record and run.config["record"] == "newest" and not any(
+        newest = run.config["record"] == "newest" or run.pass_layer
+        if run.replays_record and newest and not any(
                 run.at(run.record, "raw", "nsight").glob("*.ncu-rep")):
             try:
                 found = find_record(run.at("records"), "newest", run.device,
