@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, SMOKE, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, copy_replayed, snakemake
 
-from groupconv_atlas.runtime.files import find_record
+from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
 from groupconv_atlas.study.record_mixing import NSIGHT_RECORD_CHECK, RECORD_CHECK, mixing_error
 from groupconv_atlas.study.record_writing import index_record
 from groupconv_atlas.study.records import replay_arguments
@@ -255,7 +255,7 @@ def test_the_reported_case_a_named_h200_record_then_bare_probes(tmp_path):
     the newest H200 record: refused, results/h200/ untouched; with b's arguments the DAG builds."""
     repo = copy_checkout(tmp_path / "repo")
     older = "h200-2026-12-01-b"
-    newest = find_record(ROOT / "records", "newest", "h200").name
+    newest = find_record(ROOT / "records", "newest", "h200", having=ATLAS_RECORD).name
     assert newest != older  # the premise
     args = replay_arguments(ROOT / "records", older)
     snakemake(repo, "results/h200/record-check.json", *args)

@@ -45,6 +45,21 @@ def _implementation(name: str, measured: set[str]) -> dict:
             "measured_covers": [layout]}
 
 
+BATCH_ARRAYS = ("batch_ratios", "candidate_batch_medians_us", "baseline_batch_medians_us")
+
+
+def _short_batches(cells: dict) -> dict:
+    """The cells with their per-batch figures at 4 significant digits (what a tooltip shows):
+    two passes' cells at full precision push the map page past the report's 2 MiB frame."""
+    for by_pair in cells.values():
+        for by_boundary in by_pair.values():
+            for cell in by_boundary.values():
+                for key in BATCH_ARRAYS:
+                    if isinstance(cell.get(key), list):
+                        cell[key] = [v if v is None else float(f"{v:.4g}") for v in cell[key]]
+    return cells
+
+
 def pass_payload(table: pd.DataFrame, summary: pd.DataFrame, verification: pd.DataFrame
                  ) -> dict[str, dict]:
     """Per backward pass (passes.parquet, its summary and each pass's verification), what the
@@ -69,7 +84,7 @@ def pass_payload(table: pd.DataFrame, summary: pd.DataFrame, verification: pd.Da
                             "measured_covers": covers} for c in candidates],
             "baselines": [{**_implementation(b, measured), "label": baseline_label(b)}
                           for b in baselines],
-            "cells": shape_cells(rows),
+            "cells": _short_batches(shape_cells(rows)),
             "verification": shape_verification(checked),
             # JSON's own numbers (NaN as null), to the digits a float carries
             "summary": json.loads(summary[summary["pass"] == pass_].drop(columns="pass")
