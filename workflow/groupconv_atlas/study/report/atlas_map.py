@@ -45,15 +45,20 @@ def _implementation(name: str, measured: set[str]) -> dict:
             "measured_covers": [layout]}
 
 
-BATCH_ARRAYS = ("batch_ratios", "candidate_batch_medians_us", "baseline_batch_medians_us")
+BATCH_ARRAYS = ("batch_ratios",)
+# Left out of a pass's cells (passes.parquet holds them; the page draws the ratios alone).
+LEFT_OUT = ("candidate_batch_medians_us", "baseline_batch_medians_us")
 
 
 def _short_batches(cells: dict) -> dict:
-    """The cells with their per-batch figures at 4 significant digits (what a tooltip shows):
-    two passes' cells at full precision push the map page past the report's 2 MiB frame."""
+    """The cells with their per-batch ratios at 4 significant digits (what a tooltip shows) and
+    no per-batch medians: two passes' cells in full push the map page past the report's 2 MiB
+    frame (blank in Chromium)."""
     for by_pair in cells.values():
         for by_boundary in by_pair.values():
             for cell in by_boundary.values():
+                for key in LEFT_OUT:
+                    cell.pop(key, None)
                 for key in BATCH_ARRAYS:
                     if isinstance(cell.get(key), list):
                         cell[key] = [v if v is None else float(f"{v:.4g}") for v in cell[key]]
