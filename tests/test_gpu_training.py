@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 conv = pytest.importorskip("groupconv_atlas.runtime.conv")
 from groupconv_atlas.runtime.conversion import convert, substitute_convs  # noqa: E402
 from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call  # noqa: E402
-from groupconv_atlas.study.network_training import (dropout_off, gradient_differences,  # noqa: E402
+from groupconv_atlas.study import gradient_check  # noqa: E402
+from groupconv_atlas.study.network_training import (dropout_off,  # noqa: E402
                                                     op_path_copy, step_function)
 
 nn = torch.nn
@@ -166,22 +167,14 @@ def test_converted_gradients_are_as_close_to_fp64_as_the_original_s(model_name, 
         nn.functional.cross_entropy(m(inp), target).backward()
         grads[name] = {k: p.grad for k, p in m.named_parameters()}
     assert set(grads["converted"]) == set(grads["original"])
-
-    def error(name):  # per parameter: largest difference over the largest FP64 gradient
-        return {k: float((g.double() - grads["fp64"][k]).abs().max()
-                         / grads["fp64"][k].abs().max().clamp_min(1e-30))
-                for k, g in grads[name].items()}
-    original, converted_err = error("original"), error("converted")
-    worst = max(converted_err, key=converted_err.get)
-    # Rounding differs (our forward is not cuDNN's), so allow a factor over PyTorch's own error
-    # and a floor at FP32's resolution for gradients PyTorch happens to get almost exact.
-    bound = 4 * max(original.values()) + 1e-5
-    assert converted_err[worst] <= bound, (
-        f"{worst}: converted gradient error {converted_err[worst]:.3g} against FP64, original "
-        f"worst {max(original.values()):.3g} (bound {bound:.3g})")
-    # The probe's reading (converted against original) on the same step stays small too.
-    differences = gradient_differences(model, converted)
-    assert differences["worst_relative"] <= 2 * bound, differences["worst_parameter"]
+    names = list(grads["fp64"])
+    # The one gradient check (the probes' own): per parameter, the converted model's error
+    # against FP64 within 4 x the original's + 1e-5 x the gradient's largest value.
+    rows = gradient_check.tensor_errors(names, *([grads[m][k] for k in names]
+                                                 for m in ("fp64", "original", "converted")))
+    check = gradient_check.verdict(rows)
+    assert check["passed"], (gradient_check.verdict_text(check), check["outside"],
+                             {k: rows[k] for k in check["outside"]})
 
 
 @pytest.mark.gpu

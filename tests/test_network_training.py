@@ -296,8 +296,16 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
         repeat = t["gradients_original_repeat"]
         assert repeat["parameters"] == t["gradients"]["parameters"] and repeat["problems"] == []
         assert repeat["worst_relative"] == 0.0  # the CPU sums in one order
+        # The one gradient check against an FP64 copy: equal gradients sit within every bound,
+        # and each parameter's errors are kept beside its FP32 difference.
+        check = t["gradient_check"]
+        assert check["passed"] and check["outside"] == [] and check["tensors"] == 8
+        assert 0 <= check["worst_share_of_bound"] <= 1
+        row = t["gradient_per_parameter"]["3.weight"]
+        assert row["original_error"] == row["candidate_error"] > 0 and row["fp64_max"] > 0
     json.dumps(details, allow_nan=False)  # as the probe writes it
     assert len(lines) == 2 and "graph unsupported" in lines[0]
+    assert "gradients against FP64 within bound" in lines[0]
     rows = nt.summarize_training(batch_medians(samples), details, CFG)
     assert {(r["layout"], r["path"], r["mode"]) for r in rows} == {
         (layout, path, "eager") for layout in ("nchw", "nhwc") for path in ("conv2d", "op")}

@@ -4,8 +4,11 @@ backward, step; dropout off; strict FP32, as the probe's GpuSession sets it; cud
 the original against a copy converted by `groupconv_atlas.convert`, in the same layout (contiguous
 NCHW, or channels_last with model and input converted once, outside every timed region), and with
 `op_path` that copy calling the op through its registered formula. First the gradients of one step
-from identical weights are compared, per parameter: the largest difference over the largest
-gradient of that parameter. Then both steps are timed with the atlas's sampler: sync_api is one
+from identical weights are checked against an FP64 copy of the original (gradient_check: per
+parameter, the converted model's error within a bound set by the original's), and the two FP32
+models compared with each other (per parameter, the largest difference over the largest gradient
+of that parameter; where a gradient is zero in exact arithmetic, that reads rounding noise as a
+difference). Then both steps are timed with the atlas's sampler: sync_api is one
 eager step plus synchronize (the eager mode), graph_device the step captured in a CUDA graph (the
 graph mode), where a trial capture of each step succeeds; where it fails the reason is recorded and
 the graph mode is named unsupported. The raw samples sit beside the inference readings in the
@@ -21,6 +24,8 @@ import itertools
 import math
 
 import pandas as pd
+
+from . import gradient_check
 
 TRAIN_LAYOUTS = ("nchw", "nhwc")
 DEVICE = "cuda"  # where the steps run (a CPU test runs this same code with its own session)
@@ -121,6 +126,23 @@ def gradient_differences(original, converted) -> dict:
             "per_parameter": rows}
 
 
+def fp64_rows(reference, original, converted) -> dict[str, dict]:
+    """gradient_check.tensor_errors per parameter (by name) of the original's and the converted
+    model's .grad against the FP64 copy's."""
+    names = [name for name, _ in reference.named_parameters()]
+    grads = [{k: p.grad for k, p in m.named_parameters()}
+             for m in (reference, original, converted)]
+    return gradient_check.tensor_errors(names, *([g.get(k) for k in names] for g in grads))
+
+
+def check_text(detail: dict) -> str:
+    """The gradient check of one training reading in words; a record made before it has only the
+    FP32 comparison, which is then given as such."""
+    if "gradient_check" in detail:
+        return gradient_check.verdict_text(detail["gradient_check"])
+    return f"worst gradient difference against the original {worst_text(detail['gradients'])}"
+
+
 def worst_text(gradients: dict) -> str:
     """The worst gradient difference in words (with the parameters that could not compare)."""
     value = gradients.get("worst_relative")
@@ -173,16 +195,18 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         target = torch.randint(0, classes, (int(n),), device=DEVICE, generator=gen)
         off = dropout_off(original)
         dropout_off(converted)
-        # The original twice as well: how far two runs of the same model's step differ here
-        # (cuDNN's algorithms may sum in another order each run), the yardstick for the
-        # converted model's difference.
-        repeat = copy.deepcopy(original)
-        for model in (original, converted, repeat):
+        # The original twice as well (how far two runs of the same model's step differ here:
+        # cuDNN's algorithms may sum in another order each run), and an FP64 copy of it, the
+        # yardstick of the one gradient check (gradient_check).
+        repeat, reference = copy.deepcopy(original), copy.deepcopy(original).double()
+        for model, inp in ((original, x), (converted, x), (repeat, x),
+                           (reference, x.double())):
             model.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(model(x), target).backward()
+            torch.nn.functional.cross_entropy(model(inp), target).backward()
         gradients = gradient_differences(original, converted)
         repeat_gradients = gradient_differences(original, repeat)
-        del repeat
+        against_fp64 = fp64_rows(reference, original, converted)
+        del repeat, reference
         models = {"original": original, "converted": converted}
         if training.get("op_path"):  # copied after the gradient step: the same weights
             models[PATHS["op"]] = op_path_copy(converted)
@@ -201,7 +225,10 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
     detail = {"layout": layout, "convs": len(report), "swapped": len(swapped),
               "kernels": sorted({r["kernel"] for r in swapped}), "dropout_off": off,
               "gradients": {k: v for k, v in gradients.items() if k != "per_parameter"},
-              "gradient_per_parameter": gradients["per_parameter"],
+              "gradient_check": gradient_check.verdict(against_fp64),
+              "gradient_per_parameter": {
+                  name: {**row, **against_fp64.get(name, {})}
+                  for name, row in gradients["per_parameter"].items()},
               "gradients_original_repeat": {k: v for k, v in repeat_gradients.items()
                                             if k != "per_parameter"},
               "graph": {"supported": not unsupported,
@@ -238,8 +265,9 @@ def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build
                     frames.append(frame)
                     entry.setdefault("training", {})[layout] = detail
                     progress(f"[networks] {key} training {layout}: swapped {detail['swapped']} "
-                             f"of {detail['convs']} convs; worst gradient difference "
-                             f"{worst_text(detail['gradients'])} (the original against itself: "
+                             f"of {detail['convs']} convs; {check_text(detail)}; FP32 "
+                             f"difference from the original {worst_text(detail['gradients'])} "
+                             f"(the original against itself: "
                              f"{worst_text(detail['gradients_original_repeat'])}); graph "
                              + ("captured" if detail["graph"]["supported"] else
                                 f"unsupported ({detail['graph']['reason']})"))
@@ -267,8 +295,18 @@ def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
                          "candidate_median_us": r["candidate_median_us"],
                          "baseline_median_us": r["baseline_median_us"], "batches": r["batches"],
                          "worst_gradient_relative": (train.get("gradients") or {})
-                         .get("worst_relative")})
+                         .get("worst_relative"),
+                         **_check_columns(train.get("gradient_check"))})
     return rows
+
+
+def _check_columns(check: dict | None) -> dict:
+    """The gradient check's figures a summary row carries (None in a record made before it)."""
+    check = check or {}
+    return {"gradient_check_passed": check.get("passed"),
+            "gradient_worst_share_of_bound": check.get("worst_share_of_bound"),
+            "gradient_fp64_converted": check.get("candidate_worst_rel_error"),
+            "gradient_fp64_original": check.get("original_worst_rel_error")}
 
 
 def training_lines(rows: list[dict], details: dict) -> list[str]:
@@ -283,7 +321,9 @@ def training_lines(rows: list[dict], details: dict) -> list[str]:
         # Records before the repeat reading have no yardstick: the sentence says nothing of it.
         repeat = train.get("gradients_original_repeat")
         yardstick = f" (the original against itself: {worst_text(repeat)})" if repeat else ""
+        check = f"{check_text(train)}; " if "gradient_check" in train else ""
         lines.append(f"{network} training ({layout}): {train['swapped']} of {train['convs']} convs "
-                     f"swapped, worst gradient difference {worst_text(train['gradients'])}"
-                     f"{yardstick}; original / converted step: {cells}{graph}.")
+                     f"swapped, {check}worst FP32 gradient difference from the original "
+                     f"{worst_text(train['gradients'])}{yardstick}; original / converted step: "
+                     f"{cells}{graph}.")
     return lines

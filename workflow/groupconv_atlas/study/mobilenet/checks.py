@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from ...runtime.verify import bound_scale
-from .config import GRADIENT_FACTOR, GRADIENT_FLOOR, IMAGE_CHW, ProbeMismatch
+from .. import gradient_check
+from .config import IMAGE_CHW, ProbeMismatch
 
 
 def path_accumulation_length(module) -> int:
@@ -71,28 +72,30 @@ def gradient_leaf(x):
 
 def check_block_gradients(original, substituted, x, upstream) -> dict:
     """The input and weight gradients of `substituted` and `original` (train-mode copies the
-    caller made) against an FP64 copy of the original: per tensor, the largest error over that
-    tensor's largest FP64 gradient. Passes when the substituted block's worst is within
-    GRADIENT_FACTOR x the original's + GRADIENT_FLOOR; raises ProbeMismatch otherwise."""
+    caller made) against an FP64 copy of the original, by the one gradient check
+    (gradient_check: per tensor, the substituted block's error within GRADIENT_FACTOR x the
+    original's + GRADIENT_FLOOR x the tensor's largest FP64 value). Raises ProbeMismatch where a
+    tensor is outside its bound."""
     import copy
 
     reference = block_gradients(copy.deepcopy(original).double(), gradient_leaf(x.double()),
                                 upstream.double())()
-    worst = {}
-    for name, model in (("original", original), ("substituted", substituted)):
-        grads = block_gradients(model, gradient_leaf(x), upstream)()
-        worst[name] = max(float((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-30))
-                          for g, r in zip(grads, reference, strict=True))
-    bound = GRADIENT_FACTOR * worst["original"] + GRADIENT_FLOOR
-    result = {"n": int(x.shape[0]), "original_worst_rel_error": worst["original"],
-              "substituted_worst_rel_error": worst["substituted"], "bound": bound,
-              "rule": "substituted worst <= GRADIENT_FACTOR * original worst + GRADIENT_FLOOR, "
-                      "errors per gradient tensor against FP64 over its largest FP64 value",
-              "passed": worst["substituted"] <= bound}
+    grads = {name: block_gradients(model, gradient_leaf(x), upstream)()
+             for name, model in (("original", original), ("substituted", substituted))}
+    names = ["input", *(name for name, p in original.named_parameters() if p.requires_grad)]
+    rows = gradient_check.tensor_errors(names, reference, grads["original"],
+                                        grads["substituted"])
+    check = gradient_check.verdict(rows)
+    result = {"n": int(x.shape[0]),
+              "original_worst_rel_error": check["original_worst_rel_error"],
+              "substituted_worst_rel_error": check["candidate_worst_rel_error"],
+              "worst_tensor": check["worst_tensor"],
+              "worst_share_of_bound": check["worst_share_of_bound"],
+              "outside": check["outside"], "rule": check["rule"], "passed": check["passed"]}
     if not result["passed"]:
-        raise ProbeMismatch(f"substituted block's gradients at N={x.shape[0]}: worst error "
-                            f"{worst['substituted']:.3g} against FP64 > bound {bound:.3g} "
-                            f"(original's {worst['original']:.3g})")
+        raise ProbeMismatch(f"substituted block's gradients at N={x.shape[0]}: "
+                            f"{gradient_check.verdict_text(check)}; outside: "
+                            f"{', '.join(check['outside'])}")
     return result
 
 

@@ -7,10 +7,6 @@ from ...runtime.dispatch import LAYOUTS  # noqa: F401  (the layouts the probe me
 from ...runtime.kernels import KERNELS, layout_of
 from ...runtime.timing import TimingConfig
 
-# The block's gradients pass when the substituted block's largest error against FP64 (per
-# tensor, over that tensor's largest FP64 gradient) is at most GRADIENT_FACTOR times the
-# original's plus GRADIENT_FLOOR: the forward rounds differently, so no closer than PyTorch's own.
-GRADIENT_FACTOR, GRADIENT_FLOOR = 4.0, 1e-5
 BLOCK_INDEX = 3
 BLOCK_INPUT_CHW = (24, 56, 56)  # features[3]'s input for a 224x224 image
 BLOCK_DEPTHWISE_LAYER = "conv.1.0"  # the block's 3x3 depthwise conv, as named inside the block

@@ -188,8 +188,10 @@ def probe_block_train(bench: Bench, block, substituted, x, n: int, offset: int,
         check = check_block_gradients(models["original"], models["substituted"], x, upstream)
     check["layout"] = layout
     record.setdefault("gradient_checks", []).append(check)
-    bench.progress(f"[mobilenet] {reading}: gradients within {check['bound']:.3g} of FP64 "
-                   f"(worst {check['substituted_worst_rel_error']:.3g}); timing")
+    share = check["worst_share_of_bound"]
+    bench.progress(f"[mobilenet] {reading}: gradients against FP64 within bound (nearest: "
+                   f"{check['worst_tensor']}"
+                   + ("" if share is None else f", {share:.2f} of its bound") + "); timing")
     with bench.session.on_stream():
         leaf = gradient_leaf(x)  # made once, outside the timed region
     runs = {name: block_gradients(m, leaf, upstream) for name, m in models.items()}
