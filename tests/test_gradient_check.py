@@ -43,6 +43,15 @@ def test_a_gradient_zero_in_exact_arithmetic_is_judged_but_left_out_of_the_summa
     assert check["candidate_worst_rel_error"] == pytest.approx(1e-7)  # the weight's alone
     noisy = gc.verdict({"bias": _row(1e-17, 1e-9, 5e-9)})
     assert not noisy["passed"] and noisy["candidate_worst_rel_error"] is None
+    # ... named as a tensor FP32 does not resolve, still outside
+    assert noisy["outside_ill_conditioned"] == ["bias"]
+    assert "1 of them where PyTorch's own FP32 gradient is off" in gc.verdict_text(noisy)
+
+
+def test_a_well_resolved_tensor_outside_its_bound_is_not_called_ill_conditioned():
+    check = gc.verdict({"w": _row(1.0, 1e-7, 1e-4)})
+    assert check["outside"] == ["w"] and check["outside_ill_conditioned"] == []
+    assert "ill-conditioned" not in gc.verdict_text(check)
 
 
 def test_a_gradient_one_side_lacks_is_outside_and_one_no_side_has_is_not_judged():
