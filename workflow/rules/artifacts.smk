@@ -134,7 +134,7 @@ rule assemble_passes:
         # The record the passes were measured in, where it is not the forward's (None else), and
         # its check (which carries the record's caveats).
         borrowed_record=PLAN.passes.record_name if PLAN.passes.borrows_record else None,
-        borrowed_check=PLAN.passes.record_check()[-1] if PLAN.passes.borrows_record else None,
+        borrowed_check=PLAN.passes.borrowed_check,
     log:
         f"{PLAN.results}/logs/assemble_passes.log",
     conda:

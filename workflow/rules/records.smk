@@ -73,7 +73,7 @@ if PLAN.replays_record:
             input:
                 **PLAN.record_check_inputs(PLAN.passes.record),
             output:
-                check=f"{PLAN.results}/passes-record-check.json",
+                check=PLAN.passes.borrowed_check,
                 prov=PLAN.prov("check_passes_record"),
             log:
                 f"{PLAN.results}/logs/check_passes_record.log",

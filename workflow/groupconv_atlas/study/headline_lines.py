@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..runtime.kernels import DISPATCH, KERNELS, layout_of
 from ..runtime.timing import BOUNDARIES
+from .pass_stats import held_record_words
 from .stats import TORCH_BEST
 
 
@@ -246,8 +247,8 @@ def pass_lines(section: dict | None, boundary: str = "graph_device") -> list[str
             f"{counts['UNSUPPORTED']}{worst_words}.")
     held = (section or {}).get("record")
     if lines and held:  # passes measured in a record of their own, beside the forward's
-        lines.append(f"The backward passes come from record {held['name']}: {held['note']}."
-                     + "".join(f" Caveat: {c}" for c in held.get("caveats", [])))
+        lead, caveats = held_record_words(held)
+        lines.append(f"{lead}." + "".join(f" Caveat: {c}" for c in caveats))
     return lines
 
 

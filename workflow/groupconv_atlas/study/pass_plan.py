@@ -143,12 +143,17 @@ class PassPlan:
     def record_name(self) -> str | None:
         return self.record and Path(self.record).name
 
+    @property
+    def borrowed_check(self) -> str | None:
+        """The check of the passes' own record where it is not the forward's (check_passes_record
+        writes it; it carries that record's caveats), else None."""
+        return f"{self.run.results}/passes-record-check.json" if self.borrows_record else None
+
     def record_check(self) -> list[str]:
         """What a consumer of the passes' raw layer waits for: the main record's check, and the
         passes' record's own when it is another."""
-        if self.borrows_record:
-            return [*self.run.record_check(), f"{self.run.results}/passes-record-check.json"]
-        return self.run.record_check()
+        borrowed = self.borrowed_check
+        return [*self.run.record_check(), *([borrowed] if borrowed else [])]
 
     def raw(self, path: str) -> str:
         """A file of the passes' raw layer: measured here (live) or in their record (replay)."""

@@ -160,3 +160,11 @@ def dispatch_choices(samples: pd.DataFrame, verification: pd.DataFrame,
             entry["geometry"] = list(geometry[shape_id])
         out[layout] = table
     return out
+
+
+def held_record_words(held: dict) -> tuple[str, list[str]]:
+    """The sentence naming the record the backward passes come from (the section's "record",
+    where it is not the forward's), and its caveats: the headline and the passes page say the
+    same."""
+    return (f"The backward passes come from record {held['name']}: {held['note']}",
+            list(held.get("caveats", [])))

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..pass_stats import held_record_words
 from ..stats import CLASSES, TORCH_BEST
 from .html_blocks import Markup, esc, html_page, table_html
 from .style import BOUNDARIES, CLASS_COLOURS, fmt_interval, fmt_ratio, styled, svg_bytes
@@ -68,9 +69,9 @@ def pass_page(section: dict, table: pd.DataFrame, evidence: dict) -> str:
              f'intervals, exactly as the forward. {esc(evidence.get("statement", ""))}</p>']
     held = section.get("record")
     if held:  # passes measured in a record of their own, beside the forward's
-        parts.append(f'<p class="note">The backward passes come from record '
-                     f'<code>{esc(held["name"])}</code>: {esc(held["note"])}.</p>')
-        parts += [f'<p class="note"><b>Caveat:</b> {esc(c)}</p>' for c in held.get("caveats", [])]
+        lead, caveats = held_record_words(held)
+        parts.append(f'<p class="note">{esc(lead)}.</p>')
+        parts += [f'<p class="note"><b>Caveat:</b> {esc(c)}</p>' for c in caveats]
     for pass_, entry in section["by_pass"].items():
         parts.append(f"<h2>{esc(pass_)}</h2>")
         parts.append("<p>Custom implementations: " + esc(", ".join(entry["implementations"]))
