@@ -152,7 +152,7 @@ def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
     for s in shapes:
         table[("input_grad", layout, s.geometry)] = f"ig_{layout}"
         table[("weight_grad", layout, s.geometry)] = f"wg_{layout}"
-    conv.configure(backward_dispatch=table)
+    conv.configure(backward_dispatch=table, eager_training="kernels")
     try:
         for s in shapes:
             x, w, dy = _inputs(s, check_seed("train", s.id, layout), layout)

@@ -177,9 +177,50 @@ def test_converted_gradients_are_as_close_to_fp64_as_the_original_s(model_name, 
                              {k: rows[k] for k in check["outside"]})
 
 
+@pytest.fixture
+def eager_kernels():
+    """configure(eager_training="kernels") for the test, the defaults back afterwards."""
+    conv.configure(eager_training="kernels")
+    yield
+    conv.configure()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_conv2d_records_its_function_and_the_op_its_formula_with_equal_gradients(layout):
+def test_dispatch_computes_an_eager_training_call_with_pytorch_and_a_captured_one_with_kernels(
+        layout):
+    gen = torch.Generator(device="cuda").manual_seed(53)
+    fmt = LAYOUTS[layout]
+    x = torch.randn(2, 16, 9, 11, device="cuda", generator=gen).contiguous(memory_format=fmt)
+    w = torch.randn(32, 4, 3, 3, device="cuda", generator=gen).contiguous(memory_format=fmt)
+    a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+    eager = conv.conv2d(a, b, 4)  # the default: eager_training="pytorch"
+    assert type(eager.grad_fn).__name__ == "ConvolutionBackward0", type(eager.grad_fn).__name__
+    with torch.no_grad():  # inference: the kernels
+        assert conv.runtime().plan(x, w, 4, "dispatch") is not None
+    # The call was checked all the same: a call the kernels refuse raises, as in inference.
+    with pytest.raises(conv.UnsupportedConv, match="x: dtype"):
+        conv.conv2d(a.double(), b.double(), 4)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        conv.conv2d(a, b, 4)  # warm-up outside the capture
+        with torch.cuda.graph(graph, stream=side):
+            captured = conv.conv2d(a, b, 4)
+    assert "_Conv2dFunctionBackward" in type(captured.grad_fn).__name__, \
+        type(captured.grad_fn).__name__
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, eager, rtol=1e-5, atol=1e-5)
+    with pytest.raises(conv.UnsupportedConv, match="eager_training"):
+        conv.configure(eager_training="cudnn")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_conv2d_records_its_function_and_the_op_its_formula_with_equal_gradients(layout,
+                                                                                 eager_kernels):
     gen = torch.Generator(device="cuda").manual_seed(47)
     fmt = LAYOUTS[layout]
     x = torch.randn(2, 16, 9, 11, device="cuda", generator=gen).contiguous(memory_format=fmt)

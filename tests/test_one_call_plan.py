@@ -225,6 +225,9 @@ def test_the_op_s_call_runs_only_the_steps_its_kernel_needs(planned, monkeypatch
     x = torch.randn(n, c_in, h, w_).contiguous(memory_format=fmt)
     w = torch.randn(c_out, c_in // groups, 3, 3).contiguous(memory_format=fmt)
     runtime.forward(x, w, groups, implementation)  # the plan is made
+    # plan() (what an eager training call checks through) finds forward's plan under the same key
+    [made] = runtime._plans.values()
+    assert runtime.plan(x, w, groups, implementation) is made and len(runtime._plans) == 1
     calls = [c for c in _python_calls(runtime.forward, x, w, groups, implementation)
              if c not in ("<lambda>", "call_layout")]  # the test's stand-ins; the plan key's
     assert calls == ["forward", *wrappers, "run_kernel", "launch3"], calls

@@ -81,3 +81,15 @@ def test_a_second_derivative_flows_through_the_backward(torch_forward):
     x, weight = _inputs(geometry, "nchw", seed=5)
     assert torch.autograd.gradgradcheck(
         lambda a, b: conv._FUNCTION_APPLY(a, b, geometry[-1], "dispatch"), (x, weight))
+
+
+def test_eager_training_is_pytorch_by_default_and_a_bad_choice_is_refused_by_name():
+    # A fresh process's default (no configure call has run in it yet, or the last one set it).
+    assert conv._EAGER_TRAINING in conv.EAGER_TRAINING
+    before = conv._EAGER_TRAINING
+    with pytest.raises(conv.UnsupportedConv, match="eager_training: 'cudnn', must be one of"):
+        conv.configure(eager_training="cudnn")
+    assert conv._EAGER_TRAINING == before  # refused: nothing changed
+    import inspect
+
+    assert inspect.signature(conv.configure).parameters["eager_training"].default == "pytorch"

@@ -1,7 +1,8 @@
-"""One SGD step of whole networks, converted against original, with conv2d's backward through
-PyTorch (no backward table: what the package's op does today) and through a record's backward
-dispatch table (each pass, layout and geometry on the fastest verified implementation the record
-measured, PyTorch's included), on a GPU machine. The measurement and its statistics are the
+"""One SGD step of whole networks, converted against original, on a GPU machine, two ways: as the
+package ships (`pytorch`: no backward table; an eager step computes F.conv2d, a captured step
+the forward kernels with PyTorch's backward) and with the kernels in both modes and a record's
+backward dispatch table (`record`: each pass, layout and geometry on the fastest verified
+implementation the record measured, PyTorch's included). The measurement and its statistics are the
 network probe's own (study/network_training: measure_all_training, summarize_training), so the
 figures read as the probe's; this runs without the forward jobs the probe's rule needs for its
 dispatch table (the op takes the package's tables, as a user's does).
@@ -67,7 +68,11 @@ def main(argv: list[str]) -> int:
     # keeps every model it finished.
     for model in settings["models"]:
         for backward in BACKWARDS:
-            conv.configure(backward_dispatch=table if backward == "record" else None)
+            # "pytorch": the package as shipped (an eager step computes F.conv2d, a captured
+            # one the forward kernels and aten's backward); "record": the kernels in both modes,
+            # each backward pass as this record's table routes it.
+            conv.configure(backward_dispatch=table if backward == "record" else None,
+                           eager_training="kernels" if backward == "record" else "pytorch")
             rng = np.random.default_rng(settings["seed"])
             mine = {}
             got = measure_all_training(

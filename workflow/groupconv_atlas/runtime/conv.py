@@ -17,6 +17,9 @@ backward is F.conv2d's own (aten.convolution_backward, the same arguments and ma
 gradient's own kernels, deterministic, bit-identical across runs; the input gradient through the
 forward kernels), the rest through aten as before. It is registered as the op's autograd formula,
 and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
+With `dispatch`, an eager call that records a gradient outside a CUDA graph capture computes
+F.conv2d by default (configure(eager_training=...)): an eager training step is host-bound, and
+PyTorch's own path costs the host least; a captured step and torch.compile run the kernels.
 
 Where the launch tables come from (choice_source): `configure(...)` sets them (`record=`: a
 checkout's committed record, launch_tables); by default the package's own for the GPU's name
@@ -44,6 +47,11 @@ from .torch_fallback import CONV_BACKWARD as _CONV_BACKWARD
 
 
 _RUNTIME: _Runtime | None = None
+# What `dispatch` computes for an eager call that records a gradient (outside a CUDA graph
+# capture and torch.compile): "pytorch", F.conv2d, or "kernels", the custom kernels through
+# _Conv2dFunction (EAGER_TRAINING; configure(eager_training=...)).
+EAGER_TRAINING = ("pytorch", "kernels")
+_EAGER_TRAINING = "pytorch"
 # ("input_grad" | "weight_grad", "nchw" | "nhwc", (N, C_in, C_out, H, W, groups)) ->
 # implementation (backward.backward_implementations); empty: every backward is aten's.
 _BACKWARD_DISPATCH: dict = {}
@@ -52,7 +60,8 @@ _BACKWARD_DISPATCH: dict = {}
 def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               dispatch: dict | None = None, record: str | Path | None = None,
               launcher: Launcher | None = None, autotune: bool | None = None,
-              dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None) -> None:
+              dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None,
+              eager_training: str = "pytorch") -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
     pipeline stage passes its own `launcher` (its session, cubins and tables). `record`: a
     checkout's committed record (records/<name>) in place of the package's tables. `dispatch` and
@@ -64,8 +73,15 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
     geometry) to the implementation of that backward pass ("input_grad" or "weight_grad",
     "nchw" or "nhwc") (default: the tables' own, if any); a pass and geometry it lacks runs
     aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
-    weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc")."""
-    global _RUNTIME, _BACKWARD_DISPATCH
+    weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc"). `eager_training`: what
+    `dispatch` computes for an eager call that records a gradient, outside a CUDA graph capture
+    and torch.compile: "pytorch" (the default) F.conv2d, PyTorch's own forward and autograd node,
+    or "kernels" the custom kernels and this op's backward (see conv2d)."""
+    global _RUNTIME, _BACKWARD_DISPATCH, _EAGER_TRAINING
+    if eager_training not in EAGER_TRAINING:
+        raise UnsupportedConv(f"eager_training: {eager_training!r}, must be one of "
+                              f"{', '.join(map(repr, EAGER_TRAINING))}")
+    _EAGER_TRAINING = eager_training
     _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
                         backward_dispatch)
     # The backward reads the runtime's table through this module's global: one truth test per
@@ -174,12 +190,18 @@ torch.library.register_autograd("groupconv_atlas::conv2d", _conv2d_backward,
 _OP = torch.ops.groupconv_atlas.conv2d.default
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_capturing = torch.cuda.is_current_stream_capturing
+_F_CONV2D = torch.nn.functional.conv2d
 _function_modes = torch._C._is_torch_function_mode_enabled
 
 
 def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     """y = conv2d(x, weight, groups, implementation="dispatch"): a 3x3 grouped convolution,
-    stride 1, padding 1, dilation 1, no bias. Its backward is PyTorch's convolution backward.
+    stride 1, padding 1, dilation 1, no bias. Its backward is PyTorch's convolution backward
+    (unless configure(backward_dispatch=...) routes a pass to a custom one). With "dispatch", an
+    eager call that records a gradient (grad mode on, x or weight requiring it) outside a CUDA
+    graph capture is F.conv2d, checked as any call (configure(eager_training="kernels") runs the
+    kernels there too); inference, captured steps and torch.compile run the kernels.
 
     x: FP32 (N, C_in, H, W) on a CUDA GPU, contiguous NCHW or channels_last; weight: FP32
     (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W) in x's layout.
@@ -207,6 +229,15 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
         # cache checks the call once per key, so neither path checks it again here.
         if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
             return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
+        if implementation == DISPATCH and _EAGER_TRAINING == "pytorch" and not _capturing():
+            # An eager training step is host-bound on the networks we measured: there every
+            # microsecond of host work per layer counts and GPU time does not, and PyTorch's
+            # convolution with its C++ autograd node costs the host less than a Python autograd
+            # Function (record h200-2026-12-03-passes, device-logs/NOTES.md). So dispatch
+            # computes F.conv2d here, the call checked as any other; a captured step (CUDA
+            # graph) and torch.compile run the kernels.
+            (_RUNTIME or runtime()).plan(x, weight, groups, implementation)
+            return _F_CONV2D(x, weight, None, 1, 1, 1, groups)
         if not _functorch_active():
             return _FUNCTION_APPLY(x, weight, groups, implementation)
     # Subclasses, fake tensors, active modes, functorch transforms with a gradient: the call is

@@ -164,8 +164,9 @@ class _Runtime:
         return digest.hexdigest()[:16]
 
     def forward(self, x, weight, groups: int, implementation: str):
-        # The layout enters the key only for a tensor that is not contiguous NCHW (the common
-        # call pays one is_contiguous() per tensor).
+        # plan()'s lookup written out here: one Python call fewer on every op call. The layout
+        # enters the key only for a tensor that is not contiguous NCHW (the common call pays one
+        # is_contiguous() per tensor).
         key = (implementation, groups, x.shape, weight.shape, x.dtype, weight.dtype,
                x.get_device(), weight.get_device(), x.is_contiguous() or call_layout(x),
                weight.is_contiguous() or call_layout(weight))
@@ -173,6 +174,17 @@ class _Runtime:
         if run is None:
             run = self._plans[key] = self._plan(x, weight, groups, implementation)
         return run(x, weight)
+
+    def plan(self, x, weight, groups: int, implementation: str):
+        """The call's plan from the cache (forward's key and lookup), made the first time its key
+        is seen: the call checked (UnsupportedConv naming the field), nothing launched."""
+        key = (implementation, groups, x.shape, weight.shape, x.dtype, weight.dtype,
+               x.get_device(), weight.get_device(), x.is_contiguous() or call_layout(x),
+               weight.is_contiguous() or call_layout(weight))
+        run = self._plans.get(key)
+        if run is None:
+            run = self._plans[key] = self._plan(x, weight, groups, implementation)
+        return run
 
     def _plan(self, x, weight, groups: int, implementation: str):
         """The call checked once, its implementation chosen and its plan made (call_plan): a

@@ -241,11 +241,13 @@ def _training_table(entry: dict) -> str:
             "comes to its bound (× of bound). FP32 gradient difference: per parameter, the "
             "largest |converted − original| over the largest |original| gradient of that "
             "parameter, the worst parameter's (a gradient that is zero in exact arithmetic holds "
-            "rounding noise in both, which this reads as a large difference). Converted calls: conv2d is the "
-            "converted model as shipped (a call with a gradient through conv2d's autograd "
-            "Function); op, the same layers through the op's registered autograd formula, each "
-            "call checked first, as every call with a gradient went before that Function. The "
-            "targets read the conv2d rows.")
+            "rounding noise in both, which this reads as a large difference). Converted calls: "
+            "conv2d is the converted model as shipped (an eager call with a gradient through "
+            "conv2d: in records made since dispatch computes such a call with F.conv2d by "
+            "default, PyTorch's own path, the kernels only in the captured step; before, through "
+            "conv2d's autograd Function); op, the same layers through the op's registered "
+            "autograd formula (the kernels in both modes), each call checked first. The targets "
+            "read the conv2d rows.")
     return ("<h3>Training</h3>" + table_html(columns, rows, classes,
                                              numeric=columns[5:6] + columns[7:10])
             + f'<p class="note">{esc(note)}</p>')
