@@ -93,3 +93,17 @@ def test_eager_training_is_pytorch_by_default_and_a_bad_choice_is_refused_by_nam
     import inspect
 
     assert inspect.signature(conv.configure).parameters["eager_training"].default == "pytorch"
+
+
+def test_eager_training_as_sets_the_choice_for_its_block_only():
+    before = conv._EAGER_TRAINING
+    with conv.eager_training_as("kernels"):
+        assert conv._EAGER_TRAINING == "kernels"
+    assert conv._EAGER_TRAINING == before
+    with pytest.raises(RuntimeError, match="inside"):
+        with conv.eager_training_as("pytorch"):
+            raise RuntimeError("inside")
+    assert conv._EAGER_TRAINING == before  # restored after an error too
+    with pytest.raises(conv.UnsupportedConv, match="eager_training: 'fast'"):
+        with conv.eager_training_as("fast"):
+            pass

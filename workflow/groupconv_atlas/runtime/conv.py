@@ -31,6 +31,7 @@ keyed by the sources' hash and the GPU's architecture (cubin_cache).
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -88,6 +89,22 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
     # backward call when it is empty (the default), no attribute lookups on the runtime.
     _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
     configure_backward(cubins)
+
+
+@contextlib.contextmanager
+def eager_training_as(mode: str):
+    """configure(eager_training=mode) for the block only, the caller's setting back afterwards
+    (the runtime and its tables unchanged): a gradient check of what a captured step computes
+    runs the kernels eagerly with it."""
+    global _EAGER_TRAINING
+    if mode not in EAGER_TRAINING:
+        raise UnsupportedConv(f"eager_training: {mode!r}, must be one of "
+                              f"{', '.join(map(repr, EAGER_TRAINING))}")
+    saved, _EAGER_TRAINING = _EAGER_TRAINING, mode
+    try:
+        yield
+    finally:
+        _EAGER_TRAINING = saved
 
 
 def runtime() -> _Runtime:
@@ -200,8 +217,9 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     stride 1, padding 1, dilation 1, no bias. Its backward is PyTorch's convolution backward
     (unless configure(backward_dispatch=...) routes a pass to a custom one). With "dispatch", an
     eager call that records a gradient (grad mode on, x or weight requiring it) outside a CUDA
-    graph capture is F.conv2d, checked as any call (configure(eager_training="kernels") runs the
-    kernels there too); inference, captured steps and torch.compile run the kernels.
+    graph capture is F.conv2d, checked as any call, under the caller's precision settings as the
+    layer it replaces (configure(eager_training="kernels") runs the kernels there too);
+    inference, captured steps and torch.compile run the kernels.
 
     x: FP32 (N, C_in, H, W) on a CUDA GPU, contiguous NCHW or channels_last; weight: FP32
     (C_out, C_in/groups, 3, 3) on the same GPU; y: (N, C_out, H, W) in x's layout.

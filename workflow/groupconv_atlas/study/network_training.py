@@ -177,6 +177,7 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
     agreement, graph support) (GPU)."""
     import torch
 
+    from ..runtime.conv import eager_training_as
     from ..runtime.timing import samples_frame, time_runs, warm_up
 
     training = settings["training"]
@@ -198,11 +199,15 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         # The original twice as well (how far two runs of the same model's step differ here:
         # cuDNN's algorithms may sum in another order each run), and an FP64 copy of it, the
         # yardstick of the one gradient check (gradient_check).
+        # The converted model's step with its kernels (eager_training "kernels"): what a
+        # captured step computes; an eager step computes F.conv2d by default (conv2d), which
+        # would check PyTorch against itself.
         repeat, reference = copy.deepcopy(original), copy.deepcopy(original).double()
         for model, inp in ((original, x), (converted, x), (repeat, x),
                            (reference, x.double())):
             model.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(model(inp), target).backward()
+            with eager_training_as("kernels"):
+                torch.nn.functional.cross_entropy(model(inp), target).backward()
         gradients = gradient_differences(original, converted)
         repeat_gradients = gradient_differences(original, repeat)
         against_fp64 = fp64_rows(reference, original, converted)
