@@ -300,6 +300,7 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
         # and each parameter's errors are kept beside its FP32 difference.
         check = t["gradient_check"]
         assert check["passed"] and check["outside"] == [] and check["tensors"] == 8
+        assert t["eager_training"] == conv.eager_training() == "pytorch"  # the default, named
         assert 0 <= check["worst_share_of_bound"] <= 1
         row = t["gradient_per_parameter"]["3.weight"]
         assert row["original_error"] == row["candidate_error"] > 0 and row["fp64_max"] > 0

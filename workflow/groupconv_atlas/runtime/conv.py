@@ -79,10 +79,7 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
     and torch.compile: "pytorch" (the default) F.conv2d, PyTorch's own forward and autograd node,
     or "kernels" the custom kernels and this op's backward (see conv2d)."""
     global _RUNTIME, _BACKWARD_DISPATCH, _EAGER_TRAINING
-    if eager_training not in EAGER_TRAINING:
-        raise UnsupportedConv(f"eager_training: {eager_training!r}, must be one of "
-                              f"{', '.join(map(repr, EAGER_TRAINING))}")
-    _EAGER_TRAINING = eager_training
+    _EAGER_TRAINING = _eager_training_choice(eager_training)
     _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
                         backward_dispatch)
     # The backward reads the runtime's table through this module's global: one truth test per
@@ -97,14 +94,23 @@ def eager_training_as(mode: str):
     (the runtime and its tables unchanged): a gradient check of what a captured step computes
     runs the kernels eagerly with it."""
     global _EAGER_TRAINING
-    if mode not in EAGER_TRAINING:
-        raise UnsupportedConv(f"eager_training: {mode!r}, must be one of "
-                              f"{', '.join(map(repr, EAGER_TRAINING))}")
-    saved, _EAGER_TRAINING = _EAGER_TRAINING, mode
+    saved, _EAGER_TRAINING = _EAGER_TRAINING, _eager_training_choice(mode)
     try:
         yield
     finally:
         _EAGER_TRAINING = saved
+
+
+def eager_training() -> str:
+    """What `dispatch` computes for an eager call that records a gradient now (EAGER_TRAINING)."""
+    return _EAGER_TRAINING
+
+
+def _eager_training_choice(mode: str) -> str:
+    if mode not in EAGER_TRAINING:
+        raise UnsupportedConv(f"eager_training: {mode!r}, must be one of "
+                              f"{', '.join(map(repr, EAGER_TRAINING))}")
+    return mode
 
 
 def runtime() -> _Runtime:

@@ -177,7 +177,7 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
     agreement, graph support) (GPU)."""
     import torch
 
-    from ..runtime.conv import eager_training_as
+    from ..runtime.conv import eager_training, eager_training_as
     from ..runtime.timing import samples_frame, time_runs, warm_up
 
     training = settings["training"]
@@ -240,6 +240,9 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
                         "reason": "; ".join(f"{k}: {v}" for k, v in unsupported.items()) or None},
               "precision": session.precision, "cudnn_benchmark": torch.backends.cudnn.benchmark,
               "op_path": PATHS["op"] in models, "lr": training["lr"], "batches": cfg.batches,
+              # what the converted model's eager step computed with `dispatch`
+              # (configure(eager_training=...)): "pytorch", F.conv2d; "kernels", the kernels
+              "eager_training": eager_training(),
               "samples_per_batch": cfg.samples_per_batch, "warmup_steps": cfg.warmup_launches}
     del original, converted, model, models, runs, x, target
     torch.cuda.empty_cache()

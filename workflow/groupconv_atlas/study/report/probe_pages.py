@@ -243,9 +243,9 @@ def _training_table(entry: dict) -> str:
             "parameter, the worst parameter's (a gradient that is zero in exact arithmetic holds "
             "rounding noise in both, which this reads as a large difference). Converted calls: "
             "conv2d is the converted model as shipped (an eager call with a gradient through "
-            "conv2d: in records made since dispatch computes such a call with F.conv2d by "
-            "default, PyTorch's own path, the kernels only in the captured step; before, through "
-            "conv2d's autograd Function); op, the same layers through the op's registered "
+            "conv2d: in records whose training details say eager_training \"pytorch\", "
+            "dispatch computes it with F.conv2d, PyTorch's own path, the kernels only in the "
+            "captured step; before that setting, through conv2d's autograd Function); op, the same layers through the op's registered "
             "autograd formula (the kernels in both modes), each call checked first. The targets "
             "read the conv2d rows.")
     return ("<h3>Training</h3>" + table_html(columns, rows, classes,
