@@ -5,6 +5,7 @@ the op's own autograd node and its registered formula, and the step captured in 
 The same backward checked against finite differences in FP64 on the CPU: test_training_cpu.py."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 
@@ -159,19 +160,32 @@ def test_converted_gradients_are_as_close_to_fp64_as_the_original_s(model_name, 
     x, target = _inputs(model, layout)
     converted = _converted(model, x, layout, implementation)
     reference = copy.deepcopy(model).double()
+    layers = gradient_check.substituted_layers(model, converted)
+    assert layers, "nothing was swapped: the check would test nothing"
+    controls = {f"control{i}": gradient_check.rounding_control(model, layers, i)
+                for i in range(1, gradient_check.CONTROLS + 1)}
+    capture = gradient_check.LayerCapture(converted, layers)
     grads = {}
     for name, m, inp in (("original", model, x), ("converted", converted, x),
-                         ("fp64", reference, x.double())):
+                         ("fp64", reference, x.double()),
+                         *((k, c, x) for k, c in controls.items())):
         dropout_off(m)
         m.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(m(inp), target).backward()
+        with conv.eager_training_as("kernels"), \
+                (capture if m is converted else contextlib.nullcontext()):
+            nn.functional.cross_entropy(m(inp), target).backward()
         grads[name] = {k: p.grad for k, p in m.named_parameters()}
+    # Each swapped layer on the step's own tensors, with the verifier's bound (the sharp part).
+    layer_check = gradient_check.layer_verdict(capture.errors(16))
+    assert layer_check["passed"], gradient_check.layer_verdict_text(layer_check)
     assert set(grads["converted"]) == set(grads["original"])
     names = list(grads["fp64"])
     # The one gradient check (the probes' own): per parameter, the converted model's error
-    # against FP64 within 4 x the original's + 1e-5 x the gradient's largest value.
-    rows = gradient_check.tensor_errors(names, *([grads[m][k] for k in names]
-                                                 for m in ("fp64", "original", "converted")))
+    # against FP64 within 4 x the larger of the original's and the rounding controls' + 1e-5 x
+    # the gradient's largest value.
+    rows = gradient_check.tensor_errors(
+        names, *([grads[m][k] for k in names] for m in ("fp64", "original", "converted")),
+        controls=[[grads[c][k] for k in names] for c in controls])
     check = gradient_check.verdict(rows)
     assert check["passed"], (gradient_check.verdict_text(check), check["outside"],
                              {k: rows[k] for k in check["outside"]})

@@ -318,6 +318,7 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
         [grads] = block["gradient_checks"]
         assert grads["passed"] and grads["layout"] == layout
         assert grads["outside"] == [] and 0 <= grads["worst_share_of_bound"] <= 1
+        assert grads["control_worst_rel_error"] is not None  # the rounding controls ran
         assert block["checks"][0]["input_layouts"] == {mobilenet.BLOCK_DEPTHWISE_LAYER: layout}
         replaced = [r for r in whole["replacements"]["n1"] if r["replaced"]]
         assert [(r["layer"], r["kernel"], r["input_layout"]) for r in replaced] == [

@@ -50,8 +50,16 @@ def _inference_samples(network: str) -> pd.DataFrame:
         for batch in range(5) for s in range(3)])
 
 
-def _detail(layout: str, graph_ok: bool = True, worst: float = 2e-6) -> dict:
+def _detail(layout: str, graph_ok: bool = True, worst: float = 2e-6,
+            layer_share: float = 0.05) -> dict:
     return {"layout": layout, "convs": 53, "swapped": 13, "kernels": ["k9"], "dropout_off": [],
+            "gradient_check": {"passed": True, "worst_share_of_bound": 0.31,
+                               "candidate_worst_rel_error": 1e-5,
+                               "original_worst_rel_error": 9e-6,
+                               "control_worst_rel_error": 1.2e-5},
+            "layer_check": {"passed": layer_share <= 1, "worst_share_of_bound": layer_share,
+                            "layers": 13, "outside": [] if layer_share <= 1 else ["a output"],
+                            "worst": "a output"},
             "gradients": {"parameters": 161, "worst_relative": worst,
                           "worst_parameter": "layer1.0.conv2.weight"},
             "gradient_per_parameter": {"layer1.0.conv2.weight": {"relative": worst}},
@@ -76,7 +84,7 @@ def _probe_doc():
                small: {"model": "mobilenet_v2", "n": 8, "image": 224, "convs": 52,
                        "swapped": 13, "output": {"top1_agreement": 1.0, "max_abs_difference": 1e-6,
                                                  "max_abs_output": 4.0},
-                       "training": {"nchw": _detail("nchw", worst=1.3e-6)}}}
+                       "training": {"nchw": _detail("nchw", worst=1.3e-6, layer_share=1.5)}}}
     rows = nt.summarize_training(batch_medians(samples), details, CFG)
     table = summarize_networks(samples, CFG)  # the inference rows: mobilenet_v2-n8's alone
     assert set(table["network"]) == {small}
@@ -142,6 +150,12 @@ def test_the_probes_page_shows_the_training_table_and_a_graph_it_could_not_captu
     assert "unsupported: converted_train_nhwc: RuntimeError: x" in page
     assert "2.00e-06" in page and "13 of 53" in page
     assert "op (registered formula)" in page and "conv2d (autograd Function)" in page
+    # Both gradient checks, each with its nearest approach to its bound; a failing one marked.
+    assert "within bound (0.31 × of bound)" in page and "within bound (0.05 × of bound)" in page
+    assert "OUTSIDE bound (1.5 × of bound)" in page
+    small = [r for r in rows if r["network"] == "mobilenet_v2-n8"]
+    assert small and all(r["layer_check_passed"] is False for r in small)
+    assert all(r["gradient_fp64_control"] == 1.2e-5 for r in rows)
 
 
 def test_a_record_from_before_the_training_reading_summarises_and_shows_as_before():
@@ -271,7 +285,7 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     settings = {"models": ["tiny"], "image": 8, "seed": 3,
                 "training": {"ns": [2], "layouts": ["nchw", "nhwc"], "batches": 2,
                              "samples_per_batch": 2, "warmup_steps": 1, "lr": 0.01,
-                             "op_path": True}}
+                             "op_path": True, "tolerance_factor": 16}}
     timing = TimingConfig(batches=9, samples_per_batch=9, seed=1, warmup_launches=9,
                           graph_min_replay_us=100, graph_max_replay_us=2000,
                           graph_max_launches=10, l2_policy="warm", clock_flag_fraction=0.9)
@@ -304,9 +318,17 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
         assert 0 <= check["worst_share_of_bound"] <= 1
         row = t["gradient_per_parameter"]["3.weight"]
         assert row["original_error"] == row["candidate_error"] > 0 and row["fp64_max"] > 0
+        # The yardstick's rounding controls ran (their error on every tensor), ...
+        assert check["controls"] and row["control_error"] > 0
+        # ... and the swapped layer was checked on the step's own tensors, all three of them.
+        layer = t["layer_errors"]["3"]
+        assert layer["geometry"] == [2, 8, 8, 8, 8, 4] and layer["non_finite"] == []
+        assert all(0 <= layer[k] <= 1 for k in ("output", "input_grad", "weight_grad"))
+        assert t["layer_check"]["passed"] and t["layer_tolerance_factor"] == 16
     json.dumps(details, allow_nan=False)  # as the probe writes it
     assert len(lines) == 2 and "graph unsupported" in lines[0]
     assert "gradients against FP64 within bound" in lines[0]
+    assert "each of 1 swapped layers on the step's own tensors within the verifier's" in lines[0]
     rows = nt.summarize_training(batch_medians(samples), details, CFG)
     assert {(r["layout"], r["path"], r["mode"]) for r in rows} == {
         (layout, path, "eager") for layout in ("nchw", "nhwc") for path in ("conv2d", "op")}

@@ -7,9 +7,11 @@ network probe's own (study/network_training: measure_all_training, summarize_tra
 figures read as the probe's; this runs without the forward jobs the probe's rule needs for its
 dispatch table (the op takes the package's tables, as a user's does).
 
-  python tools/training_check.py RECORD OUT_DIR [--models M ...] [--ns N ...]
+  python tools/training_check.py RECORD OUT_DIR [--models M ...] [--ns N ...] [--gradients-only]
 
-(default: the network probe's models and training N, config/config.yaml)
+(default: the network probe's models and training N, config/config.yaml). --gradients-only: the
+gradient checks of each reading (against FP64 with the rounding controls, and each swapped layer
+on the step's own tensors), no timing.
 
 RECORD holds raw/dispatch/backward.json (a record of the backward passes). OUT_DIR gets
 samples.parquet (every raw sample, with the backward it ran) and training-check.json (settings,
@@ -35,6 +37,7 @@ def main(argv: list[str]) -> int:
     args.add_argument("out")
     args.add_argument("--models", nargs="+")
     args.add_argument("--ns", nargs="+", type=int)
+    args.add_argument("--gradients-only", action="store_true")
     opts = args.parse_args(argv)
 
     import numpy as np
@@ -77,20 +80,25 @@ def main(argv: list[str]) -> int:
             mine = {}
             got = measure_all_training(
                 session, {**settings, "models": [model]}, timing, clocks, rng, build_model,
-                convert, mine, progress=lambda line: print(f"[{backward}] {line}", flush=True))
+                convert, mine, progress=lambda line: print(f"[{backward}] {line}", flush=True),
+                timed=not opts.gradients_only)
+            details[backward].update(mine)
+            if opts.gradients_only:
+                continue
             samples = pd.concat(got, ignore_index=True)
             summaries[backward] += summarize_training(batch_medians(samples), mine,
                                                       StatsConfig(**config["statistics"]))
             frames.append(samples.assign(backward=backward))
-            details[backward].update(mine)
         lines = [f"{r['network']} {r['layout']} {r['mode']} ({r['path']}): original / converted "
                  f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']} "
                  f"({r['baseline_median_us'] / 1e3:.2f} ms / "
                  f"{r['candidate_median_us'] / 1e3:.2f} ms), backward {backward}"
                  for backward, rows in summaries.items() for r in rows]
-        pd.concat(frames, ignore_index=True).to_parquet(out / "samples.parquet", index=False)
+        if frames:
+            pd.concat(frames, ignore_index=True).to_parquet(out / "samples.parquet", index=False)
         doc = {"about": __doc__, "record": Path(opts.record).name, "settings": settings,
-               "backward_table_entries": len(table), "details": details,
+               "backward_table_entries": len(table), "gradients_only": opts.gradients_only,
+               "details": details,
                "summary": summaries, "lines": lines}
         (out / "training-check.json").write_text(json.dumps(doc, indent=1, default=str))
         print("\n".join(line for line in lines if line.startswith(model)), flush=True)

@@ -18,6 +18,7 @@ record replays, and a record without them summarises as before.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
@@ -126,20 +127,23 @@ def gradient_differences(original, converted) -> dict:
             "per_parameter": rows}
 
 
-def fp64_rows(reference, original, converted) -> dict[str, dict]:
-    """gradient_check.tensor_errors per parameter (by name) of the original's and the converted
-    model's .grad against the FP64 copy's."""
+def fp64_rows(reference, original, converted, controls=()) -> dict[str, dict]:
+    """gradient_check.tensor_errors per parameter (by name) of the original's, the converted
+    model's and the rounding controls' .grad against the FP64 copy's."""
     names = [name for name, _ in reference.named_parameters()]
-    grads = [{k: p.grad for k, p in m.named_parameters()}
-             for m in (reference, original, converted)]
-    return gradient_check.tensor_errors(names, *([g.get(k) for k in names] for g in grads))
+    grads = [[dict(m.named_parameters()).get(k) for k in names]
+             for m in (reference, original, converted, *controls)]
+    grads = [[None if p is None else p.grad for p in g] for g in grads]
+    return gradient_check.tensor_errors(names, *grads[:3], controls=grads[3:])
 
 
 def check_text(detail: dict) -> str:
     """The gradient check of one training reading in words; a record made before it has only the
     FP32 comparison, which is then given as such."""
     if "gradient_check" in detail:
-        return gradient_check.verdict_text(detail["gradient_check"])
+        layers = detail.get("layer_check")
+        return gradient_check.verdict_text(detail["gradient_check"]) + \
+            ("" if layers is None else f"; {gradient_check.layer_verdict_text(layers)}")
     return f"worst gradient difference against the original {worst_text(detail['gradients'])}"
 
 
@@ -171,10 +175,12 @@ def _trial_capture(session, run) -> str | None:
 
 
 def measure_training(session, built, model_name: str, n: int, layout: str, settings: dict,
-                     timing_cfg, clocks, rng, convert) -> tuple[pd.DataFrame, dict]:
+                     timing_cfg, clocks, rng, convert,
+                     timed: bool = True) -> tuple[pd.DataFrame | None, dict]:
     """One (model, N, layout) from `built`, the model as built on the CPU (copied, never
     changed): raw samples of both steps and the detail (conversion, dropout modules, gradient
-    agreement, graph support) (GPU)."""
+    agreement, graph support) (GPU). `timed=False`: the gradient checks alone (no samples, no
+    graph trial)."""
     import torch
 
     from ..runtime.conv import eager_training, eager_training_as
@@ -202,16 +208,32 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         # The converted model's step with its kernels (eager_training "kernels"): what a
         # captured step computes; an eager step computes F.conv2d by default (conv2d), which
         # would check PyTorch against itself.
+        # The rounding controls (gradient_check.rounding_control) set the yardstick with the
+        # original; each swapped layer is checked on the step's own tensors (LayerCapture).
+        layers = gradient_check.substituted_layers(original, converted)
         repeat, reference = copy.deepcopy(original), copy.deepcopy(original).double()
+        controls = [gradient_check.rounding_control(original, layers, seed + 1 + i)
+                    for i in range(gradient_check.CONTROLS)]
+        capture = gradient_check.LayerCapture(converted, layers)
         for model, inp in ((original, x), (converted, x), (repeat, x),
-                           (reference, x.double())):
+                           (reference, x.double()), *((c, x) for c in controls)):
             model.zero_grad(set_to_none=True)
-            with eager_training_as("kernels"):
+            hooks = capture if model is converted else contextlib.nullcontext()
+            with eager_training_as("kernels"), hooks:
                 torch.nn.functional.cross_entropy(model(inp), target).backward()
+            if model is converted:
+                layer_rows = capture.errors(training["tolerance_factor"])
         gradients = gradient_differences(original, converted)
         repeat_gradients = gradient_differences(original, repeat)
-        against_fp64 = fp64_rows(reference, original, converted)
-        del repeat, reference
+        against_fp64 = fp64_rows(reference, original, converted, controls)
+        del repeat, reference, controls, capture
+        if not timed:
+            detail = {"layout": layout, "convs": len(report), "eager_training": eager_training(),
+                      **_check_detail(report, off, gradients, repeat_gradients, against_fp64,
+                                      layer_rows, training)}
+            del original, converted, x, target
+            torch.cuda.empty_cache()
+            return None, detail
         models = {"original": original, "converted": converted}
         if training.get("op_path"):  # copied after the gradient step: the same weights
             models[PATHS["op"]] = op_path_copy(converted)
@@ -226,16 +248,9 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         unsupported = {k: v for k, v in refusals.items() if v is not None}
         boundaries = ("sync_api",) if unsupported else ("graph_device", "sync_api")
         rows, _, _ = time_runs(session, runs, cfg, clocks, rng, boundaries=boundaries)
-    swapped = [r for r in report if r["replaced"]]
-    detail = {"layout": layout, "convs": len(report), "swapped": len(swapped),
-              "kernels": sorted({r["kernel"] for r in swapped}), "dropout_off": off,
-              "gradients": {k: v for k, v in gradients.items() if k != "per_parameter"},
-              "gradient_check": gradient_check.verdict(against_fp64),
-              "gradient_per_parameter": {
-                  name: {**row, **against_fp64.get(name, {})}
-                  for name, row in gradients["per_parameter"].items()},
-              "gradients_original_repeat": {k: v for k, v in repeat_gradients.items()
-                                            if k != "per_parameter"},
+    detail = {"layout": layout, "convs": len(report),
+              **_check_detail(report, off, gradients, repeat_gradients, against_fp64,
+                              layer_rows, training),
               "graph": {"supported": not unsupported,
                         "reason": "; ".join(f"{k}: {v}" for k, v in unsupported.items()) or None},
               "precision": session.precision, "cudnn_benchmark": torch.backends.cudnn.benchmark,
@@ -249,10 +264,28 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
     return samples_frame(rows, f"{model_name}-n{n}"), detail
 
 
+def _check_detail(report, off, gradients, repeat_gradients, against_fp64, layer_rows,
+                  training) -> dict:
+    """A reading's conversion and gradient checks, as its detail holds them."""
+    swapped = [r for r in report if r["replaced"]]
+    return {"swapped": len(swapped), "kernels": sorted({r["kernel"] for r in swapped}),
+            "dropout_off": off,
+            "gradients": {k: v for k, v in gradients.items() if k != "per_parameter"},
+            "gradient_check": gradient_check.verdict(against_fp64),
+            "layer_check": gradient_check.layer_verdict(layer_rows),
+            "layer_errors": layer_rows, "layer_tolerance_factor": training["tolerance_factor"],
+            "gradient_per_parameter": {
+                name: {**row, **against_fp64.get(name, {})}
+                for name, row in gradients["per_parameter"].items()},
+            "gradients_original_repeat": {k: v for k, v in repeat_gradients.items()
+                                          if k != "per_parameter"}}
+
+
 def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build_model, convert,
-                         details: dict, progress=print) -> list[pd.DataFrame]:
+                         details: dict, progress=print, timed: bool = True) -> list[pd.DataFrame]:
     """Every (model, N, layout) of `settings["training"]`, cudnn.benchmark on for the while (the
-    caller's setting back afterwards); each detail goes to details[<model>-n<N>]["training"]."""
+    caller's setting back afterwards); each detail goes to details[<model>-n<N>]["training"].
+    `timed=False`: the gradient checks alone (no frames)."""
     import torch
 
     training = settings["training"]
@@ -269,16 +302,19 @@ def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build
                 for layout in training["layouts"]:
                     frame, detail = measure_training(session, built, model_name, int(n),
                                                      layout, settings, timing_cfg, clocks, rng,
-                                                     convert)
-                    frames.append(frame)
+                                                     convert, timed)
+                    if frame is not None:
+                        frames.append(frame)
                     entry.setdefault("training", {})[layout] = detail
+                    graph = detail.get("graph")
                     progress(f"[networks] {key} training {layout}: swapped {detail['swapped']} "
                              f"of {detail['convs']} convs; {check_text(detail)}; FP32 "
                              f"difference from the original {worst_text(detail['gradients'])} "
                              f"(the original against itself: "
-                             f"{worst_text(detail['gradients_original_repeat'])}); graph "
-                             + ("captured" if detail["graph"]["supported"] else
-                                f"unsupported ({detail['graph']['reason']})"))
+                             f"{worst_text(detail['gradients_original_repeat'])})"
+                             + ("" if graph is None else "; graph " + (
+                                 "captured" if graph["supported"] else
+                                 f"unsupported ({graph['reason']})")))
     finally:
         torch.backends.cudnn.benchmark = saved
     return frames
@@ -304,7 +340,8 @@ def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
                          "baseline_median_us": r["baseline_median_us"], "batches": r["batches"],
                          "worst_gradient_relative": (train.get("gradients") or {})
                          .get("worst_relative"),
-                         **_check_columns(train.get("gradient_check"))})
+                         **_check_columns(train.get("gradient_check")),
+                         **_layer_columns(train.get("layer_check"))})
     return rows
 
 
@@ -314,7 +351,16 @@ def _check_columns(check: dict | None) -> dict:
     return {"gradient_check_passed": check.get("passed"),
             "gradient_worst_share_of_bound": check.get("worst_share_of_bound"),
             "gradient_fp64_converted": check.get("candidate_worst_rel_error"),
-            "gradient_fp64_original": check.get("original_worst_rel_error")}
+            "gradient_fp64_original": check.get("original_worst_rel_error"),
+            "gradient_fp64_control": check.get("control_worst_rel_error")}
+
+
+def _layer_columns(check: dict | None) -> dict:
+    """The swapped layers' check on the step's own tensors, as a summary row carries it (None in
+    a record made before it)."""
+    check = check or {}
+    return {"layer_check_passed": check.get("passed"),
+            "layer_worst_share_of_bound": check.get("worst_share_of_bound")}
 
 
 def training_lines(rows: list[dict], details: dict) -> list[str]:

@@ -74,21 +74,27 @@ def check_block_gradients(original, substituted, x, upstream) -> dict:
     """The input and weight gradients of `substituted` and `original` (train-mode copies the
     caller made) against an FP64 copy of the original, by the one gradient check
     (gradient_check: per tensor, the substituted block's error within GRADIENT_FACTOR x the
-    original's + GRADIENT_FLOOR x the tensor's largest FP64 value). Raises ProbeMismatch where a
-    tensor is outside its bound."""
+    larger of the original's and its rounding controls' + GRADIENT_FLOOR x the tensor's largest
+    FP64 value). Raises ProbeMismatch where a tensor is outside its bound."""
     import copy
 
     reference = block_gradients(copy.deepcopy(original).double(), gradient_leaf(x.double()),
                                 upstream.double())()
     grads = {name: block_gradients(model, gradient_leaf(x), upstream)()
              for name, model in (("original", original), ("substituted", substituted))}
+    layers = gradient_check.substituted_layers(original, substituted)
+    controls = [block_gradients(gradient_check.rounding_control(original, layers, seed),
+                                gradient_leaf(x), upstream)()
+                for seed in range(1, gradient_check.CONTROLS + 1)]
     names = ["input", *(name for name, p in original.named_parameters() if p.requires_grad)]
     rows = gradient_check.tensor_errors(names, reference, grads["original"],
-                                        grads["substituted"])
+                                        grads["substituted"], controls=controls)
     check = gradient_check.verdict(rows)
     result = {"n": int(x.shape[0]),
               "original_worst_rel_error": check["original_worst_rel_error"],
               "substituted_worst_rel_error": check["candidate_worst_rel_error"],
+              "control_worst_rel_error": check["control_worst_rel_error"],
+              "rounding_sensitive": check["rounding_sensitive"],
               "worst_tensor": check["worst_tensor"],
               "worst_share_of_bound": check["worst_share_of_bound"],
               "outside": check["outside"], "rule": check["rule"], "passed": check["passed"]}

@@ -196,6 +196,17 @@ def _gradient_check_cell(row: dict) -> str | None:
         ("" if share is None else f" ({share:.2f} × of bound)")
 
 
+def _layer_check_cell(row: dict) -> str | None:
+    """A training row's check of each swapped layer on the step's own tensors (None in a record
+    made before it)."""
+    passed = row.get("layer_check_passed")
+    if passed is None:
+        return None
+    share = row.get("layer_worst_share_of_bound")
+    return ("within bound" if passed else "OUTSIDE bound") + \
+        ("" if share is None else f" ({share:.2g} × of bound)")
+
+
 def _training_table(entry: dict) -> str:
     """The training reading (probes/networks.json's `training_summary`), where the record has
     one: per network, layout and mode, the step's ratio with the gradient agreement beside it;
@@ -206,7 +217,8 @@ def _training_table(entry: dict) -> str:
     details = entry.get("details", {})
     columns = ["network", "N", "layout", "converted calls", "mode", "original ÷ converted",
                "class", "original median ms", "converted median ms", "batches", "convs swapped",
-               "gradients against FP64", "worst FP32 gradient difference", "CUDA graph"]
+               "gradients against FP64", "swapped layers against FP64",
+               "worst FP32 gradient difference", "CUDA graph"]
     rows, classes = [], []
     readings = {(r["network"], r["layout"]): r for r in rows_in}
     for r in rows_in:
@@ -217,28 +229,34 @@ def _training_table(entry: dict) -> str:
                      fmt_or_none(_ms(r.get("candidate_median_us")), "{:.2f}"),
                      int_or_none(r.get("batches")),
                      f"{t['swapped']} of {t['convs']}" if "swapped" in t else None,
-                     _gradient_check_cell(r),
+                     _gradient_check_cell(r), _layer_check_cell(r),
                      fmt_or_none(r.get("worst_gradient_relative"), "{:.2e}"),
                      "captured" if (t.get("graph") or {}).get("supported") else None])
         classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 4
-                       + [_cls("LOSS" if r.get("gradient_check_passed") is False else None)]
+                       + [_cls("LOSS" if r.get(k) is False else None)
+                          for k in ("gradient_check_passed", "layer_check_passed")]
                        + [None] * 2)
     for network, d in details.items():  # a layout trained eagerly only: the graph mode, named
         for layout, t in (d.get("training") or {}).items():
             if (network, layout) in readings and not (t.get("graph") or {}).get("supported"):
                 rows.append([network, d.get("n"), layout, None, "graph", None, "not measured",
-                             None, None, None, None, None, None,
+                             None, None, None, None, None, None, None,
                              f"unsupported: {(t.get('graph') or {}).get('reason')}"])
-                classes.append([None] * 14)
+                classes.append([None] * 15)
     note = ("Training: one SGD step (gradients set to None, forward, cross-entropy, backward, "
             "step; dropout off; strict FP32; cudnn.benchmark on), the original model against its "
             "converted copy in the same layout; eager is one step plus synchronize (sync_api), "
             "graph the step captured in a CUDA graph (graph_device). Ratio above 1: the converted "
             "step is faster. Gradients against FP64, after one step from identical weights: "
             "per parameter, the converted model's largest error against an FP64 copy of the "
-            "original must be within 4 × the original's own error + 1e-5 × that gradient's "
-            "largest value; the cell says whether every parameter is, and how near the worst one "
-            "comes to its bound (× of bound). FP32 gradient difference: per parameter, the "
+            "original must be within 4 × the larger of the original's own error and its "
+            "rounding controls' (the original with the swapped layers' outputs moved by one FP32 "
+            "rounding of their sums, at random; records before them: the original's alone) + "
+            "1e-5 × that gradient's largest value; the cell says whether every parameter is, and "
+            "how near the worst one comes to its bound (× of bound). Swapped layers against "
+            "FP64: each swapped layer's output, input gradient and weight gradient on the step's "
+            "own tensors, within the atlas verifier's elementwise bound (the worst of them, × of "
+            "bound). FP32 gradient difference: per parameter, the "
             "largest |converted − original| over the largest |original| gradient of that "
             "parameter, the worst parameter's (a gradient that is zero in exact arithmetic holds "
             "rounding noise in both, which this reads as a large difference). Converted calls: "
