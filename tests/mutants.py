@@ -148,4 +148,19 @@ MUTANTS = (
     Mutant("k10_middle_taps_transposed", "k10", "acc.fma(at[c + kw], k[3 + kw]);",
            "acc.fma(at[c + kw], k[1 + 3 * kw]);",
            ("mobilenetv2-n1-c144-56x56-g144", "stress-oddw-n16-c96-127x127-g96")),
+    # k11 (channels_last depthwise, one thread per channel vector and pixel group): the right
+    # edge's zero padding dropped; every thread given the first channels' taps; the taps
+    # transposed; the image row taken for the map's row (shows from the second image on).
+    Mutant("k11_right_edge_not_zero_padded", "k11", "(hh >= 0 && hh < H && w >= 0 && w < W)",
+           "(hh >= 0 && hh < H && w >= 0)",
+           ("mobilenetv2-n1-c32-112x112-g32", "stress-oddw-n16-c96-127x127-g96")),
+    Mutant("k11_every_thread_reads_the_first_taps", "k11", "k11_load_taps<VEC>(wt, c, tw);",
+           "k11_load_taps<VEC>(wt, 0, tw);",
+           ("mobilenetv2-n32-c576-14x14-g576", "stress-tiny-n1-c32-7x7-g32")),
+    Mutant("k11_taps_transposed", "k11", "k11_tap<VEC>(tw, kh * 3 + kw)",
+           "k11_tap<VEC>(tw, kw * 3 + kh)",
+           ("mobilenetv2-n1-c144-56x56-g144", "xception-n1-c728-19x19-g728")),
+    Mutant("k11_image_row_taken_for_the_map_row", "k11", "const int h = row % H;",
+           "const int h = row;",
+           ("mobilenetv2-n32-c144-56x56-g144", "stress-tiny-n64-c1024-4x4-g1024")),
 )

@@ -62,3 +62,38 @@ def test_every_k5_variant_is_correct_and_the_tuner_chooses_one(launcher):
         timed = [t["median_us"] for t in tuning["trials"]
                  if t["shape_id"] == shape_id and t["median_us"] is not None]
         assert choice["median_us"] == min(timed)
+
+
+# Depthwise geometries no table holds: a 1x1 map, one row (H = 1), one to five columns, 1, 3, 6,
+# 10 and 12 channels (every vector width's remainder), N above 1.
+ODD_DEPTHWISE = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (1, 6, 6, 2, 1, 6), (3, 6, 6, 3, 2, 6),
+                 (2, 3, 3, 5, 3, 3), (1, 1, 1, 7, 5, 1), (2, 12, 12, 5, 5, 12),
+                 (1, 10, 10, 3, 3, 10)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [k for k, spec in KERNELS.items()
+                                    if spec.layout == "nhwc" and spec.variants is not None])
+def test_every_variant_of_a_channels_last_kernel_is_correct_or_refused_on_odd_geometries(
+        kernel, launcher):
+    """Each variant the tuning stage would measure, verified (fresh seeded inputs, poisoned
+    output, FP32 and FP64 references) by the tuner itself on depthwise geometries no table
+    holds; a geometry the kernel refuses is skipped by name, never run."""
+    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv_atlas.runtime.tuning import tune_kernel
+
+    shapes = [geometry_shape(*g) for g in ODD_DEPTHWISE]
+    supported = [s for s in shapes if support(kernel, s)[0]]
+    if not supported:
+        pytest.skip(f"{kernel} supports none of the odd depthwise geometries")
+    cfg = TimingConfig(batches=2, samples_per_batch=3, seed=5, warmup_launches=2,
+                       graph_min_replay_us=20.0, graph_max_replay_us=500.0,
+                       graph_max_launches=20, l2_policy="warm", clock_flag_fraction=0.9)
+    tuning = tune_kernel(launcher, kernel, supported, cfg, seed=5, factor=TOLERANCE_FACTOR,
+                         n_points=64, progress=lambda _msg: None)
+    bad = [(t["shape_id"], t["entry"], t.get("threads"), t.get("reason"))
+           for t in tuning["trials"] if t["status"] != "correct"]
+    assert not bad, f"incorrect {kernel} variants: {bad}"
+    assert set(tuning["choices"]) == {s.id for s in supported}
+    assert len(tuning["trials"]) >= len(supported)

@@ -68,6 +68,17 @@ def test_launch_covers_every_output(kernel):
                 strips = s.n * -(-s.h // fields["r"]) * -(-s.w // fields["c"])
                 assert v.grid[0] % channel_blocks == 0
                 assert (v.grid[0] // channel_blocks) * v.block[1] >= strips
+        elif kernel == "k11":  # 3-D grid: channel vectors x pixel groups of a row x rows
+            for variant in [None, *KERNELS[kernel].variants(s)]:
+                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
+                assert v.entry in entries(kernel)
+                fields = {p[0]: int(p[1:]) for p in v.entry.split("_")[4:]}
+                assert s.c_in % fields["v"] == 0
+                assert variant is None or v.block[0] * v.block[1] <= variant["threads"]
+                assert v.grid[0] * v.block[0] >= s.c_in // fields["v"]  # every channel vector
+                assert v.grid[1] * v.block[1] * fields["p"] >= s.w  # every pixel of a row
+                assert v.grid[2] == s.n * s.h  # every image row, one z index each
+                assert max(v.grid[1], v.grid[2]) <= 65535
         else:
             bx, by = launch.block[0], launch.block[1]
             assert launch.grid[0] == s.n * s.c_out * -(-s.h // by) * -(-s.w // bx)

@@ -4,7 +4,7 @@ the PyTorch baselines, with their support predicates and launch configurations, 
 every stage uses for them. A kernel is its source and its entry here: the entry names its launch
 geometry (support, launch, variants, entries), which lives beside its layout's kernels
 (nchw_tile_kernels: k0-k5, nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9,
-nhwc_row_kernels: k10), and the table of integers its source shares with that geometry
+nhwc_row_kernels: k10, nhwc_direct_kernels: k11), and the table of integers its source shares with that geometry
 (source_tables.SourceTable), which the source includes as a generated header. Pure Python:
 nothing here needs a GPU or nvcc."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Callable
 
 from . import nchw_row_kernels as nchw_row
 from . import nchw_tile_kernels as nchw_tile
+from . import nhwc_direct_kernels as nhwc_direct
 from . import nhwc_row_kernels as nhwc_row
 from . import nhwc_strip_kernels as nhwc_strip
 from .shapes import Shape
@@ -128,6 +129,15 @@ KERNELS: dict[str, KernelSpec] = {
                       default_variant=nhwc_row.k10_default_variant, layout="nhwc",
                       alignment=nhwc_row.k10_alignment, entry_names=nhwc_row.k10_entries,
                       table=nhwc_row.K10_TABLE),
+    "k11": KernelSpec("k11", "kernels/k11_depthwise_direct_nhwc.cu",
+                      "depthwise on channels_last (NHWC): one thread per channel vector and "
+                      "group of pixels of a row, a 3-D grid with no index division, taps as "
+                      "vector loads, tuned per shape", nhwc_direct.supports_k11,
+                      nhwc_direct.launch_k11, nhwc_direct.k11_variants, needs_sm_count=True,
+                      variant_keys=("vec", "pix", "threads"),
+                      default_variant=nhwc_direct.k11_default_variant, layout="nhwc",
+                      alignment=nhwc_direct.k11_alignment, entry_names=nhwc_direct.k11_entries,
+                      table=nhwc_direct.K11_TABLE),
 }
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it

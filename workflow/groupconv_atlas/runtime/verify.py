@@ -123,6 +123,15 @@ def unsupported_row(shape: Shape, impl: str, reason: str, seed: int) -> dict:
             "reason": reason, "seed": seed, "accumulation_length": shape.accumulation_length}
 
 
+def fp64_references(torch, x, w, groups: int):
+    """(y, |x| conv |w|) of the 3x3, stride 1, padding 1 convolution in FP64: the reference an
+    output is checked against and the magnitude its bound scales (bound_scale). The one FP64
+    forward of every check (the verification stage, the network probe's swapped layers)."""
+    conv = torch.nn.functional.conv2d
+    return (conv(x.double(), w.double(), None, 1, 1, 1, groups),
+            conv(x.abs().double(), w.abs().double(), None, 1, 1, 1, groups))
+
+
 def full_output_errors(torch, out, ref32, ref64, tol) -> dict:
     """The full-output checks of one result `out` against an FP32 reference and an FP64 one,
     elementwise in units of the tolerance `tol` (same shape): the largest ratio to each, the
@@ -191,9 +200,7 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
         session.synchronize()  # a failed launch raises here
         torch.backends.cudnn.benchmark = False
         ref32 = functional.conv2d(x, w, None, 1, 1, 1, shape.groups)
-        ref64 = functional.conv2d(x.double(), w.double(), None, 1, 1, 1, shape.groups)
-        absconv = functional.conv2d(x.abs().double(), w.abs().double(), None, 1, 1, 1,
-                                    shape.groups)
+        ref64, absconv = fp64_references(torch, x, w, shape.groups)
         tol = scale * absconv
         full = full_output_errors(torch, out, ref32, ref64, tol)
 

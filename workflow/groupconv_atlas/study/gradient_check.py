@@ -165,13 +165,16 @@ def substituted_layers(original, candidate) -> list[str]:
 
 
 def rounding_control(model, layers: Sequence[str], seed: int):
-    """A copy of `model` whose `layers` (Conv2d) add r x u x (|x| conv |w|) to each output element,
-    r uniform in [-1, 1] (drawn per call from a generator seeded with `seed`), u = 2^-24: the size
-    of one FP32 rounding of the element's sum, at random, as another FP32 implementation of those
-    layers might round. The added term carries no gradient, so the backward is the original's."""
+    """A copy of `model` whose `layers` (3x3, stride 1, padding 1 Conv2d layers: the swapped ones)
+    add r x u x (|x| conv |w|) to each output element, r uniform in [-1, 1] (drawn per call from
+    a generator seeded with `seed`), u = 2^-24: the size of one FP32 rounding of the element's
+    sum, at random, as another FP32 implementation of those layers might round. The added term
+    carries no gradient, so the backward is the original's."""
     import copy
 
     import torch
+
+    from ..runtime.verify import fp64_references
 
     control = copy.deepcopy(model)
     device = next(control.parameters()).device
@@ -179,11 +182,9 @@ def rounding_control(model, layers: Sequence[str], seed: int):
 
     def perturb(module, args, out):
         with torch.no_grad():
-            magnitude = torch.nn.functional.conv2d(
-                args[0].abs(), module.weight.abs(), None, module.stride, module.padding,
-                module.dilation, module.groups)
+            magnitude = fp64_references(torch, args[0], module.weight, module.groups)[1]
             noise = torch.empty_like(out).uniform_(-1.0, 1.0, generator=gen)
-        return out + noise * magnitude * UNIT_ROUNDOFF_FP32
+        return out + noise * magnitude.to(out.dtype) * UNIT_ROUNDOFF_FP32
 
     for name in layers:
         control.get_submodule(name).register_forward_hook(perturb)
@@ -235,20 +236,17 @@ class LayerCapture:
     def _layer_errors(self, name: str, factor: float) -> dict:
         import torch
 
-        from ..runtime.verify import bound_scale, full_output_errors
+        from ..runtime.verify import bound_scale, fp64_references, full_output_errors
         from .pass_verify import fp64_reference
 
-        conv = torch.nn.functional.conv2d
         module, seen = self.model.get_submodule(name), self.seen.get(name)
         if seen is None or "dy" not in seen:
             return {"geometry": None, "non_finite": [], **{t: None for t in LAYER_TENSORS}}
         x, w, dy, groups = seen["x"], module.weight.detach(), seen["dy"], module.groups
         n, c_in, h, width = x.shape
         c_out = w.shape[0]
-        x64, w64 = x.double(), w.double()
-        y64 = conv(x64, w64, None, 1, 1, 1, groups)
-        tol = bound_scale(9 * (c_in // groups), factor) * conv(x64.abs(), w64.abs(), None, 1, 1,
-                                                              1, groups)
+        y64, magnitude = fp64_references(torch, x, w, groups)
+        tol = bound_scale(9 * (c_in // groups), factor) * magnitude
         ratios = {"output": full_output_errors(torch, seen["y"], y64, y64, tol)["ratio64"]}
         for pass_, got, length in (("input_grad", seen["dx"], 9 * (c_out // groups)),
                                    ("weight_grad", module.weight.grad, n * h * width)):

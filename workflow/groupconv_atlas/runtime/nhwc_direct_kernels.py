@@ -1,0 +1,103 @@
+"""The launch geometry of k11, depthwise on channels_last (NHWC) tensors with a 3-D grid (channel
+vectors, pixel groups of a row, image rows) and no index division: its support predicate, its
+(vector width, pixels per thread) table (read by its source as a generated header), variants and
+untuned rule, the pointer alignment its vector loads need, the entries its cubin exports, and its
+launch on a shape. The registry (kernels.KERNELS) puts them together. Pure Python: nothing here
+needs a GPU."""
+from __future__ import annotations
+
+from .shapes import Shape
+from .source_tables import INT32_LIMIT, Launch, SourceTable, _ceil_div
+
+# (vec, pix): channels per load, adjacent output pixels of a row per thread. 4 x 4 holds three
+# rows of six 16-byte vectors and 36 taps in 128 registers without spilling (ptxas, sm_90).
+K11_TABLE = SourceTable("kernels/k11_depthwise_direct_nhwc.cu", lists={"K11_TILES": (
+    (4, 1), (4, 2), (4, 4), (2, 1), (2, 2), (2, 4), (1, 1), (1, 2))})
+K11_TILES = K11_TABLE.lists["K11_TILES"]
+K11_BLOCKS = (64, 128, 256)  # threads per block; the entries' __launch_bounds__(256) allows all
+# gridDim.y and gridDim.z: the pixel groups' blocks of a row and the image rows (N * H).
+GRID_YZ_LIMIT = 65535
+# A warp's threads across channel vectors, at most: the block's x dimension.
+VECTORS_PER_BLOCK_ROW = 32
+
+
+def k11_widths(s: Shape) -> tuple[int, ...]:
+    """Vector widths the shape's channel count allows, widest first (4 and 2 need C divisible
+    by them; 1 serves any C but runs only where neither does)."""
+    wide = tuple(v for v in (4, 2) if s.c_in % v == 0)
+    return wide or (1,)
+
+
+def k11_entry(vec: int, pix: int) -> str:
+    return f"k11_depthwise_direct_nhwc_v{vec}_p{pix}"
+
+
+def supports_k11(s: Shape) -> tuple[bool, str]:
+    if s.cin_per_group != 1 or s.cout_per_group != 1:
+        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                       "group: k11 is built for depthwise convolution with channel multiplier 1 "
+                       "(groups == C_in == C_out)")
+    if s.n * s.h > GRID_YZ_LIMIT:
+        return False, (f"N x H = {s.n * s.h} image rows: k11's grid has one z index per row, at "
+                       f"most {GRID_YZ_LIMIT}")
+    if s.w * s.c_in >= INT32_LIMIT:
+        return False, f"W x C = {s.w * s.c_in}: k11's offsets within a row are 32-bit"
+    widths = "/".join(str(v) for v in k11_widths(s))
+    return True, (f"depthwise on channels_last: {widths}-channel vectors, one thread per channel "
+                  "vector and group of pixels of a row, 3-D grid without index division")
+
+
+def k11_variants(s: Shape) -> list[dict]:
+    """Every (vec, pix, threads) the tuning stage measures on a shape: the entries of the widths
+    its channels allow with no more pixels per thread than the map is wide, at each block size."""
+    return [{"vec": vec, "pix": pix, "threads": threads}
+            for vec, pix in K11_TILES if vec in k11_widths(s) and (pix == 1 or pix <= s.w)
+            for threads in K11_BLOCKS]
+
+
+def k11_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback: 2-channel vectors where C allows (the width fastest on most shapes of
+    k11's first measurements, record h200-2026-12-03-passes, device-logs/depthwise-small-maps/),
+    else the widest, two pixels per thread where the map is that wide, 128 threads. sm_count is
+    unused: every SM count takes the same rule."""
+    widths = k11_widths(s)
+    vec = 2 if 2 in widths else widths[0]
+    pix = 2 if s.w >= 2 and (vec, 2) in K11_TILES else 1
+    return {"vec": vec, "pix": pix, "threads": 128}
+
+
+def k11_alignment(s: Shape) -> tuple[int, int]:
+    # x (and y, a fresh allocation) and the weight at the widest vector a variant may load
+    width = 4 * k11_widths(s)[0]
+    return width, width
+
+
+def k11_block(s: Shape, vec: int, threads: int) -> tuple[int, int, int]:
+    """(channel vectors, pixel groups, 1): up to a warp's width across the shape's channel
+    vectors, the rest of the block's threads across pixel groups."""
+    across = min(s.c_in // vec, VECTORS_PER_BLOCK_ROW)
+    return across, max(1, threads // across), 1
+
+
+def launch_k11(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k11_default_variant(s, sm_count)
+    v = {k: int(v[k]) for k in ("vec", "pix", "threads")}
+    if (not supports_k11(s)[0] or v["vec"] not in k11_widths(s) or v["threads"] not in K11_BLOCKS
+            or (v["vec"], v["pix"]) not in K11_TILES):
+        raise ValueError(f"k11 variant {variant} does not fit shape {s.id} (C = {s.c_in}, "
+                         f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group}, "
+                         f"N x H = {s.n * s.h})")
+    block = k11_block(s, v["vec"], v["threads"])
+    grid = (_ceil_div(s.c_in // v["vec"], block[0]), _ceil_div(s.w, v["pix"] * block[1]),
+            s.n * s.h)
+    if grid[1] > GRID_YZ_LIMIT:
+        raise ValueError(f"k11 variant {variant} needs {grid[1]} blocks across a row of {s.id}: "
+                         f"over gridDim.y's limit of {GRID_YZ_LIMIT}")
+    return Launch(k11_entry(v["vec"], v["pix"]), grid, block, "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+def k11_entries() -> list[str]:
+    """Every entry k11's cubin exports: one per (vector width, pixels per thread) of its table."""
+    return [k11_entry(*tile) for tile in K11_TILES]
+
