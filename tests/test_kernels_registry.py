@@ -222,3 +222,27 @@ def test_each_kernel_passes_the_registry_checks(kernel):
     spec = KERNELS[kernel]
     if spec.entry_names is not None:
         assert entries(kernel) == spec.entry_names(), kernel
+
+
+# Depthwise and grouped geometries no table holds: 1x1 maps, one row or column, odd channels.
+ODD_GEOMETRIES = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (1, 6, 6, 2, 1, 6), (3, 6, 6, 3, 2, 6),
+                  (2, 3, 3, 5, 3, 3), (1, 1, 1, 7, 5, 1), (2, 12, 12, 5, 5, 12),
+                  (1, 10, 10, 3, 3, 10), (1, 4, 8, 1, 1, 2), (2, 6, 6, 1, 3, 2)]
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_a_kernel_that_claims_an_odd_geometry_can_launch_it(kernel):
+    """Support is a promise: every odd geometry a kernel claims has its untuned launch and one
+    launch per tuning variant (k8 once claimed a 1x1 map with one channel and had no tile)."""
+    from groupconv_atlas.runtime.shapes import geometry_shape
+
+    spec = KERNELS[kernel]
+    for g in ODD_GEOMETRIES:
+        s = geometry_shape(*g)
+        ok, reason = spec.supports(s)
+        assert reason, (kernel, s.id)
+        if not ok:
+            continue
+        for variant in [None, *(spec.variants(s) if spec.variants else [])]:
+            launch = launch_for(kernel, s, variant, sm_count=SM_COUNT)
+            assert launch.entry in entries(kernel), (kernel, s.id, variant)

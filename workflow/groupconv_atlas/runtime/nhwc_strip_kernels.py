@@ -69,6 +69,11 @@ def supports_k8(s: Shape) -> tuple[bool, str]:
                        "(groups == C_in == C_out)")
     if k8_vec(s) == 4:
         return True, "depthwise on channels_last: 16-byte channel vectors, register tile along H, W"
+    if not any(_strip_fits(s, r, c) for r, c in _k8_tiles(s)):
+        # Found on the GPU machine: the untuned rule had no tile to pick on a 1x1 map with C = 1.
+        return False, (f"C = {s.c_in} is not a multiple of 4 and the {s.h}x{s.w} map is smaller "
+                       "than each of k8's single-channel tiles ("
+                       + ", ".join(f"{r} x {c}" for r, c in _k8_tiles(s)) + ")")
     return True, (f"depthwise on channels_last: C = {s.c_in} is not a multiple of 4, so one "
                   "channel per load")
 
