@@ -6,6 +6,7 @@ launch on a shape. The registry (kernels.KERNELS) puts them together. Pure Pytho
 needs a GPU."""
 from __future__ import annotations
 
+from .nhwc_row_kernels import k10_widths
 from .shapes import Shape
 from .source_tables import INT32_LIMIT, Launch, SourceTable, _ceil_div
 
@@ -21,11 +22,9 @@ GRID_YZ_LIMIT = 65535
 VECTORS_PER_BLOCK_ROW = 32
 
 
-def k11_widths(s: Shape) -> tuple[int, ...]:
-    """Vector widths the shape's channel count allows, widest first (4 and 2 need C divisible
-    by them; 1 serves any C but runs only where neither does)."""
-    wide = tuple(v for v in (4, 2) if s.c_in % v == 0)
-    return wide or (1,)
+# The vector widths a shape's channel count allows, widest first: k10's own rule (both kernels
+# load 4-, 2- or 1-channel vectors of one pixel).
+k11_widths = k10_widths
 
 
 def k11_entry(vec: int, pix: int) -> str:
@@ -56,14 +55,15 @@ def k11_variants(s: Shape) -> list[dict]:
 
 
 def k11_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: 2-channel vectors where C allows (the width fastest on most shapes of
-    k11's first measurements, record h200-2026-12-03-passes, device-logs/depthwise-small-maps/),
-    else the widest, two pixels per thread where the map is that wide, 128 threads. sm_count is
-    unused: every SM count takes the same rule."""
+    """Untuned fallback: the choice the tuning stage made most on the atlas's 49 depthwise shapes
+    (record h200-2026-12-03-passes, device-logs/depthwise-small-maps/k11-tuned/tuning-k11.json:
+    2-channel vectors on 32, 4 pixels per thread on 44, 64 threads on 28): 2-channel vectors where
+    C allows, else the widest; the most pixels per thread the map's width takes; 64 threads.
+    sm_count is unused: every SM count takes the same rule."""
     widths = k11_widths(s)
     vec = 2 if 2 in widths else widths[0]
-    pix = 2 if s.w >= 2 and (vec, 2) in K11_TILES else 1
-    return {"vec": vec, "pix": pix, "threads": 128}
+    pix = max(p for v, p in K11_TILES if v == vec and (p == 1 or p <= s.w))
+    return {"vec": vec, "pix": pix, "threads": 64}
 
 
 def k11_alignment(s: Shape) -> tuple[int, int]:

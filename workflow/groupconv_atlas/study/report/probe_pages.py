@@ -186,25 +186,25 @@ def _networks_table(entry: dict) -> str:
     return table_html(columns, rows, classes, numeric=columns[5:6] + columns[7:10])
 
 
-def _gradient_check_cell(row: dict) -> str | None:
-    """A training row's gradient check against FP64 (None in a record made before it)."""
-    passed = row.get("gradient_check_passed")
+def _check_cell(row: dict, passed_key: str, share_key: str, share_format: str) -> str | None:
+    """A training row's check, passed or not, with its nearest approach to its bound (None in a
+    record made before the check)."""
+    passed = row.get(passed_key)
     if passed is None:
         return None
-    share = row.get("gradient_worst_share_of_bound")
+    share = row.get(share_key)
     return ("within bound" if passed else "OUTSIDE bound") + \
-        ("" if share is None else f" ({share:.2f} × of bound)")
+        ("" if share is None else f" ({share:{share_format}} × of bound)")
+
+
+def _gradient_check_cell(row: dict) -> str | None:
+    """The gradients against FP64."""
+    return _check_cell(row, "gradient_check_passed", "gradient_worst_share_of_bound", ".2f")
 
 
 def _layer_check_cell(row: dict) -> str | None:
-    """A training row's check of each swapped layer on the step's own tensors (None in a record
-    made before it)."""
-    passed = row.get("layer_check_passed")
-    if passed is None:
-        return None
-    share = row.get("layer_worst_share_of_bound")
-    return ("within bound" if passed else "OUTSIDE bound") + \
-        ("" if share is None else f" ({share:.2g} × of bound)")
+    """Each swapped layer on the step's own tensors."""
+    return _check_cell(row, "layer_check_passed", "layer_worst_share_of_bound", ".2g")
 
 
 def _training_table(entry: dict) -> str:
