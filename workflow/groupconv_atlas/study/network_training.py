@@ -131,9 +131,8 @@ def fp64_rows(reference, original, converted, controls=()) -> dict[str, dict]:
     """gradient_check.tensor_errors per parameter (by name) of the original's, the converted
     model's and the rounding controls' .grad against the FP64 copy's."""
     names = [name for name, _ in reference.named_parameters()]
-    grads = [[dict(m.named_parameters()).get(k) for k in names]
-             for m in (reference, original, converted, *controls)]
-    grads = [[None if p is None else p.grad for p in g] for g in grads]
+    params = [dict(m.named_parameters()) for m in (reference, original, converted, *controls)]
+    grads = [[None if (p := ps.get(k)) is None else p.grad for k in names] for ps in params]
     return gradient_check.tensor_errors(names, *grads[:3], controls=grads[3:])
 
 
