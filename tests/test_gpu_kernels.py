@@ -72,9 +72,8 @@ ODD_DEPTHWISE = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (1, 6, 6, 2, 1, 6), (3,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", [k for k, spec in KERNELS.items()
-                                    if spec.layout == "nhwc" and spec.variants is not None])
-def test_every_variant_of_a_channels_last_kernel_is_correct_or_refused_on_odd_geometries(
+@pytest.mark.parametrize("kernel", [k for k, spec in KERNELS.items() if spec.variants is not None])
+def test_every_variant_of_a_tuned_kernel_is_correct_or_refused_on_odd_geometries(
         kernel, launcher):
     """Each variant the tuning stage would measure, verified (fresh seeded inputs, poisoned
     output, FP32 and FP64 references) by the tuner itself on depthwise geometries no table

@@ -106,7 +106,7 @@ def test_the_detector_leaves_mentions_alone():
                  "k8 (nhwc) on 29, k5 (nchw) on 20, k4 (nchw) on 1",
                  '"k5": KernelSpec("k5", ...), "k6": KernelSpec("k6", ...)',
                  "aa_implementation: k5\nblock_kernel: k3\ndefault_kernel: k3\n",
-                 "k10, k11 and k12 are not in the registry"):
+                 "k13, k14 and k15 are not in the registry"):
         assert kernel_runs(text) == [], text
 
 

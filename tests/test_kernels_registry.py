@@ -79,6 +79,18 @@ def test_launch_covers_every_output(kernel):
                 assert v.grid[1] * v.block[1] * fields["p"] >= s.w  # every pixel of a row
                 assert v.grid[2] == s.n * s.h  # every image row, one z index each
                 assert max(v.grid[1], v.grid[2]) <= 65535
+        elif kernel == "k12":  # 3-D grid: groups of planes x groups of rows x groups of columns
+            for variant in [None, *KERNELS[kernel].variants(s)]:
+                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
+                assert v.entry in entries(kernel)
+                fields = {p[0]: int(p[1:]) for p in v.entry.split("_")[4:]}
+                bx, by, bz = v.block
+                assert variant is None or bx * by * bz <= variant["threads"]
+                assert bz <= 64 and bx <= 32
+                assert v.grid[0] * bz >= s.n * s.c_in  # every plane
+                assert v.grid[1] * by * fields["r"] >= s.h  # every row of a plane
+                assert v.grid[2] * bx * fields["p"] >= s.w  # every column of a row
+                assert max(v.grid[1], v.grid[2]) <= 65535
         else:
             bx, by = launch.block[0], launch.block[1]
             assert launch.grid[0] == s.n * s.c_out * -(-s.h // by) * -(-s.w // bx)

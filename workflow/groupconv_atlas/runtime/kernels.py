@@ -4,14 +4,15 @@ the PyTorch baselines, with their support predicates and launch configurations, 
 every stage uses for them. A kernel is its source and its entry here: the entry names its launch
 geometry (support, launch, variants, entries), which lives beside its layout's kernels
 (nchw_tile_kernels: k0-k5, nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9,
-nhwc_row_kernels: k10, nhwc_direct_kernels: k11), and the table of integers its source shares with that geometry
-(source_tables.SourceTable), which the source includes as a generated header. Pure Python:
-nothing here needs a GPU or nvcc."""
+nhwc_row_kernels: k10, nhwc_direct_kernels: k11, nchw_plane_kernels: k12), and the table of
+integers its source shares with that geometry (source_tables.SourceTable), which the source
+includes as a generated header. Pure Python: nothing here needs a GPU or nvcc."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from . import nchw_plane_kernels as nchw_plane
 from . import nchw_row_kernels as nchw_row
 from . import nchw_tile_kernels as nchw_tile
 from . import nhwc_direct_kernels as nhwc_direct
@@ -138,6 +139,14 @@ KERNELS: dict[str, KernelSpec] = {
                       default_variant=nhwc_direct.k11_default_variant, layout="nhwc",
                       alignment=nhwc_direct.k11_alignment, entry_names=nhwc_direct.k11_entries,
                       table=nhwc_direct.K11_TABLE),
+    "k12": KernelSpec("k12", "kernels/k12_depthwise_planes_nchw.cu",
+                      "depthwise on NCHW: one thread per tile of rows x columns of a plane, its "
+                      "input window in registers, a 3-D grid with no index division, tuned per "
+                      "shape", nchw_plane.supports_k12, nchw_plane.launch_k12,
+                      nchw_plane.k12_variants, needs_sm_count=True,
+                      variant_keys=("rows", "pix", "threads"),
+                      default_variant=nchw_plane.k12_default_variant,
+                      entry_names=nchw_plane.k12_entries, table=nchw_plane.K12_TABLE),
 }
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it

@@ -1,0 +1,92 @@
+"""The launch geometry of k12, depthwise on contiguous NCHW tensors with a 3-D grid (groups of
+planes, groups of output rows, groups of output columns) and a register window per thread: its
+support predicate, its (rows, columns) table (read by its source as a generated header), variants
+and untuned rule, the entries its cubin exports, and its launch on a shape. The registry
+(kernels.KERNELS) puts them together. Pure Python: nothing here needs a GPU."""
+from __future__ import annotations
+
+from .shapes import Shape
+from .source_tables import INT32_LIMIT, Launch, SourceTable, _ceil_div
+
+# (rows, pix): output rows and adjacent output columns per thread. 8 x 4 holds a 10 x 6 input
+# window, 9 taps and 4 outputs at a time in registers.
+K12_TABLE = SourceTable("kernels/k12_depthwise_planes_nchw.cu", lists={"K12_TILES": (
+    (1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (8, 4))})
+K12_TILES = K12_TABLE.lists["K12_TILES"]
+K12_BLOCKS = (64, 128, 256)  # threads per block; the entries' __launch_bounds__(256) allows all
+GRID_YZ_LIMIT = 65535  # gridDim.y and gridDim.z: a plane's row groups and column groups
+BLOCK_Z_LIMIT = 64  # blockDim.z: planes per block
+# A warp's threads across a row's column groups, at most: the block's x dimension.
+COLUMNS_PER_BLOCK_ROW = 32
+
+
+def k12_entry(rows: int, pix: int) -> str:
+    return f"k12_depthwise_planes_nchw_r{rows}_p{pix}"
+
+
+def supports_k12(s: Shape) -> tuple[bool, str]:
+    if s.cin_per_group != 1 or s.cout_per_group != 1:
+        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                       "group: k12 is built for depthwise convolution with channel multiplier 1 "
+                       "(groups == C_in == C_out)")
+    if s.n * s.c_in >= INT32_LIMIT:
+        return False, (f"N x C = {s.n * s.c_in} planes: k12 numbers planes with 32-bit int, so "
+                       "there must be fewer than 2**31")
+    if s.h > GRID_YZ_LIMIT or s.w > GRID_YZ_LIMIT:
+        return False, (f"H x W = {s.h} x {s.w}: k12's grid has at most {GRID_YZ_LIMIT} groups "
+                       "of rows and of columns")
+    return True, ("depthwise on NCHW: one thread per tile of rows x columns of a plane, its "
+                  "input window in registers, 3-D grid without index division")
+
+
+def k12_variants(s: Shape) -> list[dict]:
+    """Every (rows, pix, threads) the tuning stage measures on a shape: the tiles no taller and
+    no wider than the map (a one-row or one-column tile always), at each block size."""
+    return [{"rows": rows, "pix": pix, "threads": threads}
+            for rows, pix in K12_TILES if (rows == 1 or rows <= s.h) and (pix == 1 or pix <= s.w)
+            for threads in K12_BLOCKS]
+
+
+def k12_default_variant(s: Shape, sm_count: int) -> dict:
+    """Untuned fallback: 4 columns per thread where W is a multiple of 4 (16-byte vectors), 2
+    where it is even, else 1; 2 rows where the map has them; 128 threads. sm_count is unused:
+    every SM count takes the same rule."""
+    pix = 4 if s.w % 4 == 0 else 2 if s.w % 2 == 0 else 1
+    rows = 2 if s.h >= 2 else 1
+    return {"rows": rows, "pix": pix, "threads": 128}
+
+
+def _balanced(groups: int, most: int) -> int:
+    """Groups per block when `groups` are split over as few blocks of at most `most` as can hold
+    them, evenly (28 row groups at most 18 a block: two blocks of 14, not 18 and 10)."""
+    return _ceil_div(groups, _ceil_div(groups, most))
+
+
+def k12_block(s: Shape, rows: int, pix: int, threads: int) -> tuple[int, int, int]:
+    """(column groups, row groups, planes): up to a warp's width across a row's column groups,
+    then rows of the plane, then whole planes, within `threads`; the column and row groups
+    spread evenly over their blocks, so no block is left mostly idle at a map's edge."""
+    bx = _balanced(_ceil_div(s.w, pix), COLUMNS_PER_BLOCK_ROW)
+    by = _balanced(_ceil_div(s.h, rows), max(1, threads // bx))
+    bz = min(max(1, threads // (bx * by)), BLOCK_Z_LIMIT, s.n * s.c_in)
+    return bx, by, bz
+
+
+def launch_k12(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+    v = variant or k12_default_variant(s, sm_count)
+    v = {k: int(v[k]) for k in ("rows", "pix", "threads")}
+    if (not supports_k12(s)[0] or v["threads"] not in K12_BLOCKS
+            or (v["rows"], v["pix"]) not in K12_TILES):
+        raise ValueError(f"k12 variant {variant} does not fit shape {s.id} "
+                         f"(C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group}, "
+                         f"N x C = {s.n * s.c_in}, H x W = {s.h} x {s.w})")
+    block = k12_block(s, v["rows"], v["pix"], v["threads"])
+    grid = (_ceil_div(s.n * s.c_in, block[2]), _ceil_div(s.h, v["rows"] * block[1]),
+            _ceil_div(s.w, v["pix"] * block[0]))
+    return Launch(k12_entry(v["rows"], v["pix"]), grid, block, "PPPiiiiii",
+                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+
+
+def k12_entries() -> list[str]:
+    """Every entry k12's cubin exports: one per (rows, columns) of its table."""
+    return [k12_entry(*tile) for tile in K12_TILES]
