@@ -59,58 +59,6 @@ __device__ __forceinline__ void k12_load_row(const float* __restrict__ row, int 
     }
 }
 
-// Floats x[i .. i + 3] into t[at .. at + 3]: one 16-byte load (i is a multiple of 4 and x is
-// 16-byte aligned), or where the four are not all inside the tensor's `total` floats (its first
-// and last rows' neighbours), those inside one at a time and zero for the rest.
-__device__ __forceinline__ void k12_chunk(const float* __restrict__ x, long long i,
-                                          long long total, float* t) {
-    if (i >= 0 && i + 4 <= total) {
-        const float4 q = __ldg(reinterpret_cast<const float4*>(x + i));
-        t[0] = q.x;
-        t[1] = q.y;
-        t[2] = q.z;
-        t[3] = q.w;
-    } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) t[j] = (i + j >= 0 && i + j < total) ? __ldg(x + i + j) : 0.0f;
-    }
-}
-
-// k12_load_row for 4 columns per thread where W % 4 != 0, so a row starts at any 4-byte phase of
-// a 16-byte line and its floats cannot be loaded as aligned vectors of their own. The window's 6
-// floats (columns w0 - 1 .. w0 + 4, from float a of x) lie in the two aligned 16-byte vectors
-// from a - s (s = a % 4, the phase) and the float after them: two 16-byte loads and one 4-byte
-// load, as on a row of W % 4 == 0, then the 6 selected by s in two steps (by s's low bit, then
-// its high bit). Floats outside the row are then zeroed: the padding.
-template <int PIX>
-__device__ __forceinline__ void k12_load_row_shifted(const float* __restrict__ x,
-                                                     long long row_start, long long total,
-                                                     int w0, int W, bool inside,
-                                                     float (&v)[PIX + 2]) {
-    static_assert(PIX == 4, "the shifted window holds 4 columns");
-    if (!inside) {
-#pragma unroll
-        for (int j = 0; j < PIX + 2; ++j) v[j] = 0.0f;
-        return;
-    }
-    const long long a = row_start + w0 - 1;  // column w0 - 1 (-1 for the tensor's first row)
-    const int s = (int)(a & 3);
-    const long long line = a - s;  // a multiple of 4 (-4 for the tensor's first row)
-    float t[9];
-    k12_chunk(x, line, total, t);
-    k12_chunk(x, line + 4, total, t + 4);
-    t[8] = line + 8 < total ? __ldg(x + line + 8) : 0.0f;  // needed where s == 3
-    float u[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) u[j] = (s & 1) ? t[j + 1] : t[j];
-#pragma unroll
-    for (int j = 0; j < PIX + 2; ++j) v[j] = (s & 2) ? u[j + 2] : u[j];
-    if (w0 == 0) v[0] = 0.0f;
-#pragma unroll
-    for (int j = 1; j < PIX + 2; ++j)
-        if (w0 + j - 1 >= W) v[j] = 0.0f;
-}
-
 // row[w0 + j] = out[j] for the columns inside the map, as vectors where the load took them.
 template <int PIX>
 __device__ __forceinline__ void k12_store_row(float* __restrict__ row, int w0, int W, int vec,
@@ -155,11 +103,7 @@ __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
     const uintptr_t addresses = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y);
     const int vec = (W % 4 == 0 && addresses % 16 == 0) ? 4
                     : (W % 2 == 0 && addresses % 8 == 0) ? 2 : 1;
-    // 4 columns per thread on rows that start at any phase: the shifted window (16-byte loads of
-    // x wherever its own address allows them).
-    const bool shifted = PIX == 4 && vec != 4 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     const long long plane_floats = (long long)H * W;
-    const long long total = (long long)N * C_in * plane_floats;
     const float* xp = x + plane * plane_floats;
 
     // The window: input rows h0 - 1 .. h0 + ROWS, columns w0 - 1 .. w0 + PIX (zero outside the
@@ -168,15 +112,7 @@ __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
 #pragma unroll
     for (int r = 0; r < ROWS + 2; ++r) {
         const int hh = h0 + r - 1;
-        const bool inside = hh >= 0 && hh < H;
-        if constexpr (PIX == 4) {
-            if (shifted) {
-                k12_load_row_shifted<PIX>(x, plane * plane_floats + (long long)hh * W, total, w0,
-                                          W, inside, in[r]);
-                continue;
-            }
-        }
-        k12_load_row<PIX>(xp + (long long)hh * W, w0, W, vec, inside, in[r]);
+        k12_load_row<PIX>(xp + (long long)hh * W, w0, W, vec, hh >= 0 && hh < H, in[r]);
     }
     const float* taps = wt + (long long)(plane % C_in) * 9;
     float k[9];

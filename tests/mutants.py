@@ -165,11 +165,9 @@ MUTANTS = (
            ("mobilenetv2-n32-c144-56x56-g144", "stress-tiny-n64-c1024-4x4-g1024")),
     # k12 (NCHW depthwise, one thread per tile of a plane): the bottom edge's zero padding
     # dropped (the last row reads the next plane's first); every plane given the first
-    # channel's taps; the taps transposed; the right edge's halo read from the next row; and in
-    # the shifted window (4 columns, W % 4 != 0) the next row's first column left unpadded, and
-    # the phase's high bit lost.
-    Mutant("k12_bottom_edge_not_zero_padded", "k12", "const bool inside = hh >= 0 && hh < H;",
-           "const bool inside = hh >= 0;", ("mobilenetv2-n32-c576-14x14-g576", "stress-tiny-n1-c32-7x7-g32")),
+    # channel's taps; the taps transposed; the right edge's halo read from the next row.
+    Mutant("k12_bottom_edge_not_zero_padded", "k12", "hh >= 0 && hh < H, in[r]",
+           "hh >= 0, in[r]", ("mobilenetv2-n32-c576-14x14-g576", "stress-tiny-n1-c32-7x7-g32")),
     Mutant("k12_every_plane_reads_the_first_taps", "k12",
            "const float* taps = wt + (long long)(plane % C_in) * 9;", "const float* taps = wt;",
            ("mobilenetv2-n1-c144-56x56-g144", "efficientnet-b0-n32-c1152-7x7-g1152")),
@@ -178,10 +176,3 @@ MUTANTS = (
     Mutant("k12_right_edge_reads_the_next_row", "k12", "v[PIX + 1] = w0 + PIX < W ?",
            "v[PIX + 1] = w0 + PIX <= W ?",
            ("mobilenetv2-n1-c32-112x112-g32", "mobilenetv2-n32-c576-14x14-g576")),
-    Mutant("k12_shifted_right_edge_not_zero_padded", "k12", "if (w0 + j - 1 >= W) v[j] = 0.0f;",
-           "if (w0 + j - 1 > W) v[j] = 0.0f;",
-           ("stress-oddw-n16-c96-127x127-g96", "xception-n1-c728-19x19-g728")),
-    Mutant("k12_shifted_phase_high_bit_lost", "k12", "const int s = (int)(a & 3);",
-           "const int s = (int)(a & 1);",
-           ("efficientnet-b3-n16-c192-75x75-g192", "stress-oddw-n32-c64-33x33-g64")),
-)

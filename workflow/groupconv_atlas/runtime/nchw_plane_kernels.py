@@ -50,9 +50,9 @@ def k12_variants(s: Shape) -> list[dict]:
 def k12_default_variant(s: Shape, sm_count: int) -> dict:
     """Untuned fallback: the tuning stage's most frequent choices on the atlas's 49 depthwise
     shapes, per the phase of W (record h200-2026-12-03-passes,
-    device-logs/depthwise-nchw/run1/tuning-k12.json, before the shifted window): 4 rows x 4
-    columns where W % 4 == 0 (16-byte rows), 4 rows x 2 columns where W % 4 == 2 (8-byte rows),
-    1 row x 4 columns where W is odd; as many of those rows as the map has; 256 threads.
+    device-logs/depthwise-nchw/run1/tuning-k12.json): 4 rows x 4 columns where W % 4 == 0
+    (16-byte rows), 4 rows x 2 columns where W % 4 == 2 (8-byte rows), 1 row x 4 columns where W
+    is odd; as many of those rows as the map has; 256 threads.
     sm_count is unused: every SM count takes the same rule."""
     pix = 4 if s.w % 4 == 0 else 2 if s.w % 4 == 2 else 4 if s.w >= 4 else 1
     most = 4 if s.w % 2 == 0 else 1
