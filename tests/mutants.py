@@ -176,3 +176,4 @@ MUTANTS = (
     Mutant("k12_right_edge_reads_the_next_row", "k12", "v[PIX + 1] = w0 + PIX < W ?",
            "v[PIX + 1] = w0 + PIX <= W ?",
            ("mobilenetv2-n1-c32-112x112-g32", "mobilenetv2-n32-c576-14x14-g576")),
+)
