@@ -269,3 +269,50 @@ def test_the_plan_leaves_a_failed_gate_kernel_out_of_every_list_and_names_it(rep
         assert "k10" in plan().kernels and not plan().gated_out
     finally:
         gate.unlink()
+
+
+def test_gpu_run_leaves_a_state_that_another_machine_resumes_from(tmp_path):
+    """A run still going when `wait` ends leaves its finished jobs, Snakemake's records and the
+    incomplete markers in $OUT; `start` with RESUME_STATE unpacks them into a new copy with one
+    mtime later than every source, so the finished jobs stay done (stand-ins for snakemake)."""
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "tools" / "gpu_run.sh").write_text((ROOT / "tools" / "gpu_run.sh").read_text())
+    (repo / "kernels.cu").write_text("// a source the jobs read\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # The first machine: one job done, one running (marked incomplete, half written) when the
+    # wait ends; the second: says what it found.
+    first = ("mkdir -p results/nowhere/raw .snakemake/metadata .snakemake/incomplete\n"
+             "echo done > results/nowhere/raw/done.json\necho m > .snakemake/metadata/bWV0YQ\n"
+             "echo half > results/nowhere/raw/running.json\n"
+             "touch .snakemake/incomplete/cnVubmluZw\nsleep 8\n")
+    second = ('for f in results/nowhere/raw/*.json kernels.cu .snakemake/incomplete/*; do\n'
+              '  echo "$f $(stat -c %.9Y "$f")"; done > "$FOUND"\n')
+    out = tmp_path / "out"
+    for name, body in {"snakemake": first, "nvidia-smi": "echo H200"}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}")
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
+           "DEVICE": "nowhere", "WAIT_S": "1", "RUN_DIR": str(tmp_path / "run1"),
+           "COPY_DIR": str(tmp_path / "copy1")}
+    res = run_guarded(["bash", "tools/gpu_run.sh", "start"], repo, env=env)
+    assert "RUN-RUNNING" in res.stdout, res.stdout + res.stderr
+    parts = sorted(out.glob("state.tgz.part-*"))
+    listing = subprocess.run(f"cat {' '.join(map(str, parts))} | tar tz", shell=True,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert {"results/nowhere/raw/done.json", "results/nowhere/raw/running.json",
+            ".snakemake/metadata/bWV0YQ", ".snakemake/incomplete/cnVubmluZw"} <= set(listing)
+    assert (out / "run-logs.tgz").is_file()
+
+    (bin_dir / "snakemake").write_text(f"#!/bin/sh\n{second}")
+    found = tmp_path / "found"
+    env.update(RESUME_STATE=str(out), RUN_DIR=str(tmp_path / "run2"), WAIT_S="20",
+               COPY_DIR=str(tmp_path / "copy2"), FOUND=str(found), OUT=str(tmp_path / "out2"))
+    res = run_guarded(["bash", "tools/gpu_run.sh", "start"], repo, env=env)
+    assert "RUN-DONE" in res.stdout and "resumed from" in res.stdout, res.stdout + res.stderr
+    mtimes = dict(line.split() for line in found.read_text().splitlines())
+    source = float(mtimes.pop("kernels.cu"))
+    assert set(mtimes) == {"results/nowhere/raw/done.json", "results/nowhere/raw/running.json",
+                           ".snakemake/incomplete/cnVubmluZw"}, mtimes
+    assert len(set(mtimes.values())) == 1 and float(next(iter(mtimes.values()))) > source

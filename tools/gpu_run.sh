@@ -12,6 +12,12 @@
 #                             into $OUT (a folder the caller collects). PACK_NOW=1: pack as soon
 #                             as the snapshot exists, while the rerun check may still run
 #   tools/gpu_run.sh full     the full run in the foreground
+# A run may outlast the machine it started on. Each `wait` that ends with the run still going
+# leaves its state in $OUT (state.tgz.part-*: the jobs finished so far and Snakemake's records of
+# them, taken as of one instant, with the jobs then running marked incomplete). `start` with
+# RESUME_STATE=<folder of those parts>, on another machine, goes on from there: the finished jobs
+# stay done, the interrupted ones run again (rerun-incomplete, profiles/default), and paired
+# samples never span two machines because each timing job runs whole on one.
 # Environment, and the configuration key each one sets (workflow/schemas/config.schema.yaml):
 #   EXTRA_CONFIG    config files layered on config/config.yaml (--configfile, in order)
 #   RECORD_NAME     record_name (default: today's date, UTC)
@@ -23,12 +29,13 @@
 # And OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one that
 # installs PyCUDA and Snakemake), DEVICE (the results folder to pack, default h200), CORES
 # (default all: jobs that measure time still run alone), RUN_DIR (the run's log and status,
-# default /tmp/groupconv-run).
+# default /tmp/groupconv-run), COPY_DIR (the copy's folder, default /tmp/groupconv-repo),
+# RESUME_STATE (above).
 set -uo pipefail
 step=${1:?usage: tools/gpu_run.sh smoke|start|wait|full}
 out=${OUT:-/tmp/groupconv-out}
 work=${RUN_DIR:-/tmp/groupconv-run}  # the run's own log, status and record name
-copy=/tmp/groupconv-repo  # the copy of the tree the background run works in
+copy=${COPY_DIR:-/tmp/groupconv-repo}  # the copy of the tree the background run works in
 device=${DEVICE:-h200}
 mkdir -p "$out" "$work"
 # Only the steps that run Python set up the environment: `start` and `wait` return quickly
@@ -59,6 +66,31 @@ live_record() {  # the run: the one Snakemake call, with the step's layers and e
 machine() {
   log "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+}
+
+pack_state() {  # the run's state as of now, for `start` with RESUME_STATE (run in $copy)
+  # Files changed after the stamp belong to jobs still running (or ending during the pack): they
+  # are left out, and their jobs' incomplete markers, taken after the stamp, make them rerun.
+  local stamp=$work/state.stamp list=$work/state.list tgz=$work/state.tgz
+  touch "$stamp"
+  { find "results/$device" .snakemake/metadata -type f ! -newer "$stamp" 2>/dev/null
+    find .snakemake/incomplete -type f 2>/dev/null; } > "$list"
+  tar czf "$tgz" -T "$list" && rm -f "$out"/state.tgz.part-* &&
+    split -b 15M "$tgz" "$out/state.tgz.part-"
+  (cd "$work" && tar czf "$out/run-logs.tgz" ./*.log 2>/dev/null)
+  log "state: $(wc -l < "$list") files, $(du -h "$tgz" | cut -f1) packed for a resume"
+}
+
+resume_state() {  # unpack RESUME_STATE into $copy; every file unpacked gets one mtime
+  cat "$RESUME_STATE"/state.tgz.part-* | tar xz -C "$copy" || exit 1
+  # One mtime for all of them, later than every source: Snakemake reruns a job when an input is
+  # newer than its output, and neither the copy here nor the unpacking kept the order of times
+  # the jobs made. Equal times are not newer, so no finished job reruns for its time alone.
+  # (A second's wait first: the time has whole seconds, the copy's finer ones.)
+  local now; sleep 1; now=$(date +%s)
+  (cd "$copy" && tar tzf <(cat "$RESUME_STATE"/state.tgz.part-*) | grep -v '/$' |
+    xargs -d '\n' touch -c -d "@$now")
+  log "resumed from $RESUME_STATE: $(find "$copy/results/$device" -type f | wc -l) files"
 }
 
 pack() {  # the new record and the run's logs, in parts of at most 15 MiB
@@ -109,6 +141,7 @@ start)
   rm -rf "$work" "$copy" && mkdir -p "$work" "$copy" && cp -a . "$copy"/
   # A new run: the copy's report of an earlier one would read as this one's snapshot.
   rm -f "$copy/results/$device/live/live-atlas.json"
+  if [ -n "${RESUME_STATE:-}" ]; then resume_state; fi
   (cd "$copy" && setsid nohup bash tools/gpu_run.sh full > "$work/run.log" 2>&1 < /dev/null &)
   exec bash tools/gpu_run.sh wait
   ;;
@@ -125,6 +158,6 @@ wait)
   grep -hE '^\[(verify|time|tune)' "results/$device"/logs/*.log 2>/dev/null | tail -3
   if [ -f "$work/done" ]; then pack; echo RUN-DONE
   elif [ -n "${PACK_NOW:-}" ] && [ -f "$snapshotted" ]; then pack; echo RUN-PACKED-EARLY
-  else echo RUN-RUNNING; fi
+  else pack_state; echo RUN-RUNNING; fi
   ;;
 esac
