@@ -224,6 +224,11 @@ def test_gpu_run_makes_one_snakemake_call_with_its_environment_as_config(tmp_pat
            "EXTRA_TARGETS": "mobilenet_probe network_probe", "DEVICE": "nowhere",
            "RUN_DIR": str(tmp_path / "run")}
     copy = copy_checkout(tmp_path / "repo")
+    # Without the commit it was sent from, the run refuses before anything starts.
+    res = run_guarded(["bash", "tools/gpu_run.sh", "full"], copy, env=env)
+    assert res.returncode == 2 and "GROUPCONV_GIT_COMMIT" in res.stderr, res.stderr
+    assert not (tmp_path / "args").exists()
+    env["GROUPCONV_GIT_COMMIT"] = "c" * 40
     run_guarded(["bash", "tools/gpu_run.sh", "full"], copy, env=env)
     args = (tmp_path / "args").read_text().splitlines()
     assert args == ["live_record", "--cores", "all", "--keep-going", "--configfile",
@@ -295,7 +300,7 @@ def test_gpu_run_leaves_a_state_that_another_machine_resumes_from(tmp_path):
         (bin_dir / name).chmod(stat.S_IRWXU)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
            "DEVICE": "nowhere", "WAIT_S": "1", "RUN_DIR": str(tmp_path / "run1"),
-           "COPY_DIR": str(tmp_path / "copy1")}
+           "COPY_DIR": str(tmp_path / "copy1"), "GROUPCONV_GIT_COMMIT": "c" * 40}
     res = run_guarded(["bash", "tools/gpu_run.sh", "start"], repo, env=env)
     assert "RUN-RUNNING" in res.stdout, res.stdout + res.stderr
     parts = sorted(out.glob("state.tgz.part-*"))

@@ -26,6 +26,8 @@
 #   GPU_TESTS=1     gpu_tests: every GPU test of those files first (GPU_TEST_K: gpu_test_k)
 #   EXTRA_TARGETS   extra_targets (space-separated; default: mobilenet_probe; empty: none)
 #   RERUN_CHECK=1   rerun_check
+# `start` and `full` need GROUPCONV_GIT_COMMIT: the commit the tree was sent from, which every
+# job's provenance names (a copied tree's own .git may be stale).
 # And OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one that
 # installs PyCUDA and Snakemake), DEVICE (the results folder to pack, default h200), CORES
 # (default all: jobs that measure time still run alone), RUN_DIR (the run's log and status,
@@ -61,6 +63,17 @@ if [ -n "${RERUN_CHECK:-}" ]; then entries+=(rerun_check=True); fi
 live_record() {  # the run: the one Snakemake call, with the step's layers and entries
   snakemake live_record --cores "${CORES:-all}" --keep-going \
     --configfile "${layers[@]}" --config "${entries[@]}"
+}
+
+sent_commit() {  # the commit each job's provenance names (study/provenance.py git_state)
+  # A copied tree may carry a .git that is stale or none at all, so the sender names its commit.
+  if [ -z "${GROUPCONV_GIT_COMMIT:-}" ]; then
+    echo "GROUPCONV_GIT_COMMIT is unset: give the commit this tree was sent from" \
+      "(git rev-parse HEAD in the checkout); a copied tree's own .git may be stale" >&2
+    exit 2
+  fi
+  export GROUPCONV_GIT_COMMIT
+  log "commit $GROUPCONV_GIT_COMMIT (as sent)"
 }
 
 machine() {
@@ -125,6 +138,7 @@ smoke)
   ;;
 full)
   setup
+  sent_commit
   machine
   echo "${entries[1]#record_name=}" > "$work/record_name"
   log "snakemake live_record --configfile ${layers[*]} --config ${entries[*]}"
@@ -138,6 +152,7 @@ full)
   touch "$work/done"
   ;;
 start)
+  sent_commit
   rm -rf "$work" "$copy" && mkdir -p "$work" "$copy" && cp -a . "$copy"/
   # A new run: the copy's report of an earlier one would read as this one's snapshot.
   rm -f "$copy/results/$device/live/live-atlas.json"
