@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .shapes import Shape
-from .source_tables import MAX_GRID_X, Launch, SourceTable, _ceil_div, included_headers
+from .source_tables import (MAX_GRID_X, MAX_GRID_YZ, Launch, SourceTable, _ceil_div,
+                            included_headers)
 
 WG_THREADS = 128  # threads of a stage-1 block
 WG_MIN_BLOCKS = 2  # __launch_bounds__'s blocks per SM (without it ptxas spilled small entries)
 REDUCE_THREADS = 256
-MAX_GRID_Y = 65535
 INT32_MAX = 2**31 - 1
 # (COB, CIB): output by input channels of one group a thread accumulates (9 taps each).
 TILES = ((1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4))
@@ -120,7 +120,7 @@ def _split(tile_blocks: int, groups_per_block: int, strips_of: Callable[[int], i
         strips = strips_of(seg)
         if tile_blocks * _ceil_div(strips, groups_per_block * MIN_ITERS) >= target:
             break
-    limit = max(1, min(strips // (groups_per_block * MIN_ITERS), MAX_GRID_Y,
+    limit = max(1, min(strips // (groups_per_block * MIN_ITERS), MAX_GRID_YZ,
                        MAX_WORKSPACE_FLOATS // max(elems, 1)))
     slices = max(1, min(_ceil_div(target, tile_blocks), limit))
     sps = _ceil_div(strips, slices)

@@ -6,7 +6,7 @@ and untuned rule, the entries its cubin exports, and its launch on a shape. The 
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import INT32_LIMIT, Launch, SourceTable, _ceil_div
+from .source_tables import INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div, not_depthwise
 
 # (rows, pix): output rows and adjacent output columns per thread. 8 x 4 holds a 10 x 6 input
 # window, 9 taps and 4 outputs at a time in registers.
@@ -14,7 +14,6 @@ K12_TABLE = SourceTable("kernels/k12_depthwise_planes_nchw.cu", lists={"K12_TILE
     (1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (8, 4))})
 K12_TILES = K12_TABLE.lists["K12_TILES"]
 K12_BLOCKS = (64, 128, 256)  # threads per block; the entries' __launch_bounds__(256) allows all
-GRID_YZ_LIMIT = 65535  # gridDim.y and gridDim.z: a plane's row groups and column groups
 BLOCK_Z_LIMIT = 64  # blockDim.z: planes per block
 # A warp's threads across a row's column groups, at most: the block's x dimension.
 COLUMNS_PER_BLOCK_ROW = 32
@@ -25,15 +24,13 @@ def k12_entry(rows: int, pix: int) -> str:
 
 
 def supports_k12(s: Shape) -> tuple[bool, str]:
-    if s.cin_per_group != 1 or s.cout_per_group != 1:
-        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       "group: k12 is built for depthwise convolution with channel multiplier 1 "
-                       "(groups == C_in == C_out)")
+    if refusal := not_depthwise(s, "k12"):
+        return refusal
     if s.n * s.c_in >= INT32_LIMIT:
         return False, (f"N x C = {s.n * s.c_in} planes: k12 numbers planes with 32-bit int, so "
                        "there must be fewer than 2**31")
-    if s.h > GRID_YZ_LIMIT or s.w > GRID_YZ_LIMIT:
-        return False, (f"H x W = {s.h} x {s.w}: k12's grid has at most {GRID_YZ_LIMIT} groups "
+    if s.h > MAX_GRID_YZ or s.w > MAX_GRID_YZ:
+        return False, (f"H x W = {s.h} x {s.w}: k12's grid has at most {MAX_GRID_YZ} groups "
                        "of rows and of columns")
     return True, ("depthwise on NCHW: one thread per tile of rows x columns of a plane, its "
                   "input window in registers, 3-D grid without index division")

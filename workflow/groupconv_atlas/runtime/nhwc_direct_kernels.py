@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .nhwc_row_kernels import k10_widths
 from .shapes import Shape
-from .source_tables import INT32_LIMIT, Launch, SourceTable, _ceil_div
+from .source_tables import INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div, not_depthwise
 
 # (vec, pix): channels per load, adjacent output pixels of a row per thread. 4 x 4 holds three
 # rows of six 16-byte vectors and 36 taps in 128 registers without spilling (ptxas, sm_90).
@@ -16,8 +16,6 @@ K11_TABLE = SourceTable("kernels/k11_depthwise_direct_nhwc.cu", lists={"K11_TILE
     (4, 1), (4, 2), (4, 4), (2, 1), (2, 2), (2, 4), (1, 1), (1, 2))})
 K11_TILES = K11_TABLE.lists["K11_TILES"]
 K11_BLOCKS = (64, 128, 256)  # threads per block; the entries' __launch_bounds__(256) allows all
-# gridDim.y and gridDim.z: the pixel groups' blocks of a row and the image rows (N * H).
-GRID_YZ_LIMIT = 65535
 # A warp's threads across channel vectors, at most: the block's x dimension.
 VECTORS_PER_BLOCK_ROW = 32
 
@@ -32,13 +30,11 @@ def k11_entry(vec: int, pix: int) -> str:
 
 
 def supports_k11(s: Shape) -> tuple[bool, str]:
-    if s.cin_per_group != 1 or s.cout_per_group != 1:
-        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       "group: k11 is built for depthwise convolution with channel multiplier 1 "
-                       "(groups == C_in == C_out)")
-    if s.n * s.h > GRID_YZ_LIMIT:
+    if refusal := not_depthwise(s, "k11"):
+        return refusal
+    if s.n * s.h > MAX_GRID_YZ:  # gridDim.z: the image rows (N * H)
         return False, (f"N x H = {s.n * s.h} image rows: k11's grid has one z index per row, at "
-                       f"most {GRID_YZ_LIMIT}")
+                       f"most {MAX_GRID_YZ}")
     if s.w * s.c_in >= INT32_LIMIT:
         return False, f"W x C = {s.w * s.c_in}: k11's offsets within a row are 32-bit"
     widths = "/".join(str(v) for v in k11_widths(s))
@@ -90,9 +86,9 @@ def launch_k11(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
     block = k11_block(s, v["vec"], v["threads"])
     grid = (_ceil_div(s.c_in // v["vec"], block[0]), _ceil_div(s.w, v["pix"] * block[1]),
             s.n * s.h)
-    if grid[1] > GRID_YZ_LIMIT:
+    if grid[1] > MAX_GRID_YZ:
         raise ValueError(f"k11 variant {variant} needs {grid[1]} blocks across a row of {s.id}: "
-                         f"over gridDim.y's limit of {GRID_YZ_LIMIT}")
+                         f"over gridDim.y's limit of {MAX_GRID_YZ}")
     return Launch(k11_entry(v["vec"], v["pix"]), grid, block, "PPPiiiiii",
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 

@@ -7,7 +7,8 @@ Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div
+from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
+                            not_depthwise)
 
 # (vec, rows, cols, cbv): channels per load, output rows a thread walks, output columns it holds,
 # channel vectors per block (threadIdx.x); the source instantiates one entry per row. No 4 x 4
@@ -40,10 +41,8 @@ def k10_entry(vec: int, rows: int, cols: int, cbv: int) -> str:
 
 
 def supports_k10(s: Shape) -> tuple[bool, str]:
-    if s.cin_per_group != 1 or s.cout_per_group != 1:
-        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       "group: k10 is built for depthwise convolution with channel multiplier 1 "
-                       "(groups == C_in == C_out)")
+    if refusal := not_depthwise(s, "k10"):
+        return refusal
     widths = "/".join(str(v) for v in k10_widths(s))
     return True, (f"depthwise on channels_last: {widths}-channel vectors, blocks of channel "
                   "vectors by pixel strips walking rows, taps staged in shared memory")

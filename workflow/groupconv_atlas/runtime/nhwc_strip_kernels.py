@@ -7,7 +7,8 @@ Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div
+from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
+                            not_depthwise)
 
 
 # k8 and k9 compute on channels_last (NHWC) tensors with the same work split: a work item is a
@@ -63,10 +64,8 @@ def k8_entry(vec: int, rows: int, cols: int) -> str:
 
 
 def supports_k8(s: Shape) -> tuple[bool, str]:
-    if s.cin_per_group != 1 or s.cout_per_group != 1:
-        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       "group: k8 is built for depthwise convolution with channel multiplier 1 "
-                       "(groups == C_in == C_out)")
+    if refusal := not_depthwise(s, "k8"):
+        return refusal
     if k8_vec(s) == 4:
         return True, "depthwise on channels_last: 16-byte channel vectors, register tile along H, W"
     if not any(_strip_fits(s, r, c) for r, c in _k8_tiles(s)):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535  # gridDim.y and gridDim.z (the CUDA limit)
 # The kernel sources: the package's runtime/kernel_sources, which an installed wheel carries as
 # package data and which in a checkout is a link to kernels/ (resolved: the checkout's folder).
 # Found beside this file, never by guessing where a checkout might be.
@@ -95,6 +96,16 @@ def included_headers(source: str, folder: Path | None = None) -> tuple[str, ...]
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def not_depthwise(s, kernel: str) -> tuple[bool, str] | None:
+    """A depthwise-only kernel's refusal of a shape with other than one input and one output
+    channel per group (groups == C_in == C_out), or None for a depthwise shape."""
+    if s.cin_per_group == 1 and s.cout_per_group == 1:
+        return None
+    return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per group: "
+                   f"{kernel} is built for depthwise convolution with channel multiplier 1 "
+                   "(groups == C_in == C_out)")
 
 
 def _blocks(total_threads: int) -> int:
