@@ -240,3 +240,42 @@ def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
     assert conv._BACKWARD_DISPATCH == table and conv._BACKWARD_DISPATCH is not table
     assert backward_plans.BACKWARD.cubin("wg_nchw") == "/x.cubin"
     backward_plans.configure_backward()
+
+
+KNOBS = [dict(blocks_per_sm=32, min_iters=1), dict(blocks_per_sm=2, min_iters=8),
+         dict(rows=1), dict(rows=4, blocks_per_sm=16)]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+@pytest.mark.parametrize("geometry", GEOMETRIES[::2], ids=str)
+def test_other_split_aims_and_rows_still_take_every_contribution_once(geometry, knobs):
+    """The plan's knobs (what a sweep or a tuning stage varies) change how the work is cut, never
+    what is summed: each contribution once, in both layouts."""
+    shape = geometry_shape(*geometry)
+    layouts = ["nhwc"] if "rows" in knobs else ["nchw", "nhwc"]
+    for layout in layouts:
+        if knobs.get("rows") == 4 and shape.cin_per_group * shape.cout_per_group != 1:
+            with pytest.raises(ValueError, match="WG_NHWC_TILES"):  # grouped tiles: 1 or 2 rows
+                wgrad_plan(shape, layout, 132, **knobs)
+            continue
+        plan = wgrad_plan(shape, layout, 132, **knobs)
+        if "rows" in knobs:
+            assert plan.choice["rows"] == knobs["rows"]
+        emulate = emulate_nchw if layout == "nchw" else emulate_nhwc
+        found, writes = (emulate(plan, plan.choice["cob"], plan.choice["cib"])
+                         if layout == "nchw" else emulate(plan, plan.choice))
+        check(shape, found, writes, plan.slices)
+
+
+def test_knobs_outside_the_tables_are_refused_by_name():
+    dw, grouped = geometry_shape(2, 8, 8, 9, 13, 8), geometry_shape(2, 16, 16, 9, 13, 2)
+    with pytest.raises(ValueError, match="rows = 3: .*WG_NHWC_DW"):
+        wgrad_plan(dw, "nhwc", 132, rows=3)
+    with pytest.raises(ValueError, match="rows = 4: .*WG_NHWC_TILES"):
+        wgrad_plan(grouped, "nhwc", 132, rows=4)
+    with pytest.raises(ValueError, match="rows = 2: .*layout 'nhwc'"):
+        wgrad_plan(dw, "nchw", 132, rows=2)
+    with pytest.raises(ValueError, match="min_iters = 0"):
+        wgrad_plan(dw, "nchw", 132, min_iters=0)
+    # The defaults are the module's rule: the same plan as before the knobs existed.
+    assert wgrad_plan(dw, "nhwc", 132) == wgrad_plan(dw, "nhwc", 132, rows=2)

@@ -111,55 +111,77 @@ def _lanes(count: int) -> int:
 
 
 def _split(tile_blocks: int, groups_per_block: int, strips_of: Callable[[int], int],
-           segs: tuple[int, ...], elems: int, sm_count: int) -> tuple[int, int, int, int]:
+           segs: tuple[int, ...], elems: int, sm_count: int, blocks_per_sm: int,
+           min_iters: int) -> tuple[int, int, int, int]:
     """(seg, strips, slices, strips per slice): the longest strip segment that still gives
-    BLOCKS_PER_SM blocks per SM (else the shortest), then the slices that get there, each lane
-    group keeping MIN_ITERS strips where the work allows."""
-    target = BLOCKS_PER_SM * sm_count
+    `blocks_per_sm` blocks per SM (else the shortest), then the slices that get there, each lane
+    group keeping `min_iters` strips where the work allows."""
+    target = blocks_per_sm * sm_count
     for seg in segs:
         strips = strips_of(seg)
-        if tile_blocks * _ceil_div(strips, groups_per_block * MIN_ITERS) >= target:
+        if tile_blocks * _ceil_div(strips, groups_per_block * min_iters) >= target:
             break
-    limit = max(1, min(strips // (groups_per_block * MIN_ITERS), MAX_GRID_YZ,
+    limit = max(1, min(strips // (groups_per_block * min_iters), MAX_GRID_YZ,
                        MAX_WORKSPACE_FLOATS // max(elems, 1)))
     slices = max(1, min(_ceil_div(target, tile_blocks), limit))
     sps = _ceil_div(strips, slices)
     return seg, strips, _ceil_div(strips, sps), sps
 
 
+def _listed(rows: int, vec: int, table) -> int:
+    if (vec, rows) not in table:
+        raise ValueError(f"rows = {rows}: wgrad_nhwc.cu has no depthwise entry of {vec}-channel "
+                         f"vectors and {rows} rows (WG_NHWC_DW)")
+    return rows
+
+
 def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
     return tuple(sorted({min(s, extent) for s in options}, reverse=True))
 
 
-def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16) -> WgradPlan:
+def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
+               blocks_per_sm: int = BLOCKS_PER_SM, min_iters: int = MIN_ITERS,
+               rows: int | None = None) -> WgradPlan:
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
-    channels_last kernels' 16- and 8-byte loads need it)."""
+    channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`,
+    `min_iters`) and the channels_last strips' output `rows` (None: the rule, 2 where H >= 2) may
+    be given, to measure other choices; a `rows` the layout's table lacks is refused."""
     s = shape
+    if min(blocks_per_sm, min_iters) < 1:
+        raise ValueError(f"blocks_per_sm = {blocks_per_sm}, min_iters = {min_iters}: each must "
+                         "be at least 1")
     cig, cog, groups = s.cin_per_group, s.cout_per_group, s.groups
     elems = s.c_out * cig * 9
     scalars = (s.n, s.c_in, s.c_out, s.h, s.w, groups)
     if layout == "nchw":
+        if rows is not None:
+            raise ValueError(f"rows = {rows}: the NCHW kernels' strips are SEG rows of one "
+                             "column block, chosen by the split; rows is for layout 'nhwc'")
         cob, cib = _tile(cog, cig, TILES)
         wt = 32 if s.w > 16 else 1 << (s.w - 1).bit_length()
         tiles = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
         per_block = WG_THREADS // wt
         seg, strips, slices, sps = _split(
             tiles, per_block, lambda seg: s.n * _ceil_div(s.w, wt) * _ceil_div(s.h, seg),
-            _segments(s.h), elems, sm_count)
+            _segments(s.h), elems, sm_count, blocks_per_sm, min_iters)
         entry, grid, block = nchw_entry(cob, cib), (tiles, slices, 1), (WG_THREADS, 1, 1)
         choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
         tail = (wt, seg, sps)
     elif layout == "nhwc":
         if cig == 1 and cog == 1:
             vec = next(v for v in (4, 2, 1) if s.c_in % v == 0 and alignment % (4 * v) == 0)
-            rows = 2 if s.h >= 2 else 1
+            rows = (2 if s.h >= 2 else 1) if rows is None else _listed(rows, vec, NHWC_DW)
             count, entry = s.c_in // vec, nhwc_dw_entry(vec, rows)
             choice = {"vec": vec, "rows": rows}
         else:
             cob, cib = _tile(cog, cig, TILES)
             v = int(cig % cib == 0 and cog % cob == 0 and alignment % 16 == 0)
-            rows = 2 if s.h >= 2 and (cob, cib, 2, v) in NHWC_TILES else 1
+            if rows is None:
+                rows = 2 if s.h >= 2 and (cob, cib, 2, v) in NHWC_TILES else 1
+            elif (cob, cib, rows, v) not in NHWC_TILES:
+                raise ValueError(f"rows = {rows}: wgrad_nhwc.cu has no {cob} x {cib} tile of "
+                                 f"{rows} rows (WG_NHWC_TILES)")
             count = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
             entry = nhwc_tile_entry(cob, cib, rows, v)
             choice = {"cob": cob, "cib": cib, "rows": rows, "v": v}
@@ -168,7 +190,7 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16) ->
         seg, strips, slices, sps = _split(
             tile_blocks, per_block,
             lambda seg: s.n * _ceil_div(s.h, rows) * _ceil_div(s.w, seg),
-            _segments(s.w, (32, 16, 8, 4, 2, 1)), elems, sm_count)
+            _segments(s.w, (32, 16, 8, 4, 2, 1)), elems, sm_count, blocks_per_sm, min_iters)
         grid, block = (tile_blocks, slices, 1), (lanes, per_block, 1)
         choice.update(lanes=lanes, seg_cols=seg)
         tail = (0, seg, sps)
