@@ -11,12 +11,15 @@
     ENTRY(4, 1) \
     ENTRY(4, 2) \
     ENTRY(4, 4) \
+    ENTRY(4, 8) \
     ENTRY(2, 1) \
     ENTRY(2, 2) \
     ENTRY(2, 4) \
+    ENTRY(2, 8) \
     ENTRY(1, 1) \
     ENTRY(1, 2) \
-    ENTRY(1, 4)
+    ENTRY(1, 4) \
+    ENTRY(1, 8)
 
 // WG_NHWC_TILES(ENTRY): ENTRY(...) once per row, in order.
 #define WG_NHWC_TILES(ENTRY) \

@@ -243,7 +243,7 @@ def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
 
 
 KNOBS = [dict(blocks_per_sm=32, min_iters=1), dict(blocks_per_sm=2, min_iters=8),
-         dict(rows=1), dict(rows=4, blocks_per_sm=16)]
+         dict(rows=1), dict(rows=4, blocks_per_sm=16), dict(seg=3), dict(seg=64, rows=4)]
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -277,5 +277,10 @@ def test_knobs_outside_the_tables_are_refused_by_name():
         wgrad_plan(dw, "nchw", 132, rows=2)
     with pytest.raises(ValueError, match="min_iters = 0"):
         wgrad_plan(dw, "nchw", 132, min_iters=0)
+    with pytest.raises(ValueError, match="seg = 0"):
+        wgrad_plan(dw, "nhwc", 132, seg=0)
+    # A strip length is taken as given (up to the map's extent), whatever the aims would pick.
+    assert wgrad_plan(dw, "nhwc", 132, seg=5).choice["seg_cols"] == 5
+    assert wgrad_plan(dw, "nchw", 132, seg=64).choice["seg_rows"] == dw.h
     # The defaults are the module's rule: the same plan as before the knobs existed.
     assert wgrad_plan(dw, "nhwc", 132) == wgrad_plan(dw, "nhwc", 132, rows=2)

@@ -26,7 +26,7 @@ WG_NCHW_TABLE = SourceTable("kernels/wgrad_nchw.cu", defines=dict(_DEFINES),
 # Depthwise on channels_last: (VEC, ROWS), channels per load by output rows per strip. Grouped:
 # (COB, CIB, ROWS, V), V = 1 loading runs of channels 16 or 8 bytes at a time; two rows only for
 # the small tiles (the large ones would pass 200 registers).
-NHWC_DW = tuple((vec, rows) for vec in (4, 2, 1) for rows in (1, 2, 4))
+NHWC_DW = tuple((vec, rows) for vec in (4, 2, 1) for rows in (1, 2, 4, 8))
 NHWC_TILES = tuple((o, i, rows, v) for o, i in TILES for rows in ((1, 2) if o * i <= 4 else (1,))
                    for v in (0, 1))
 WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu", defines=dict(_DEFINES),
@@ -141,16 +141,18 @@ def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
 
 def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
                blocks_per_sm: int = BLOCKS_PER_SM, min_iters: int = MIN_ITERS,
-               rows: int | None = None) -> WgradPlan:
+               rows: int | None = None, seg: int | None = None) -> WgradPlan:
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
     channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`,
-    `min_iters`) and the channels_last strips' output `rows` (None: the rule, 2 where H >= 2) may
-    be given, to measure other choices; a `rows` the layout's table lacks is refused."""
+    `min_iters`), the channels_last strips' output `rows` (None: the rule, 2 where H >= 2) and the
+    strips' length `seg` (rows of a column block in NCHW, columns in NHWC; None: the split's
+    choice, the longest that reaches the aims) may be given, to measure other choices; a `rows`
+    the layout's table lacks is refused."""
     s = shape
-    if min(blocks_per_sm, min_iters) < 1:
-        raise ValueError(f"blocks_per_sm = {blocks_per_sm}, min_iters = {min_iters}: each must "
-                         "be at least 1")
+    if min(blocks_per_sm, min_iters, 1 if seg is None else seg) < 1:
+        raise ValueError(f"blocks_per_sm = {blocks_per_sm}, min_iters = {min_iters}, seg = {seg}:"
+                         " each must be at least 1")
     cig, cog, groups = s.cin_per_group, s.cout_per_group, s.groups
     elems = s.c_out * cig * 9
     scalars = (s.n, s.c_in, s.c_out, s.h, s.w, groups)
@@ -164,7 +166,8 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         per_block = WG_THREADS // wt
         seg, strips, slices, sps = _split(
             tiles, per_block, lambda seg: s.n * _ceil_div(s.w, wt) * _ceil_div(s.h, seg),
-            _segments(s.h), elems, sm_count, blocks_per_sm, min_iters)
+            _segments(s.h) if seg is None else (min(seg, s.h),), elems, sm_count, blocks_per_sm,
+            min_iters)
         entry, grid, block = nchw_entry(cob, cib), (tiles, slices, 1), (WG_THREADS, 1, 1)
         choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
         tail = (wt, seg, sps)
@@ -190,7 +193,8 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         seg, strips, slices, sps = _split(
             tile_blocks, per_block,
             lambda seg: s.n * _ceil_div(s.h, rows) * _ceil_div(s.w, seg),
-            _segments(s.w, (32, 16, 8, 4, 2, 1)), elems, sm_count, blocks_per_sm, min_iters)
+            _segments(s.w, (32, 16, 8, 4, 2, 1)) if seg is None else (min(seg, s.w),), elems,
+            sm_count, blocks_per_sm, min_iters)
         grid, block = (tile_blocks, slices, 1), (lanes, per_block, 1)
         choice.update(lanes=lanes, seg_cols=seg)
         tail = (0, seg, sps)
