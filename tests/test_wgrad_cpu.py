@@ -243,7 +243,8 @@ def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
 
 
 KNOBS = [dict(blocks_per_sm=32, min_iters=1), dict(blocks_per_sm=2, min_iters=8),
-         dict(rows=1), dict(rows=4, blocks_per_sm=16), dict(seg=3), dict(seg=64, rows=4)]
+         dict(rows=1), dict(rows=4, blocks_per_sm=16), dict(seg=3), dict(seg=64, rows=4),
+         dict(vec=1, rows=8)]
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -252,15 +253,18 @@ def test_other_split_aims_and_rows_still_take_every_contribution_once(geometry, 
     """The plan's knobs (what a sweep or a tuning stage varies) change how the work is cut, never
     what is summed: each contribution once, in both layouts."""
     shape = geometry_shape(*geometry)
-    layouts = ["nhwc"] if "rows" in knobs else ["nchw", "nhwc"]
+    layouts = ["nhwc"] if {"rows", "vec"} & set(knobs) else ["nchw", "nhwc"]
     for layout in layouts:
-        if knobs.get("rows") == 4 and shape.cin_per_group * shape.cout_per_group != 1:
-            with pytest.raises(ValueError, match="WG_NHWC_TILES"):  # grouped tiles: 1 or 2 rows
+        grouped = shape.cin_per_group * shape.cout_per_group != 1
+        if grouped and ("vec" in knobs or knobs.get("rows", 1) > 2):
+            # the grouped tiles have 1 or 2 rows and load runs of channels, not vectors
+            with pytest.raises(ValueError, match="WG_NHWC_TILES|for the depthwise"):
                 wgrad_plan(shape, layout, 132, **knobs)
             continue
         plan = wgrad_plan(shape, layout, 132, **knobs)
-        if "rows" in knobs:
-            assert plan.choice["rows"] == knobs["rows"]
+        for knob in ("rows", "vec"):
+            if knob in knobs:
+                assert plan.choice[knob] == knobs[knob]
         emulate = emulate_nchw if layout == "nchw" else emulate_nhwc
         found, writes = (emulate(plan, plan.choice["cob"], plan.choice["cib"])
                          if layout == "nchw" else emulate(plan, plan.choice))
@@ -279,6 +283,13 @@ def test_knobs_outside_the_tables_are_refused_by_name():
         wgrad_plan(dw, "nchw", 132, min_iters=0)
     with pytest.raises(ValueError, match="seg = 0"):
         wgrad_plan(dw, "nhwc", 132, seg=0)
+    with pytest.raises(ValueError, match="vec = 4: C = 6 and 16-byte .* allow 2/1"):
+        wgrad_plan(geometry_shape(1, 6, 6, 5, 6, 6), "nhwc", 132, vec=4)
+    with pytest.raises(ValueError, match="vec = 2: the NCHW"):
+        wgrad_plan(dw, "nchw", 132, vec=2)
+    with pytest.raises(ValueError, match="vec = 1: for the depthwise"):
+        wgrad_plan(grouped, "nhwc", 132, vec=1)
+    assert wgrad_plan(dw, "nhwc", 132, vec=2).stage1.entry == "wg_nhwc_dw_v2_r2"
     # A strip length is taken as given (up to the map's extent), whatever the aims would pick.
     assert wgrad_plan(dw, "nhwc", 132, seg=5).choice["seg_cols"] == 5
     assert wgrad_plan(dw, "nchw", 132, seg=64).choice["seg_rows"] == dw.h

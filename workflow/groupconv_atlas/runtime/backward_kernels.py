@@ -141,14 +141,17 @@ def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
 
 def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
                blocks_per_sm: int = BLOCKS_PER_SM, min_iters: int = MIN_ITERS,
-               rows: int | None = None, seg: int | None = None) -> WgradPlan:
+               rows: int | None = None, seg: int | None = None,
+               vec: int | None = None) -> WgradPlan:
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
     channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`,
     `min_iters`), the channels_last strips' output `rows` (None: the rule, 2 where H >= 2) and the
     strips' length `seg` (rows of a column block in NCHW, columns in NHWC; None: the split's
-    choice, the longest that reaches the aims) may be given, to measure other choices; a `rows`
-    the layout's table lacks is refused."""
+    choice, the longest that reaches the aims) and the depthwise channels_last entries' channel
+    vector `vec` (None: the widest that C and the alignment allow; fewer channels per lane, fewer
+    registers) may be given, to measure other choices; a value the layout's table, C or the
+    alignment rules out is refused."""
     s = shape
     if min(blocks_per_sm, min_iters, 1 if seg is None else seg) < 1:
         raise ValueError(f"blocks_per_sm = {blocks_per_sm}, min_iters = {min_iters}, seg = {seg}:"
@@ -160,6 +163,9 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         if rows is not None:
             raise ValueError(f"rows = {rows}: the NCHW kernels' strips are SEG rows of one "
                              "column block, chosen by the split; rows is for layout 'nhwc'")
+        if vec is not None:
+            raise ValueError(f"vec = {vec}: the NCHW kernels' lanes run along w; vec is for "
+                             "layout 'nhwc'")
         cob, cib = _tile(cog, cig, TILES)
         wt = 32 if s.w > 16 else 1 << (s.w - 1).bit_length()
         tiles = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
@@ -173,11 +179,18 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         tail = (wt, seg, sps)
     elif layout == "nhwc":
         if cig == 1 and cog == 1:
-            vec = next(v for v in (4, 2, 1) if s.c_in % v == 0 and alignment % (4 * v) == 0)
+            fits = [v for v in (4, 2, 1) if s.c_in % v == 0 and alignment % (4 * v) == 0]
+            if vec is not None and vec not in fits:
+                raise ValueError(f"vec = {vec}: C = {s.c_in} and {alignment}-byte aligned "
+                                 f"pointers allow {'/'.join(map(str, fits))}-channel vectors")
+            vec = fits[0] if vec is None else vec
             rows = (2 if s.h >= 2 else 1) if rows is None else _listed(rows, vec, NHWC_DW)
             count, entry = s.c_in // vec, nhwc_dw_entry(vec, rows)
             choice = {"vec": vec, "rows": rows}
         else:
+            if vec is not None:
+                raise ValueError(f"vec = {vec}: for the depthwise entries; the grouped tiles load "
+                                 "runs of their channels")
             cob, cib = _tile(cog, cig, TILES)
             v = int(cig % cib == 0 and cog % cob == 0 and alignment % 16 == 0)
             if rows is None:
