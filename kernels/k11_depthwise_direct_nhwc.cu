@@ -15,10 +15,16 @@
 //   memory round trip before the first multiply, no barrier.
 // - PIX > 1: a thread holds three input rows of PIX + 2 pixels and computes PIX outputs of its
 //   row (each input pixel loaded once per thread rather than three times).
-// The tuning stage picks VEC, PIX and the block size per shape.
+// - ROWS > 1 (for large maps, where L2 traffic rather than latency bounds the time): a thread
+//   computes its PIX pixels on ROWS consecutive rows, sliding its three input rows down one row
+//   at a time, the next row's loads issued before the current row's multiplies. An input row is
+//   then loaded (ROWS + 2) / ROWS times per thread instead of three. The z index is a block of
+//   ROWS rows of one image: one division per block, the same for all its threads.
+// The tuning stage picks VEC, PIX, ROWS and the block size per shape.
 #include "channel_vec.cuh"
 #include "common.cuh"
-// K11_TILES: the (VEC, PIX) table, written in Python (nhwc_direct_kernels.K11_TABLE), generated.
+// K11_TILES: the (VEC, PIX, ROWS) table, written in Python (nhwc_direct_kernels.K11_TABLE),
+// generated.
 #include "k11_depthwise_direct_nhwc_table.cuh"
 
 // The 9 taps of channels c .. c + VEC - 1, tap-major per channel as the weight holds them:
@@ -68,10 +74,10 @@ __device__ __forceinline__ ChannelVec<1> k11_tap<1>(const float (&tw)[9], int t)
 //   3) depthwise weight has this memory in either layout).
 // - VEC = 4: C % 4 == 0 and x, y and w 16-byte aligned; VEC = 2: C % 2 == 0 and 8-byte aligned
 //   (the host checks the pointers); VEC = 1: any C.
-// - grid = (ceil(C / VEC / blockDim.x), ceil(W / (PIX * blockDim.y)), N * H): N * H and the
-//   pixel-group blocks each at most 65535 (gridDim.y and z), W * C < 2**31 (a row's offsets are
-//   32-bit; a row's start is 64-bit).
-template <int VEC, int PIX>
+// - grid = (ceil(C / VEC / blockDim.x), ceil(W / (PIX * blockDim.y)), N * ceil(H / ROWS)):
+//   the z blocks and the pixel-group blocks each at most 65535 (gridDim.y and z), W * C < 2**31
+//   (a row's offsets are 32-bit; a row's start is 64-bit).
+template <int VEC, int PIX, int ROWS>
 __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
                                                    const float* __restrict__ wt,
                                                    float* __restrict__ y, int N, int C_in,
@@ -80,50 +86,78 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
     const int C = C_in;
     const int vector = blockIdx.x * blockDim.x + threadIdx.x;
     const int w0 = (blockIdx.y * blockDim.y + threadIdx.y) * PIX;
-    const int row = blockIdx.z;  // n * H + h
-    const int h = row % H;
+    // row: the image row (n * H + h) of the thread's first output row h.
+    int row, h;
+    if (ROWS == 1) {
+        row = blockIdx.z;
+        h = row % H;
+    } else {
+        const int row_blocks = (H + ROWS - 1) / ROWS;
+        const int n = blockIdx.z / row_blocks;
+        h = (blockIdx.z - n * row_blocks) * ROWS;
+        row = n * H + h;
+    }
     if (vector * VEC >= C || w0 >= W) return;
     const int c = vector * VEC;
     const long long row_floats = (long long)W * C;
 
-    // Three input rows of PIX + 2 pixels (zero outside the map: the padding), then the taps,
-    // all loads issued before the first multiply.
-    ChannelVec<VEC> in[3][PIX + 2];
-#pragma unroll
-    for (int dh = 0; dh < 3; ++dh) {
-        const int hh = h + dh - 1;
-        const float* line = x + (long long)(row + dh - 1) * row_floats + c;
+    // One input row of PIX + 2 pixels at image row row + dr, zero outside the map (the padding):
+    // map row h + dr.
+    auto load_row = [&](ChannelVec<VEC>(&dst)[PIX + 2], int dr) {
+        const int hh = h + dr;
+        const float* line = x + (long long)(row + dr) * row_floats + c;
 #pragma unroll
         for (int j = 0; j < PIX + 2; ++j) {
             const int w = w0 + j - 1;
-            in[dh][j] = (hh >= 0 && hh < H && w >= 0 && w < W)
-                            ? ChannelVec<VEC>::load(line + w * C)
-                            : ChannelVec<VEC>::zero();
+            dst[j] = (hh >= 0 && hh < H && w >= 0 && w < W) ? ChannelVec<VEC>::load(line + w * C)
+                                                             : ChannelVec<VEC>::zero();
         }
-    }
+    };
+    // Three input rows, then the taps, all loads issued before the first multiply.
+    ChannelVec<VEC> in[3][PIX + 2];
+#pragma unroll
+    for (int dh = 0; dh < 3; ++dh) load_row(in[dh], dh - 1);
     float tw[9 * VEC];
     k11_load_taps<VEC>(wt, c, tw);
 
-    float* out = y + (long long)row * row_floats + c;
 #pragma unroll
-    for (int q = 0; q < PIX; ++q) {
-        ChannelVec<VEC> acc = ChannelVec<VEC>::zero();
+    for (int r = 0; r < ROWS; ++r) {
+        if (h + r >= H) break;  // the image's last block of rows may be short
+        ChannelVec<VEC> next[PIX + 2];
+        if (r + 1 < ROWS) load_row(next, r + 2);  // the row below the window, loaded early
+        float* out = y + (long long)(row + r) * row_floats + c;
 #pragma unroll
-        for (int kh = 0; kh < 3; ++kh) {
+        for (int q = 0; q < PIX; ++q) {
+            ChannelVec<VEC> acc = ChannelVec<VEC>::zero();
 #pragma unroll
-            for (int kw = 0; kw < 3; ++kw) acc.fma(in[kh][q + kw], k11_tap<VEC>(tw, kh * 3 + kw));
+            for (int kh = 0; kh < 3; ++kh) {
+#pragma unroll
+                for (int kw = 0; kw < 3; ++kw)
+                    acc.fma(in[kh][q + kw], k11_tap<VEC>(tw, kh * 3 + kw));
+            }
+            if (w0 + q < W) acc.store(out + (w0 + q) * C);
         }
-        if (w0 + q < W) acc.store(out + (w0 + q) * C);
+        if (r + 1 < ROWS) {
+#pragma unroll
+            for (int j = 0; j < PIX + 2; ++j) {
+                in[0][j] = in[1][j];
+                in[1][j] = in[2][j];
+                in[2][j] = next[j];
+            }
+        }
     }
 }
 
-// One entry per (vector width, pixels per thread) of the table (K11_TILES); each allows up to
-// 256 threads per block.
-#define K11_ENTRY(VEC, PIX)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256) k11_depthwise_direct_nhwc_v##VEC##_p##PIX( \
+// One entry per (vector width, pixels per thread, rows per thread) of the table (K11_TILES); each
+// allows up to 256 threads per block. ROWS = 1 keeps the entry names of the kernel before ROWS.
+#define K11_NAME_1(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX
+#define K11_NAME_2(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r2
+#define K11_NAME_4(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r4
+#define K11_ENTRY(VEC, PIX, ROWS)                                                              \
+    extern "C" __global__ void __launch_bounds__(256) K11_NAME_##ROWS(VEC, PIX)(                \
         const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
         int N, int C_in, int C_out, int H, int W, int groups) {                                 \
-        k11_depthwise_nhwc<VEC, PIX>(x, wt, y, N, C_in, C_out, H, W, groups);                   \
+        k11_depthwise_nhwc<VEC, PIX, ROWS>(x, wt, y, N, C_in, C_out, H, W, groups);             \
     }
 
 K11_TILES(K11_ENTRY)

@@ -5,11 +5,19 @@
 
 // K11_TILES(ENTRY): ENTRY(...) once per row, in order.
 #define K11_TILES(ENTRY) \
-    ENTRY(4, 1) \
-    ENTRY(4, 2) \
-    ENTRY(4, 4) \
-    ENTRY(2, 1) \
-    ENTRY(2, 2) \
-    ENTRY(2, 4) \
-    ENTRY(1, 1) \
-    ENTRY(1, 2)
+    ENTRY(4, 1, 1) \
+    ENTRY(4, 2, 1) \
+    ENTRY(4, 4, 1) \
+    ENTRY(2, 1, 1) \
+    ENTRY(2, 2, 1) \
+    ENTRY(2, 4, 1) \
+    ENTRY(1, 1, 1) \
+    ENTRY(1, 2, 1) \
+    ENTRY(4, 1, 2) \
+    ENTRY(4, 1, 4) \
+    ENTRY(4, 2, 2) \
+    ENTRY(4, 2, 4) \
+    ENTRY(2, 2, 2) \
+    ENTRY(2, 2, 4) \
+    ENTRY(2, 4, 2) \
+    ENTRY(2, 4, 4)

@@ -27,6 +27,9 @@ class Mutant:
     # Shape properties the fault needs in order to show (checked on CPU by tests/test_mutants.py):
     # "w_mod4_nonzero", "w_mod4_is_2", "channel_block_over_1", ... (tests/test_mutants.py NEEDS).
     needs: tuple[str, ...] = ()
+    # The launch variant verified (a tuned kernel's fault in a variant its untuned rule never
+    # takes); None: the untuned rule.
+    variant: dict | None = None
 
     @property
     def target(self) -> str:
@@ -150,7 +153,8 @@ MUTANTS = (
            ("mobilenetv2-n1-c144-56x56-g144", "stress-oddw-n16-c96-127x127-g96")),
     # k11 (channels_last depthwise, one thread per channel vector and pixel group): the right
     # edge's zero padding dropped; every thread given the first channels' taps; the taps
-    # transposed; the image row taken for the map's row (shows from the second image on).
+    # transposed; the image row taken for the map's row (one-row variants; shows from the second
+    # image on).
     Mutant("k11_right_edge_not_zero_padded", "k11", "(hh >= 0 && hh < H && w >= 0 && w < W)",
            "(hh >= 0 && hh < H && w >= 0)",
            ("mobilenetv2-n1-c32-112x112-g32", "stress-oddw-n16-c96-127x127-g96")),
@@ -160,9 +164,13 @@ MUTANTS = (
     Mutant("k11_taps_transposed", "k11", "k11_tap<VEC>(tw, kh * 3 + kw)",
            "k11_tap<VEC>(tw, kw * 3 + kh)",
            ("mobilenetv2-n1-c144-56x56-g144", "xception-n1-c728-19x19-g728")),
-    Mutant("k11_image_row_taken_for_the_map_row", "k11", "const int h = row % H;",
-           "const int h = row;",
+    Mutant("k11_image_row_taken_for_the_map_row", "k11", "h = row % H;", "h = row;",
            ("mobilenetv2-n32-c144-56x56-g144", "stress-tiny-n64-c1024-4x4-g1024")),
+    # k11 with rows: the window not slid down (the row below kept out of it), in a four-row
+    # variant, on a map whose height is a multiple of four and on one whose last block is short.
+    Mutant("k11_window_not_slid_down", "k11", "in[2][j] = next[j];", "in[2][j] = in[1][j];",
+           ("mobilenetv2-n32-c144-56x56-g144", "stress-oddw-n16-c96-127x127-g96"),
+           variant={"vec": 4, "pix": 1, "rows": 4, "threads": 128}),
     # k12 (NCHW depthwise, one thread per tile of a plane): the bottom edge's zero padding
     # dropped (the last row reads the next plane's first); every plane given the first
     # channel's taps; the taps transposed; the right edge's halo read from the next row.

@@ -9,7 +9,7 @@ from mutants import MUTANTS
 from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv_atlas.runtime.build import compile_kernel
-from groupconv_atlas.runtime.kernels import support
+from groupconv_atlas.runtime.kernels import KERNELS, support
 from groupconv_atlas.runtime.nchw_row_kernels import k7_chunk, k7_default_variant, k7_images
 from groupconv_atlas.runtime.nchw_tile_kernels import k4_tile
 from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
@@ -47,6 +47,8 @@ def test_mutant_compiles_and_targets_supported_shapes(mutant, tmp_path):
     assert record["cubin_bytes"] > 0
     for sid in mutant.shapes:
         assert support(mutant.kernel, SHAPES[sid])[0], f"{mutant.name}: {sid} is unsupported"
+        if mutant.variant is not None:  # a variant the tuning stage would measure there
+            assert mutant.variant in KERNELS[mutant.kernel].variants(SHAPES[sid]), (mutant, sid)
 
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.file], ids=lambda m: m.name)
@@ -89,12 +91,12 @@ from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.runtime.shapes import Shape
 from groupconv_atlas.runtime.verify import verify_one
 
-kernel, cubin, shapes, factor = json.loads(sys.argv[1])
+kernel, cubin, shapes, factor, variant = json.loads(sys.argv[1])
 launcher = Launcher(GpuSession(), {kernel: cubin})
 for index, shape in enumerate(shapes):
     try:
         row = verify_one(launcher, kernel, Shape(**shape), 777 + index, factor=factor,
-                         n_points=256)
+                         n_points=256, variant=variant)
         verdict = [shape["id"], row["status"], row["reason"]]
     except Exception as exc:  # a crashing launch is caught: it cannot pass verification
         verdict = [shape["id"], "incorrect", f"launch failed: {type(exc).__name__}: {exc}"]
@@ -113,10 +115,12 @@ def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
     source = mutant.write(tmp_path)
     cubin = tmp_path / f"{mutant.name}.cubin"
     compile_kernel(mutant.kernel, cubin, source=source)
-    # No tuning table: k5 takes its untuned rule, the tile the shapes were chosen for.
+    # No tuning table: k5 takes its untuned rule, the tile the shapes were chosen for; a mutant
+    # that names a variant is verified in it.
     shapes = [SHAPES[sid].to_dict() for sid in mutant.shapes]
     res = run_guarded([sys.executable, "-c", VERIFY_PROGRAM,
-                       json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR])], None)
+                       json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR,
+                                   mutant.variant])], None)
     verdicts = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
     print(mutant.name, verdicts, res.stderr[-2000:])
     assert verdicts, f"{mutant.name}: the verification process gave no verdict: {res.stderr}"

@@ -1,6 +1,6 @@
 """The launch geometry of k11, depthwise on channels_last (NHWC) tensors with a 3-D grid (channel
-vectors, pixel groups of a row, image rows) and no index division: its support predicate, its
-(vector width, pixels per thread) table (read by its source as a generated header), variants and
+vectors, pixel groups of a row, blocks of image rows) and no index division on one-row variants:
+its support predicate, its (vector width, pixels per thread, rows per thread) table (read by its source as a generated header), variants and
 untuned rule, the pointer alignment its vector loads need, the entries its cubin exports, and its
 launch on a shape. The registry (kernels.KERNELS) puts them together. Pure Python: nothing here
 needs a GPU."""
@@ -10,10 +10,13 @@ from .nhwc_row_kernels import k10_widths
 from .shapes import Shape
 from .source_tables import INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div, not_depthwise
 
-# (vec, pix): channels per load, adjacent output pixels of a row per thread. 4 x 4 holds three
-# rows of six 16-byte vectors and 36 taps in 128 registers without spilling (ptxas, sm_90).
+# (vec, pix, rows): channels per load, adjacent output pixels of a row and consecutive rows per
+# thread. 4 x 4 holds three rows of six 16-byte vectors and 36 taps in 128 registers without
+# spilling (ptxas, sm_90). More rows (a window slid down the map, for large maps) with the
+# narrower tiles only: the next row's loads need another PIX + 2 vectors of registers.
 K11_TABLE = SourceTable("kernels/k11_depthwise_direct_nhwc.cu", lists={"K11_TILES": (
-    (4, 1), (4, 2), (4, 4), (2, 1), (2, 2), (2, 4), (1, 1), (1, 2))})
+    (4, 1, 1), (4, 2, 1), (4, 4, 1), (2, 1, 1), (2, 2, 1), (2, 4, 1), (1, 1, 1), (1, 2, 1),
+    (4, 1, 2), (4, 1, 4), (4, 2, 2), (4, 2, 4), (2, 2, 2), (2, 2, 4), (2, 4, 2), (2, 4, 4))})
 K11_TILES = K11_TABLE.lists["K11_TILES"]
 K11_BLOCKS = (64, 128, 256)  # threads per block; the entries' __launch_bounds__(256) allows all
 # A warp's threads across channel vectors, at most: the block's x dimension.
@@ -25,14 +28,15 @@ VECTORS_PER_BLOCK_ROW = 32
 k11_widths = k10_widths
 
 
-def k11_entry(vec: int, pix: int) -> str:
-    return f"k11_depthwise_direct_nhwc_v{vec}_p{pix}"
+def k11_entry(vec: int, pix: int, rows: int = 1) -> str:
+    # rows = 1 keeps the entry names of the kernel before it had rows
+    return f"k11_depthwise_direct_nhwc_v{vec}_p{pix}" + (f"_r{rows}" if rows > 1 else "")
 
 
 def supports_k11(s: Shape) -> tuple[bool, str]:
     if refusal := not_depthwise(s, "k11"):
         return refusal
-    if s.n * s.h > MAX_GRID_YZ:  # gridDim.z: the image rows (N * H)
+    if s.n * s.h > MAX_GRID_YZ:  # gridDim.z: the image rows (N * H) of a one-row variant
         return False, (f"N x H = {s.n * s.h} image rows: k11's grid has one z index per row, at "
                        f"most {MAX_GRID_YZ}")
     if s.w * s.c_in >= INT32_LIMIT:
@@ -43,23 +47,25 @@ def supports_k11(s: Shape) -> tuple[bool, str]:
 
 
 def k11_variants(s: Shape) -> list[dict]:
-    """Every (vec, pix, threads) the tuning stage measures on a shape: the entries of the widths
-    its channels allow with no more pixels per thread than the map is wide, at each block size."""
-    return [{"vec": vec, "pix": pix, "threads": threads}
-            for vec, pix in K11_TILES if vec in k11_widths(s) and (pix == 1 or pix <= s.w)
-            for threads in K11_BLOCKS]
+    """Every (vec, pix, rows, threads) the tuning stage measures on a shape: the entries of the
+    widths its channels allow with no more pixels per thread than the map is wide and no more
+    rows than it is high, at each block size."""
+    return [{"vec": vec, "pix": pix, "rows": rows, "threads": threads}
+            for vec, pix, rows in K11_TILES if vec in k11_widths(s) and (pix == 1 or pix <= s.w)
+            and (rows == 1 or rows <= s.h) for threads in K11_BLOCKS]
 
 
 def k11_default_variant(s: Shape, sm_count: int) -> dict:
     """Untuned fallback: the choice the tuning stage made most on the atlas's 49 depthwise shapes
     (record h200-2026-12-03-passes, device-logs/depthwise-small-maps/k11-tuned/tuning-k11.json:
     2-channel vectors on 32, 4 pixels per thread on 44, 64 threads on 28): 2-channel vectors where
-    C allows, else the widest; the most pixels per thread the map's width takes; 64 threads.
-    sm_count is unused: every SM count takes the same rule."""
+    C allows, else the widest; the most pixels per thread the map's width takes; one row per
+    thread (that tuning had no rows variants); 64 threads. sm_count is unused: every SM count
+    takes the same rule."""
     widths = k11_widths(s)
     vec = 2 if 2 in widths else widths[0]
-    pix = max(p for v, p in K11_TILES if v == vec and (p == 1 or p <= s.w))
-    return {"vec": vec, "pix": pix, "threads": 64}
+    pix = max(p for v, p, r in K11_TILES if v == vec and r == 1 and (p == 1 or p <= s.w))
+    return {"vec": vec, "pix": pix, "rows": 1, "threads": 64}
 
 
 def k11_alignment(s: Shape) -> tuple[int, int]:
@@ -77,23 +83,26 @@ def k11_block(s: Shape, vec: int, threads: int) -> tuple[int, int, int]:
 
 def launch_k11(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k11_default_variant(s, sm_count)
-    v = {k: int(v[k]) for k in ("vec", "pix", "threads")}
+    # a variant recorded before k11 had rows (vec, pix, threads) is a one-row variant
+    v = {"rows": 1, **v}
+    v = {k: int(v[k]) for k in ("vec", "pix", "rows", "threads")}
     if (not supports_k11(s)[0] or v["vec"] not in k11_widths(s) or v["threads"] not in K11_BLOCKS
-            or (v["vec"], v["pix"]) not in K11_TILES):
+            or (v["vec"], v["pix"], v["rows"]) not in K11_TILES):
         raise ValueError(f"k11 variant {variant} does not fit shape {s.id} (C = {s.c_in}, "
                          f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group}, "
                          f"N x H = {s.n * s.h})")
     block = k11_block(s, v["vec"], v["threads"])
     grid = (_ceil_div(s.c_in // v["vec"], block[0]), _ceil_div(s.w, v["pix"] * block[1]),
-            s.n * s.h)
-    if grid[1] > MAX_GRID_YZ:
-        raise ValueError(f"k11 variant {variant} needs {grid[1]} blocks across a row of {s.id}: "
-                         f"over gridDim.y's limit of {MAX_GRID_YZ}")
-    return Launch(k11_entry(v["vec"], v["pix"]), grid, block, "PPPiiiiii",
+            s.n * _ceil_div(s.h, v["rows"]))
+    for axis, blocks in (("y", grid[1]), ("z", grid[2])):
+        if blocks > MAX_GRID_YZ:
+            raise ValueError(f"k11 variant {variant} needs {blocks} blocks in gridDim.{axis} on "
+                             f"{s.id}: over its limit of {MAX_GRID_YZ}")
+    return Launch(k11_entry(v["vec"], v["pix"], v["rows"]), grid, block, "PPPiiiiii",
                   (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
 
 def k11_entries() -> list[str]:
-    """Every entry k11's cubin exports: one per (vector width, pixels per thread) of its table."""
+    """Every entry k11's cubin exports: one per (vector width, pixels, rows) of its table."""
     return [k11_entry(*tile) for tile in K11_TILES]
 
