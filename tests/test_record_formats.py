@@ -70,6 +70,16 @@ def test_timing_metadata_gains_its_roles():
                                                                  "torch_tuned"])
 
 
+def test_k11_tuning_choices_gain_one_row():
+    old = {"kernel": "k11", "choices": {"s": {"geometry": [1, 2], "vec": 2, "pix": 4,
+                                              "threads": 64}}}
+    assert rf.tuning_record(old, "k11")["choices"]["s"]["rows"] == 1
+    newer = {"kernel": "k11", "choices": {"s": {**old["choices"]["s"], "rows": 4}}}
+    assert rf.tuning_record(newer, "k11")["choices"]["s"]["rows"] == 4
+    # another kernel's choices gain nothing
+    assert "rows" not in rf.tuning_record({**old, "kernel": "k10"}, "k10")["choices"]["s"]
+
+
 def test_k6_tuning_choices_gain_one_column():
     old = {"kernel": "k6", "choices": {"s": {"geometry": [1, 2], "tile_floats": 4096,
                                              "outs": 2, "threads": 256}}}

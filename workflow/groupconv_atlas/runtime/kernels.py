@@ -135,7 +135,7 @@ KERNELS: dict[str, KernelSpec] = {
                       "group of pixels of a row, a 3-D grid with no index division, taps as "
                       "vector loads, tuned per shape", nhwc_direct.supports_k11,
                       nhwc_direct.launch_k11, nhwc_direct.k11_variants, needs_sm_count=True,
-                      variant_keys=("vec", "pix", "threads"),
+                      variant_keys=("vec", "pix", "rows", "threads"),
                       default_variant=nhwc_direct.k11_default_variant, layout="nhwc",
                       alignment=nhwc_direct.k11_alignment, entry_names=nhwc_direct.k11_entries,
                       table=nhwc_direct.K11_TABLE),

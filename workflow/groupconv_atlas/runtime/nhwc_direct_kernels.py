@@ -83,8 +83,6 @@ def k11_block(s: Shape, vec: int, threads: int) -> tuple[int, int, int]:
 
 def launch_k11(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k11_default_variant(s, sm_count)
-    # a variant recorded before k11 had rows (vec, pix, threads) is a one-row variant
-    v = {"rows": 1, **v}
     v = {k: int(v[k]) for k in ("vec", "pix", "rows", "threads")}
     if (not supports_k11(s)[0] or v["vec"] not in k11_widths(s) or v["threads"] not in K11_BLOCKS
             or (v["vec"], v["pix"], v["rows"]) not in K11_TILES):

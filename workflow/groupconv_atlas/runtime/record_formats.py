@@ -40,6 +40,9 @@ UPGRADES = (
     ("tuning records (raw/tuning/<kernel>.json)",
      "moved out of the build record (raw/builds/<kernel>.json), which held it under `tuning` "
      "without a `kernel` key: named by its file", "h200-2026-12-01"),
+    ("tuning records (raw/tuning/<kernel>.json)",
+     "k11's `rows` variant key added: choices before it were one row per thread (rows=1); no "
+     "committed record holds it yet", "-"),
     ("dispatch table (raw/dispatch/table.json)",
      "`table_nhwc` added: a record before the channels_last table has an empty one",
      "h200-2026-12-02"),
@@ -55,8 +58,10 @@ UPGRADES = (
 # the probe's current configuration): the overhead reading has no memory format.
 _LAYOUT_FREE_EXPERIMENTS = ("overhead",)
 _ANY_LAYOUT = "any"
-# A k6 tuning choice from before its `cols` key computed one column per thread.
+# A k6 tuning choice from before its `cols` key computed one column per thread; a k11 choice
+# from before its `rows` key, one row per thread.
 _K6_COLS_BEFORE_KEY = 1
+_K11_ROWS_BEFORE_KEY = 1
 
 
 # ---- sample frames ----
@@ -115,13 +120,15 @@ def timing_meta(doc: dict) -> dict:
 def tuning_record(doc: dict, name: str) -> dict:
     """The tuning stage's record of kernel `name`: from a tuning record, or from a build record
     that held it under `tuning` (before h200-2026-12-01); with its `kernel` (else `name`, its
-    file's stem), and every k6 choice with `cols` (1 before h200-2026-12-01-c)."""
+    file's stem), every k6 choice with `cols` (1 before h200-2026-12-01-c) and every k11 choice
+    with `rows` (1 before the records after h200-2026-12-03)."""
     doc = doc.get("tuning", doc)
     kernel = doc.get("kernel", name)
     choices = doc["choices"]
-    if kernel == "k6":
-        choices = {key: {**c, "cols": c.get("cols", _K6_COLS_BEFORE_KEY)}
-                   for key, c in choices.items()}
+    added = {"k6": ("cols", _K6_COLS_BEFORE_KEY), "k11": ("rows", _K11_ROWS_BEFORE_KEY)}
+    if kernel in added:
+        key_added, before = added[kernel]
+        choices = {key: {**c, key_added: c.get(key_added, before)} for key, c in choices.items()}
     return {**doc, "kernel": kernel, "choices": choices}
 
 
