@@ -15,7 +15,8 @@
 //   memory round trip before the first multiply, no barrier.
 // - PIX > 1: a thread holds three input rows of PIX + 2 pixels and computes PIX outputs of its
 //   row (each input pixel loaded once per thread rather than three times).
-// - ROWS > 1 (for large maps, where L2 traffic rather than latency bounds the time): a thread
+// - ROWS > 1 (for large maps, where the three loads of each input row may cost L2 bandwidth; not
+//   measured yet): a thread
 //   computes its PIX pixels on ROWS consecutive rows, sliding its three input rows down one row
 //   at a time, the next row's loads issued before the current row's multiplies. An input row is
 //   then loaded (ROWS + 2) / ROWS times per thread instead of three. The z index is a block of

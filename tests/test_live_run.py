@@ -286,23 +286,35 @@ def test_gpu_run_leaves_a_state_that_another_machine_resumes_from(tmp_path):
     (repo / "kernels.cu").write_text("// a source the jobs read\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    # The first machine: one job done, one running (marked incomplete, half written) when the
-    # wait ends; the second: says what it found.
+    # The first machine: one job done, one running (marked incomplete, half written), which
+    # goes on until the test releases it, so it is still running whenever `wait` packs; the
+    # second: says what it found.
     first = ("mkdir -p results/nowhere/raw .snakemake/metadata .snakemake/incomplete\n"
              "echo done > results/nowhere/raw/done.json\necho m > .snakemake/metadata/bWV0YQ\n"
              "echo half > results/nowhere/raw/running.json\n"
-             "touch .snakemake/incomplete/cnVubmluZw\nsleep 8\n")
+             "touch .snakemake/incomplete/cnVubmluZw \"$READY\"\n"
+             "while [ ! -f \"$RELEASE\" ]; do sleep 0.2; done\n")
     second = ('for f in results/nowhere/raw/*.json kernels.cu .snakemake/incomplete/*; do\n'
               '  echo "$f $(stat -c %.9Y "$f")"; done > "$FOUND"\n')
     out = tmp_path / "out"
     for name, body in {"snakemake": first, "nvidia-smi": "echo H200"}.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}")
         (bin_dir / name).chmod(stat.S_IRWXU)
+    ready, release = tmp_path / "ready", tmp_path / "release"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
-           "DEVICE": "nowhere", "WAIT_S": "1", "RUN_DIR": str(tmp_path / "run1"),
-           "COPY_DIR": str(tmp_path / "copy1"), "GROUPCONV_GIT_COMMIT": "c" * 40}
-    res = run_guarded(["bash", "tools/gpu_run.sh", "start"], repo, env=env)
-    assert "RUN-RUNNING" in res.stdout, res.stdout + res.stderr
+           "DEVICE": "nowhere", "WAIT_S": "0", "RUN_DIR": str(tmp_path / "run1"),
+           "COPY_DIR": str(tmp_path / "copy1"), "GROUPCONV_GIT_COMMIT": "c" * 40,
+           "READY": str(ready), "RELEASE": str(release)}
+    try:
+        res = run_guarded(["bash", "tools/gpu_run.sh", "start"], repo, env=env)
+        assert "RUN-RUNNING" in res.stdout, res.stdout + res.stderr
+        # the stand-in has made its files (a hang guard, not a verdict on time), then a wait
+        # packs them while its job still runs
+        run_guarded(["bash", "-c", f"while [ ! -f {ready} ]; do sleep 0.2; done"], repo)
+        res = run_guarded(["bash", "tools/gpu_run.sh", "wait"], repo, env=env)
+        assert "RUN-RUNNING" in res.stdout, res.stdout + res.stderr
+    finally:
+        release.touch()
     parts = sorted(out.glob("state.tgz.part-*"))
     listing = subprocess.run(f"cat {' '.join(map(str, parts))} | tar tz", shell=True,
                              capture_output=True, text=True, check=True).stdout.split()
@@ -312,7 +324,8 @@ def test_gpu_run_leaves_a_state_that_another_machine_resumes_from(tmp_path):
 
     (bin_dir / "snakemake").write_text(f"#!/bin/sh\n{second}")
     found = tmp_path / "found"
-    env.update(RESUME_STATE=str(out), RUN_DIR=str(tmp_path / "run2"), WAIT_S="20",
+    # WAIT_S only bounds the wait: it ends as soon as the stand-in's run is done
+    env.update(RESUME_STATE=str(out), RUN_DIR=str(tmp_path / "run2"), WAIT_S="3600",
                COPY_DIR=str(tmp_path / "copy2"), FOUND=str(found), OUT=str(tmp_path / "out2"))
     res = run_guarded(["bash", "tools/gpu_run.sh", "start"], repo, env=env)
     assert "RUN-DONE" in res.stdout and "resumed from" in res.stdout, res.stdout + res.stderr

@@ -95,15 +95,15 @@ pack_state() {  # the run's state as of now, for `start` with RESUME_STATE (run 
 }
 
 resume_state() {  # unpack RESUME_STATE into $copy; every file unpacked gets one mtime
-  cat "$RESUME_STATE"/state.tgz.part-* | tar xz -C "$copy" || exit 1
+  local list=$work/resumed.list now
+  cat "$RESUME_STATE"/state.tgz.part-* | tar xzv -C "$copy" > "$list" || exit 1
   # One mtime for all of them, later than every source: Snakemake reruns a job when an input is
   # newer than its output, and neither the copy here nor the unpacking kept the order of times
   # the jobs made. Equal times are not newer, so no finished job reruns for its time alone.
   # (A second's wait first: the time has whole seconds, the copy's finer ones.)
-  local now; sleep 1; now=$(date +%s)
-  (cd "$copy" && tar tzf <(cat "$RESUME_STATE"/state.tgz.part-*) | grep -v '/$' |
-    xargs -d '\n' touch -c -d "@$now")
-  log "resumed from $RESUME_STATE: $(find "$copy/results/$device" -type f | wc -l) files"
+  sleep 1; now=$(date +%s)
+  (cd "$copy" && grep -v '/$' "$list" | xargs -d '\n' touch -c -d "@$now")
+  log "resumed from $RESUME_STATE: $(grep -cv '/$' "$list") files"
 }
 
 pack() {  # the new record and the run's logs, in parts of at most 15 MiB
@@ -157,7 +157,10 @@ start)
   # A new run: the copy's report of an earlier one would read as this one's snapshot.
   rm -f "$copy/results/$device/live/live-atlas.json"
   if [ -n "${RESUME_STATE:-}" ]; then resume_state; fi
-  (cd "$copy" && setsid nohup bash tools/gpu_run.sh full > "$work/run.log" 2>&1 < /dev/null &)
+  # The whole background list writes to the log: the shell that forks for it then holds no
+  # descriptor of the caller's, so a caller reading this command's output to its end (a captured
+  # subprocess) is not kept waiting for the run.
+  (cd "$copy" && setsid nohup bash tools/gpu_run.sh full < /dev/null &) > "$work/run.log" 2>&1
   exec bash tools/gpu_run.sh wait
   ;;
 wait)

@@ -1,9 +1,9 @@
 """The launch geometry of k11, depthwise on channels_last (NHWC) tensors with a 3-D grid (channel
 vectors, pixel groups of a row, blocks of image rows) and no index division on one-row variants:
-its support predicate, its (vector width, pixels per thread, rows per thread) table (read by its source as a generated header), variants and
-untuned rule, the pointer alignment its vector loads need, the entries its cubin exports, and its
-launch on a shape. The registry (kernels.KERNELS) puts them together. Pure Python: nothing here
-needs a GPU."""
+its support predicate, its (vector width, pixels per thread, rows per thread) table (read by its
+source as a generated header), variants and untuned rule, the pointer alignment its vector loads
+need, the entries its cubin exports, and its launch on a shape. The registry (kernels.KERNELS)
+puts them together. Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .nhwc_row_kernels import k10_widths
