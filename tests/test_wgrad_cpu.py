@@ -18,8 +18,9 @@ import torch
 from wgrad_emulation import check, emulate_nchw, emulate_nhwc
 
 from groupconv_atlas.runtime import backward, backward_plans, conv
-from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, transposed_weight_index,
-                                                      wgrad_plan)
+from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, BLOCKS_PER_SM,
+                                                      DW_BLOCKS_PER_SM, DW_ROWS, DW_VEC,
+                                                      transposed_weight_index, wgrad_plan)
 from groupconv_atlas.runtime.build import compile_kernel_source
 from groupconv_atlas.runtime.call_checks import UnsupportedConv
 from groupconv_atlas.runtime.shapes import geometry_shape
@@ -90,7 +91,9 @@ def test_the_emulation_covers_every_kind_of_launch():
     assert {p.choice["wt"] for p in nchw} >= {8, 16, 32}
     assert any(p.choice["seg_rows"] > 1 for p in nchw) and any(p.slices > 1 for p in plans)
     entries = {p.stage1.entry for p in plans}
-    assert {"wg_nhwc_dw_v4_r2", "wg_nhwc_dw_v2_r2", "wg_nhwc_dw_v1_r2"} <= entries
+    # the depthwise rule: 2-channel vectors where C and the alignment allow, else 1; 8 rows where
+    # H holds them, else the most it holds (4-channel vectors only as a knob, below)
+    assert {"wg_nhwc_dw_v2_r8", "wg_nhwc_dw_v1_r8", "wg_nhwc_dw_v2_r4", "wg_nhwc_dw_v1_r1"} <= entries
     assert any(re.fullmatch(r"wg_nhwc_o\d_i\d_r\d_v1", e) for e in entries)
     assert any(p.choice.get("cob", 1) > 1 and p.choice.get("cib", 1) > 1 for p in plans)
 
@@ -244,7 +247,7 @@ def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
 
 KNOBS = [dict(blocks_per_sm=32, min_iters=1), dict(blocks_per_sm=2, min_iters=8),
          dict(rows=1), dict(rows=4, blocks_per_sm=16), dict(seg=3), dict(seg=64, rows=4),
-         dict(vec=1, rows=8)]
+         dict(vec=1, rows=8), dict(vec=4, rows=2), dict(vec=4, rows=8, blocks_per_sm=8)]
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -259,6 +262,10 @@ def test_other_split_aims_and_rows_still_take_every_contribution_once(geometry, 
         if grouped and ("vec" in knobs or knobs.get("rows", 1) > 2):
             # the grouped tiles have 1 or 2 rows and load runs of channels, not vectors
             with pytest.raises(ValueError, match="WG_NHWC_TILES|for the depthwise"):
+                wgrad_plan(shape, layout, 132, **knobs)
+            continue
+        if knobs.get("vec", 1) > 1 and shape.c_in % knobs["vec"]:
+            with pytest.raises(ValueError, match=f"vec = {knobs['vec']}: C = {shape.c_in}"):
                 wgrad_plan(shape, layout, 132, **knobs)
             continue
         plan = wgrad_plan(shape, layout, 132, **knobs)
@@ -289,9 +296,15 @@ def test_knobs_outside_the_tables_are_refused_by_name():
         wgrad_plan(dw, "nchw", 132, vec=2)
     with pytest.raises(ValueError, match="vec = 1: for the depthwise"):
         wgrad_plan(grouped, "nhwc", 132, vec=1)
-    assert wgrad_plan(dw, "nhwc", 132, vec=2).stage1.entry == "wg_nhwc_dw_v2_r2"
+    assert wgrad_plan(dw, "nhwc", 132, vec=4).stage1.entry == "wg_nhwc_dw_v4_r8"
+    assert wgrad_plan(dw, "nhwc", 132, vec=4, rows=2).stage1.entry == "wg_nhwc_dw_v4_r2"
     # A strip length is taken as given (up to the map's extent), whatever the aims would pick.
     assert wgrad_plan(dw, "nhwc", 132, seg=5).choice["seg_cols"] == 5
     assert wgrad_plan(dw, "nchw", 132, seg=64).choice["seg_rows"] == dw.h
-    # The defaults are the module's rule: the same plan as before the knobs existed.
-    assert wgrad_plan(dw, "nhwc", 132) == wgrad_plan(dw, "nhwc", 132, rows=2)
+    # The defaults are the module's rule: depthwise on channels_last its own aims, rows and vectors;
+    # the other cases the rule from before the knobs existed.
+    assert wgrad_plan(dw, "nhwc", 132) == wgrad_plan(
+        dw, "nhwc", 132, rows=DW_ROWS, vec=DW_VEC, blocks_per_sm=DW_BLOCKS_PER_SM)
+    assert wgrad_plan(grouped, "nhwc", 132) == wgrad_plan(  # its 4 x 4 tile has one row
+        grouped, "nhwc", 132, rows=1, blocks_per_sm=BLOCKS_PER_SM)
+    assert wgrad_plan(dw, "nchw", 132) == wgrad_plan(dw, "nchw", 132, blocks_per_sm=BLOCKS_PER_SM)

@@ -35,6 +35,15 @@ WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu", defines=dict(_DEFINES),
 # group at least MIN_ITERS strips where the work allows, so the block's reduction is amortised.
 BLOCKS_PER_SM = 8
 MIN_ITERS = 2
+# Depthwise on channels_last does better with fewer, longer-lived blocks: strips of DW_ROWS output
+# rows (each input row loaded once for three output rows' taps; 8 rows read X 10/8 times against 2
+# rows' 4/2) of DW_VEC-channel vectors (4-channel vectors of 8 rows pass the registers that keep
+# DW_BLOCKS_PER_SM blocks resident), aiming at DW_BLOCKS_PER_SM blocks per SM. Chosen by a sweep of
+# these knobs against PyTorch's four references on the shapes the weight_grad pass lost
+# (kernels/NOTES-wgrad.md); the records measure the rule.
+DW_BLOCKS_PER_SM = 4
+DW_ROWS = 8
+DW_VEC = 2
 # The workspace holds at most this many floats (slices x dW elements).
 MAX_WORKSPACE_FLOATS = 2**26
 
@@ -140,19 +149,24 @@ def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
 
 
 def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
-               blocks_per_sm: int = BLOCKS_PER_SM, min_iters: int = MIN_ITERS,
+               blocks_per_sm: int | None = None, min_iters: int = MIN_ITERS,
                rows: int | None = None, seg: int | None = None,
                vec: int | None = None) -> WgradPlan:
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
-    channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`,
-    `min_iters`), the channels_last strips' output `rows` (None: the rule, 2 where H >= 2) and the
+    channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`, None:
+    DW_BLOCKS_PER_SM depthwise on channels_last, else BLOCKS_PER_SM; `min_iters`), the
+    channels_last strips' output `rows` (None: the rule, depthwise the most of DW_ROWS that H
+    holds, grouped 2 where H >= 2 and the tile has them) and the
     strips' length `seg` (rows of a column block in NCHW, columns in NHWC; None: the split's
     choice, the longest that reaches the aims) and the depthwise channels_last entries' channel
-    vector `vec` (None: the widest that C and the alignment allow; fewer channels per lane, fewer
-    registers) may be given, to measure other choices; a value the layout's table, C or the
+    vector `vec` (None: the widest up to DW_VEC that C and the alignment allow; fewer channels per
+    lane, fewer registers) may be given, to measure other choices; a value the layout's table, C or the
     alignment rules out is refused."""
     s = shape
+    depthwise_nhwc = layout == "nhwc" and s.cin_per_group == s.cout_per_group == 1
+    if blocks_per_sm is None:
+        blocks_per_sm = DW_BLOCKS_PER_SM if depthwise_nhwc else BLOCKS_PER_SM
     if min(blocks_per_sm, min_iters, 1 if seg is None else seg) < 1:
         raise ValueError(f"blocks_per_sm = {blocks_per_sm}, min_iters = {min_iters}, seg = {seg}:"
                          " each must be at least 1")
@@ -178,13 +192,15 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
         tail = (wt, seg, sps)
     elif layout == "nhwc":
-        if cig == 1 and cog == 1:
+        if depthwise_nhwc:
             fits = [v for v in (4, 2, 1) if s.c_in % v == 0 and alignment % (4 * v) == 0]
             if vec is not None and vec not in fits:
                 raise ValueError(f"vec = {vec}: C = {s.c_in} and {alignment}-byte aligned "
                                  f"pointers allow {'/'.join(map(str, fits))}-channel vectors")
-            vec = fits[0] if vec is None else vec
-            rows = (2 if s.h >= 2 else 1) if rows is None else _listed(rows, vec, NHWC_DW)
+            vec = next(v for v in fits if v <= DW_VEC) if vec is None else vec
+            if rows is None:
+                rows = max(r for v, r in NHWC_DW if v == vec and r <= max(1, min(DW_ROWS, s.h)))
+            rows = _listed(rows, vec, NHWC_DW)
             count, entry = s.c_in // vec, nhwc_dw_entry(vec, rows)
             choice = {"vec": vec, "rows": rows}
         else:
