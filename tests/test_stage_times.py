@@ -51,6 +51,20 @@ def test_stage_times_and_the_sampling_floor(tmp_path):
                                       "last job's end)")
 
 
+def test_a_job_ends_when_its_provenance_says_not_when_its_log_was_touched(tmp_path):
+    """A run resumed on another machine unpacks every earlier job's files with one later mtime;
+    the provenance's finished_utc still says when each job ended."""
+    run = a_run(tmp_path)
+    prov = run / "provenance" / "verify-k0.json"
+    doc = json.loads(prov.read_text())
+    doc["finished_utc"] = pd.Timestamp(1002.5, unit="s", tz="UTC").isoformat()
+    prov.write_text(json.dumps(doc))
+    os.utime(run / "logs" / "verify-k0.log", (9000.0, 9000.0))  # unpacked later
+    jobs = {j["job"]: j for j in job_times(run / "provenance", run / "logs")}
+    assert jobs["verify-k0"]["wall_s"] == 2.5
+    assert jobs["verify-k1"]["wall_s"] == 2.0  # no finished_utc: its log's last write
+
+
 def test_a_timing_job_without_its_loop_time_is_null_not_nan(tmp_path):
     run = a_run(tmp_path)
     (run / "raw" / "timing" / "tuned.json").unlink()

@@ -1,8 +1,8 @@
-"""Wall time per pipeline stage of a live run, from each job's provenance (when it started) and its
-log (last written when it finished), and the GPU time inside each timing job's samples (the floor
-its sample counts set) beside what the job took. The `stage_times` rule writes the document into
-the run's raw layer (raw/stage_times.json), which a snapshot carries into the record;
-tools/stage_times.py prints it."""
+"""Wall time per pipeline stage of a live run, from each job's provenance (when it started and
+finished; its log's last write for provenance without an end), and the GPU time inside each
+timing job's samples (the floor its sample counts set) beside what the job took. The
+`stage_times` rule writes the document into the run's raw layer (raw/stage_times.json), which a
+snapshot carries into the record; tools/stage_times.py prints it."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,8 @@ STAGES = ["freeze_shapes", "build_kernel", "tune_kernel", "verify", "verify_pass
           "compare_job", "compare_pass", "mobilenet_measure", "mobilenet_stats",
           "assemble_passes", "assemble_atlas", "report_figures", "report_tables", "report_map",
           "report_tuning", "report_passes", "provenance"]
-METHOD = ("per job: provenance started_utc to the job log's last write; per stage: sum over its "
+METHOD = ("per job: provenance started_utc to its finished_utc (else the job log's last write); "
+          "per stage: sum over its "
           "jobs and the span from the first start to the last end; jobs_span_s: the first job's "
           "start to the last job's end; timing_jobs: the seconds inside the samples themselves "
           "(latency x launches per replay, summed), beside the job's timing loop")
@@ -23,8 +24,10 @@ METHOD = ("per job: provenance started_utc to the job log's last write; per stag
 
 def job_times(provenance_dir: str | Path, logs_dir: str | Path,
               leave_out: tuple[str, ...] = ()) -> list[dict]:
-    """Each job's start (its provenance), end (its log's last write, else its provenance's) and
-    wall time; jobs of the rules in `leave_out` are left out."""
+    """Each job's start and end (its provenance; for provenance without `finished_utc`, its log's
+    last write, else the provenance file's) and wall time; jobs of the rules in `leave_out` are
+    left out. The recorded end comes first because file times lie for a run resumed on another
+    machine (tools/gpu_run.sh gives every unpacked file one later mtime)."""
     jobs = []
     for prov in sorted(Path(provenance_dir).glob("*.json")):
         doc = json.loads(prov.read_text())
@@ -33,7 +36,10 @@ def job_times(provenance_dir: str | Path, logs_dir: str | Path,
             continue
         log = Path(logs_dir) / f"{prov.stem}.log"
         started = datetime.fromisoformat(doc["started_utc"]).timestamp()
-        ended = log.stat().st_mtime if log.is_file() else prov.stat().st_mtime
+        if doc.get("finished_utc"):
+            ended = datetime.fromisoformat(doc["finished_utc"]).timestamp()
+        else:
+            ended = log.stat().st_mtime if log.is_file() else prov.stat().st_mtime
         jobs.append({"job": prov.stem, "rule": rule, "started": started, "ended": ended,
                      "wall_s": max(0.0, ended - started)})
     return jobs
