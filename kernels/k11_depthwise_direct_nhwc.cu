@@ -102,11 +102,12 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
     const int c = vector * VEC;
     const long long row_floats = (long long)W * C;
 
-    // One input row of PIX + 2 pixels at image row row + dr, zero outside the map (the padding):
-    // map row h + dr.
-    auto load_row = [&](ChannelVec<VEC>(&dst)[PIX + 2], int dr) {
-        const int hh = h + dr;
-        const float* line = x + (long long)(row + dr) * row_floats + c;
+    // One input row of PIX + 2 pixels at image row row + dh - 1, zero outside the map (the
+    // padding): map row h + dh - 1. Written as the kernel before ROWS wrote it, so that its
+    // one-row entries keep their machine code (signed (row + dh) - 1 is not row + (dh - 1)).
+    auto load_row = [&](ChannelVec<VEC>(&dst)[PIX + 2], int dh) {
+        const int hh = h + dh - 1;
+        const float* line = x + (long long)(row + dh - 1) * row_floats + c;
 #pragma unroll
         for (int j = 0; j < PIX + 2; ++j) {
             const int w = w0 + j - 1;
@@ -117,15 +118,17 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
     // Three input rows, then the taps, all loads issued before the first multiply.
     ChannelVec<VEC> in[3][PIX + 2];
 #pragma unroll
-    for (int dh = 0; dh < 3; ++dh) load_row(in[dh], dh - 1);
+    for (int dh = 0; dh < 3; ++dh) load_row(in[dh], dh);
     float tw[9 * VEC];
     k11_load_taps<VEC>(wt, c, tw);
 
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-        if (h + r >= H) break;  // the image's last block of rows may be short
+        // The image's last block of rows may be short (never with one row: h < H there; the
+        // test left out keeps the one-row entries' machine code that of the kernel before ROWS).
+        if (ROWS > 1 && h + r >= H) break;
         ChannelVec<VEC> next[PIX + 2];
-        if (r + 1 < ROWS) load_row(next, r + 2);  // the row below the window, loaded early
+        if (r + 1 < ROWS) load_row(next, r + 3);  // the row below the window, loaded early
         float* out = y + (long long)(row + r) * row_floats + c;
 #pragma unroll
         for (int q = 0; q < PIX; ++q) {

@@ -93,6 +93,20 @@ def test_a_function_on_one_side_only_differs():
         "other: built from the tree, not in the record's cubin"
 
 
+def test_a_tree_that_only_adds_functions_extends_the_record():
+    """New entries beside the record's unchanged ones: the record's measurements stand (it never
+    ran the new ones); a changed recorded function still differs, whatever was added."""
+    without_other = SASS[:SASS.index("\t\tFunction : other")]
+    assert smc.compare_code(code(SASS), code(SASS)) == ("identical", "")
+    verdict, detail = smc.compare_code(code(without_other), code(SASS))
+    assert verdict == "extends" and "1 functions identical, 1 added" in detail
+    assert "(first other)" in detail
+    changed = SASS.replace("FFMA R2, R3, R4, R2", "FFMA R2, R3, R5, R2")
+    assert smc.compare_code(code(without_other), code(changed))[0] == "differs"
+    assert smc.compare_code(code(SASS), code(without_other))[0] == "differs"  # one removed
+    assert smc.exit_status([{"verdict": "extends"}, {"verdict": "identical"}]) == 0
+
+
 def test_resources_and_launch_attributes_count_the_parameter_section_index_does_not():
     more_registers = RESOURCES.replace("REG:40", "REG:48")
     assert smc.first_difference(code(SASS, RESOURCES), code(SASS, more_registers)) \
@@ -161,8 +175,8 @@ def test_the_tree_compiles_to_the_newest_records_machine_code():
         pytest.skip(res.stdout + res.stderr)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.strip().splitlines()[1:]
-    assert lines and all(": identical (" in line or "not in record" in line for line in lines), \
-        res.stdout
+    assert lines and all(": identical (" in line or ": extends: " in line or "not in record" in line
+                         for line in lines), res.stdout
 
 
 def _drift_fixture(tmp_path):

@@ -1,11 +1,11 @@
 """Whether this tree's kernel sources compile to the machine code a record measured:
     python tools/same_machine_code.py [--record NAME | newest] [--device h200] [--kernel k7 ...]
                                       [--vouch]
-Prints one line per kernel, "identical" or "differs" with the first differing function and what
-differs there (groupconv_atlas.study.machine_code_identity compares SASS, resources and attributes),
+Prints one line per kernel, "identical", "extends" (the record's functions identical, others
+added that it never ran) or "differs" with the first differing function and what differs there (groupconv_atlas.study.machine_code_identity compares SASS, resources and attributes),
 and exits 1 when any kernel differs, 2 when the comparison cannot say (another nvcc than the
-record's, other flags, a missing cubin). With --vouch and every kernel identical, the tree's
-source hashes are written into the record as an amendment, so that a replay no longer warns that
+record's, other flags, a missing cubin). With --vouch and every kernel identical (or extending),
+the tree's source hashes are written into the record as an amendment, so that a replay no longer warns that
 the sources changed. Needs nvcc and cuobjdump, no GPU."""
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     status = identity.exit_status(results)
     if args.vouch:
         if status != 0:
-            print("--vouch: not every kernel is identical; the record is left as it was",
+            print("--vouch: a kernel differs or cannot be compared; the record is left as it was",
                   file=sys.stderr)
             return status
         identity.vouch(record, results, nvcc_version())

@@ -10,7 +10,10 @@ refactor moves.
 A kernel source edit that leaves every kernel identical leaves the record's measurements valid for
 the tree (the GPU ran exactly this machine code): `vouch` then writes the tree's source hashes
 into the record (record_check.SAME_MACHINE_CODE, as an amendment), and a replay's source-drift
-warning no longer names those files. The registered kernels only: a record keeps no cubin of
+warning no longer names those files. A kernel that "extends" the record (every function of the
+record's cubin built identically, and functions the record's cubin lacks, e.g. new variants) is
+vouched too: everything the record measured is the tree's machine code, and the record never
+chose or timed what was added (its tables name only its own entries). The registered kernels only: a record keeps no cubin of
 kernels/ceilings.cu. Needs nvcc and cuobjdump, no GPU (tools/same_machine_code.py runs it)."""
 from __future__ import annotations
 
@@ -129,8 +132,25 @@ def first_difference(recorded: dict[str, dict[str, list[str]]],
     return None
 
 
+def compare_code(recorded: dict[str, dict[str, list[str]]],
+                 built: dict[str, dict[str, list[str]]]) -> tuple[str, str]:
+    """("identical", ""), ("extends", what was added: every function of the record's cubin built
+    the same, and others it lacks) or ("differs", first_difference's detail)."""
+    difference = first_difference(recorded, built)
+    if difference is None:
+        return "identical", ""
+    added = sorted(set(built["sass"]) - set(recorded["sass"]))
+    kept = {part: {f: lines for f, lines in functions.items() if f not in added}
+            for part, functions in built.items()}
+    if added and first_difference(recorded, kept) is None:
+        return "extends", (f"the record's {len(recorded['sass'])} functions identical, "
+                           f"{len(added)} added that the record never ran (first {added[0]})")
+    return "differs", difference
+
+
 def compare_record(record: Path, repo_root: Path, only: list[str] | None = None) -> list[dict]:
-    """One result per kernel: {"kernel", "verdict": identical | differs | cannot compare | absent,
+    """One result per kernel: {"kernel", "verdict": identical | extends | differs | cannot compare |
+    absent,
     "detail", "functions", "files": the tree's {source or header: sha256} it was built from}."""
     builds = {}
     for meta_path in sorted((record / "raw" / "builds").glob("*.json")):
@@ -172,11 +192,10 @@ def _compare_kernel(kernel, builds, record, repo_root, here, exe, tmp: Path) -> 
     except build.BuildError as exc:
         return result("differs", "the tree's source does not build: "
                       f"{str(exc).strip().splitlines()[-1]}")
-    ours = machine_code(built, exe)
-    difference = first_difference(machine_code(cubin, exe), ours)
-    if difference is not None:
-        return result("differs", difference)
-    return result("identical", functions=len(ours["sass"]))
+    ours, recorded = machine_code(built, exe), machine_code(cubin, exe)
+    verdict, detail = compare_code(recorded, ours)
+    return result(verdict, detail, functions=len(recorded["sass"] if verdict == "extends"
+                                                 else ours["sass"]))
 
 
 def exit_status(results: list[dict]) -> int:
@@ -188,24 +207,25 @@ def exit_status(results: list[dict]) -> int:
 def vouch(record: Path, results: list[dict], nvcc: str) -> dict:
     """Write into the record the tree's source hashes whose machine code is the record's, for the
     kernels found identical (merged with what an earlier vouch wrote), as an amendment of its
-    manifest; refused unless every compared kernel is identical."""
+    manifest; refused unless every compared kernel is identical or extends the record."""
     if exit_status(results) != 0:
         raise ValueError("not every kernel compiles to the record's machine code: nothing vouched")
     path = record / SAME_MACHINE_CODE
     note = json.loads(path.read_text()) if path.is_file() else {"kernels": {}}
     for r in results:
-        if r["verdict"] == "identical":
+        if r["verdict"] in ("identical", "extends"):
             hashes = note["kernels"].setdefault(r["kernel"], {})
             for rel, sha in r["files"].items():
                 if sha not in hashes.setdefault(rel, []):
                     hashes[rel].append(sha)
     note["how"] = ("tools/same_machine_code.py: each kernel built from these sources with " + nvcc +
                    " and the build stage's flags has the SASS, resources and per-function "
-                   "attributes of the record's cubin")
+                   "attributes of the record's cubin for every function the record's cubin holds "
+                   "(functions added since, which the record never ran, are not compared)")
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "note.json"
         staged.write_text(json.dumps(note, indent=2, sort_keys=True) + "\n")
-        vouched = sorted(r["kernel"] for r in results if r["verdict"] == "identical")
+        vouched = sorted(r["kernel"] for r in results if r["verdict"] in ("identical", "extends"))
         return amend(record, {SAME_MACHINE_CODE: staged},
                      f"kernel sources edited without changing machine code ({', '.join(vouched)}):"
                      " their hashes vouched by tools/same_machine_code.py")
