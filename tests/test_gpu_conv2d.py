@@ -178,25 +178,33 @@ def test_a_refused_launch_raises_naming_the_entry():
         plan.launch(torch.cuda.current_stream().cuda_stream, 0, 0, 0, *launch.scalars)
 
 
-# ------------------------------------------------------- backward: PyTorch's convolution backward
+# ----------------------------------------------------------------------------------- backward
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("shape_id", SMALL)
-def test_op_gradients_equal_f_conv2d_gradients(shape_id, implementation):
+def test_op_gradients_match_fp64(shape_id, implementation):
     shape = SHAPE_BY_ID[shape_id]
     x, w = fresh_inputs(torch, shape, check_seed(shape_id, implementation, "grad"))
     upstream = torch.randn((shape.n, shape.c_out, shape.h, shape.w), device="cuda",
                            generator=torch.Generator(device="cuda").manual_seed(3))
-    grads = []
-    for conv in (lambda a, b: g.conv2d(a, b, shape.groups, implementation),
-                 lambda a, b: torch.nn.functional.conv2d(a, b, None, 1, 1, 1, shape.groups)):
-        a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
-        (conv(a, b) * upstream).sum().backward()
-        grads.append((a.grad, b.grad))
-    (gx, gw), (rx, rw) = grads
-    torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-3)
+    from test_gpu_backward import _fp64, assert_within_bound
+
+    from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call
+
+    # Strict FP32 for the test: an eager "dispatch" training call is F.conv2d under the caller's
+    # precision settings (PyTorch's default lets cuDNN's weight gradient use TF32, about 1e-3
+    # off), while a named kernel's backward runs the custom strict-FP32 kernels where the
+    # packaged backward table names them. Both against FP64 with the verification bound (K: each
+    # pass's reduction length).
+    a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+    with _strict_fp32_call():
+        (g.conv2d(a, b, shape.groups, implementation) * upstream).sum().backward()
+    rx, scale_x = _fp64(x, w, upstream, shape.groups, (True, False))
+    assert_within_bound(a.grad, rx, scale_x, 9 * shape.cout_per_group, f"input grad {shape.id}")
+    rw, scale_w = _fp64(x, w, upstream, shape.groups, (False, True))
+    assert_within_bound(b.grad, rw, scale_w, shape.n * shape.h * shape.w,
+                        f"weight grad {shape.id}")
 
 
 @pytest.mark.gpu
