@@ -2,6 +2,8 @@
 which jobs a live run plans and with which references, that a replay of a record without them
 plans none and reads nothing new (so its artifacts stay as they were), the reduction length and
 seeds of the verification, and a bad `passes` value named before any job runs. CPU only."""
+import json
+
 import pytest
 
 from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
@@ -54,9 +56,12 @@ def test_one_pass_plans_only_its_jobs():
 
 
 def test_a_record_without_passes_replays_as_before_and_says_so():
-    # The newest atlas record by name: a replay of "newest" takes the passes of a record of
-    # the passes alone (tests/test_pass_records.py).
-    forward = find_record(ROOT / "records", "newest", "h200", having=ATLAS_RECORD).name
+    # The newest atlas record without passes of its own (records from h200-2026-12-03 on hold
+    # them; a replay of an older one takes none, and no record of the passes alone joins it).
+    forward = max((json.loads((r / "record.json").read_text())["created_utc"], r.name)
+                  for r in (ROOT / "records").glob("h200-*")
+                  if any(r.glob(ATLAS_RECORD)) and not (r / "raw" / "passes").is_dir())[1]
+    assert find_record(ROOT / "records", forward, "h200").name == forward
     plan = RunPlan.from_config(config_of(mode="replay", record=forward), ROOT, 2,
                                gpu_available=no_gpu)
     assert plan.passes.jobs == {} and not plan.passes.on
