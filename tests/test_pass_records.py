@@ -78,7 +78,7 @@ def test_a_named_record_of_the_passes_alone_replays_beside_the_newest_atlas_reco
     named = _run(tmp_path, record="fwd-passes", pass_layer="records/fwd-passes")
     assert passes_record(named, notes) == "records/fwd-passes"
     assert notes == ["record fwd-passes holds the backward passes alone; they replay beside "
-                     "record fwd, the newest atlas record"]
+                     "record fwd, the newest atlas record over the same shape set"]
     (records / "fwd-passes" / "raw" / "shapes.json").write_text(json.dumps({"shapes": []}))
     with pytest.raises(PlanError, match="record fwd-passes holds backward passes over another "
                                         "shape set than record fwd"):
@@ -126,15 +126,30 @@ def test_the_checkouts_replay_shows_the_newest_passes_beside_the_newest_atlas_re
 
 def test_the_checkouts_record_of_the_passes_alone_replays_by_name_beside_the_newest(
         monkeypatch):
+    """Beside the newest atlas record over its own frozen shape set (a newer atlas record may
+    have frozen another: h200-2026-12-03's shapes declare k11 and k12's support)."""
     from groupconv_atlas.study.run_plan import RunPlan
 
     monkeypatch.chdir(ROOT)
-    passes = find_record(ROOT / "records", "newest", "h200", having=PASS_RECORD)
-    if any(passes.glob(ATLAS_RECORD)):
-        pytest.skip(f"the newest record with passes, {passes.name}, is an atlas record")
+
+    def created(record):
+        return json.loads((record / "record.json").read_text())["created_utc"]
+
+    def shapes(record):
+        return json.loads((record / "raw" / "shapes.json").read_text())["shapes"]
+
+    alone = [r for r in (ROOT / "records").glob("h200-*")
+             if any(r.glob(PASS_RECORD)) and not any(r.glob(ATLAS_RECORD))]
+    if not alone:
+        pytest.skip("no committed record of the passes alone")
+    passes = max(alone, key=created)
     plan = RunPlan.from_config(config_of(record=passes.name), ROOT, 1, gpu_available=no_gpu)
-    atlas = find_record(ROOT / "records", "newest", "h200", having=ATLAS_RECORD).name
-    assert plan.record == f"records/{atlas}" and plan.passes.record == f"records/{passes.name}"
+    atlas = ROOT / plan.record
+    assert any(atlas.glob(ATLAS_RECORD)) and shapes(atlas) == shapes(passes)
+    assert plan.passes.record == f"records/{passes.name}"
+    newer = [r for r in (ROOT / "records").glob("h200-*") if any(r.glob(ATLAS_RECORD))
+             and created(r) > created(atlas) and shapes(r) == shapes(passes)]
+    assert newer == []
     # the same replay as `make atlas`'s, its Nsight tables too: one results folder serves both
     newest = RunPlan.from_config(config_of(), ROOT, 1, gpu_available=no_gpu)
     assert plan.nsight.record == newest.nsight.record

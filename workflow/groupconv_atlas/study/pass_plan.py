@@ -56,17 +56,19 @@ def configured_pass_jobs(config: dict) -> dict[str, dict]:
 
 def passes_record(run, notes: list[str]) -> str:
     """The record a replay takes its backward passes from: a record of the passes alone named by
-    `record:` (run.pass_layer, beside the newest atlas record); the replayed record when it holds
-    passes or was named; else the newest record of the device that holds passes over the same
+    `record:` (run.pass_layer, beside the newest atlas record over its shape set); the replayed
+    record when it holds passes or was named; else the newest record of the device that holds passes over the same
     frozen shape set (a note names it; one over another set is named and left out)."""
     if run.pass_layer:
         found = run.at(run.pass_layer)
         if _shape_set(found) != _shape_set(run.at(run.record)):
             raise PlanError(f"record {found.name} holds backward passes over another shape set "
                             f"than record {Path(run.record).name}, the newest atlas record, "
-                            "which a record of the passes alone replays beside")
+                            "which a record of the passes alone replays beside when no atlas "
+                            "record has its shape set")
         notes.append(f"record {found.name} holds the backward passes alone; they replay beside "
-                     f"record {Path(run.record).name}, the newest atlas record")
+                     f"record {Path(run.record).name}, the newest atlas record over the same "
+                     "shape set")
         return run.pass_layer
     if run.config["record"] != "newest" or any(run.at(run.record, PASS_RECORD_DIR).glob("*.json")):
         return run.record

@@ -11,6 +11,7 @@ plan reads them there (`at`)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -86,7 +87,8 @@ class RunPlan:
         self.results = f"results/{self.device}"
         self.record = None
         # A named record of the backward passes alone replays beside the newest atlas record of
-        # the device (study/pass_plan.passes_record takes its passes).
+        # the device over the same frozen shape set (study/pass_plan.passes_record takes its
+        # passes).
         self.pass_layer: str | None = None
         if self.replays_record:
             try:
@@ -94,8 +96,7 @@ class RunPlan:
                                     having=ATLAS_RECORD)
                 if not any(found.glob(ATLAS_RECORD)) and any(found.glob(PASS_RECORD)):
                     self.pass_layer = f"records/{found.name}"
-                    found = find_record(self.at("records"), "newest", self.device,
-                                        having=ATLAS_RECORD)
+                    found = self._atlas_record_beside(found)
             except LookupError as err:
                 raise PlanError(str(err)) from None
             self.record = f"records/{found.name}"
@@ -161,6 +162,23 @@ class RunPlan:
         """A live run: the GPU stages (builds to timing, the probes' measurements, Nsight
         captures) run here, and the raw layer is this run's own."""
         return self.mode == "live"
+
+    def _atlas_record_beside(self, passes: Path) -> Path:
+        """The newest atlas record of the device whose frozen shape set (raw/shapes.json) is that
+        of `passes`, a record of the passes alone; the newest atlas record when none is (the
+        passes' plan then names both and refuses)."""
+        def shapes(record: Path):
+            return json.loads((record / "raw" / "shapes.json").read_text())["shapes"]
+
+        wanted, matching = shapes(passes), []
+        for manifest in Path(self.at("records")).glob("*/record.json"):
+            meta, record = json.loads(manifest.read_text()), manifest.parent
+            if meta.get("device") == self.device and any(record.glob(ATLAS_RECORD)) \
+                    and (record / "raw" / "shapes.json").is_file() and shapes(record) == wanted:
+                matching.append((meta.get("created_utc", ""), record.name, record))
+        if matching:
+            return sorted(matching)[-1][2]
+        return find_record(self.at("records"), "newest", self.device, having=ATLAS_RECORD)
 
     @property
     def replays_record(self) -> bool:

@@ -145,8 +145,9 @@ def map_payload(details: dict, atlas: dict, passes: dict | None = None) -> dict:
 
 
 # Where even the packed page would be too large for the report's frames (the full 80-shape
-# atlas with every batch median), the map's numbers keep this many significant digits.
-MAP_DIGITS = 6
+# atlas with every batch median, and both backward passes), the map's numbers keep the first of
+# these many significant digits that fits (4: what a tooltip shows of a batch; the cells show 3).
+MAP_DIGITS = (6, 4)
 
 
 def _rounded(value, digits: int):
@@ -161,15 +162,17 @@ def _rounded(value, digits: int):
 
 def atlas_map_html(details: dict, atlas: dict, template: str, passes: dict | None = None) -> str:
     """The page with every value of map-details.json; packed where it is too large for the
-    report's frames, and its numbers kept to MAP_DIGITS significant digits (said on the page)
-    where even packed it would be."""
+    report's frames, and its numbers kept to the first of MAP_DIGITS significant digits that fits
+    (said on the page) where even packed it would not. A page that still does not fit is
+    returned as it is; the report's own check names it."""
     if MAP_DATA_MARKER not in template:
         raise ValueError(f"atlas map template lacks the data marker {MAP_DATA_MARKER!r}")
     payload = map_payload(details, atlas, passes)
     page = _page(payload, details, template)
-    if data_url_bytes(packed_page(page)) > DATA_URL_LIMIT:
-        payload = {**_rounded(payload, MAP_DIGITS), "digits": MAP_DIGITS}
-        page = _page(payload, details, template)
+    for digits in MAP_DIGITS:
+        if data_url_bytes(packed_page(page)) <= DATA_URL_LIMIT:
+            break
+        page = _page({**_rounded(payload, digits), "digits": digits}, details, template)
     return packed_page(page)
 
 
