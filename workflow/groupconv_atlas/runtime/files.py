@@ -118,9 +118,11 @@ def check_inputs(paths) -> dict[str, int]:
     return checked
 
 
-def find_record(records_dir: str | Path, name: str, device: str, having: str | None = None) -> Path:
+def find_record(records_dir: str | Path, name: str, device: str, having: str | None = None,
+                where=None) -> Path:
     """The record folder to replay: `name`, or with "newest" the last-created record of `device`
-    (with `having`, a glob inside the record, the last-created one that holds such a file)."""
+    (with `having`, a glob inside the record, the last-created one that holds such a file; with
+    `where`, a test of the record's folder, the last-created one that passes it)."""
     records_dir = Path(records_dir)
     if name != "newest":
         path = records_dir / name
@@ -131,7 +133,8 @@ def find_record(records_dir: str | Path, name: str, device: str, having: str | N
     candidates = []
     for manifest in records_dir.glob(f"*/{MANIFEST}"):
         meta = json.loads(manifest.read_text())
-        if meta.get("device") == device and (having is None or any(manifest.parent.glob(having))):
+        if meta.get("device") == device and (having is None or any(manifest.parent.glob(having))) \
+                and (where is None or where(manifest.parent)):
             candidates.append((meta.get("created_utc", ""), manifest.parent.name, manifest.parent))
     if not candidates:
         raise LookupError(f"no committed record for device {device!r} under {records_dir}/ and no "

@@ -170,14 +170,13 @@ class RunPlan:
         def shapes(record: Path):
             return json.loads((record / "raw" / "shapes.json").read_text())["shapes"]
 
-        wanted, matching = shapes(passes), []
-        for manifest in Path(self.at("records")).glob("*/record.json"):
-            meta, record = json.loads(manifest.read_text()), manifest.parent
-            if meta.get("device") == self.device and any(record.glob(ATLAS_RECORD)) \
-                    and (record / "raw" / "shapes.json").is_file() and shapes(record) == wanted:
-                matching.append((meta.get("created_utc", ""), record.name, record))
-        if matching:
-            return sorted(matching)[-1][2]
+        wanted = shapes(passes)
+        try:
+            return find_record(self.at("records"), "newest", self.device, having=ATLAS_RECORD,
+                               where=lambda r: (r / "raw" / "shapes.json").is_file()
+                               and shapes(r) == wanted)
+        except LookupError:
+            pass
         return find_record(self.at("records"), "newest", self.device, having=ATLAS_RECORD)
 
     @property
