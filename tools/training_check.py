@@ -1,11 +1,14 @@
 """One SGD step of whole networks, converted against original, on a GPU machine, two ways: as the
-package ships (`pytorch`: no backward table; an eager step computes F.conv2d, a captured step
-the forward kernels with PyTorch's backward) and with the kernels in both modes and a record's
-backward dispatch table (`record`: each pass, layout and geometry on the fastest verified
-implementation the record measured, PyTorch's included). The measurement and its statistics are the
-network probe's own (study/network_training: measure_all_training, summarize_training), so the
-figures read as the probe's; this runs without the forward jobs the probe's rule needs for its
-dispatch table (the op takes the package's tables, as a user's does).
+package ships (`package`: an eager step computes F.conv2d; a captured step runs the forward
+kernels and each backward pass as the package's own backward table routes it, PyTorch's where it
+names none) and with the kernels in both modes and a record's backward dispatch table (`record`:
+each pass, layout and geometry on the fastest verified implementation the record measured,
+PyTorch's included). Older outputs name the first route `pytorch`; in those written before the
+package carried a backward table (commit 27a31b8), its captured step ran aten's backward. The
+measurement and its statistics are the network probe's own (study/network_training:
+measure_all_training, summarize_training), so the figures read as the probe's; this runs without
+the forward jobs the probe's rule needs for its dispatch table (the op takes the package's
+tables, as a user's does).
 
   python tools/training_check.py RECORD OUT_DIR [--models M ...] [--ns N ...] [--gradients-only]
 
@@ -28,7 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-BACKWARDS = ("pytorch", "record")  # the two backward routes each step is timed with
+BACKWARDS = ("package", "record")  # the two routes each step is timed with (the docstring)
 
 
 def main(argv: list[str]) -> int:
@@ -71,9 +74,9 @@ def main(argv: list[str]) -> int:
     # keeps every model it finished.
     for model in settings["models"]:
         for backward in BACKWARDS:
-            # "pytorch": the package as shipped (an eager step computes F.conv2d, a captured
-            # one the forward kernels and aten's backward); "record": the kernels in both modes,
-            # each backward pass as this record's table routes it.
+            # "package": the package as shipped (an eager step computes F.conv2d, a captured
+            # one the kernels, the backward as the package's table routes it); "record": the
+            # kernels in both modes, each backward pass as this record's table routes it.
             conv.configure(backward_dispatch=table if backward == "record" else None,
                            eager_training="kernels" if backward == "record" else "pytorch")
             rng = np.random.default_rng(settings["seed"])
