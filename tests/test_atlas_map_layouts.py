@@ -104,3 +104,62 @@ def test_layouts_follow_layout_of_not_a_list(monkeypatch):
     assert {c["id"]: c["layout"] for c in payload["candidates"]} == {"k5": "nhwc", "k1": "nchw"}
     assert {lay["id"]: lay["measured"] for lay in payload["layouts"]} == {"nchw": True,
                                                                          "nhwc": True}
+
+
+def _page_numbers(monkeypatch, limit_between: tuple[int, int | None] | None):
+    """atlas_map_html on synthetic inputs, its pages unpacked, with the frame's limit set between
+    the sizes of the page rounded to `limit_between`'s two digit counts (a second None: between
+    the first's size and the full numbers'; None: the full page's size)."""
+    import json
+    import re
+
+    from groupconv_atlas.study.report import atlas_map
+
+    template = f"<script>{atlas_map.MAP_DATA_MARKER}</script>"
+    details, atlas = _inputs(["k5:torch_tuned", "k5:torch_best"])
+    # Numbers with many digits, as measured medians and intervals have.
+    for cells in details["shapes"][0]["comparisons"].values():
+        for cell in cells.values():
+            cell.update(ratio=1.23456789012, ci_low=1.11111111111, ci_high=1.33333333333)
+    monkeypatch.setattr(atlas_map, "packed_page", lambda page: page)
+    monkeypatch.setattr(atlas_map, "data_url_bytes", len)
+    sizes = {}
+    for digits in atlas_map.MAP_DIGITS:
+        payload = atlas_map._rounded(atlas_map.map_payload(details, atlas), digits)
+        sizes[digits] = len(atlas_map._page({**payload, "digits": digits}, details, template))
+    full = len(atlas_map._page(atlas_map.map_payload(details, atlas), details, template))
+    if limit_between is None:
+        limit = full
+    elif limit_between[1] is None:  # the first digit count fits, the full numbers do not
+        limit = (sizes[limit_between[0]] + full) // 2
+    else:
+        limit = (sizes[limit_between[0]] + sizes[limit_between[1]]) // 2
+    monkeypatch.setattr(atlas_map, "DATA_URL_LIMIT", limit)
+    page = atlas_map.atlas_map_html(details, atlas, template)
+    payload = json.loads(re.search(r"<script>(.*)</script>", page).group(1).replace("<\\/", "</"))
+    return payload, page
+
+
+def test_the_map_keeps_full_numbers_where_the_page_fits(monkeypatch):
+    payload, page = _page_numbers(monkeypatch, None)
+    assert "digits" not in payload
+    assert "1.23456789012" in page
+
+
+def test_the_map_rounds_to_the_first_digit_count_that_fits(monkeypatch):
+    # A frame that holds the 4-digit page and not the 6-digit one: 4 digits, said on the page.
+    from groupconv_atlas.study.report import atlas_map
+
+    six, four = atlas_map.MAP_DIGITS
+    payload, page = _page_numbers(monkeypatch, (four, six))
+    assert payload["digits"] == four
+    assert "1.235" in page and "1.23457" not in page and "1.23456789012" not in page
+
+
+def test_the_map_keeps_six_digits_where_they_fit(monkeypatch):
+    from groupconv_atlas.study.report import atlas_map
+
+    six, four = atlas_map.MAP_DIGITS
+    payload, page = _page_numbers(monkeypatch, (six, None))
+    assert payload["digits"] == six
+    assert "1.23457" in page and "1.23456789012" not in page
