@@ -132,7 +132,7 @@ KERNELS: dict[str, KernelSpec] = {
                       table=nhwc_row.K10_TABLE),
     "k11": KernelSpec("k11", "kernels/k11_depthwise_direct_nhwc.cu",
                       "depthwise on channels_last (NHWC): one thread per channel vector and "
-                      "group of pixels of a row (or of 2-4 rows), a 3-D grid with no index "
+                      "group of pixels of a row (or of 2 or 4 rows), a 3-D grid with no index "
                       "division on one-row variants (one per block with rows), taps as vector "
                       "loads, tuned per shape", nhwc_direct.supports_k11,
                       nhwc_direct.launch_k11, nhwc_direct.k11_variants, needs_sm_count=True,
