@@ -54,14 +54,40 @@ __device__ __forceinline__ float wg_lane(const ChannelVec<2>& a, int j) {
 }
 __device__ __forceinline__ float wg_lane(const ChannelVec<1>& a, int) { return a.v; }
 
-// Stage 2: dW[e] = sum over z of ws[z * elems + e], z in order (one thread per element, so the
-// order never depends on scheduling). Assumes ws holds slices * elems floats, all written.
+// Stage 2: dW[e] = the sum over z of ws[z * elems + e], in an order fixed by the launch. A block
+// of (WG_REDUCE_X, ry) threads takes WG_REDUCE_X neighbouring elements (each load coalesced);
+// thread (x, y) sums slices y, y + ry, y + 2 ry, ... of its element in WG_REDUCE_CHAINS
+// interleaved running sums (chain k takes every WG_REDUCE_CHAINS-th of them, so that many loads
+// are in flight; added in k order), then thread (x, 0) adds the ry partials in y order. ry
+// (blockDim.y, at most WG_REDUCE_MAX_Y) is the host's, from `slices` alone, so the order depends
+// on the geometry only and two runs agree bit for bit. One thread per element summing every
+// slice in turn (the first design) made a chain of `slices` dependent loads in a few hundred
+// threads where C is small, and the slices are most (hundreds) on the large maps of small C.
+// Assumes ws holds slices * elems floats, all written; grid.x = ceil(elems / WG_REDUCE_X).
 #define WG_REDUCE_ENTRY                                                                        \
-    extern "C" __global__ void __launch_bounds__(256) wg_reduce(                               \
+    extern "C" __global__ void __launch_bounds__(WG_REDUCE_X * WG_REDUCE_MAX_Y) wg_reduce(     \
         const float* __restrict__ ws, float* __restrict__ dw, long long elems, int slices) {   \
-        const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;                  \
-        if (e >= elems) return;                                                                \
-        float sum = __ldg(ws + e);                                                             \
-        for (int z = 1; z < slices; ++z) sum += __ldg(ws + (long long)z * elems + e);          \
-        dw[e] = sum;                                                                           \
+        __shared__ float part[WG_REDUCE_MAX_Y][WG_REDUCE_X];                                   \
+        const long long e = (long long)blockIdx.x * WG_REDUCE_X + threadIdx.x;                 \
+        const int ry = blockDim.y;                                                             \
+        float chain[WG_REDUCE_CHAINS];                                                         \
+        _Pragma("unroll") for (int k = 0; k < WG_REDUCE_CHAINS; ++k) chain[k] = 0.f;           \
+        if (e < elems) {                                                                       \
+            int z = threadIdx.y;                                                               \
+            for (; z + (WG_REDUCE_CHAINS - 1) * ry < slices; z += WG_REDUCE_CHAINS * ry) {      \
+                _Pragma("unroll") for (int k = 0; k < WG_REDUCE_CHAINS; ++k)                   \
+                    chain[k] += __ldg(ws + (long long)(z + k * ry) * elems + e);               \
+            }                                                                                  \
+            _Pragma("unroll") for (int k = 0; k < WG_REDUCE_CHAINS - 1; ++k)                   \
+                if (z + k * ry < slices) chain[k] += __ldg(ws + (long long)(z + k * ry) * elems + e); \
+        }                                                                                      \
+        float sum = chain[0];                                                                  \
+        _Pragma("unroll") for (int k = 1; k < WG_REDUCE_CHAINS; ++k) sum += chain[k];          \
+        part[threadIdx.y][threadIdx.x] = sum;                                                  \
+        __syncthreads();                                                                       \
+        if (threadIdx.y == 0 && e < elems) {                                                   \
+            float total = part[0][threadIdx.x];                                                \
+            for (int y = 1; y < ry; ++y) total += part[y][threadIdx.x];                        \
+            dw[e] = total;                                                                     \
+        }                                                                                      \
     }

@@ -5,6 +5,9 @@
 
 #define WG_THREADS 128
 #define WG_MIN_BLOCKS 2
+#define WG_REDUCE_X 32
+#define WG_REDUCE_MAX_Y 32
+#define WG_REDUCE_CHAINS 4
 
 // WG_NCHW_TILES(ENTRY): ENTRY(...) once per row, in order.
 #define WG_NCHW_TILES(ENTRY) \

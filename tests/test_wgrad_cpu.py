@@ -15,11 +15,12 @@ import types
 import numpy as np
 import pytest
 import torch
-from wgrad_emulation import check, emulate_nchw, emulate_nhwc
+from wgrad_emulation import check, check_reduce, emulate_nchw, emulate_nhwc, emulate_reduce
 
 from groupconv_atlas.runtime import backward, backward_plans, conv
 from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, BLOCKS_PER_SM,
                                                       DW_BLOCKS_PER_SM, DW_ROWS, DW_VEC,
+                                                      REDUCE_CHAINS, REDUCE_MAX_Y, REDUCE_X,
                                                       transposed_weight_index, wgrad_plan)
 from groupconv_atlas.runtime.build import compile_kernel_source
 from groupconv_atlas.runtime.call_checks import UnsupportedConv
@@ -99,6 +100,42 @@ def test_the_emulation_covers_every_kind_of_launch():
 
 
 FROZEN = frozen_geometries(lambda g: True)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_stage_two_adds_every_slice_once_in_an_order_set_by_the_slice_count(layout):
+    """Emulated wg_reduce on every frozen shape's plan: each dW element takes each slice exactly
+    once, every element takes them in one order, and that order is a function of the slice count
+    (so of the geometry: bit-identical across runs). Its blocks stay within the kernel's bounds,
+    and many slices are spread over several lanes per element (the reason for the design)."""
+    orders = {}
+    for shape_id, g in FROZEN.items():
+        plan = wgrad_plan(g.shape, layout, 132)
+        if plan.reduce is None:
+            continue
+        launch = plan.reduce
+        assert launch.scalars == (g.shape.weight_elems, plan.slices), shape_id
+        rx, ry, rz = launch.block
+        assert (rx, rz) == (REDUCE_X, 1) and 1 <= ry <= REDUCE_MAX_Y, (shape_id, launch.block)
+        assert ry >= min(REDUCE_MAX_Y, -(-plan.slices // REDUCE_CHAINS)), (shape_id, ry)
+        first = check_reduce(emulate_reduce(launch, REDUCE_CHAINS), *launch.scalars)
+        assert orders.setdefault(plan.slices, first) == first, f"{shape_id}: order not the count's"
+    # several lanes per element somewhere, each with a loop tail (slices not a multiple)
+    assert max(orders) > 2 * REDUCE_CHAINS, "no plan with many slices: lanes never split"
+    assert any(s % (REDUCE_CHAINS * 2) for s in orders if s > 2 * REDUCE_CHAINS)
+
+
+def test_the_reduce_check_catches_a_lost_slice_and_an_order_by_element():
+    launch = wgrad_plan(geometry_shape(32, 32, 32, 112, 112, 32), "nhwc", 132).reduce
+    elems, slices = launch.scalars
+    assert slices > 100 and launch.block[1] == REDUCE_MAX_Y
+    order = emulate_reduce(launch, REDUCE_CHAINS)
+    lost = {e: o[:-1] for e, o in order.items()}
+    with pytest.raises(AssertionError, match="every slice exactly once"):
+        check_reduce(lost, elems, slices)
+    turned = {**order, 5: order[5][::-1]}
+    with pytest.raises(AssertionError, match="order differs"):
+        check_reduce(turned, elems, slices)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

@@ -173,3 +173,41 @@ def check(shape, found, writes, slices: int) -> None:
     written = np.bincount(z * shape.weight_elems + idx, minlength=slices * shape.weight_elems)
     assert written.size == slices * shape.weight_elems and written.min() == written.max() == 1, \
         "workspace elements not written exactly once per slice"
+
+
+def emulate_reduce(launch, chains: int):
+    """Stage 2 (wg_reduce, kernels/wgrad_common.cuh) as its threads walk it: for each dW element,
+    the slices it adds, as (lane y, chain k, slice z) in the order the sum is taken (lanes in y
+    order; within a lane the chains in k order, each chain's slices in increasing z). The launch
+    (grid, block, scalars) is the host's plan; returns {element: [slice, ...]}."""
+    elems, slices = launch.scalars
+    rx, ry, _ = launch.block
+    order = {}
+    for bx in range(launch.grid[0]):
+        for tx in range(rx):
+            e = bx * rx + tx
+            if e >= elems:
+                continue
+            taken = []
+            for y in range(ry):
+                chain = [[] for _ in range(chains)]
+                z = y
+                while z + (chains - 1) * ry < slices:
+                    for k in range(chains):
+                        chain[k].append(z + k * ry)
+                    z += chains * ry
+                for k in range(chains - 1):
+                    if z + k * ry < slices:
+                        chain[k].append(z + k * ry)
+                taken += [s for c in chain for s in c]
+            order[e] = taken
+    return order
+
+
+def check_reduce(order: dict, elems: int, slices: int) -> list:
+    """Every element of dW takes every slice exactly once, all in one order; returns that order."""
+    assert sorted(order) == list(range(elems)), "stage 2 leaves elements out or adds some"
+    first = order[0]
+    assert sorted(first) == list(range(slices)), "stage 2 does not add every slice exactly once"
+    assert all(o == first for o in order.values()), "stage 2's order differs between elements"
+    return first

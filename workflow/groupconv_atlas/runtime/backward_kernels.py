@@ -16,11 +16,15 @@ from .source_tables import (MAX_GRID_X, MAX_GRID_YZ, Launch, SourceTable, _ceil_
 
 WG_THREADS = 128  # threads of a stage-1 block
 WG_MIN_BLOCKS = 2  # __launch_bounds__'s blocks per SM (without it ptxas spilled small entries)
-REDUCE_THREADS = 256
+# Stage 2 (wg_reduce, wgrad_common.cuh): blocks of REDUCE_X elements by ry slice lanes, ry the
+# power of two (at most REDUCE_MAX_Y) that leaves each lane about REDUCE_CHAINS slices' loads in
+# flight per round (reduce_lanes); each lane keeps REDUCE_CHAINS running sums.
+REDUCE_X, REDUCE_MAX_Y, REDUCE_CHAINS = 32, 32, 4
 INT32_MAX = 2**31 - 1
 # (COB, CIB): output by input channels of one group a thread accumulates (9 taps each).
 TILES = ((1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4))
-_DEFINES = {"WG_THREADS": WG_THREADS, "WG_MIN_BLOCKS": WG_MIN_BLOCKS}
+_DEFINES = {"WG_THREADS": WG_THREADS, "WG_MIN_BLOCKS": WG_MIN_BLOCKS, "WG_REDUCE_X": REDUCE_X,
+            "WG_REDUCE_MAX_Y": REDUCE_MAX_Y, "WG_REDUCE_CHAINS": REDUCE_CHAINS}
 WG_NCHW_TABLE = SourceTable("kernels/wgrad_nchw.cu", defines=dict(_DEFINES),
                             lists={"WG_NCHW_TILES": TILES})
 # Depthwise on channels_last: (VEC, ROWS), channels per load by output rows per strip. Grouped:
@@ -137,6 +141,13 @@ def _split(tile_blocks: int, groups_per_block: int, strips_of: Callable[[int], i
     return seg, strips, _ceil_div(strips, sps), sps
 
 
+def reduce_lanes(slices: int) -> int:
+    """Stage 2's slice lanes per element (blockDim.y): the least power of two that gives each lane
+    at most REDUCE_CHAINS slices, capped at REDUCE_MAX_Y. It depends on `slices` alone, so the
+    order of every sum is the geometry's."""
+    return min(REDUCE_MAX_Y, 1 << (_ceil_div(slices, REDUCE_CHAINS) - 1).bit_length())
+
+
 def _listed(rows: int, vec: int, table) -> int:
     if (vec, rows) not in table:
         raise ValueError(f"rows = {rows}: wgrad_nhwc.cu has no depthwise entry of {vec}-channel "
@@ -235,8 +246,8 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     choice.update(slices=slices, strips=strips, strips_per_slice=sps)
     stage1 = Launch(entry, grid, block, "PPP" + "i" * 9, (*scalars, *tail))
     reduce = None if slices == 1 else Launch(
-        "wg_reduce", (_ceil_div(elems, REDUCE_THREADS), 1, 1), (REDUCE_THREADS, 1, 1), "PPqi",
-        (elems, slices))
+        "wg_reduce", (_ceil_div(elems, REDUCE_X), 1, 1), (REDUCE_X, reduce_lanes(slices), 1),
+        "PPqi", (elems, slices))
     return WgradPlan(stage1, reduce, slices, 0 if slices == 1 else slices * elems, choice)
 
 
