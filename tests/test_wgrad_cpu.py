@@ -19,7 +19,7 @@ from wgrad_emulation import check, check_reduce, emulate_nchw, emulate_nhwc, emu
 
 from groupconv_atlas.runtime import backward, backward_plans, conv
 from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, BLOCKS_PER_SM,
-                                                      DW_BLOCKS_PER_SM, DW_ROWS, DW_VEC,
+                                                      DW_ROWS, DW_VEC, NHWC_BLOCKS_PER_SM,
                                                       REDUCE_CHAINS, REDUCE_MAX_Y, REDUCE_X,
                                                       transposed_weight_index, wgrad_plan)
 from groupconv_atlas.runtime.build import compile_kernel_source
@@ -338,10 +338,10 @@ def test_knobs_outside_the_tables_are_refused_by_name():
     # A strip length is taken as given (up to the map's extent), whatever the aims would pick.
     assert wgrad_plan(dw, "nhwc", 132, seg=5).choice["seg_cols"] == 5
     assert wgrad_plan(dw, "nchw", 132, seg=64).choice["seg_rows"] == dw.h
-    # The defaults are the module's rule: depthwise on channels_last its own aims, rows and vectors;
-    # the other cases the rule from before the knobs existed.
+    # The defaults are the module's rule: channels_last its own aims, depthwise its rows and
+    # vectors; NCHW the rule from before the knobs existed.
     assert wgrad_plan(dw, "nhwc", 132) == wgrad_plan(
-        dw, "nhwc", 132, rows=DW_ROWS, vec=DW_VEC, blocks_per_sm=DW_BLOCKS_PER_SM)
+        dw, "nhwc", 132, rows=DW_ROWS, vec=DW_VEC, blocks_per_sm=NHWC_BLOCKS_PER_SM)
     assert wgrad_plan(grouped, "nhwc", 132) == wgrad_plan(  # its 4 x 4 tile has one row
-        grouped, "nhwc", 132, rows=1, blocks_per_sm=BLOCKS_PER_SM)
+        grouped, "nhwc", 132, rows=1, blocks_per_sm=NHWC_BLOCKS_PER_SM)
     assert wgrad_plan(dw, "nchw", 132) == wgrad_plan(dw, "nchw", 132, blocks_per_sm=BLOCKS_PER_SM)

@@ -35,17 +35,19 @@ NHWC_TILES = tuple((o, i, rows, v) for o, i in TILES for rows in ((1, 2) if o * 
                    for v in (0, 1))
 WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu", defines=dict(_DEFINES),
                             lists={"WG_NHWC_DW": NHWC_DW, "WG_NHWC_TILES": NHWC_TILES})
-# Stage 1 aims at this many blocks per SM (several waves, also at N = 1), and gives each lane
-# group at least MIN_ITERS strips where the work allows, so the block's reduction is amortised.
+# Stage 1 on NCHW aims at this many blocks per SM (several waves, also at N = 1), and gives each
+# lane group at least MIN_ITERS strips where the work allows, so the block's reduction is amortised.
 BLOCKS_PER_SM = 8
 MIN_ITERS = 2
-# Depthwise on channels_last does better with fewer, longer-lived blocks: strips of DW_ROWS output
-# rows (each input row loaded once for three output rows' taps; 8 rows read X 10/8 times against 2
-# rows' 4/2) of DW_VEC-channel vectors (4-channel vectors of 8 rows pass the registers that keep
-# DW_BLOCKS_PER_SM blocks resident), aiming at DW_BLOCKS_PER_SM blocks per SM. Chosen by a sweep of
-# these knobs against PyTorch's four references on the shapes the weight_grad pass lost
-# (kernels/NOTES-wgrad.md); the records measure the rule.
-DW_BLOCKS_PER_SM = 4
+# Channels_last does better with fewer, longer-lived blocks, aiming at NHWC_BLOCKS_PER_SM: each
+# block's reduction over its strips (9 sums per channel of its vectors or tiles, 144 per lane for a
+# 4 x 4 tile, through shared memory) is then paid by fewer blocks. Depthwise takes strips of DW_ROWS
+# output rows (each input row loaded once for three output rows' taps; 8 rows read X 10/8 times
+# against 2 rows' 4/2) of DW_VEC-channel vectors (4-channel vectors of 8 rows pass the registers
+# that keep those blocks resident). Chosen by sweeps of these knobs against PyTorch's four
+# references (kernels/NOTES-wgrad.md): first the depthwise shapes, then, with the parallel stage 2,
+# every shape, where 4 blocks per SM also beat 8 on the grouped tiles; the records measure the rule.
+NHWC_BLOCKS_PER_SM = 4
 DW_ROWS = 8
 DW_VEC = 2
 # The workspace holds at most this many floats (slices x dW elements).
@@ -166,7 +168,7 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
     channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`, None:
-    DW_BLOCKS_PER_SM depthwise on channels_last, else BLOCKS_PER_SM; `min_iters`), the
+    NHWC_BLOCKS_PER_SM on channels_last, else BLOCKS_PER_SM; `min_iters`), the
     channels_last strips' output `rows` (None: the rule, depthwise the most of DW_ROWS that H
     holds, grouped 2 where H >= 2 and the tile has them) and the
     strips' length `seg` (rows of a column block in NCHW, columns in NHWC; None: the split's
@@ -177,7 +179,7 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     s = shape
     depthwise_nhwc = layout == "nhwc" and s.cin_per_group == s.cout_per_group == 1
     if blocks_per_sm is None:
-        blocks_per_sm = DW_BLOCKS_PER_SM if depthwise_nhwc else BLOCKS_PER_SM
+        blocks_per_sm = NHWC_BLOCKS_PER_SM if layout == "nhwc" else BLOCKS_PER_SM
     if min(blocks_per_sm, min_iters, 1 if seg is None else seg) < 1:
         raise ValueError(f"blocks_per_sm = {blocks_per_sm}, min_iters = {min_iters}, seg = {seg}:"
                          " each must be at least 1")
