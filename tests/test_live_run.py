@@ -209,7 +209,8 @@ def test_gpu_run_makes_one_snakemake_call_with_its_environment_as_config(tmp_pat
     script = (ROOT / "tools" / "gpu_run.sh").read_text()
     calls = [line for line in script.splitlines()
              if re.match(r"\s*(\S+=\S+\s+)*(python3? -m )?snakemake\b", line)]
-    assert len(calls) == 1 and "live_record" in calls[0], calls
+    assert len(calls) == 1 and '"$target"' in calls[0], calls
+    assert re.search(r"^target=live_record\b", script, re.M), "the default target is the atlas's"
     assert "git checkout" not in script and ">> kernels/" not in script
     # Run `full` with stand-ins for the GPU machine's snakemake and nvidia-smi: the one call.
     bin_dir = tmp_path / "bin"
@@ -238,6 +239,14 @@ def test_gpu_run_makes_one_snakemake_call_with_its_environment_as_config(tmp_pat
     # Those arguments make the live DAG here (a dry run), the gate and the rerun check in it.
     jobs = dag(snakemake(copy, "-n", *args[:1], *args[3:]).stdout)
     assert set(jobs) == {"gpu_tests", "live_run", "rerun_check", "live_record"}
+    # PASSES=1: the same one call, aimed at the backward passes' own record.
+    env.update(PASSES="1", RERUN_CHECK="", EXTRA_TARGETS="")
+    run_guarded(["bash", "tools/gpu_run.sh", "full"], copy, env=env)
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:4] == ["snapshot_passes", "--cores", "all", "--keep-going"], args
+    jobs = dag(snakemake(copy, "-n", *args[:1], *args[3:]).stdout)
+    assert {"verify_pass", "time_pass", "compare_pass", "backward_dispatch_table",
+            "snapshot_passes"} <= set(jobs) and "live_run" not in jobs, jobs
 
 
 def test_the_plan_leaves_a_failed_gate_kernel_out_of_every_list_and_names_it(repo):

@@ -26,6 +26,12 @@
 #   GPU_TESTS=1     gpu_tests: every GPU test of those files first (GPU_TEST_K: gpu_test_k)
 #   EXTRA_TARGETS   extra_targets (space-separated; default: mobilenet_probe; empty: none)
 #   RERUN_CHECK=1   rerun_check
+#   PASSES=1        a record of the backward passes alone: the call's target is snapshot_passes
+#                   (`snakemake backward_passes`, then its snapshot into
+#                   records/<device>-<record_name>-passes/), which a session's GPU time holds
+#                   where a whole record does not; with GPU_TESTS=1 the GPU tests of
+#                   GPU_TEST_PATHS run first (pytest, logged; the passes verify every output
+#                   themselves). The other entries above are the atlas's and change nothing here.
 # `start` and `full` need GROUPCONV_GIT_COMMIT: the commit the tree was sent from, which every
 # job's provenance names (a copied tree's own .git may be stale).
 # And OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one that
@@ -60,8 +66,12 @@ if [ -n "${GPU_TEST_K:-}" ]; then entries+=("gpu_test_k=$GPU_TEST_K"); fi
 if [ -n "${EXTRA_TARGETS+set}" ]; then entries+=("extra_targets=$(list $EXTRA_TARGETS)"); fi
 if [ -n "${RERUN_CHECK:-}" ]; then entries+=(rerun_check=True); fi
 
+# The one Snakemake call's target, and the record it snapshots (by its folder's suffix).
+target=live_record suffix=
+if [ -n "${PASSES:-}" ]; then target=snapshot_passes suffix=-passes; fi
+
 live_record() {  # the run: the one Snakemake call, with the step's layers and entries
-  snakemake live_record --cores "${CORES:-all}" --keep-going \
+  snakemake "$target" --cores "${CORES:-all}" --keep-going \
     --configfile "${layers[@]}" --config "${entries[@]}"
 }
 
@@ -108,7 +118,7 @@ resume_state() {  # unpack RESUME_STATE into $copy; every file unpacked gets one
 
 pack() {  # the new record and the run's logs, in parts of at most 15 MiB
   # (join with: cat record.tgz.part-* | tar xz)
-  local new="records/$device-$(cat "$work/record_name" 2>/dev/null)"
+  local new="records/$device-$(cat "$work/record_name" 2>/dev/null)$suffix"
   # Else the newest record of the device by its creation stamp, as the workflow picks it (not
   # by file time, which a copy or checkout changes).
   [ -f "$new/record.json" ] || new=$(python3 -m groupconv_atlas.study.records newest "$device")
@@ -141,7 +151,14 @@ full)
   sent_commit
   machine
   echo "${entries[1]#record_name=}" > "$work/record_name"
-  log "snakemake live_record --configfile ${layers[*]} --config ${entries[*]}"
+  if [ -n "${PASSES:-}" ] && [ -n "${GPU_TESTS:-}" ]; then
+    log "pytest -m gpu ${GPU_TEST_PATHS:-tests}"
+    # shellcheck disable=SC2086
+    python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider ${GPU_TEST_PATHS:-tests} \
+      > "$work/gpu-tests.log" 2>&1
+    log "GPU tests exit $?"
+  fi
+  log "snakemake $target --configfile ${layers[*]} --config ${entries[*]}"
   start=$(date +%s)
   live_record > "$work/live-record.log" 2>&1
   log "live run exit $? after $(( $(date +%s) - start )) s"
@@ -168,6 +185,9 @@ wait)
   deadline=$(( $(date +%s) + ${WAIT_S:-480} ))
   # The measuring call (live_atlas, ending in the snapshot) has finished when its report exists.
   snapshotted="results/$device/live/live-atlas.json"
+  if [ -n "${PASSES:-}" ]; then
+    snapshotted="records/$device-$(cat "$work/record_name" 2>/dev/null)-passes/record.json"
+  fi
   while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
     if [ -n "${PACK_NOW:-}" ] && [ -f "$snapshotted" ]; then break; fi
     sleep 5
