@@ -17,8 +17,11 @@ import yaml
 
 from groupconv_atlas.runtime import choice_source, packaged_tables
 from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.launch_tables import TABLE_NAMES, record_tables
+from groupconv_atlas.runtime.files import sha256_file
+from groupconv_atlas.runtime.launch_tables import (BACKWARD_TABLE, TABLE_NAMES,
+                                                   record_backward_dispatch, record_tables)
 from groupconv_atlas.study import table_export
+from groupconv_atlas.study.pass_plan import newest_passes_over
 
 RECORDS = REPO_ROOT / "records"
 DEVICE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["device"]
@@ -32,13 +35,62 @@ def test_every_packaged_table_is_a_fresh_export_of_its_devices_newest_record():
     assert doc["record"] == newest.name and doc["gpu_name"] == H200
     # The forward's tables always; a backward dispatch table where the record has backward passes.
     assert {"tunings", "dispatch", "dispatch_nhwc"} <= set(doc["tables"]) <= set(TABLE_NAMES)
-    assert doc["tables"] == record_tables(newest)
+    assert doc["tables"] == table_export.exported_tables(newest)
+    assert {k: v for k, v in doc["tables"].items() if k != "backward_dispatch"} == \
+        {k: v for k, v in record_tables(newest).items() if k != "backward_dispatch"}
     # Provenance: the record's manifest as records/INDEX.json vouches for it, every file read,
     # each kernel's cubin and sources.
     index = json.loads((RECORDS / "INDEX.json").read_text())["records"][newest.name]
     assert doc["record_manifest_sha256"] == index["manifest_sha256"]
     assert "raw/dispatch/table.json" in doc["read"] and "raw/tuning/k5.json" in doc["read"]
     assert {"cubin_sha256", "source_sha256", "header_sha256"} <= set(doc["builds"]["k5"])
+
+
+def test_the_backward_table_is_the_newest_measurement_of_the_passes_over_the_records_shapes():
+    """A record of the passes alone made after the exported record, over its shape set, gives the
+    package its backward table (study/pass_plan.newest_passes_over, as a replay shows it), and
+    the file names that record, its manifest hash and the table's hash."""
+    newest = table_export.export_record(RECORDS, "newest", DEVICE)
+    passes = newest_passes_over(RECORDS, DEVICE, newest)
+    doc = packaged_tables.load_packaged(H200)
+    if passes is None or passes == newest:
+        assert "backward_record" not in doc
+        return
+    index = json.loads((RECORDS / "INDEX.json").read_text())["records"]
+    assert doc["backward_record"]["record"] == passes.name
+    assert doc["backward_record"]["record_manifest_sha256"] == index[passes.name]["manifest_sha256"]
+    table = passes / "raw" / "dispatch" / BACKWARD_TABLE
+    assert doc["backward_record"]["read"] == {"raw/dispatch/backward.json": sha256_file(table)}
+    assert doc["tables"]["backward_dispatch"] == record_backward_dispatch(passes)
+    assert "raw/dispatch/backward.json" not in doc["read"]
+
+
+def _manifest(records, name, created, shapes, files=()):
+    for rel in files:
+        (records / name / rel).parent.mkdir(parents=True, exist_ok=True)
+        (records / name / rel).write_text("{}")
+    (records / name / "raw").mkdir(parents=True, exist_ok=True)
+    (records / name / "raw" / "shapes.json").write_text(json.dumps({"shapes": shapes}))
+    (records / name / "record.json").write_text(
+        json.dumps({"name": name, "device": "dev", "created_utc": created, "files": {}}))
+
+
+def test_only_a_later_record_of_the_passes_over_the_same_shapes_replaces_the_backward_table(
+        tmp_path):
+    timing, table = "raw/passes/timing/weight_grad-default.json", "raw/dispatch/backward.json"
+    _manifest(tmp_path, "fwd", "2026-01-02T00:00:00+00:00", ["a"], [timing, table])
+    _manifest(tmp_path, "old-passes", "2026-01-01T00:00:00+00:00", ["a"], [timing, table])
+    _manifest(tmp_path, "other-passes", "2026-01-03T00:00:00+00:00", ["b"], [timing, table])
+    assert table_export.backward_record(tmp_path / "fwd") is None
+    _manifest(tmp_path, "new-passes", "2026-01-04T00:00:00+00:00", ["a"], [timing, table])
+    assert table_export.backward_record(tmp_path / "fwd") == tmp_path / "new-passes"
+    groups = table_export.provenance_files(tmp_path / "fwd")
+    assert groups["backward"] == [tmp_path / "new-passes" / "record.json",
+                                  tmp_path / "new-passes" / table]
+    assert tmp_path / "fwd" / table not in groups["tables"]
+    # A record of the passes alone older than the exported one never replaces its table.
+    _manifest(tmp_path, "fwd", "2026-01-05T00:00:00+00:00", ["a"], [timing, table])
+    assert table_export.backward_record(tmp_path / "fwd") is None
 
 
 def test_a_stale_or_outdated_export_is_caught(tmp_path):
@@ -63,11 +115,11 @@ def test_a_stale_or_outdated_export_is_caught(tmp_path):
 
 def test_any_table_launch_tables_loads_is_exported_and_read_back_unchanged(monkeypatch, tmp_path):
     newest = table_export.export_record(RECORDS, "newest", DEVICE)
-    loaded = record_tables(newest)
-    # A table keyed by (pass, layout, geometry), as the backward dispatch table will be.
+    loaded = table_export.exported_tables(newest)
+    # A table keyed by (pass, layout, geometry), as the backward dispatch table is.
     backward = {("dgrad", "nchw", (8, 32, 32, 56, 56, 32)): "torch_tuned",
                 ("wgrad", "nhwc", (8, 32, 32, 56, 56, 32)): "k9"}
-    monkeypatch.setattr(table_export, "record_tables",
+    monkeypatch.setattr(table_export, "exported_tables",
                         lambda record: {**loaded, "backward_dispatch": backward})
     (tmp_path / "nvidia-h200.json").write_text(table_export.export_text(newest))
     doc = packaged_tables.load_packaged.__wrapped__(H200, tmp_path)

@@ -55,21 +55,41 @@ def test_a_replay_of_the_newest_takes_the_passes_of_the_newest_record_that_has_t
                      "measured in a run of their own"]
 
 
-def test_passes_over_another_shape_set_are_named_and_left_out(records, tmp_path):
+def test_passes_over_another_shape_set_are_left_out_for_the_newest_over_the_same(records,
+                                                                                tmp_path):
     _record(records, "other-passes", "2026-01-03T00:00:00+00:00",
             ["raw/passes/timing/input_grad-default.json"], shapes={"shapes": [{"id": "c"}]})
+    notes = []
+    assert passes_record(_run(tmp_path), notes) == "records/fwd-passes"
+    assert notes == ["record fwd holds no backward pass; the passes replay those of fwd-passes, "
+                     "measured in a run of their own"]
+    # With no record of passes over the same set, the newest one is named and left out.
+    (records / "fwd-passes" / "raw" / "shapes.json").write_text(json.dumps({"shapes": []}))
     notes = []
     assert passes_record(_run(tmp_path), notes) == "records/fwd"
     assert notes == ["record other-passes holds backward passes over another shape set than "
                      "record fwd; the replay shows no backward pass"]
 
 
-def test_a_named_record_or_one_with_its_own_passes_keeps_them(records, tmp_path):
+def test_a_named_record_or_the_newest_with_its_own_passes_keeps_them(records, tmp_path):
     notes = []
     assert passes_record(_run(tmp_path, record="fwd"), notes) == "records/fwd"
-    _record(records, "fwd", "2026-01-01T00:00:00+00:00",
+    _record(records, "fwd", "2026-01-03T00:00:00+00:00",
             ["raw/timing/default.json", "raw/passes/timing/input_grad-default.json"])
     assert passes_record(_run(tmp_path), notes) == "records/fwd" and notes == []
+
+
+def test_passes_measured_after_the_atlas_records_own_replace_them(records, tmp_path):
+    """A kernel change measured in a record of the passes alone, after the newest atlas record
+    with passes of its own: a replay of the newest shows the later measurement and says so."""
+    _record(records, "fwd", "2026-01-01T00:00:00+00:00",
+            ["raw/timing/default.json", "raw/passes/timing/input_grad-default.json"])
+    notes = []
+    assert passes_record(_run(tmp_path), notes) == "records/fwd-passes"
+    assert notes == ["record fwd-passes holds backward passes measured after record fwd's own, "
+                     "over the same shape set; the passes replay those, measured in a run of "
+                     "their own"]
+    assert passes_record(_run(tmp_path, record="fwd"), []) == "records/fwd"
 
 
 def test_a_named_record_of_the_passes_alone_replays_beside_the_newest_atlas_record(records,
@@ -122,6 +142,13 @@ def test_the_checkouts_replay_shows_the_newest_passes_beside_the_newest_atlas_re
                 == f"records/{passes}/raw/passes/timing/x.json")
         assert plan.passes.record_check() == ["results/h200/record-check.json",
                                               "results/h200/passes-record-check.json"]
+        # atlas.json's passes section says whether they stand in for the record's own or none.
+        own = any((ROOT / "records" / atlas / "raw" / "passes" / "timing").glob("*.json"))
+        assert plan.passes.borrowed_note.endswith(
+            f"they replace those of the forward's record, {atlas}, measured before them" if own
+            else "the forward's record holds none")
+    else:
+        assert plan.passes.borrowed_note is None
 
 
 def test_the_checkouts_record_of_the_passes_alone_replays_by_name_beside_the_newest(

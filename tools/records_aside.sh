@@ -10,13 +10,17 @@
 #                                        disk
 #   tools/records_aside.sh restore      put them back in the index, exactly as committed (and
 #                                        stage again any that a commit made meanwhile deleted)
-# Commit nothing between hide and restore: the index then lacks the records set aside.
+# Commit nothing between hide and restore: the index then lacks the records set aside. hide
+# installs a pre-commit hook that refuses any commit until restore (which removes it); a hook of
+# the checkout's own is left in place and a warning says the guard is absent.
 #   tools/records_aside.sh size         bytes a copy of the tree would hold now
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 exclude=.git/info/exclude
 marker="# records set aside by records_aside.sh"
 mkdir -p .git/info && touch "$exclude"
+hook="$(git rev-parse --git-path hooks)/pre-commit"
+hook_marker="# installed by tools/records_aside.sh hide; removed by restore"
 case "${1:?usage: tools/records_aside.sh hide [KEEP] | restore | size}" in
 hide)
   if grep -qxF "$marker" "$exclude"; then echo "records already set aside: restore first" >&2; exit 1; fi
@@ -38,6 +42,15 @@ print(find_record("records", "newest", "'"${DEVICE:-h200}"'", having="raw/tuning
       aside+=("$keep/$sub")
     fi
   done
+  if [ -e "$hook" ] && ! grep -qxF "$hook_marker" "$hook"; then
+    echo "warning: $hook exists; no guard against a commit before restore" >&2
+  else
+    mkdir -p "$(dirname "$hook")"
+    printf '#!/bin/sh\n%s\n%s\n%s\nexit 1\n' "$hook_marker" \
+      "echo 'records are set aside (tools/records_aside.sh hide): a commit now would delete them;' >&2" \
+      "echo 'run tools/records_aside.sh restore first' >&2" > "$hook"
+    chmod +x "$hook"
+  fi
   echo "set aside: ${aside[*]} (kept: $keep)"
   ;;
 restore)
@@ -46,6 +59,7 @@ restore)
     sub(/^\//, ""); sub(/\/$/, ""); print}' "$exclude")
   [ "${#aside[@]}" -gt 0 ] && git reset -q -- "${aside[@]}"
   awk -v m="$marker" '$0 == m {on = 1} !on' "$exclude" > "$exclude.tmp" && mv "$exclude.tmp" "$exclude"
+  if [ -f "$hook" ] && grep -qxF "$hook_marker" "$hook"; then rm -f "$hook"; fi
   # A commit made while they were set aside recorded them as deleted: stage them again from the
   # files on disk (which `hide` never touches) and say so, rather than leave them untracked.
   for r in "${aside[@]}"; do

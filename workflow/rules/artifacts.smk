@@ -135,6 +135,7 @@ rule assemble_passes:
         # its check (which carries the record's caveats).
         borrowed_record=PLAN.passes.record_name if PLAN.passes.borrows_record else None,
         borrowed_check=PLAN.passes.borrowed_check,
+        borrowed_note=PLAN.passes.borrowed_note,
     log:
         f"{PLAN.results}/logs/assemble_passes.log",
     conda:

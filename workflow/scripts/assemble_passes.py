@@ -22,8 +22,7 @@ section = passes_section(table, verification, cfg)
 if smk.params.borrowed_record:
     check = json.loads(Path(smk.params.borrowed_check).read_text())
     section["record"] = {"name": smk.params.borrowed_record,
-                         "note": "the backward passes were measured in a run of their own; "
-                                 "the forward's record holds none",
+                         "note": smk.params.borrowed_note,
                          "caveats": check.get("caveats", [])}
 write_json(smk.output.section, clean(section))
 job.progress("passes: " + ", ".join(sorted(table["pass"].unique())))

@@ -57,8 +57,9 @@ def configured_pass_jobs(config: dict) -> dict[str, dict]:
 def passes_record(run, notes: list[str]) -> str:
     """The record a replay takes its backward passes from: a record of the passes alone named by
     `record:` (run.pass_layer, beside the newest atlas record over its shape set); the replayed
-    record when it holds passes or was named; else the newest record of the device that holds passes over the same
-    frozen shape set (a note names it; one over another set is named and left out)."""
+    record when it was named; else (a replay of the newest) the newest record of the device that
+    holds passes over the same frozen shape set, the atlas record itself or a later one (a note
+    names it; a newer one over another set is named and left out)."""
     if run.pass_layer:
         found = run.at(run.pass_layer)
         if _shape_set(found) != _shape_set(run.at(run.record)):
@@ -70,19 +71,48 @@ def passes_record(run, notes: list[str]) -> str:
                      f"record {Path(run.record).name}, the newest atlas record over the same "
                      "shape set")
         return run.pass_layer
-    if run.config["record"] != "newest" or any(run.at(run.record, PASS_RECORD_DIR).glob("*.json")):
+    if run.config["record"] != "newest":
         return run.record
-    try:
-        found = find_record(run.at("records"), "newest", run.device, having=PASS_RECORD)
-    except LookupError:
+    # The newest measurement of the passes over the atlas record's shape set: the atlas record's
+    # own, or a later record of the passes alone (a kernel change measured without a new forward).
+    own = any(run.at(run.record, PASS_RECORD_DIR).glob("*.json"))
+    found = newest_passes_over(run.at("records"), run.device, run.at(run.record))
+    if found is None or found.name == Path(run.record).name:
+        if not own:
+            _name_other_shape_sets(run, notes)
         return run.record
-    if _shape_set(found) != _shape_set(run.at(run.record)):
-        notes.append(f"record {found.name} holds backward passes over another shape set than "
-                     f"record {Path(run.record).name}; the replay shows no backward pass")
-        return run.record
-    notes.append(f"record {Path(run.record).name} holds no backward pass; the passes replay "
-                 f"those of {found.name}, measured in a run of their own")
+    if own:
+        notes.append(f"record {found.name} holds backward passes measured after record "
+                     f"{Path(run.record).name}'s own, over the same shape set; the passes replay "
+                     "those, measured in a run of their own")
+    else:
+        notes.append(f"record {Path(run.record).name} holds no backward pass; the passes replay "
+                     f"those of {found.name}, measured in a run of their own")
     return f"records/{found.name}"
+
+
+def newest_passes_over(records_dir: str | Path, device: str, record: str | Path) -> Path | None:
+    """The last-created record of `device` that holds backward passes over `record`'s frozen shape
+    set: `record` itself or a record of the passes alone (None when there is none). The one rule
+    for which passes stand beside an atlas record, in a replay (passes_record) and in the
+    package's tables (study/table_export)."""
+    shapes = _shape_set(Path(record))
+    try:
+        return find_record(records_dir, "newest", device, having=PASS_RECORD,
+                           where=lambda found: _shape_set(found) == shapes)
+    except LookupError:
+        return None
+
+
+def _name_other_shape_sets(run, notes: list[str]) -> None:
+    """A note for the newest record of passes left out because its shape set is another."""
+    try:
+        other = find_record(run.at("records"), "newest", run.device, having=PASS_RECORD)
+    except LookupError:
+        return
+    if other.name != Path(run.record).name:
+        notes.append(f"record {other.name} holds backward passes over another shape set than "
+                     f"record {Path(run.record).name}; the replay shows no backward pass")
 
 
 def _shape_set(record: Path) -> list:
@@ -140,6 +170,20 @@ class PassPlan:
     def borrows_record(self) -> bool:
         """A replay whose passes come from another record than the one it replays."""
         return self.record != self.run.record
+
+    @property
+    def borrowed_note(self) -> str | None:
+        """What atlas.json's passes section says of a record the passes are borrowed from: that
+        they were measured in a run of their own, and whether they stand in for the forward's
+        record's own (a later measurement) or for none."""
+        if not self.borrows_record:
+            return None
+        if any(self.run.at(self.run.record, PASS_RECORD_DIR).glob("*.json")):
+            return (f"the backward passes were measured in a run of their own; they replace "
+                    f"those of the forward's record, {Path(self.run.record).name}, measured "
+                    "before them")
+        return "the backward passes were measured in a run of their own; the forward's record " \
+               "holds none"
 
     @property
     def record_name(self) -> str | None:

@@ -10,15 +10,23 @@ creation stamp and manifest hash, the SHA-256 of every record file read, the cub
 hashes of each kernel's build, and the source hashes the record vouches compile to the same
 machine code. Nothing in it depends on when it was written, so a fresh export of its record
 equals it byte for byte (stale_exports: a file that differs, or a device whose newest record
-with tables is not the one its file names)."""
+with tables is not the one its file names).
+
+The backward dispatch table comes from the newest measurement of the backward passes over the
+record's frozen shape set (study/pass_plan.newest_passes_over, the rule a replay follows): the
+record's own, or a record of the passes alone made after it, which the file then names with its
+manifest hash and the file read ("backward_record"). A kernel change to a backward pass, measured
+in a record of its own, so reaches the package without a new forward record."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from ..runtime.files import MANIFEST, find_record, load_index, sha256_file
-from ..runtime.launch_tables import record_table_files, record_tables
+from ..runtime.launch_tables import (BACKWARD_TABLE, record_backward_dispatch,
+                                     record_table_files, record_tables)
 from ..runtime.packaged_tables import FORMAT, TABLES_DIR, device_slug, encode_table
+from .pass_plan import newest_passes_over
 from .records import checked_files, vouched_sources
 
 # A record that has launch tables holds tuning records (older ones kept k5's inside its build).
@@ -35,15 +43,46 @@ def export_record(records_dir: str | Path, setting: str, device: str) -> Path:
     return find_record(records_dir, setting, device, having=HAVING_TABLES)
 
 
+def backward_record(record_dir: str | Path) -> Path | None:
+    """The record a later measurement of the backward passes over `record_dir`'s shape set comes
+    from (a record of the passes alone, created after it), or None: the record's own table, if any,
+    stands."""
+    record_dir = Path(record_dir)
+    manifest = json.loads((record_dir / MANIFEST).read_text())
+    found = newest_passes_over(record_dir.parent, manifest.get("device"), record_dir)
+    if found is None or found.name == record_dir.name \
+            or not (found / "raw" / "dispatch" / BACKWARD_TABLE).is_file():
+        return None
+    created = json.loads((found / MANIFEST).read_text()).get("created_utc", "")
+    return found if created >= manifest.get("created_utc", "") else None
+
+
 def provenance_files(record_dir: str | Path) -> dict[str, list[Path]]:
     """The record files an export reads, by what they give: its tables, the builds (cubin and
-    source hashes), the timing records (the GPU's name), the vouched sources if any."""
+    source hashes), the timing records (the GPU's name), the vouched sources if any, and the
+    backward table of a later record of the passes alone (backward_record) with its manifest."""
     raw = Path(record_dir) / "raw"
     vouched = raw / "same_machine_code.json"
-    return {"tables": record_table_files(record_dir),
+    later = backward_record(record_dir)
+    tables = record_table_files(record_dir)
+    if later is not None:  # the record's own backward table, if any, is not read
+        tables = [t for t in tables if t != raw / "dispatch" / BACKWARD_TABLE]
+    return {"tables": tables,
             "builds": sorted((raw / "builds").glob("*.json")),
             "timing": sorted((raw / "timing").glob("*.json")),
-            "vouched": [vouched] if vouched.is_file() else []}
+            "vouched": [vouched] if vouched.is_file() else [],
+            "backward": [] if later is None else [later / MANIFEST,
+                                                  later / "raw" / "dispatch" / BACKWARD_TABLE]}
+
+
+def exported_tables(record_dir: str | Path) -> dict[str, dict | None]:
+    """The tables the package file carries: the record's (launch_tables.record_tables), with the
+    backward dispatch table of a later record of the passes alone where one exists."""
+    tables = record_tables(record_dir)
+    later = backward_record(record_dir)
+    if later is not None:
+        tables["backward_dispatch"] = record_backward_dispatch(later)
+    return tables
 
 
 def record_gpu_name(record_dir: str | Path) -> str:
@@ -65,7 +104,7 @@ def export_document(record_dir: str | Path) -> dict:
     record_dir = Path(record_dir)
     files = provenance_files(record_dir)
     checked_files([p for group in files.values() for p in group])
-    tables = record_tables(record_dir)
+    tables = exported_tables(record_dir)
     if not tables.get("dispatch"):
         raise ValueError(f"record {record_dir.name}: no dispatch table keyed by geometry; "
                          "nothing the op could choose by")
@@ -75,7 +114,15 @@ def export_document(record_dir: str | Path) -> dict:
         build = json.loads(path.read_text())
         builds[build["kernel"]] = {k: build.get(k) for k in (
             "target_arch", "cubin_sha256", "source", "source_sha256", "header_sha256")}
-    entry = load_index(record_dir.parent)["records"].get(record_dir.name, {})
+    index = load_index(record_dir.parent)["records"]
+    entry = index.get(record_dir.name, {})
+    later = backward_record(record_dir)
+    backward = None if later is None else {
+        "record": later.name,
+        "record_created_utc": json.loads((later / MANIFEST).read_text()).get("created_utc"),
+        "record_manifest_sha256": index.get(later.name, {}).get("manifest_sha256"),
+        "read": {p.relative_to(later).as_posix(): sha256_file(p)
+                 for p in files["backward"] if p.name != MANIFEST}}
     return {
         "about": ABOUT,
         "format": FORMAT,
@@ -89,6 +136,7 @@ def export_document(record_dir: str | Path) -> dict:
         "builds": builds,
         "vouched_sources": vouched_sources(record_dir),
         "tables": {name: encode_table(table) for name, table in tables.items()},
+        **({} if backward is None else {"backward_record": backward}),
     }
 
 
