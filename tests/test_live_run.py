@@ -247,6 +247,15 @@ def test_gpu_run_makes_one_snakemake_call_with_its_environment_as_config(tmp_pat
     jobs = dag(snakemake(copy, "-n", *args[:1], *args[3:]).stdout)
     assert {"verify_pass", "time_pass", "compare_pass", "backward_dispatch_table",
             "snapshot_passes"} <= set(jobs) and "live_run" not in jobs, jobs
+    # A switch set to 0 is off, as unset: GPU_TESTS=0 runs no GPU test and asks for none.
+    for switch in ("1", "0"):
+        env.update(GPU_TESTS=switch, GPU_TEST_PATHS="tests/test_gpu_passes.py",
+                   RERUN_CHECK="0")
+        res = run_guarded(["bash", "tools/gpu_run.sh", "full"], copy, env=env)
+        args = (tmp_path / "args").read_text().splitlines()
+        assert ("gpu_tests=True" in args) == (switch == "1") and "rerun_check=True" not in args
+        assert ("pytest -m gpu" in res.stdout) == (switch == "1"), res.stdout
+        assert args[0] == "snapshot_passes", args
 
 
 def test_the_plan_leaves_a_failed_gate_kernel_out_of_every_list_and_names_it(repo):

@@ -23,7 +23,7 @@
 #   RECORD_NAME     record_name (default: today's date, UTC)
 #   GATE_KERNEL     gate_kernel: a kernel measured only if its GPU tests pass here
 #   GPU_TEST_PATHS  gpu_test_paths (test files, space-separated; default: tests)
-#   GPU_TESTS=1     gpu_tests: every GPU test of those files first (GPU_TEST_K: gpu_test_k)
+#   GPU_TESTS=1     gpu_tests (0 or empty: off, as for every switch below): every GPU test of those files first (GPU_TEST_K: gpu_test_k)
 #   EXTRA_TARGETS   extra_targets (space-separated; default: mobilenet_probe; empty: none)
 #   RERUN_CHECK=1   rerun_check
 #   PASSES=1        a record of the backward passes alone: the call's target is snapshot_passes
@@ -52,6 +52,9 @@ setup() { if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi; }
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 list() { local IFS=,; echo "[$*]"; }  # words as a YAML list, one --config value
+# A switch of the environment (GPU_TESTS, RERUN_CHECK, PASSES, PACK_NOW): on unless unset, empty
+# or 0, so that GPU_TESTS=0 means off.
+on() { [ -n "${1:-}" ] && [ "$1" != 0 ]; }
 
 # The configuration: Snakemake layers the files; the environment becomes --config entries.
 # shellcheck disable=SC2206
@@ -60,15 +63,15 @@ entries=(mode=live "record_name=${RECORD_NAME:-$(date -u +%F)}")
 if [ -n "${GATE_KERNEL:-}" ]; then entries+=("gate_kernel=$GATE_KERNEL"); fi
 # shellcheck disable=SC2086
 if [ -n "${GPU_TEST_PATHS:-}" ]; then entries+=("gpu_test_paths=$(list $GPU_TEST_PATHS)"); fi
-if [ -n "${GPU_TESTS:-}" ]; then entries+=(gpu_tests=True); fi
+if on "${GPU_TESTS:-}"; then entries+=(gpu_tests=True); fi
 if [ -n "${GPU_TEST_K:-}" ]; then entries+=("gpu_test_k=$GPU_TEST_K"); fi
 # shellcheck disable=SC2086
 if [ -n "${EXTRA_TARGETS+set}" ]; then entries+=("extra_targets=$(list $EXTRA_TARGETS)"); fi
-if [ -n "${RERUN_CHECK:-}" ]; then entries+=(rerun_check=True); fi
+if on "${RERUN_CHECK:-}"; then entries+=(rerun_check=True); fi
 
 # The one Snakemake call's target, and the record it snapshots (by its folder's suffix).
 target=live_record suffix=
-if [ -n "${PASSES:-}" ]; then target=snapshot_passes suffix=-passes; fi
+if on "${PASSES:-}"; then target=snapshot_passes suffix=-passes; fi
 
 live_record() {  # the run: the one Snakemake call, with the step's layers and entries
   snakemake "$target" --cores "${CORES:-all}" --keep-going \
@@ -151,7 +154,7 @@ full)
   sent_commit
   machine
   echo "${entries[1]#record_name=}" > "$work/record_name"
-  if [ -n "${PASSES:-}" ] && [ -n "${GPU_TESTS:-}" ]; then
+  if on "${PASSES:-}" && on "${GPU_TESTS:-}"; then
     log "pytest -m gpu ${GPU_TEST_PATHS:-tests}"
     # shellcheck disable=SC2086
     python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider ${GPU_TEST_PATHS:-tests} \
@@ -185,17 +188,17 @@ wait)
   deadline=$(( $(date +%s) + ${WAIT_S:-480} ))
   # The measuring call (live_atlas, ending in the snapshot) has finished when its report exists.
   snapshotted="results/$device/live/live-atlas.json"
-  if [ -n "${PASSES:-}" ]; then
+  if on "${PASSES:-}"; then
     snapshotted="records/$device-$(cat "$work/record_name" 2>/dev/null)-passes/record.json"
   fi
   while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
-    if [ -n "${PACK_NOW:-}" ] && [ -f "$snapshotted" ]; then break; fi
+    if on "${PACK_NOW:-}" && [ -f "$snapshotted" ]; then break; fi
     sleep 5
   done
   cat "$work/run.log"
   grep -hE '^\[(verify|time|tune)' "results/$device"/logs/*.log 2>/dev/null | tail -3
   if [ -f "$work/done" ]; then pack; echo RUN-DONE
-  elif [ -n "${PACK_NOW:-}" ] && [ -f "$snapshotted" ]; then pack; echo RUN-PACKED-EARLY
+  elif on "${PACK_NOW:-}" && [ -f "$snapshotted" ]; then pack; echo RUN-PACKED-EARLY
   else pack_state; echo RUN-RUNNING; fi
   ;;
 esac
