@@ -23,7 +23,8 @@
 #   RECORD_NAME     record_name (default: today's date, UTC)
 #   GATE_KERNEL     gate_kernel: a kernel measured only if its GPU tests pass here
 #   GPU_TEST_PATHS  gpu_test_paths (test files, space-separated; default: tests)
-#   GPU_TESTS=1     gpu_tests (0 or empty: off, as for every switch below): every GPU test of those files first (GPU_TEST_K: gpu_test_k)
+#   GPU_TESTS=1     gpu_tests: every GPU test of those files first (GPU_TEST_K: gpu_test_k);
+#                   0 or empty is off, as for every switch below
 #   EXTRA_TARGETS   extra_targets (space-separated; default: mobilenet_probe; empty: none)
 #   RERUN_CHECK=1   rerun_check
 #   PASSES=1        a record of the backward passes alone: the call's target is snapshot_passes

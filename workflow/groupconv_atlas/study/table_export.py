@@ -14,7 +14,7 @@ with tables is not the one its file names).
 
 The backward dispatch table comes from the newest measurement of the backward passes over the
 record's frozen shape set (study/pass_plan.newest_passes_over, the rule a replay follows): the
-record's own, or a record of the passes alone made after it, which the file then names with its
+record's own, or the last-created record of the passes alone over that set, which the file names with its
 manifest hash and the file read ("backward_record"). A kernel change to a backward pass, measured
 in a record of its own, so reaches the package without a new forward record."""
 from __future__ import annotations
@@ -44,17 +44,17 @@ def export_record(records_dir: str | Path, setting: str, device: str) -> Path:
 
 
 def backward_record(record_dir: str | Path) -> Path | None:
-    """The record a later measurement of the backward passes over `record_dir`'s shape set comes
-    from (a record of the passes alone, created after it), or None: the record's own table, if any,
-    stands."""
+    """The record of the passes alone whose backward table the export carries instead of
+    `record_dir`'s own, by the rule a replay of the newest follows (pass_plan.newest_passes_over:
+    the last-created record with passes over the same shape set, so one made before a record with
+    passes of its own never replaces them), or None: the record's own table, if any, stands."""
     record_dir = Path(record_dir)
-    manifest = json.loads((record_dir / MANIFEST).read_text())
-    found = newest_passes_over(record_dir.parent, manifest.get("device"), record_dir)
+    device = json.loads((record_dir / MANIFEST).read_text()).get("device")
+    found = newest_passes_over(record_dir.parent, device, record_dir)
     if found is None or found.name == record_dir.name \
             or not (found / "raw" / "dispatch" / BACKWARD_TABLE).is_file():
         return None
-    created = json.loads((found / MANIFEST).read_text()).get("created_utc", "")
-    return found if created >= manifest.get("created_utc", "") else None
+    return found
 
 
 def provenance_files(record_dir: str | Path) -> dict[str, list[Path]]:
