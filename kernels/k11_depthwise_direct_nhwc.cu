@@ -22,6 +22,13 @@
 //   then loaded (ROWS + 2) / ROWS times per thread instead of three. The z index is a block of
 //   ROWS rows of one image: one division per block, the same for all its threads.
 // The tuning stage picks VEC, PIX, ROWS and the block size per shape.
+// FLIP: every entry also comes turned 180 degrees (`<entry>_flip`: tap t read as tap 8 - t,
+// w[c][2 - kh][2 - kw]). For a depthwise weight that turned weight is the input gradient's
+// w' (dX = conv(dY, w'); its transposition between input and output channels is the identity
+// with one channel per group), so the backward launches the _flip entry on the weight as it is:
+// no gather kernel before it, which cost the input gradient 3 to 5.5 us on the small maps
+// (record h200-2026-12-04-passes beside h200-2026-12-03's forward). FLIP is a compile-time
+// index, so the unflipped entries' machine code is the kernel's before FLIP.
 #include "channel_vec.cuh"
 #include "common.cuh"
 // K11_TILES: the (VEC, PIX, ROWS) table, written in Python (nhwc_direct_kernels.K11_TABLE),
@@ -78,7 +85,7 @@ __device__ __forceinline__ ChannelVec<1> k11_tap<1>(const float (&tw)[9], int t)
 // - grid = (ceil(C / VEC / blockDim.x), ceil(W / (PIX * blockDim.y)), N * ceil(H / ROWS)):
 //   the z blocks and the pixel-group blocks each at most 65535 (gridDim.y and z), W * C < 2**31
 //   (a row's offsets are 32-bit; a row's start is 64-bit).
-template <int VEC, int PIX, int ROWS>
+template <int VEC, int PIX, int ROWS, bool FLIP>
 __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
                                                    const float* __restrict__ wt,
                                                    float* __restrict__ y, int N, int C_in,
@@ -136,8 +143,10 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
 #pragma unroll
             for (int kh = 0; kh < 3; ++kh) {
 #pragma unroll
-                for (int kw = 0; kw < 3; ++kw)
-                    acc.fma(in[kh][q + kw], k11_tap<VEC>(tw, kh * 3 + kw));
+                for (int kw = 0; kw < 3; ++kw) {
+                    const int t = kh * 3 + kw;
+                    acc.fma(in[kh][q + kw], k11_tap<VEC>(tw, FLIP ? 8 - t : t));
+                }
             }
             if (w0 + q < W) acc.store(out + (w0 + q) * C);
         }
@@ -152,16 +161,22 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
     }
 }
 
-// One entry per (vector width, pixels per thread, rows per thread) of the table (K11_TILES); each
-// allows up to 256 threads per block. ROWS = 1 keeps the entry names of the kernel before ROWS.
+// Two entries per (vector width, pixels per thread, rows per thread) of the table (K11_TILES):
+// the convolution and, after it, the same turned 180 degrees (_flip); each allows up to 256
+// threads per block. ROWS = 1 keeps the entry names of the kernel before ROWS.
 #define K11_NAME_1(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX
 #define K11_NAME_2(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r2
 #define K11_NAME_4(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r4
-#define K11_ENTRY(VEC, PIX, ROWS)                                                              \
-    extern "C" __global__ void __launch_bounds__(256) K11_NAME_##ROWS(VEC, PIX)(                \
+#define K11_FLIPPED(NAME) K11_PASTE(NAME, _flip)  // NAME expanded first, then _flip appended
+#define K11_PASTE(NAME, SUFFIX) NAME##SUFFIX
+#define K11_KERNEL(NAME, VEC, PIX, ROWS, FLIP)                                                 \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                     \
         const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
         int N, int C_in, int C_out, int H, int W, int groups) {                                 \
-        k11_depthwise_nhwc<VEC, PIX, ROWS>(x, wt, y, N, C_in, C_out, H, W, groups);             \
+        k11_depthwise_nhwc<VEC, PIX, ROWS, FLIP>(x, wt, y, N, C_in, C_out, H, W, groups);       \
     }
+#define K11_ENTRY(VEC, PIX, ROWS)                                                              \
+    K11_KERNEL(K11_NAME_##ROWS(VEC, PIX), VEC, PIX, ROWS, false)                                \
+    K11_KERNEL(K11_FLIPPED(K11_NAME_##ROWS(VEC, PIX)), VEC, PIX, ROWS, true)
 
 K11_TILES(K11_ENTRY)

@@ -15,6 +15,8 @@
 // - A window row's PIX middle floats are loaded as 16- or 8-byte vectors when W and the tensors'
 //   addresses allow it (checked here, uniformly for the launch), and the outputs stored likewise.
 // The tuning stage picks ROWS, PIX and the block size per shape.
+// FLIP: every entry also comes turned 180 degrees (`<entry>_flip`: tap t read as tap 8 - t), the
+// depthwise input gradient's weight w' read from the weight as it is, as in k11 (see there).
 #include <stdint.h>
 
 #include "common.cuh"
@@ -89,7 +91,7 @@ __device__ __forceinline__ void k12_store_row(float* __restrict__ row, int w0, i
 // - grid = (ceil(N * C / blockDim.z), ceil(H / (ROWS * blockDim.y)), ceil(W / (PIX *
 //   blockDim.x))): N * C < 2**31 planes (a plane's index and channel are 32-bit; its offset is
 //   64-bit), the row and column groups at most 65535 blocks each (gridDim.y and z).
-template <int ROWS, int PIX>
+template <int ROWS, int PIX, bool FLIP>
 __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
                                                    const float* __restrict__ wt,
                                                    float* __restrict__ y, int N, int C_in,
@@ -117,7 +119,7 @@ __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
     const float* taps = wt + (long long)(plane % C_in) * 9;
     float k[9];
 #pragma unroll
-    for (int t = 0; t < 9; ++t) k[t] = __ldg(taps + t);
+    for (int t = 0; t < 9; ++t) k[t] = __ldg(taps + (FLIP ? 8 - t : t));
 
     float* yp = y + plane * plane_floats;
 #pragma unroll
@@ -138,13 +140,17 @@ __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
     }
 }
 
-// One entry per (output rows, output columns) per thread of the table (K12_TILES); each allows up
-// to 256 threads per block.
-#define K12_ENTRY(ROWS, PIX)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256) k12_depthwise_planes_nchw_r##ROWS##_p##PIX( \
-        const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,        \
-        int N, int C_in, int C_out, int H, int W, int groups) {                                  \
-        k12_depthwise_nchw<ROWS, PIX>(x, wt, y, N, C_in, C_out, H, W, groups);                   \
+// Two entries per (output rows, output columns) per thread of the table (K12_TILES): the
+// convolution and, after it, the same turned 180 degrees (_flip); each allows up to 256 threads
+// per block.
+#define K12_KERNEL(NAME, ROWS, PIX, FLIP)                                                      \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                     \
+        const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
+        int N, int C_in, int C_out, int H, int W, int groups) {                                 \
+        k12_depthwise_nchw<ROWS, PIX, FLIP>(x, wt, y, N, C_in, C_out, H, W, groups);            \
     }
+#define K12_ENTRY(ROWS, PIX)                                                                   \
+    K12_KERNEL(k12_depthwise_planes_nchw_r##ROWS##_p##PIX, ROWS, PIX, false)                    \
+    K12_KERNEL(k12_depthwise_planes_nchw_r##ROWS##_p##PIX##_flip, ROWS, PIX, true)
 
 K12_TILES(K12_ENTRY)

@@ -30,6 +30,9 @@ class Mutant:
     # The launch variant verified (a tuned kernel's fault in a variant its untuned rule never
     # takes); None: the untuned rule.
     variant: dict | None = None
+    # The kernel's flipped entries verified (KernelSpec.flips: the taps turned 180 degrees, the
+    # depthwise input gradient), against the convolution with the weight turned around.
+    flip: bool = False
 
     @property
     def target(self) -> str:
@@ -161,8 +164,8 @@ MUTANTS = (
     Mutant("k11_every_thread_reads_the_first_taps", "k11", "k11_load_taps<VEC>(wt, c, tw);",
            "k11_load_taps<VEC>(wt, 0, tw);",
            ("mobilenetv2-n32-c576-14x14-g576", "stress-tiny-n1-c32-7x7-g32")),
-    Mutant("k11_taps_transposed", "k11", "k11_tap<VEC>(tw, kh * 3 + kw)",
-           "k11_tap<VEC>(tw, kw * 3 + kh)",
+    Mutant("k11_taps_transposed", "k11", "const int t = kh * 3 + kw;",
+           "const int t = kw * 3 + kh;",
            ("mobilenetv2-n1-c144-56x56-g144", "xception-n1-c728-19x19-g728")),
     Mutant("k11_image_row_taken_for_the_map_row", "k11", "h = row % H;", "h = row;",
            ("mobilenetv2-n32-c144-56x56-g144", "stress-tiny-n64-c1024-4x4-g1024")),
@@ -171,6 +174,14 @@ MUTANTS = (
     Mutant("k11_window_not_slid_down", "k11", "in[2][j] = next[j];", "in[2][j] = in[1][j];",
            ("mobilenetv2-n32-c144-56x56-g144", "stress-oddw-n16-c96-127x127-g96"),
            variant={"vec": 4, "pix": 1, "rows": 4, "threads": 128}),
+    # k11's flipped entries (the depthwise input gradient): the taps not turned around (the
+    # forward's read), and turned about one axis only (rows kept, 8 - t mirrors both).
+    Mutant("k11_flip_taps_not_turned", "k11", "FLIP ? 8 - t : t", "FLIP ? t : t",
+           ("mobilenetv2-n1-c576-14x14-g576", "stress-oddw-n16-c96-127x127-g96"), flip=True),
+    Mutant("k11_flip_taps_turned_left_right_only", "k11", "FLIP ? 8 - t : t",
+           "FLIP ? kh * 3 + 2 - kw : t",
+           ("efficientnet-b0-n1-c1152-7x7-g1152", "mobilenetv2-n32-c144-56x56-g144"),
+           flip=True),
     # k12 (NCHW depthwise, one thread per tile of a plane): the bottom edge's zero padding
     # dropped (the last row reads the next plane's first); every plane given the first
     # channel's taps; the taps transposed; the right edge's halo read from the next row.
@@ -184,4 +195,12 @@ MUTANTS = (
     Mutant("k12_right_edge_reads_the_next_row", "k12", "v[PIX + 1] = w0 + PIX < W ?",
            "v[PIX + 1] = w0 + PIX <= W ?",
            ("mobilenetv2-n1-c32-112x112-g32", "mobilenetv2-n32-c576-14x14-g576")),
+    # k12's flipped entries: the taps not turned around; turned upside down only.
+    Mutant("k12_flip_taps_not_turned", "k12", "__ldg(taps + (FLIP ? 8 - t : t))",
+           "__ldg(taps + (FLIP ? t : t))",
+           ("mobilenetv2-n1-c576-14x14-g576", "xception-n1-c728-19x19-g728"), flip=True),
+    Mutant("k12_flip_taps_turned_upside_down_only", "k12", "__ldg(taps + (FLIP ? 8 - t : t))",
+           "__ldg(taps + (FLIP ? (2 - t / 3) * 3 + t % 3 : t))",
+           ("efficientnet-b0-n32-c1152-7x7-g1152", "stress-oddw-n32-c144-57x13-g144"),
+           flip=True),
 )

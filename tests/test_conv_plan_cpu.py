@@ -26,7 +26,7 @@ class _Launcher:
         self.calls, self.tunings, self.cubins = [], {}, {}
         self.dispatch, self.dispatch_nhwc = {}, {}
 
-    def kernel_plan(self, kernel, shape, variant=None, handle="main"):
+    def kernel_plan(self, kernel, shape, variant=None, handle="main", flip=False):
         self.kernel = kernel
         return RecordingPlan(self.calls), None
 
@@ -133,3 +133,29 @@ def test_a_misaligned_nchw_weight_is_converted_not_refused(runtime):
     assert w_off.is_contiguous() and w_off.data_ptr() % 16 == 4
     runtime.forward(x, w_off, 4, "k9")
     assert runtime.launcher.calls[-1][2] % 16 == 0
+
+
+def test_a_flipped_plan_asks_for_the_flipped_entry_and_its_fallback_turns_the_weight(
+        runtime, monkeypatch):
+    """The depthwise input gradient's plan (call_plan.plan_call with flip): the launcher is asked
+    for the flipped entry, and a pointer its vectors cannot read is computed by the channels_last
+    reference on the weight turned 180 degrees, which is what the flipped entry computes."""
+    asked = []
+    launcher = runtime.launcher
+    real = launcher.kernel_plan
+
+    def kernel_plan(kernel, shape, variant=None, handle="main", flip=False):
+        asked.append((kernel, flip))
+        return real(kernel, shape, variant, handle, flip)
+    monkeypatch.setattr(launcher, "kernel_plan", kernel_plan)
+    x, w = _inputs(2, 8, 8, 5, 7, 8)
+    shape = geometry_shape(2, 8, 8, 5, 7, 8)
+    plan = call_plan.plan_call(launcher, "k11", shape, "nhwc", x, w, requested="dispatch",
+                               flip=True)
+    assert asked == [("k11", True)]
+    xs = _misaligned(x)
+    y = plan.call(xs, w)
+    assert not launcher.calls
+    torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w.flip((2, 3)), None, 1, 1, 1, 8))
+    plan.call(x, w)  # aligned: the kernel runs
+    assert len(launcher.calls) == 1

@@ -116,6 +116,58 @@ def test_input_grad_matches_fp64(shape, layout):
     assert_within_bound(got, ref, scale, 9 * shape.cout_per_group, f"{impl} {shape.id}")
 
 
+DEPTHWISE = [s for s in CASES if s.c_in == s.c_out == s.groups]
+
+
+@pytest.mark.parametrize("layout", FORMATS)
+def test_the_depthwise_input_gradient_is_one_flipped_launch_where_a_kernel_flips(layout):
+    """On depthwise geometries the input gradient launches a kernel's flipped entry on the
+    weight as it is (no gather): the dispatcher's choice where it flips, the layout's flipping
+    kernel where the dispatcher chose PyTorch, the gather and the dispatcher's kernel otherwise
+    (backward_plans._flipped_plan). Its values are test_input_grad_matches_fp64's."""
+    from groupconv_atlas.runtime import backward, backward_plans
+    from groupconv_atlas.runtime.conv import runtime
+    from groupconv_atlas.runtime.kernels import DISPATCH, KERNELS
+    flipped = 0
+    for shape in DEPTHWISE:
+        _, w, dy = _inputs(shape, 3, layout)
+        route = backward.input_grad_route(dy, w, shape.groups, f"ig_{layout}")
+        chosen = runtime().choice_for(DISPATCH, shape, layout)[0]
+        flipping = backward_plans.FLIPPING[layout]
+        if chosen in KERNELS and not KERNELS[chosen].flips:
+            assert route["via"].startswith("w' gathered"), (shape.id, chosen, route)
+            continue
+        want = chosen if chosen in KERNELS else flipping
+        if not KERNELS[want].supports(shape)[0]:
+            assert route["via"].startswith("w' gathered"), (shape.id, want, route)
+            continue
+        assert route["via"] == "flipped entry on the weight as it is", (shape.id, route)
+        assert route["kernel"] == want and route["entry"].endswith("_flip"), (shape.id, route)
+        flipped += 1
+    assert flipped >= len(DEPTHWISE) // 3, f"{flipped} of {len(DEPTHWISE)} flipped"
+
+
+@pytest.mark.parametrize("layout", FORMATS)
+@pytest.mark.parametrize("shape", [s for s in DEPTHWISE if s.n == 1][:3] + ODD[:2],
+                         ids=lambda s: s.id)
+def test_a_misaligned_grad_y_takes_the_turned_weights_reference(shape, layout):
+    """grad_y 4 bytes past a 16-byte boundary: a flipped channels_last entry cannot load its
+    vectors, so the call computes PyTorch's convolution with the weight turned around instead;
+    the gradient stays right (an NCHW flipped entry takes its scalar path)."""
+    from groupconv_atlas.runtime import backward
+    torch = _torch()
+    x, w, dy = _inputs(shape, 21, layout)
+    impl = f"ig_{layout}"
+    backward.input_grad(dy, w, shape.groups, impl)  # the plan made on aligned tensors
+    buf = torch.empty(dy.numel() + 1, device="cuda")
+    shifted = buf[1:].as_strided(dy.shape, dy.stride())
+    shifted.copy_(dy)
+    assert shifted.data_ptr() % 16 == 4
+    got = backward.input_grad(shifted, w, shape.groups, impl)
+    ref, scale = _fp64(x, w, dy, shape.groups, (True, False))
+    assert_within_bound(got, ref, scale, 9 * shape.cout_per_group, f"{impl} {shape.id} shifted")
+
+
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
 @pytest.mark.parametrize("layout", FORMATS)
 @pytest.mark.parametrize("shape", ODD[:4] + [s for s in SHAPES if s.n == 1][:2],

@@ -20,7 +20,7 @@ from launch_fakes import STAGE_STREAM, RecordingPlan, StageSession, plan_on_cpu 
 def launcher(monkeypatch):
     made = {}
 
-    def kernel_plan(self, kernel, shape, variant=None, handle="main"):
+    def kernel_plan(self, kernel, shape, variant=None, handle="main", flip=False):
         launch, origin = self.kernel_launch(kernel, shape, variant)
         made["plan"] = RecordingPlan([], launch.entry)
         return made["plan"], origin

@@ -91,12 +91,12 @@ from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.runtime.shapes import Shape
 from groupconv_atlas.runtime.verify import verify_one
 
-kernel, cubin, shapes, factor, variant = json.loads(sys.argv[1])
+kernel, cubin, shapes, factor, variant, flip = json.loads(sys.argv[1])
 launcher = Launcher(GpuSession(), {kernel: cubin})
 for index, shape in enumerate(shapes):
     try:
         row = verify_one(launcher, kernel, Shape(**shape), 777 + index, factor=factor,
-                         n_points=256, variant=variant)
+                         n_points=256, variant=variant, flip=flip)
         verdict = [shape["id"], row["status"], row["reason"]]
     except Exception as exc:  # a crashing launch is caught: it cannot pass verification
         verdict = [shape["id"], "incorrect", f"launch failed: {type(exc).__name__}: {exc}"]
@@ -107,8 +107,20 @@ for index, shape in enumerate(shapes):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if not m.flip], ids=lambda m: m.name)
 def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
+    verification_marks_incorrect(mutant, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.flip], ids=lambda m: m.name)
+def test_verification_marks_a_flipped_entry_mutant_incorrect(mutant, tmp_path, gpu_session):
+    """The flipped entries' faults (the depthwise input gradient's launch), verified as the
+    flipped entries are: against the convolution with the weight turned around."""
+    verification_marks_incorrect(mutant, tmp_path)
+
+
+def verification_marks_incorrect(mutant, tmp_path):
     import json
     import sys
 
@@ -120,7 +132,7 @@ def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
     shapes = [SHAPES[sid].to_dict() for sid in mutant.shapes]
     res = run_guarded([sys.executable, "-c", VERIFY_PROGRAM,
                        json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR,
-                                   mutant.variant])], None)
+                                   mutant.variant, mutant.flip])], None)
     verdicts = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
     print(mutant.name, verdicts, res.stderr[-2000:])
     assert verdicts, f"{mutant.name}: the verification process gave no verdict: {res.stderr}"

@@ -40,11 +40,11 @@ def planned(monkeypatch):
     real = call_plan.plan_call
 
     def recording(launcher, impl, shape, layout, x, weight, variant=None, requested=None,
-                  handle="main"):
+                  handle="main", flip=False):
         made.append((impl, layout, requested or impl))
-        return real(launcher, impl, shape, layout, x, weight, variant, requested, handle)
+        return real(launcher, impl, shape, layout, x, weight, variant, requested, handle, flip)
 
-    def kernel_plan(self, kernel, shape, variant=None, handle="main"):
+    def kernel_plan(self, kernel, shape, variant=None, handle="main", flip=False):
         return RecordingPlan(launches), None
 
     monkeypatch.setattr(call_plan, "plan_call", recording)
@@ -99,7 +99,7 @@ class _OpLauncher:
         self.dispatch = {DEPTHWISE.geometry: "k5"}
         self.dispatch_nhwc = {DEPTHWISE.geometry: "torch_tuned_nhwc"}
 
-    def kernel_plan(self, kernel, shape, variant=None, handle="main"):
+    def kernel_plan(self, kernel, shape, variant=None, handle="main", flip=False):
         return RecordingPlan(self.launches), None
 
 

@@ -9,7 +9,9 @@ layout, on which geometry, and the calls themselves.
 - `input_grad(grad_y, weight, groups, implementation)`: dX (N, C_in, H, W) in grad_y's layout.
   The custom passes ("ig_nchw", "ig_nhwc") compute dX = conv(dY, w') with the forward
   kernels, through the op's dispatcher on the swapped geometry (N, C_out, C_in, H, W, groups);
-  w'[g*cig + i, o, kh, kw] = w[g*cog + o, i, 2 - kh, 2 - kw], gathered by one torch.take.
+  w'[g*cig + i, o, kh, kw] = w[g*cog + o, i, 2 - kh, 2 - kw], gathered by one torch.take; on a
+  depthwise geometry w' is w turned 180 degrees, which a kernel's flipped entry (k11, k12) reads
+  as it is, one launch with no gather (backward_plans._flipped_plan).
 - The strict-FP32 PyTorch references, by the forward references' names ("torch_default",
   "torch_tuned" on NCHW, "torch_default_nhwc", "torch_tuned_nhwc" on channels_last):
   aten.convolution_backward with that one pass's mask (what autograd runs), cudnn.benchmark off
@@ -33,7 +35,7 @@ from .kernels import KERNELS, layout_of
 from .shapes import Shape, geometry_shape
 
 __all__ = ["PASSES", "CUSTOM_BACKWARD", "backward_implementations", "backward_layout",
-           "backward_support", "input_grad", "weight_grad"]
+           "backward_support", "input_grad", "input_grad_route", "weight_grad"]
 # The H200's SMs: support asks the launch rule on the GPU the atlas measures (the rule's limits
 # do not depend on it).
 SUPPORT_SM_COUNT = 132
@@ -109,14 +111,19 @@ def backward_support(pass_: str, implementation: str, shape) -> tuple[bool, str]
                   "summed in a fixed order (deterministic)")
 
 
-def _forward(x, weight, groups, implementation):
-    return runtime().forward(x, weight, groups, implementation)
-
-
 def input_grad(grad_y, weight, groups: int, implementation: str):
     """dX of y = conv2d(x, weight, groups) from grad_y (N, C_out, H, W, in the implementation's
     layout); dX comes back in that layout. Raises UnsupportedConv naming the field."""
-    return backward_plans.BACKWARD.input_grad(grad_y, weight, groups, implementation, _forward)
+    return backward_plans.BACKWARD.input_grad(grad_y, weight, groups, implementation, runtime)
+
+
+def input_grad_route(grad_y, weight, groups: int, implementation: str) -> dict:
+    """What input_grad launches for these arguments (its plan made, nothing launched): "via"
+    (PyTorch's backward, the gather then the forward's dispatch, or a flipped entry on the weight
+    as it is) and, for a flipped entry, the kernel, why, entry, grid and block."""
+    plan = backward_plans.BACKWARD.input_grad_plan(grad_y, weight, groups, implementation,
+                                                   runtime)
+    return dict(plan.route)
 
 
 def weight_grad(grad_y, x, groups: int, implementation: str):

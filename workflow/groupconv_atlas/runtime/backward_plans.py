@@ -10,7 +10,8 @@ captures it; nothing synchronises.
   (a fixed-order two-stage reduction: bit-identical across runs).
 - input_grad, custom ("ig_nchw", "ig_nhwc"): dX = conv(dY, w') with w' the weight gathered by
   backward_kernels.transposed_weight_index (one torch.take), through the op's forward dispatcher
-  on (N, C_out, C_in, H, W, groups).
+  on (N, C_out, C_in, H, W, groups); on depthwise geometries, where w' is the weight turned 180
+  degrees, one launch of a forward kernel's flipped entry on the weight as it is (_flipped_plan).
 - The references: aten.convolution_backward with that pass's mask (torch_fallback)."""
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import torch
 
 from .backward_kernels import BACKWARD_KERNELS, transposed_weight_index, wgrad_plan
 from .call_checks import LAYOUT_WORDS, MEMORY_FORMATS, UnsupportedConv, call_layout
-from .call_plan import _current_device, _raw_stream
+from .call_plan import _current_device, _raw_stream, plan_call
 from .cubin_cache import built_backward_cubins
-from .kernels import DISPATCH
+from .kernels import DISPATCH, KERNELS
 from .launch import kernel_plan, plan_for
 from .shapes import geometry_shape
 from .torch_fallback import CONV_BACKWARD, _ONES, _ZEROS, baseline_backward_call
@@ -137,7 +138,15 @@ class BackwardRuntime:
             run = self._plans[key] = self._weight_grad_plan(grad_y, x, groups, implementation)
         return run(grad_y, x)
 
-    def input_grad(self, grad_y, weight, groups: int, implementation: str, forward):
+    def input_grad(self, grad_y, weight, groups: int, implementation: str, runtime):
+        """dX through `implementation`; `runtime()` is the op's runtime (conv.runtime), whose
+        forward kernels, launch tables and dispatcher the custom passes compute with."""
+        run = self.input_grad_plan(grad_y, weight, groups, implementation, runtime)
+        return run(grad_y, weight, runtime)
+
+    def input_grad_plan(self, grad_y, weight, groups: int, implementation: str, runtime):
+        """The input gradient's plan for these arguments (made and kept the first time its key is
+        seen): run(grad_y, weight, runtime) -> dX, its `route` a dict saying what it launches."""
         try:
             key = ("input_grad", implementation, groups, *_key(grad_y, weight))
         except AttributeError:  # not tensors: the check names which
@@ -145,8 +154,9 @@ class BackwardRuntime:
             raise
         run = self._plans.get(key)
         if run is None:
-            run = self._plans[key] = self._input_grad_plan(grad_y, weight, groups, implementation)
-        return run(grad_y, weight, forward)
+            run = self._plans[key] = self._input_grad_plan(grad_y, weight, groups,
+                                                           implementation, runtime)
+        return run
 
     def _weight_grad_plan(self, grad_y, x, groups: int, implementation: str):
         shape = check_backward("weight_grad", grad_y, x, groups, implementation)
@@ -188,7 +198,7 @@ class BackwardRuntime:
         run_kernels.plan = plan  # what was chosen, for tests and logs
         return run_kernels
 
-    def _input_grad_plan(self, grad_y, weight, groups: int, implementation: str):
+    def _input_grad_plan(self, grad_y, weight, groups: int, implementation: str, runtime):
         shape = check_backward("input_grad", grad_y, weight, groups, implementation)
         layout = implementation_layout(implementation)
         fmt = MEMORY_FORMATS[layout]
@@ -196,21 +206,65 @@ class BackwardRuntime:
         if implementation in REFERENCES:
             reference = baseline_backward_call(implementation, groups, (True, False))
 
-            def run_reference(grad_y, weight, forward):
+            def run_reference(grad_y, weight, runtime):
                 x = torch.empty(x_shape, device=grad_y.device, memory_format=fmt)  # sizes only
                 return reference(grad_y, x, weight)[0].contiguous(memory_format=fmt)
+            run_reference.route = {"via": "aten.convolution_backward"}
             return run_reference
+        if shape.c_in == shape.c_out == groups:  # depthwise: w' is the weight turned around
+            flipped = _flipped_plan(runtime(), shape, layout, grad_y, weight)
+            if flipped is not None:
+                return flipped
         c_in, cog = shape.c_in, shape.cout_per_group
         index = torch.from_numpy(transposed_weight_index(
             shape.c_out, shape.cin_per_group, groups, layout)).to(grad_y.device)
 
-        def run_forward(grad_y, weight, forward):
+        def run_forward(grad_y, weight, runtime):
             # w' in one gather, in the layout the forward kernels read (NHWC: OHWI memory)
             flipped = torch.take(weight, index)
             flipped = flipped.view(c_in, cog, 3, 3) if layout == "nchw" else \
                 flipped.view(c_in, 3, 3, cog).permute(0, 3, 1, 2)
-            return forward(grad_y, flipped, groups, DISPATCH)
+            return runtime().forward(grad_y, flipped, groups, DISPATCH)
+        run_forward.route = {"via": "w' gathered (torch.take), then the forward's dispatch"}
         return run_forward
+
+
+def _flipped_plan(runtime, shape, layout: str, grad_y, weight):
+    """The depthwise input gradient as one launch of a forward kernel's flipped entry
+    (KernelSpec.flips) on the weight as it is, or None where no such kernel serves the geometry.
+    With one channel per group, w' is the weight turned 180 degrees, which the flipped entry
+    reads directly: no gather kernel runs before it (on the small maps that node cost 3 to 5.5 us
+    against a 2 us convolution, record h200-2026-12-04-passes). Which kernel: the forward
+    dispatcher's choice for this geometry and layout if it has flipped entries (its tuned launch
+    with it); where the dispatcher chose PyTorch, the layout's flipping kernel (FLIPPING) with
+    its tuned launch, since this pass's own references are timed beside it and the backward's
+    dispatch table chooses between them; where it chose a kernel without flipped entries, None
+    (the gather, then that kernel: on the maps where those win the gather is a small part)."""
+    impl, variant, why = runtime.choice_for(DISPATCH, shape, layout)
+    launcher = runtime.launcher
+    if impl in KERNELS and KERNELS[impl].flips:
+        kernel = impl
+    elif impl in KERNELS:
+        return None
+    else:
+        kernel, variant = FLIPPING[layout], None
+        if not KERNELS[kernel].supports(shape)[0] or kernel not in launcher.cubins:
+            return None
+        why = f"{kernel}, the {layout} flipping kernel: the dispatcher chose {impl} ({why})"
+    plan = plan_call(launcher, kernel, shape, layout, grad_y, weight, variant,
+                     requested=DISPATCH, flip=True)
+    call = plan.call
+
+    def run_flipped(grad_y, weight, runtime):
+        return call(grad_y, weight)
+    run_flipped.route = {"via": "flipped entry on the weight as it is", "kernel": kernel,
+                         "why": why, **plan.details}
+    return run_flipped
+
+
+# The kernel with flipped entries (KernelSpec.flips) that computes the depthwise input gradient
+# in each layout where the forward dispatcher chose PyTorch.
+FLIPPING = {"nchw": "k12", "nhwc": "k11"}
 
 
 BACKWARD = BackwardRuntime()
@@ -223,7 +277,7 @@ def configure_backward(cubins: dict[str, str] | None = None) -> None:
     BACKWARD = BackwardRuntime(cubins)
 
 
-def routed_backward(table: dict, forward, grad, x, weight, groups: int, needs):
+def routed_backward(table: dict, runtime, grad, x, weight, groups: int, needs):
     """(grad_x, grad_w) of the op's backward: each pass the table names for (pass, layout,
     geometry) through that implementation, the others (every pass of a geometry the table lacks)
     through aten.convolution_backward exactly as F.conv2d's backward calls it."""
@@ -239,7 +293,7 @@ def routed_backward(table: dict, forward, grad, x, weight, groups: int, needs):
     if impl_x is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_x)]
         grad_x = BACKWARD.input_grad(grad.contiguous(memory_format=fmt), weight, groups, impl_x,
-                                     forward)
+                                     runtime)
     if impl_w is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_w)]
         grad_w = BACKWARD.weight_grad(grad.contiguous(memory_format=fmt),

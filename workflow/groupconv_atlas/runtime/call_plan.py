@@ -68,19 +68,24 @@ def baseline_details(baseline: str) -> dict:
 
 
 def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict | None = None,
-              requested: str | None = None, handle: str = "main") -> CallPlan:
+              requested: str | None = None, handle: str = "main", flip: bool = False) -> CallPlan:
     """The plan of `impl` (a custom kernel or a PyTorch reference, already chosen) on `shape` for
     tensors like x and weight in `layout`. `requested` is what the caller asked for (a named
     implementation, or `dispatch`, which takes the channels_last reference where a kernel cannot
     read the call's pointers); `variant` a launch variant in place of the launch tables' own;
-    `handle` a second load of the same cubin (the A/A twin)."""
+    `handle` a second load of the same cubin (the A/A twin); `flip` the kernel's entry with its
+    taps turned 180 degrees (kernels.flipped_launch): y = conv(x, weight[:, :, ::-1, ::-1]), and
+    so is the reference a misaligned call falls back to."""
     requested = requested or impl
     if impl in BASELINES:
+        if flip:
+            raise ValueError(f"flip: {impl} is a PyTorch reference; only kernels with flipped "
+                             "entries take it")
         return CallPlan(impl, layout, baseline_call(impl, shape.groups), None,
                         baseline_details(impl))
     device, index = x.device, x.device.index
     with torch.cuda.device(device):  # the device's context current while its cubin loads
-        plan, origin = launcher.kernel_plan(impl, shape, variant, handle)
+        plan, origin = launcher.kernel_plan(impl, shape, variant, handle, flip=flip)
     enqueue = plan.launch3
     details = {"entry": plan.entry, "grid": list(plan.grid), "block": list(plan.block)}
     if origin is not None:
@@ -108,6 +113,11 @@ def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict 
     x_mask = x_align - 1 if x_align > 4 else 0
     w_mask = w_align - 1 if w_align > 4 and not convert else 0
     fallback = baseline_call(MISALIGNED_FALLBACK, shape.groups)
+    if flip:  # the reference computes what the flipped entry does
+        unflipped = fallback
+
+        def fallback(x, weight):
+            return unflipped(x, weight.flip((2, 3)))
 
     def launch_into(x, weight, y, stream):
         enqueue(stream, x.data_ptr(), weight.data_ptr(), y.data_ptr())

@@ -156,10 +156,6 @@ def _conv2d_setup(ctx, inputs, output):
     ctx.groups = groups
 
 
-def _forward(x, weight, groups, implementation):
-    return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
-
-
 def _conv2d_backward(ctx, grad):
     # Exactly what PyTorch's own ConvolutionBackward0 runs for F.conv2d (the same call, the same
     # output mask, grad as it comes: convolution_backward makes it contiguous in the layout its
@@ -168,7 +164,7 @@ def _conv2d_backward(ctx, grad):
     x, weight = ctx.saved_tensors
     needs = ctx.needs_input_grad
     if _BACKWARD_DISPATCH:  # configure(backward_dispatch=...): its passes, the rest aten's
-        grad_x, grad_w = routed_backward(_BACKWARD_DISPATCH, _forward, grad, x, weight,
+        grad_x, grad_w = routed_backward(_BACKWARD_DISPATCH, runtime, grad, x, weight,
                                          ctx.groups, needs)
         return grad_x, grad_w, None, None
     grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,

@@ -9,6 +9,7 @@ integers its source shares with that geometry (source_tables.SourceTable), which
 includes as a generated header. Pure Python: nothing here needs a GPU or nvcc."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,6 +22,7 @@ from . import nhwc_strip_kernels as nhwc_strip
 from .shapes import Shape
 # KERNELS_DIR too: the build, the cubin cache and the tools take it from the registry.
 from .source_tables import KERNELS_DIR, Launch, SourceTable, included_headers  # noqa: F401
+from .source_tables import flipped_entry
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class KernelSpec:
     # The integers the source shares with the launch geometry (#defines, tile tables), which it
     # includes as the generated header `table.header`; None: a source that shares none.
     table: SourceTable | None = None
+    # A depthwise kernel whose cubin also exports each entry with its taps turned 180 degrees
+    # (source_tables.flipped_entry): the depthwise input gradient's weight read as it is, with no
+    # gather before the launch (backward_plans; entry_names lists both).
+    flips: bool = False
 
     @property
     def headers(self) -> tuple[str, ...]:
@@ -139,7 +145,7 @@ KERNELS: dict[str, KernelSpec] = {
                       variant_keys=("vec", "pix", "rows", "threads"),
                       default_variant=nhwc_direct.k11_default_variant, layout="nhwc",
                       alignment=nhwc_direct.k11_alignment, entry_names=nhwc_direct.k11_entries,
-                      table=nhwc_direct.K11_TABLE),
+                      table=nhwc_direct.K11_TABLE, flips=True),
     "k12": KernelSpec("k12", "kernels/k12_depthwise_planes_nchw.cu",
                       "depthwise on NCHW: one thread per tile of rows x columns of a plane, its "
                       "input window in registers, a 3-D grid with no index division, tuned per "
@@ -147,7 +153,8 @@ KERNELS: dict[str, KernelSpec] = {
                       nchw_plane.k12_variants, needs_sm_count=True,
                       variant_keys=("rows", "pix", "threads"),
                       default_variant=nchw_plane.k12_default_variant,
-                      entry_names=nchw_plane.k12_entries, table=nchw_plane.K12_TABLE),
+                      entry_names=nchw_plane.k12_entries, table=nchw_plane.K12_TABLE,
+                      flips=True),
 }
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it
@@ -251,6 +258,15 @@ def launch_for(kernel: str, shape: Shape, variant: dict | None = None, *,
     if spec.needs_sm_count:
         return spec.launch(shape, sm_count=sm_count)
     return spec.launch(shape)
+
+
+def flipped_launch(kernel: str, launch: Launch) -> Launch:
+    """The same launch of a kernel with flipped entries (KernelSpec.flips), its taps turned 180
+    degrees: y = conv(x, w[:, :, ::-1, ::-1])."""
+    if not KERNELS[kernel].flips:
+        raise ValueError(f"{kernel} exports no entries with flipped taps; kernels that do: "
+                         f"{', '.join(k for k, spec in KERNELS.items() if spec.flips)}")
+    return dataclasses.replace(launch, entry=flipped_entry(launch.entry))
 
 
 def _probe_shape() -> Shape:

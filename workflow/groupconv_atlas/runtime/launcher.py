@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import call_plan
-from .kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation, launch_for, layout_of
+from .kernels import (BASELINES, DISPATCHERS, KERNELS, base_implementation, flipped_launch,
+                      launch_for, layout_of)
 from .launch import plan_for
 from .launch_tables import Geometry, dispatch_table, tuning_table
 from .shapes import Shape
@@ -81,19 +82,27 @@ class Launcher:
         return launch_for(kernel, shape, variant, sm_count=self.session.sm_count), origin
 
     def kernel_plan(self, kernel: str, shape: Shape, variant: dict | None = None,
-                    handle: str = "main"):
+                    handle: str = "main", flip: bool = False):
         """(LaunchPlan, where its configuration came from) of a kernel on this geometry, its
-        function loaded in the current context: what `bind` and the public conv2d launch."""
+        function loaded in the current context: what `bind` and the public conv2d launch.
+        flip: the same launch's entry with the taps turned 180 degrees (kernels.flipped_launch)."""
         if kernel not in self.cubins:
             raise KeyError(f"no cubin for {kernel}: this launcher holds {sorted(self.cubins)}")
         launch, origin = self.kernel_launch(kernel, shape, variant)
+        if flip:
+            launch = flipped_launch(kernel, launch)
         return plan_for(self.cubins[kernel], launch, handle), origin
 
-    def bind(self, impl: str, shape: Shape, x, w, y, variant: dict | None = None) -> Bound:
+    def bind(self, impl: str, shape: Shape, x, w, y, variant: dict | None = None,
+             flip: bool = False) -> Bound:
         """Bind `impl` to tensors x, w, y through the call plan conv2d makes (y is written by
         custom kernels; PyTorch returns its own output). The tensors are converted to the
         implementation's layout here, once, outside every timed region; the run enqueues on the
-        session's stream."""
+        session's stream. flip: a kernel's entry with its taps turned 180 degrees (KernelSpec.flips;
+        y = conv(x, w[:, :, ::-1, ::-1]))."""
+        if flip and base_implementation(impl) not in KERNELS:
+            raise ValueError(f"flip: {impl} is not a custom kernel; only kernels with flipped "
+                             "entries take it")
         if impl in DISPATCHERS:
             chosen = self.bind(self.dispatch_target(shape, DISPATCHERS[impl]), shape, x, w, y)
             return Bound(impl, chosen.run, chosen.writes_into,
@@ -107,7 +116,7 @@ class Launcher:
         x, w, y = call_plan.in_layout(self.session.torch, layout, x, w,
                                       y if base in KERNELS else None)
         plan = call_plan.plan_call(self, base, shape, layout, x, w, variant,
-                                   handle="twin" if impl != base else "main")
+                                   handle="twin" if impl != base else "main", flip=flip)
         if plan.call_into is None:  # PyTorch: its call on the converted tensors
             call = plan.call
             return Bound(impl, lambda: call(x, w), None, plan.details)

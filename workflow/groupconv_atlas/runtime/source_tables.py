@@ -94,6 +94,22 @@ def included_headers(source: str, folder: Path | None = None) -> tuple[str, ...]
     return tuple(sorted(found))
 
 
+# A depthwise kernel that reads its taps turned 180 degrees exports each entry twice: as is, and
+# with this suffix (tap t read as tap 8 - t). With one channel per group that turned weight is the
+# input gradient's w', so the backward launches it on the weight as it is (backward_plans).
+FLIP_SUFFIX = "_flip"
+
+
+def flipped_entry(entry: str) -> str:
+    """The entry of the same launch with the taps turned 180 degrees (KernelSpec.flips)."""
+    return entry + FLIP_SUFFIX
+
+
+def with_flipped(names: list[str]) -> list[str]:
+    """Each entry followed by its flipped twin: the order the sources export them in."""
+    return [name for entry in names for name in (entry, flipped_entry(entry))]
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -176,10 +176,12 @@ def full_output_failures(full: dict, poisoned: bool) -> list[str]:
 
 
 def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_points: int,
-               variant: dict | None = None) -> dict:
+               variant: dict | None = None, flip: bool = False) -> dict:
     """Run all checks for one (shape, implementation) on the GPU through the one launcher
     (launcher.Launcher, through the call plan conv2d makes); `variant` verifies one launch
-    variant of a tuned kernel (the tuning stage). Returns the record row."""
+    variant of a tuned kernel (the tuning stage); `flip` a kernel's flipped entries
+    (KernelSpec.flips), against the convolution with the weight turned 180 degrees. Returns the
+    record row."""
     ok, reason = support(impl, shape)
     if not ok:
         return unsupported_row(shape, impl, reason, seed)
@@ -192,7 +194,9 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
     with session.on_stream():
         x, w = session.random_inputs(shape, seed)
         y = session.empty_output(shape)
-        bound = launcher.bind(impl, shape, x, w, y, variant=variant)
+        bound = launcher.bind(impl, shape, x, w, y, variant=variant, flip=flip)
+        if flip:  # every reference below reads the weight the flipped entry computes with
+            w = w.flip((2, 3)).contiguous()
         poisoned = bound.writes_into is not None
         if poisoned:  # the tensor the kernel writes (a channels_last copy for an NHWC kernel)
             bound.writes_into.fill_(float("nan"))

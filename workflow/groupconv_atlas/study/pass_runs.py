@@ -111,16 +111,19 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
         return (reference_call(pass_, x, w, gy, groups, impl),
                 {"pass": pass_, "layout": layout, "cudnn_benchmark": spec["benchmark"],
                  "tf32": False, "call": "aten.convolution_backward"})
+    route = {}
     if pass_ == INPUT_GRAD:
         def run():
             return backward.input_grad(gy, w, groups, impl)
+        # what it launches (a flipped entry or the gather and the forward's dispatch), recorded
+        route = {"route": backward.input_grad_route(gy, w, groups, impl)}
     elif pass_ == WEIGHT_GRAD:
         def run():
             return backward.weight_grad(gy, x, groups, impl)
     else:
         raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
     return run, {"pass": pass_, "layout": layout, "call": f"groupconv_atlas.runtime.backward."
-                                                          f"{pass_}(..., {impl!r})"}
+                                                          f"{pass_}(..., {impl!r})", **route}
 
 
 def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> dict:
