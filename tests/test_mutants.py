@@ -109,14 +109,7 @@ for index, shape in enumerate(shapes):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if not m.flip], ids=lambda m: m.name)
 def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
-    verification_marks_incorrect(mutant, tmp_path)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.flip], ids=lambda m: m.name)
-def test_verification_marks_a_flipped_entry_mutant_incorrect(mutant, tmp_path, gpu_session):
-    """The flipped entries' faults (the depthwise input gradient's launch), verified as the
-    flipped entries are: against the convolution with the weight turned around."""
+    """(The flipped entries' mutants: tests/test_gpu_flip.py.)"""
     verification_marks_incorrect(mutant, tmp_path)
 
 
