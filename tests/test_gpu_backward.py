@@ -195,6 +195,37 @@ def test_each_pass_is_captured_in_a_cuda_graph(shape, layout, pass_):
 
 
 @pytest.mark.parametrize("layout", FORMATS)
+def test_a_pass_planned_and_launched_on_a_fresh_thread_finds_pytorch_s_context(layout):
+    """Autograd runs the op's backward on a thread of its own, where no CUDA runtime call may
+    have bound the context yet: a plan made and a kernel launched there bind PyTorch's (the
+    driver's primary context) instead of failing (launch._Driver.bind_primary_context)."""
+    import threading
+
+    from groupconv_atlas.runtime import backward
+    torch = _torch()
+    shape = geometry_shape(2, 24, 24, 9, 11, 24)  # a geometry no other test plans
+    x, w, dy = _inputs(shape, 31, layout)
+    torch.cuda.synchronize()
+    got = {}
+
+    def work():
+        try:
+            got["dx"] = backward.input_grad(dy, w, shape.groups, f"ig_{layout}")
+            got["dw"] = backward.weight_grad(dy, x, shape.groups, f"wg_{layout}")
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001 - reported below, in the test's thread
+            got["error"] = err
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert "error" not in got, repr(got.get("error"))
+    ref_x, scale_x = _fp64(x, w, dy, shape.groups, (True, False))
+    ref_w, scale_w = _fp64(x, w, dy, shape.groups, (False, True))
+    assert_within_bound(got["dx"], ref_x, scale_x, 9 * shape.cout_per_group, "dX on a thread")
+    assert_within_bound(got["dw"], ref_w, scale_w, shape.n * shape.h * shape.w, "dW on a thread")
+
+
+@pytest.mark.parametrize("layout", FORMATS)
 def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
     import groupconv_atlas as g
     from groupconv_atlas.runtime import conv

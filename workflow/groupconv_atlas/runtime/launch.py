@@ -63,6 +63,9 @@ class _Driver:
         lib.cuModuleUnload.argtypes = [vp]
         lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
+        lib.cuCtxSetCurrent.argtypes = [vp]
+        lib.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(vp), ctypes.c_int]
         launch = lib.cuLaunchKernel
         launch.argtypes = [vp, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, vp,
@@ -80,11 +83,31 @@ class _Driver:
         ctx = ctypes.c_void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:
-            raise CudaError("no CUDA context is current on this thread: initialise PyTorch's "
-                            "CUDA first (any CUDA tensor does)")
+            self.bind_primary_context()
+            self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         return int(ctx.value)
 
+    def bind_primary_context(self) -> None:
+        """Make PyTorch's context of its current device current on this thread. A thread
+        PyTorch started for itself (autograd's backward, one per device) runs CUDA work without
+        having bound the context to the driver until its first runtime call, so a plan made or a
+        kernel launched there, before any such call, would find none: the op's backward makes and
+        launches plans on that thread. The context is the device's primary one, PyTorch's own."""
+        import torch
 
+        if not torch.cuda.is_initialized():
+            raise CudaError("no CUDA context is current on this thread: initialise PyTorch's "
+                            "CUDA first (any CUDA tensor does)")
+        device, ctx = ctypes.c_int(), ctypes.c_void_p()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(device), torch.cuda.current_device()),
+                   "cuDeviceGet")
+        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device),
+                   "cuDevicePrimaryCtxRetain")
+        self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+# CUDA_ERROR_INVALID_CONTEXT: what cuLaunchKernel answers on a thread with no context current.
+INVALID_CONTEXT = 201
 _DRIVER: _Driver | None = None
 _DRIVER_LOCK = threading.Lock()
 
@@ -188,6 +211,9 @@ class LaunchPlan:
 
         def launch3(stream: int, x: int, w: int, y: int) -> None:
             result = call(plan, stream, x, w, y)
+            if result == INVALID_CONTEXT:  # a thread without the context bound: bind, again
+                driver().bind_primary_context()
+                result = call(plan, stream, x, w, y)
             if result:
                 check(result, f"cuLaunchKernel({owner.entry})")
         self.launch3 = launch3  # the instance's own, in place of the ctypes method below
@@ -204,6 +230,9 @@ class LaunchPlan:
         with self._lock:
             struct.pack_into(self._format, self._buffer, 0, *args)
             result = self._call(self.function, *self._dims, 0, stream, self._params, None)
+            if result == INVALID_CONTEXT:  # a thread without the context bound: bind, again
+                driver().bind_primary_context()
+                result = self._call(self.function, *self._dims, 0, stream, self._params, None)
         if result:
             self._check(result, f"cuLaunchKernel({self.entry})")
 
@@ -212,6 +241,9 @@ class LaunchPlan:
         with self._lock:
             struct.pack_into(self._head, self._buffer, 0, x, w, y)
             result = self._call(self.function, *self._dims, 0, stream, self._params, None)
+            if result == INVALID_CONTEXT:  # a thread without the context bound: bind, again
+                driver().bind_primary_context()
+                result = self._call(self.function, *self._dims, 0, stream, self._params, None)
         if result:
             self._check(result, f"cuLaunchKernel({self.entry})")
 
