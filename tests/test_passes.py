@@ -115,6 +115,30 @@ def test_the_atlas_section_per_pass(built):
     assert "torch_best / best custom" in section["definition"]
 
 
+def test_the_section_splits_each_boundary_by_kind_of_shape(built):
+    from groupconv_atlas.study.headline_lines import pass_lines
+
+    table, _, verification = built
+    shapes = {"shapes": [{"id": "win", "cin_per_group": 1, "cout_per_group": 1},
+                         {"id": "loss", "cin_per_group": 4, "cout_per_group": 4},
+                         {"id": "tie", "cin_per_group": 16, "cout_per_group": 16}]}
+    section = clean(passes_section(table, verification, CFG, shapes))
+    graph = section["by_pass"]["input_grad"]["by_boundary"]["graph_device"]
+    kinds = {k["group"]: k for k in graph["by_kind"]}
+    assert set(kinds) == {"depthwise", "grouped"}  # no depth-multiplier shape: no entry
+    assert (kinds["depthwise"]["shapes"], kinds["depthwise"]["n_win"]) == (1, 1)
+    assert (kinds["grouped"]["shapes"], kinds["grouped"]["n_loss"], kinds["grouped"]["n_tie"]) \
+        == (2, 1, 1)
+    # win 10/5 on its own; loss 10/30 and tie 10/10 together
+    assert kinds["depthwise"]["geomean_ratio"] == pytest.approx(2.0, rel=0.01)
+    assert kinds["grouped"]["geomean_ratio"] == pytest.approx((1 / 3) ** 0.5, rel=0.01)
+    assert "by kind of shape: depthwise (1) 2.00x, losses 0, grouped (2) 0.58x, losses 1" \
+        in pass_lines(section)[0]
+    # without the shape set, no split (and the sentence has none)
+    assert "by_kind" not in clean(passes_section(table, verification, CFG))["by_pass"][
+        "input_grad"]["by_boundary"]["graph_device"]
+
+
 def test_the_backward_dispatch_table_is_the_fastest_verified_per_layout(built, tmp_path):
     from groupconv_atlas.runtime.launch_tables import backward_dispatch_table
 

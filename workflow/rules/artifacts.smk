@@ -123,7 +123,9 @@ rule assemble_passes:
         timing_meta=PLAN.passes.all_raw_timing("json"),
         verification=PLAN.passes.all_verification(),
         check=PLAN.passes.record_check(),
-        code=code("artifacts", "jobs", "pass_stats", "provenance", "stats"),
+        # the frozen shape set (the passes' record measured the same one): the kinds of shape
+        shapes=f"{PLAN.results}/shapes.json",
+        code=code("artifacts", "jobs", "headline", "pass_stats", "provenance", "stats"),
     output:
         table=PLAN.passes.table,
         summary=PLAN.passes.summary,

@@ -18,7 +18,8 @@ verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], i
 table, summary = pass_tables([pd.read_parquet(p) for p in smk.input.stats], timing_meta, cfg)
 write_parquet(smk.output.table, table)
 write_parquet(smk.output.summary, summary)
-section = passes_section(table, verification, cfg)
+section = passes_section(table, verification, cfg,
+                         json.loads(Path(smk.input.shapes).read_text()))
 if smk.params.borrowed_record:
     check = json.loads(Path(smk.params.borrowed_check).read_text())
     section["record"] = {"name": smk.params.borrowed_record,

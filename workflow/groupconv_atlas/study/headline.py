@@ -83,7 +83,7 @@ def shape_groups(shapes_doc: dict, l2_bytes: int | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg: StatsConfig
+def group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg: StatsConfig
                    ) -> list[dict]:
     entries = []
     for label in order:
@@ -311,11 +311,11 @@ def _layout_counts(rows: pd.DataFrame, labels: pd.Series) -> dict:
 
 def _regions(rows, groups, l2_bytes, cfg) -> dict:
     return {
-        "by_kind": _group_entries(rows, groups["kind"], list(KINDS), cfg),
-        "by_channels_per_group": _group_entries(
+        "by_kind": group_entries(rows, groups["kind"], list(KINDS), cfg),
+        "by_channels_per_group": group_entries(
             rows, groups["channels_per_group"],
             [channel_bin(lo) for lo, _ in CHANNEL_BINS], cfg),
-        "by_footprint": _group_entries(
+        "by_footprint": group_entries(
             rows, groups["footprint"],
             [footprint_bin(lo if lo is not None else 0.0) for lo, _ in FOOTPRINT_BINS], cfg)
         if l2_bytes else [],

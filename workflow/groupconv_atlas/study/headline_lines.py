@@ -226,8 +226,9 @@ def _group_words(group: str) -> str:
 def pass_lines(section: dict | None, boundary: str = "graph_device") -> list[str]:
     """The headline's sentence per backward pass (atlas.json's `passes`, study/pass_stats): the
     best custom implementation against torch_best, geometric mean with its interval over shapes,
-    the counts by class, the worst shape and which references torch_best was; none without
-    passes (a forward-only record's headline is unchanged)."""
+    the counts by class, the worst shape, which references torch_best was and, where the section
+    has them, the figures per kind of shape; none without passes (a forward-only record's
+    headline is unchanged)."""
     lines = []
     for pass_, entry in ((section or {}).get("by_pass") or {}).items():
         block = (entry.get("by_boundary") or {}).get(boundary)
@@ -236,6 +237,10 @@ def pass_lines(section: dict | None, boundary: str = "graph_device") -> list[str
         counts, worst = block["counts"], block.get("worst_shape")
         worst_words = (f"; its worst shape is {worst['shape_id']} at {_x(worst['ratio'])} "
                        f"({worst['class']}, {worst['implementation']})" if worst else "")
+        kinds = block.get("by_kind") or []
+        kind_words = ("; by kind of shape: " + ", ".join(
+            f"{k['group']} ({k['shapes']}) {_x(k['geomean_ratio'])}, losses {k['n_loss']}"
+            for k in kinds) if kinds else "")
         lines.append(
             f"Backward pass {pass_} at {boundary}: the fastest verified custom implementation per "
             f"shape (of {', '.join(entry['implementations'])}) against torch_best of that pass "
@@ -244,7 +249,7 @@ def pass_lines(section: dict | None, boundary: str = "graph_device") -> list[str
             + f"): geometric mean {_x(block['geomean_ratio'])} {_interval(block)}; wins "
             f"{counts['WIN']}, losses {counts['LOSS']}, ties {counts['TIE']}, inconclusive "
             f"{counts['INCONCLUSIVE']} of {block['shapes_compared']} shapes, unsupported "
-            f"{counts['UNSUPPORTED']}{worst_words}.")
+            f"{counts['UNSUPPORTED']}{worst_words}{kind_words}.")
     held = (section or {}).get("record")
     if lines and held:  # passes measured in a record of their own, beside the forward's
         lead, caveats = held_record_words(held)

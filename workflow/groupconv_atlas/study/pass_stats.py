@@ -105,11 +105,17 @@ def worst_shape(rows: pd.DataFrame) -> dict | None:
             "class": row["class"], "implementation": row["best_custom_choice"]}
 
 
-def passes_section(table: pd.DataFrame, verification: pd.DataFrame, cfg: StatsConfig) -> dict:
+def passes_section(table: pd.DataFrame, verification: pd.DataFrame, cfg: StatsConfig,
+                   shapes_doc: dict | None = None) -> dict:
     """atlas.json's `passes`: per pass and boundary, the best custom implementation against
     torch_best (geometric mean of torch_best / best custom with its interval over shapes and its
     measurement noise, counts by class, the worst shape, which reference torch_best was on how
-    many shapes), and the pass's verification counts per implementation."""
+    many shapes; with `shapes_doc` (shapes.json) the same per kind of shape, `by_kind`, as the
+    forward's headline splits it), and the pass's verification counts per implementation."""
+    # headline's own split (imported here: headline's sentences import this module)
+    from .headline import KINDS, group_entries, shape_groups
+
+    kinds = shape_groups(shapes_doc, None).set_index("shape_id")["kind"] if shapes_doc else None
     section = {"definition": "ratio = torch_best / best custom per shape (above 1: the fastest "
                              "verified custom implementation, either layout, is faster than the "
                              "strongest strict-FP32 PyTorch reference, either layout); geometric "
@@ -140,6 +146,9 @@ def passes_section(table: pd.DataFrame, verification: pd.DataFrame, cfg: StatsCo
                 .to_dict(),
                 "best_custom_was": measured["best_custom_choice"].value_counts().sort_index()
                 .to_dict()}
+            if kinds is not None:
+                entry["by_boundary"][boundary]["by_kind"] = group_entries(
+                    part, kinds, list(KINDS), cfg)
         section["by_pass"][pass_] = entry
     return section
 
