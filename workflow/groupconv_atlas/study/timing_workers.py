@@ -268,7 +268,7 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
                 "estimate_us": [r[1] for r in ready],
                 "dispatches_to": {n: d.get("dispatches_to") for n, d in details.items()
                                   if "dispatches_to" in d},
-                "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from")
+                "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from", "route")
                                if k in d} for n, d in details.items()},
                 **({"floor": {n: details[n] for n in FLOOR_RUNS if n in details}}
                    if floor_cubin is not None else {}),
