@@ -69,3 +69,14 @@ def assert_matches_fp64(torch, y, x, w, groups: int, what: str) -> float:
             f"fp64 ref={float(ref[index])}, tolerance={float(tol[index])}; worst error/tolerance "
             f"{worst:.3g}")
     return worst
+
+
+def compiled_launcher(session, folder, kernels):
+    """A launcher over `kernels` compiled for this GPU into `folder`, without tuning tables (a
+    tuned kernel takes its untuned rule unless a test names a variant)."""
+    from groupconv_atlas.runtime.build import compile_kernel
+    from groupconv_atlas.runtime.launcher import Launcher
+
+    for k in kernels:
+        compile_kernel(k, folder / f"{k}.cubin")
+    return Launcher(session, {k: str(folder / f"{k}.cubin") for k in kernels})

@@ -5,12 +5,11 @@ convolution with the weight turned around; and their planted faults (tests/mutan
 marked incorrect. The input gradient through them, against FP64 on every atlas shape, is
 tests/test_gpu_backward.py's."""
 import pytest
-from gpu_helpers import TOLERANCE_FACTOR
+from gpu_helpers import TOLERANCE_FACTOR, compiled_launcher
 from mutants import MUTANTS
 from test_gpu_kernels import ODD_DEPTHWISE, SHAPES
 from test_mutants import verification_marks_incorrect
 
-from groupconv_atlas.runtime.build import compile_kernel
 from groupconv_atlas.runtime.kernels import KERNELS, support
 
 
@@ -24,12 +23,7 @@ FLIP_ATLAS = ["mobilenetv2-n1-c576-14x14-g576", "efficientnet-b0-n1-c1152-7x7-g1
 @pytest.fixture(scope="module")
 def flipping_launcher(tmp_path_factory, gpu_session):
     """The kernels with flipped entries compiled for this GPU, without tuning tables."""
-    from groupconv_atlas.runtime.launcher import Launcher
-
-    folder = tmp_path_factory.mktemp("flipping")
-    for k in FLIPPING:
-        compile_kernel(k, folder / f"{k}.cubin")
-    return Launcher(gpu_session, {k: str(folder / f"{k}.cubin") for k in FLIPPING})
+    return compiled_launcher(gpu_session, tmp_path_factory.mktemp("flipping"), FLIPPING)
 
 
 @pytest.mark.gpu

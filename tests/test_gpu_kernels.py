@@ -1,9 +1,8 @@
 """The real kernels on stress shapes (GPU): correct, every output written, errors far under the
 tolerance; and a verification outcome that does not move between runs (a moving error is a race)."""
 import pytest
-from gpu_helpers import TOLERANCE_FACTOR
+from gpu_helpers import TOLERANCE_FACTOR, compiled_launcher
 
-from groupconv_atlas.runtime.build import compile_kernel
 from groupconv_atlas.runtime.kernels import KERNELS, support
 from groupconv_atlas.runtime.files import REPO_ROOT
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
@@ -17,12 +16,7 @@ STRESS = ["stress-1xw-n64-c256-1x301-g256", "stress-oddw-n32-c144-57x13-g144",
 @pytest.fixture(scope="module")
 def launcher(tmp_path_factory, gpu_session):
     """Every kernel compiled for this GPU, without tuning tables (k5 takes its untuned rule)."""
-    from groupconv_atlas.runtime.launcher import Launcher
-
-    folder = tmp_path_factory.mktemp("cubins")
-    for k in KERNELS:
-        compile_kernel(k, folder / f"{k}.cubin")
-    return Launcher(gpu_session, {k: str(folder / f"{k}.cubin") for k in KERNELS})
+    return compiled_launcher(gpu_session, tmp_path_factory.mktemp("cubins"), KERNELS)
 
 
 @pytest.mark.gpu

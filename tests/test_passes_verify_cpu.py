@@ -38,6 +38,7 @@ def fake_backward(seen: list):
         backward_layout=lambda impl: impl.rsplit("_", 1)[1],
         backward_support=lambda p, impl, shape: (True, ""),
         input_grad=lambda gy, w, groups, impl: compute("input_grad", gy, w, groups, impl),
+        input_grad_route=lambda gy, w, groups, impl: {"via": f"{impl}'s route"},
         weight_grad=lambda gy, x, groups, impl: compute("weight_grad", gy, x, groups, impl))
 
 
@@ -61,6 +62,9 @@ def test_a_custom_implementation_gets_its_layouts_tensors(pass_):
         run()
         assert details["pass"] == pass_
         assert details["layout"] == ("nhwc" if impl.endswith("nhwc") else "nchw")
+        # what an input gradient launches is kept with its timing (a flipped entry or a gather)
+        custom_ig = pass_ == "input_grad" and impl.startswith("ig_")
+        assert details.get("route") == ({"via": f"{impl}'s route"} if custom_ig else None)
     assert seen == [(backward.backward_implementations(pass_)[0], False),
                     (backward.backward_implementations(pass_)[1], True)]
 

@@ -125,7 +125,8 @@ rule assemble_passes:
         check=PLAN.passes.record_check(),
         # the frozen shape set (the passes' record measured the same one): the kinds of shape
         shapes=f"{PLAN.results}/shapes.json",
-        code=code("artifacts", "jobs", "headline", "pass_stats", "provenance", "stats"),
+        code=code("artifacts", "comparisons", "jobs", "pass_stats", "provenance", "shapes_table",
+                  "stats"),
     output:
         table=PLAN.passes.table,
         summary=PLAN.passes.summary,

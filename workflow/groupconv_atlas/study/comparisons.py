@@ -142,3 +142,24 @@ def geomean_block(rows: pd.DataFrame, cfg: StatsConfig) -> dict:
             "shapes_compared": int(len(grp)),
             **{f"n_{c.lower()}": int(counts.get(c, 0))
                for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")}}
+
+
+# The figures of a group of shapes (a region): the headline's and the passes' split.
+GROUP_KEYS = ("geomean_ratio", "shape_ci_low", "shape_ci_high", "noise_ci_low", "noise_ci_high",
+              "shapes_compared", "n_win", "n_loss", "n_tie", "n_inconclusive", "n_unsupported",
+              "n_incorrect")
+
+
+def group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg: StatsConfig
+                  ) -> list[dict]:
+    """Per label of `order` (labels: shape_id -> label) with rows, the geomean block of its
+    shapes' rows."""
+    entries = []
+    for label in order:
+        part = rows[labels.reindex(rows["shape_id"]).to_numpy() == label]
+        if part.empty:
+            continue
+        block = geomean_block(part, cfg)
+        entries.append({"group": label, "shapes": int(part["shape_id"].nunique()),
+                        **{k: block[k] for k in GROUP_KEYS}})
+    return entries

@@ -16,19 +16,14 @@ import pandas as pd
 
 from ..runtime.kernels import BASELINES, DISPATCH, KERNELS, layout_of
 from ..runtime.timing import BOUNDARIES
-from .comparisons import geomean_block
+from .comparisons import GROUP_KEYS, geomean_block, group_entries
+# the kinds of shape and their bins: shapes_table's (the passes split by them too)
+from .shapes_table import (CHANNEL_BINS, FOOTPRINT_BINS, KINDS, channel_bin,  # noqa: F401
+                           footprint_bin, shape_groups, shape_kind)
 from .headline_lines import summary_lines
 from .medians import measured_medians
 from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW, StatsConfig
 
-# Kinds of shape: depthwise is groups = C_in = C_out; one input channel per group with more
-# output channels (C_out = m * C_in, a depth multiplier) is a kind of its own, as it computes
-# m outputs per input channel; the rest are grouped.
-KINDS = ("depthwise", "depth multiplier", "grouped")
-# Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
-CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
-# Footprint (input + weights + output bytes) over the L2 size the record states.
-FOOTPRINT_BINS = ((None, 0.5), (0.5, 2.0), (2.0, None))
 # Implementations that compute in strict FP32 and may be "the fastest"; the TF32 reference and
 # the dispatcher (a choice among the others) are not.
 STRICT_REFERENCES = TORCH_BEST_FROM
@@ -36,9 +31,7 @@ STRICT_REFERENCES = TORCH_BEST_FROM
 # (NCHW calls) is timed today; a channels_last dispatcher timed as a candidate of its own would
 # come second under this name.
 DISPATCHERS = {DISPATCH: "nchw", "dispatch_nhwc": "nhwc"}
-GROUP_KEYS = ("geomean_ratio", "shape_ci_low", "shape_ci_high", "noise_ci_low", "noise_ci_high",
-              "shapes_compared", "n_win", "n_loss", "n_tie", "n_inconclusive", "n_unsupported",
-              "n_incorrect")
+
 
 
 def strongest_reference(comparisons: pd.DataFrame) -> str | None:
@@ -47,53 +40,6 @@ def strongest_reference(comparisons: pd.DataFrame) -> str | None:
         if name in baselines:
             return name
     return None
-
-
-def channel_bin(cin_per_group: int) -> str:
-    for low, high in CHANNEL_BINS:
-        if cin_per_group >= low and (high is None or cin_per_group <= high):
-            return (str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}")
-    raise ValueError(f"cin_per_group must be a positive integer, not {cin_per_group}")
-
-
-def footprint_bin(footprint_over_l2: float) -> str:
-    for low, high in FOOTPRINT_BINS:
-        if (low is None or footprint_over_l2 >= low) and (high is None or footprint_over_l2 < high):
-            return (f"under {high:g}x L2" if low is None else f"{low:g}x L2 or more"
-                    if high is None else f"{low:g}-{high:g}x L2")
-    raise ValueError(f"footprint over L2 must be a number, not {footprint_over_l2}")
-
-
-def shape_kind(shape: dict) -> str:
-    """One of KINDS, from a shape's channels per group (shapes.json's fields)."""
-    if shape["cin_per_group"] != 1:
-        return "grouped"
-    return "depthwise" if shape["cout_per_group"] == 1 else "depth multiplier"
-
-
-def shape_groups(shapes_doc: dict, l2_bytes: int | None) -> pd.DataFrame:
-    """Per shape: its kind (KINDS), its channels-per-group bin, its footprint bin."""
-    rows = []
-    for s in shapes_doc["shapes"]:
-        ratio = s["min_bytes"] / l2_bytes if l2_bytes else None
-        rows.append({"shape_id": s["id"], "kind": shape_kind(s),
-                     "channels_per_group": channel_bin(s["cin_per_group"]),
-                     "footprint": footprint_bin(ratio) if ratio is not None else None,
-                     "footprint_over_l2": ratio})
-    return pd.DataFrame(rows)
-
-
-def group_entries(rows: pd.DataFrame, labels: pd.Series, order: list[str], cfg: StatsConfig
-                   ) -> list[dict]:
-    entries = []
-    for label in order:
-        part = rows[labels.reindex(rows["shape_id"]).to_numpy() == label]
-        if part.empty:
-            continue
-        block = geomean_block(part, cfg)
-        entries.append({"group": label, "shapes": int(part["shape_id"].nunique()),
-                        **{k: block[k] for k in GROUP_KEYS}})
-    return entries
 
 
 def implementation_layout(name: str) -> str:

@@ -19,9 +19,10 @@ import pandas as pd
 
 from ..runtime.dispatch import fastest_verified
 from ..runtime.timing import BOUNDARIES, batch_medians, pooled_medians
-from .comparisons import comparisons_for_job, geomean_block, summarize
+from .comparisons import comparisons_for_job, geomean_block, group_entries, summarize
 from .medians import with_torch_best
 from .reference_algorithms import algorithm_table
+from .shapes_table import KINDS, shape_groups
 from .stats import CLASSES, TORCH_BEST, TORCH_BEST_FROM, StatsConfig
 
 BEST_CUSTOM = "best_custom"
@@ -112,9 +113,6 @@ def passes_section(table: pd.DataFrame, verification: pd.DataFrame, cfg: StatsCo
     measurement noise, counts by class, the worst shape, which reference torch_best was on how
     many shapes; with `shapes_doc` (shapes.json) the same per kind of shape, `by_kind`, as the
     forward's headline splits it), and the pass's verification counts per implementation."""
-    # headline's own split (imported here: headline's sentences import this module)
-    from .headline import KINDS, group_entries, shape_groups
-
     kinds = shape_groups(shapes_doc, None).set_index("shape_id")["kind"] if shapes_doc else None
     section = {"definition": "ratio = torch_best / best custom per shape (above 1: the fastest "
                              "verified custom implementation, either layout, is faster than the "

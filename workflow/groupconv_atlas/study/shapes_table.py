@@ -129,3 +129,47 @@ def load_frozen(path) -> list[Shape]:
         doc = json.load(fh)
     fields = Shape.__dataclass_fields__
     return [Shape(**{k: entry[k] for k in fields}) for entry in doc["shapes"]]
+
+
+# Kinds of shape: depthwise is groups = C_in = C_out; one input channel per group with more
+# output channels (C_out = m * C_in, a depth multiplier) is a kind of its own, as it computes
+# m outputs per input channel; the rest are grouped.
+KINDS = ("depthwise", "depth multiplier", "grouped")
+# Channels per group (C_in / groups): depthwise alone, then bins up to the widest groups.
+CHANNEL_BINS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, None))
+# Footprint (input + weights + output bytes) over the L2 size the record states.
+FOOTPRINT_BINS = ((None, 0.5), (0.5, 2.0), (2.0, None))
+
+
+def channel_bin(cin_per_group: int) -> str:
+    for low, high in CHANNEL_BINS:
+        if cin_per_group >= low and (high is None or cin_per_group <= high):
+            return (str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}")
+    raise ValueError(f"cin_per_group must be a positive integer, not {cin_per_group}")
+
+
+def footprint_bin(footprint_over_l2: float) -> str:
+    for low, high in FOOTPRINT_BINS:
+        if (low is None or footprint_over_l2 >= low) and (high is None or footprint_over_l2 < high):
+            return (f"under {high:g}x L2" if low is None else f"{low:g}x L2 or more"
+                    if high is None else f"{low:g}-{high:g}x L2")
+    raise ValueError(f"footprint over L2 must be a number, not {footprint_over_l2}")
+
+
+def shape_kind(shape: dict) -> str:
+    """One of KINDS, from a shape's channels per group (shapes.json's fields)."""
+    if shape["cin_per_group"] != 1:
+        return "grouped"
+    return "depthwise" if shape["cout_per_group"] == 1 else "depth multiplier"
+
+
+def shape_groups(shapes_doc: dict, l2_bytes: int | None) -> pd.DataFrame:
+    """Per shape: its kind (KINDS), its channels-per-group bin, its footprint bin."""
+    rows = []
+    for s in shapes_doc["shapes"]:
+        ratio = s["min_bytes"] / l2_bytes if l2_bytes else None
+        rows.append({"shape_id": s["id"], "kind": shape_kind(s),
+                     "channels_per_group": channel_bin(s["cin_per_group"]),
+                     "footprint": footprint_bin(ratio) if ratio is not None else None,
+                     "footprint_over_l2": ratio})
+    return pd.DataFrame(rows)
