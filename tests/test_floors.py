@@ -69,6 +69,7 @@ def test_time_over_floor_divides_by_the_same_boundary_floor():
 
 def _entry(sid, n, c_in, c_out, groups, min_bytes):
     return {"id": sid, "n": n, "c_in": c_in, "c_out": c_out, "groups": groups,
+            "cin_per_group": c_in // groups, "cout_per_group": c_out // groups,
             "min_bytes": min_bytes}
 
 

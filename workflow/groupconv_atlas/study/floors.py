@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .shapes_table import shape_kind  # the headline's kinds of shape
+
 FLOOR_SOURCE = "kernels/floor_copy.cu"
 FLOOR_COPY, FLOOR_LAUNCH = "floor_copy", "floor_launch"
 FLOOR_RUNS = (FLOOR_COPY, FLOOR_LAUNCH)
@@ -182,15 +184,6 @@ def read_floor_samples(paths) -> pd.DataFrame:
 # ---- where each kind of shape stands: the headline's regions ----
 
 N1_SMALL_BYTES = 4 * 10**6  # "N = 1 under 4 MB": small maps, where a launch sets the pace
-
-
-def shape_kind(entry: dict) -> str:
-    """depthwise (groups = C_in = C_out), depth multiplier (groups = C_in < C_out), grouped."""
-    if entry["groups"] == entry["c_in"] == entry["c_out"]:
-        return "depthwise"
-    if entry["groups"] == entry["c_in"]:
-        return "depth multiplier"
-    return "grouped"
 
 
 def size_class(entry: dict, l2_bytes: int | None) -> str:
