@@ -134,6 +134,11 @@ def test_the_section_splits_each_boundary_by_kind_of_shape(built):
     assert kinds["grouped"]["geomean_ratio"] == pytest.approx((1 / 3) ** 0.5, rel=0.01)
     assert "by kind of shape: depthwise (1) 2.00x, losses 0, grouped (2) 0.58x, losses 1" \
         in pass_lines(section)[0]
+    from groupconv_atlas.study.report import pass_page
+    page = pass_page(section, table, {"statement": "replayed"})
+    assert "input_grad by kind of shape" in page and ">depthwise<" in page
+    assert "by kind of shape" not in pass_page(clean(passes_section(table, verification, CFG)),
+                                               table, {"statement": "replayed"})
     # without the shape set, no split (and the sentence has none)
     assert "by_kind" not in clean(passes_section(table, verification, CFG))["by_pass"][
         "input_grad"]["by_boundary"]["graph_device"]

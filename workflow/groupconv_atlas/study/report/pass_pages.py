@@ -61,7 +61,8 @@ def pass_figure(table: pd.DataFrame) -> bytes:
 
 
 def pass_page(section: dict, table: pd.DataFrame, evidence: dict) -> str:
-    """Per pass: the geometric means and counts per boundary, then every shape's best custom
+    """Per pass: the geometric means and counts per boundary (and per kind of shape, where the
+    section has them), then every shape's best custom
     implementation against torch_best (which implementation, which reference, ratio, interval,
     class), losses first."""
     parts = [f'<p class="note">{esc(section["definition"])}. Classes at a '
@@ -88,6 +89,15 @@ def pass_page(section: dict, table: pd.DataFrame, evidence: dict) -> str:
                             ", ".join(f"{r} {n}" for r, n in block["torch_best_was"].items())])
         parts.append(table_html(["boundary", "geomean", "interval over shapes", *CLASSES,
                                  "UNSUPPORTED", "worst shape", "torch_best was"], summary))
+        kinds = [[boundary, k["group"], k["shapes"], fmt_ratio(k["geomean_ratio"]),
+                  fmt_interval(k["shape_ci_low"], k["shape_ci_high"]),
+                  *(k[f"n_{c.lower()}"] for c in CLASSES)]
+                 for boundary, block in entry["by_boundary"].items()
+                 for k in block.get("by_kind") or []]
+        if kinds:  # the same figures per kind of shape (section's by_kind)
+            parts.append(f"<h3>{esc(pass_)} by kind of shape</h3>")
+            parts.append(table_html(["boundary", "kind", "shapes", "geomean",
+                                     "interval over shapes", *CLASSES], kinds))
         for boundary in BOUNDARIES:
             rows = best_rows(table, pass_, boundary)
             if rows.empty:
