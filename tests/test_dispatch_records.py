@@ -77,3 +77,49 @@ def test_committed_full_record_is_intact_and_states_its_caveat():
     result = check(REPO_ROOT / "records" / "h200-2026-11-29")
     assert result["files_checked"] > 100
     assert any("pytorch/pytorch#45372" in c for c in result["caveats"])
+
+
+def _job_samples(times: dict[str, float], shape_id: str = "a", batches: int = 3) -> pd.DataFrame:
+    """Raw samples of one timing job: each run at its time in every batch (two samples each)."""
+    rows = [{"shape_id": shape_id, "implementation": impl, "boundary": "graph_device",
+             "batch": b, "sample": k, "latency_us": t * (1 + 0.01 * k), "clock_flagged": False,
+             "process": b % 3}
+            for impl, t in times.items() for b in range(batches) for k in range(2)]
+    return pd.DataFrame(rows)
+
+
+def test_runs_timed_in_different_jobs_are_ranked_in_one_jobs_conditions():
+    from groupconv_atlas.runtime.timing import JOB_ADJUSTED, job_adjusted_medians
+
+    # The tuned job runs everything 2x slower (fewer launches per replay); torch_default is
+    # timed only in the fast job, torch_tuned only in the slow one, the kernel k12 in both. Within
+    # each job k12 is faster than the reference beside it, yet its median pooled over both jobs
+    # is slower than torch_default's median, timed in the fast job alone.
+    samples = {"default": _job_samples({"k12": 1.8, "k5": 2.4, "torch_default": 2.6}),
+               "tuned": _job_samples({"k12": 3.6, "k5": 4.8, "torch_tuned": 5.4})}
+    medians = job_adjusted_medians(samples).set_index("implementation")
+    assert medians.loc["k12", "median_us"] > medians.loc["torch_default", "median_us"]
+    assert medians.loc["k12", JOB_ADJUSTED] == pytest.approx(1.8 * 1.005, rel=1e-6)
+    assert medians.loc["torch_tuned", JOB_ADJUSTED] == pytest.approx(2.7 * 1.005, rel=1e-6)
+    verification = medians.reset_index()[["shape_id", "implementation"]].assign(
+        status="correct", reason="ok")
+    choice = choose(medians.reset_index(), verification)["a"]
+    assert choice["implementation"] == "k12"
+    assert "adjusted for its timing job" in choice["reason"]
+    # The pooled medians alone (the rule before) would have taken torch_default.
+    pooled = medians.reset_index().drop(columns=[JOB_ADJUSTED])
+    assert choose(pooled, verification)["a"]["implementation"] == "torch_default"
+
+
+def test_a_job_sharing_no_run_with_the_others_leaves_the_choice_to_the_medians():
+    from groupconv_atlas.runtime.timing import JOB_ADJUSTED, job_adjusted_medians
+
+    samples = {"default": _job_samples({"k12": 2.0, "torch_default": 2.6}),
+               "tuned": _job_samples({"torch_tuned": 2.2})}
+    medians = job_adjusted_medians(samples)
+    assert medians.set_index("implementation")[JOB_ADJUSTED].isna().to_dict() == {
+        "k12": False, "torch_default": False, "torch_tuned": True}
+    verification = medians[["shape_id", "implementation"]].assign(status="correct", reason="ok")
+    choice = choose(medians, verification)["a"]
+    assert choice["implementation"] == "k12" and "adjusted" not in choice["reason"]
+    assert JOB_ADJUSTED not in choice
