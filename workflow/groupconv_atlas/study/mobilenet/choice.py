@@ -15,7 +15,9 @@ from .config import BASELINE_FOR_GEOMEAN, LAYOUT_BASELINES
 
 def graph_device_medians(timing_tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Per (shape_id, implementation): the graph_device median of batch medians over the raw
-    timing tables (the same pooling the dispatcher uses)."""
+    timing tables. Pooled over jobs: the kernels it ranks are timed in every job, so no kernel
+    gains from one job's conditions (the dispatcher, which also ranks PyTorch's references, each
+    timed in one job, ranks medians adjusted for the job: runtime.timing.job_adjusted_medians)."""
     pooled = pooled_medians(pd.concat(timing_tables, ignore_index=True))
     return pooled[pooled["boundary"] == "graph_device"].drop(columns="boundary").reset_index(
         drop=True)
