@@ -4,6 +4,10 @@ groupconv_atlas.study.nsight.profile_pair) with --profile-from-start off.
 The inputs are drawn as verification draws them (GpuSession.random_inputs with the pair's check
 seed). Warm-up launches run first, outside the profiler range (for torch_tuned they also finish
 cudnn.benchmark's search); then exactly one call runs between cudaProfilerStart and Stop.
+`--pass input_grad|weight_grad` captures that backward pass instead of the forward: the pass's
+call as its timing job binds it (study/pass_runs.bind_pass: a custom implementation of
+runtime/backward.py, or PyTorch's aten.convolution_backward with the pass's output mask), the op
+left as a user gets it (the package's tables), as in that job.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from groupconv_atlas.runtime.launch_tables import tuning_table
 from groupconv_atlas.runtime.launcher import Launcher
 from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.runtime.kernels import KERNELS, base_implementation
+from groupconv_atlas.study.pass_runs import bind_pass
 from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
 
 
@@ -26,6 +31,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cubin", help="the kernel's cubin (custom kernels only)")
     parser.add_argument("--tuning", help="the kernel's tuning record (tuned kernels only): the "
                                          "capture launches what the tuning stage chose")
+    parser.add_argument("--pass", dest="pass_", default="forward",
+                        choices=("forward", "input_grad", "weight_grad"),
+                        help="the pass to capture (default: the forward)")
     return parser.parse_args(argv)
 
 
@@ -35,16 +43,20 @@ def main(argv=None) -> None:
     if args.warmup < 1:  # torch_tuned's cudnn.benchmark search must finish outside the range
         raise SystemExit(f"pair ({args.shape}, {args.impl}): --warmup must be at least 1")
     base = base_implementation(args.impl)
-    if base in KERNELS and not args.cubin:
+    forward = args.pass_ == "forward"
+    if forward and base in KERNELS and not args.cubin:
         raise SystemExit(f"pair ({args.shape}, {args.impl}): a custom kernel needs --cubin")
     cubins = {base: args.cubin} if args.cubin else {}
     session = GpuSession()
     torch = session.torch
     with session.on_stream():
         x, w = session.random_inputs(shape, args.seed)
-        y = session.empty_output(shape)
-        tunings = {base: tuning_table(args.tuning)} if args.tuning else None
-        bound = Launcher(session, cubins, tunings).bind(args.impl, shape, x, w, y)
+        if forward:
+            y = session.empty_output(shape)
+            tunings = {base: tuning_table(args.tuning)} if args.tuning else None
+            bound = Launcher(session, cubins, tunings).bind(args.impl, shape, x, w, y)
+        else:
+            bound = bind_pass(session, args.pass_, shape, [args.impl], x, w, args.seed)[args.impl]
         for _ in range(args.warmup):
             bound.run()
     session.synchronize()  # warm-up finished (and any launch error raised) before the range opens
@@ -54,7 +66,8 @@ def main(argv=None) -> None:
         bound.run()
     session.synchronize()
     torch.cuda.profiler.stop()
-    print(json.dumps({"shape_id": shape.id, "implementation": args.impl, "seed": args.seed,
+    print(json.dumps({"shape_id": shape.id, "implementation": args.impl, "pass": args.pass_,
+                      "seed": args.seed,
                       "warmup_launches": args.warmup, "launch": bound.details,
                       "precision": session.precision}, default=str))
 

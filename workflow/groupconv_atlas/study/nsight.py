@@ -133,20 +133,30 @@ def check_ncu_run(output: str, returncode: int, report: Path, pair: str, entry: 
 def profile_pair(shape: Shape, impl: str, seed: int, report_path: str | Path, shapes_file: str,
                  capture_script: str | Path, cubin: str | None, warmup: int,
                  python: str = sys.executable, ncu: str | None = None,
-                 tuning: str | None = None) -> dict:
+                 tuning: str | None = None, pass_: str = "forward") -> dict:
     """Capture one pair into `report_path` (moved into place only once it holds the expected
-    kernel); return what provenance should record."""
-    pair = pair_name(shape.id, impl)
-    ok, reason = support(impl, shape)
+    kernel); return what provenance should record. `pass_` "input_grad" or "weight_grad":
+    the pass's call as its timing job binds it (nsight_capture.py --pass), every kernel it
+    launches inside the range kept (a weight gradient's two stages, an input gradient's
+    gather and forward)."""
+    pair = pair_name(shape.id, impl) + ("" if pass_ == "forward" else f" ({pass_})")
+    if pass_ == "forward":
+        ok, reason = support(impl, shape)
+        entry = kernel_entry(impl, shape)
+    else:
+        from . import pass_runs
+
+        ok, reason = pass_runs.support(pass_runs.backward_module(), pass_, impl, shape)
+        entry = None
     if not ok:
         raise NsightError(f"{pair}: implementation does not support the shape: {reason}")
     ncu = ncu or find_ncu(pair)
-    entry = kernel_entry(impl, shape)
     report_path = Path(report_path)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     app = [python, capture_script, "--shapes", shapes_file, "--shape", shape.id, "--impl", impl,
            "--seed", seed, "--warmup", warmup, *(["--cubin", cubin] if cubin else []),
-           *(["--tuning", tuning] if tuning else [])]
+           *(["--tuning", tuning] if tuning else []),
+           *(["--pass", pass_] if pass_ != "forward" else [])]
     with tempfile.TemporaryDirectory(dir=report_path.parent, prefix=".ncu-") as tmp:
         stem = Path(tmp) / "capture"
         cmd = ncu_command(ncu, stem, entry, app)
