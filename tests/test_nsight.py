@@ -168,6 +168,27 @@ def test_profile_pair_refuses_a_capture_of_the_wrong_kernel(tmp_path):
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_a_backward_pass_is_captured_with_every_kernel_it_launches(tmp_path):
+    # A pass's capture keeps every launch in the range (a weight gradient's two stages), so no
+    # entry filter; the capture script is told the pass.
+    extra = nsight.profile_pair(BY_ID[DEPTHWISE], "wg_nhwc", seed=7,
+                                report_path=tmp_path / "out" / "cap.ncu-rep",
+                                shapes_file="shapes.json", capture_script="capture.py", cubin=None,
+                                warmup=2, ncu=_fake_ncu(tmp_path, copy=True), pass_="weight_grad")
+    command = extra["ncu_command"]
+    assert command[command.index("--pass") + 1] == "weight_grad"
+    assert extra["kernel_filter"] is None and "-k" not in command
+    assert extra["kernels_captured"] == ["conv_depthwise2d_forward_kernel"]
+
+
+def test_a_backward_pass_the_implementation_does_not_run_is_refused_before_ncu(tmp_path):
+    with pytest.raises(NsightError, match=r"\(input_grad\): implementation does not support"):
+        nsight.profile_pair(BY_ID[DEPTHWISE], "wg_nhwc", seed=7,
+                            report_path=tmp_path / "cap.ncu-rep", shapes_file="shapes.json",
+                            capture_script="capture.py", cubin=None, warmup=2,
+                            ncu="/nonexistent/ncu", pass_="input_grad")
+
+
 def test_profile_pair_refuses_an_unsupported_pair_without_running_ncu(tmp_path):
     with pytest.raises(NsightError, match=rf"pair \({CPG8}, k2\): implementation does not"):
         _profile(tmp_path, "k2", CPG8, ncu="/nonexistent/ncu")
@@ -196,6 +217,8 @@ def _frozen(tmp_path: Path) -> str:
 @pytest.mark.parametrize(("extra", "message"), [
     (["--impl", "torch_tuned", "--warmup", "0"], "--warmup must be at least 1"),
     (["--impl", "k1"], "a custom kernel needs --cubin"),
+    (["--impl", "wg_nhwc", "--pass", "weight_grad", "--warmup", "0"],
+     "--warmup must be at least 1"),
 ])
 def test_capture_script_refuses_before_touching_the_gpu(tmp_path, extra, message):
     args = ["--shapes", _frozen(tmp_path), "--shape", DEPTHWISE, "--seed", "1", *extra]
