@@ -29,7 +29,12 @@ if PLAN.measures_on_gpu:
             cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
             tunings=PLAN.tuning_records(PLAN.kernels),
             dispatch_table=PLAN.raw("dispatch/table.json"),
-            code=code("launcher", "sessions", "jobs", "networks", "network_training", "provenance", "timing"),
+            # The network probe's converted models train with this run's backward table where
+            # the run measures the passes (else the package's: study/networks.probe_backward_table).
+            backward_table=lambda wildcards: PLAN.passes.backward_dispatch()
+                           if wildcards.probe == "networks" else [],
+            code=code("launch_tables", "launcher", "sessions", "jobs", "networks",
+                      "network_training", "packaged_tables", "provenance", "timing"),
         output:
             samples=PLAN.raw("probes/{probe}/samples.parquet"),
             probe=PLAN.raw("probes/{probe}/probe.json"),

@@ -1,9 +1,10 @@
 """Snakemake job (GPU machine): the network probe or the unseen-geometry probe
-(groupconv_atlas.study.networks), by the rule's `probe` parameter: raw samples and details."""
+(groupconv_atlas.study.networks), by the rule's `probe` parameter: raw samples and details (the
+network probe's also name the backward dispatch table its converted models trained with)."""
 from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
 from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.networks import measure_networks, measure_unseen
+from groupconv_atlas.study.networks import measure_networks, measure_unseen, probe_backward_table
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.runtime.timing import TimingConfig
 
@@ -15,8 +16,20 @@ timing = TimingConfig(**{**smk.params.timing, "batches": settings["batches"],
 session = GpuSession()
 launcher = Launcher(session, **launcher_inputs(smk.input.builds, smk.input.tunings,
                                                smk.input.dispatch_table))
-measure = measure_networks if smk.params.probe == "networks" else measure_unseen
-samples, details = measure(session, launcher, settings, timing, progress=job.progress)
+extra = {}
+if smk.params.probe == "networks":
+    # The converted models train with the backward a user's converted model runs (the run's own
+    # table where this run measured the passes, else the package's), not PyTorch's by default.
+    given = smk.input.get("backward_table") or []
+    given = [given] if isinstance(given, str) else list(given)
+    table, source = probe_backward_table(given[0] if given else None,
+                                         session.torch.cuda.get_device_name())
+    job.progress(f"backward dispatch table: {source}, {len(table)} entries")
+    samples, details = measure_networks(session, launcher, settings, timing,
+                                        progress=job.progress, backward_dispatch=table)
+    extra = {"backward_table": {"source": source, "entries": len(table)}}
+else:
+    samples, details = measure_unseen(session, launcher, settings, timing, progress=job.progress)
 write_parquet(smk.output.samples, samples)
-write_json(smk.output.probe, {"settings": settings, "details": details})
+write_json(smk.output.probe, {"settings": settings, "details": details, **extra})
 job.finish({"probe": smk.params.probe, "rows": len(details)})

@@ -18,6 +18,7 @@ The GPU parts write raw samples; the statistics (CPU) read them alone, so record
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,25 @@ def build_model(name: str, seed: int):
     return getattr(torchvision.models, name)(weights=None).eval()
 
 
+def probe_backward_table(run_table: str | None, device_name: str,
+                         tables_folder: Path | None = None) -> tuple[dict, str]:
+    """The backward dispatch table the converted models' backward runs in the probe, and where it
+    comes from: this run's own (its backward passes measured in the same run), else the package's
+    for this GPU (what a user's converted model runs), else none (every pass PyTorch's). Without
+    it the probe's converted step would run PyTorch's backward, which no user of the package gets."""
+    from ..runtime.launch_tables import backward_dispatch_table
+    from ..runtime.packaged_tables import load_packaged
+
+    if run_table:
+        return backward_dispatch_table(run_table), f"this run's ({Path(run_table).name})"
+    doc = load_packaged(device_name, tables_folder)
+    table = ((doc or {}).get("tables") or {}).get("backward_dispatch") or {}
+    if table:
+        record = (doc.get("backward_record") or {}).get("record") or doc.get("record")
+        return table, f"the package's ({Path(doc['file']).name}, record {record})"
+    return {}, "none: every pass PyTorch's (no backward table for this GPU)"
+
+
 def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], int]:
     """The atlas's sampler on warmed-up runs: (rows, launches per graph replay)."""
     from ..runtime.timing import time_runs, warm_up
@@ -44,16 +64,17 @@ def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], 
     return rows, launches
 
 
-def measure_networks(session, launcher, settings: dict, timing_cfg, progress=print
-                     ) -> tuple[pd.DataFrame, dict]:
-    """(raw samples, per-(model, N) details: conversion report, output agreement) (GPU)."""
+def measure_networks(session, launcher, settings: dict, timing_cfg, progress=print,
+                     backward_dispatch: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """(raw samples, per-(model, N) details: conversion report, output agreement) (GPU).
+    `backward_dispatch`: the table the converted models' backward takes (probe_backward_table)."""
     import torch
 
     from ..runtime import conv
     from ..runtime.conversion import convert
     from ..runtime.timing import ClockReader, samples_frame
 
-    conv.configure(launcher=launcher)
+    conv.configure(launcher=launcher, backward_dispatch=backward_dispatch)
     clocks = ClockReader(torch)
     rng = np.random.default_rng(settings["seed"])
     compiled = {(m, int(n)) for m, n in settings.get("compile", [])}
