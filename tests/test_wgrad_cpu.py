@@ -345,3 +345,55 @@ def test_knobs_outside_the_tables_are_refused_by_name():
     assert wgrad_plan(grouped, "nhwc", 132) == wgrad_plan(  # its 4 x 4 tile has one row
         grouped, "nhwc", 132, rows=1, blocks_per_sm=NHWC_BLOCKS_PER_SM)
     assert wgrad_plan(dw, "nchw", 132) == wgrad_plan(dw, "nchw", 132, blocks_per_sm=BLOCKS_PER_SM)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[::2], ids=str)
+def test_every_tile_a_group_holds_still_takes_every_contribution_once(geometry):
+    """A grouped geometry's every (COB, CIB) tile within its group (what tools/wgrad_sweep.py
+    times), in both layouts: each contribution once; depthwise channels_last refuses a tile."""
+    from groupconv_atlas.runtime.backward_kernels import TILES
+
+    shape = geometry_shape(*geometry)
+    cig, cog = shape.cin_per_group, shape.cout_per_group
+    for layout in ("nchw", "nhwc"):
+        if layout == "nhwc" and cig == cog == 1:
+            with pytest.raises(ValueError, match=r"tile = \(1, 1\): the depthwise"):
+                wgrad_plan(shape, layout, 132, tile=(1, 1))
+            continue
+        for tile in (t for t in TILES if t[0] <= cog and t[1] <= cig):
+            plan = wgrad_plan(shape, layout, 132, tile=tile)
+            assert (plan.choice["cob"], plan.choice["cib"]) == tile
+            emulate = emulate_nchw if layout == "nchw" else emulate_nhwc
+            found, writes = (emulate(plan, *tile) if layout == "nchw"
+                             else emulate(plan, plan.choice))
+            check(shape, found, writes, plan.slices)
+
+
+def test_a_tile_the_kernels_lack_or_the_group_cannot_hold_is_refused_by_name():
+    grouped = geometry_shape(2, 16, 16, 9, 13, 8)  # 2 channels per group
+    with pytest.raises(ValueError, match=r"tile = \(3, 1\): must be one of"):
+        wgrad_plan(grouped, "nchw", 132, tile=(3, 1))
+    with pytest.raises(ValueError, match=r"tile = \(4, 1\): .*within the group's 2 output"):
+        wgrad_plan(grouped, "nhwc", 132, tile=(4, 1))
+
+
+def test_the_sweep_lists_the_rule_first_then_every_cut_the_tables_hold():
+    import importlib.util
+
+    from groupconv_atlas.runtime.files import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("wgrad_sweep",
+                                                  REPO_ROOT / "tools" / "wgrad_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    grouped, dw = geometry_shape(32, 64, 64, 14, 14, 16), geometry_shape(4, 32, 32, 9, 9, 32)
+    listed = sweep.cuts(grouped, "nhwc", [2, 4])
+    assert listed[0] == {}
+    assert {"tile": (4, 4), "rows": 1, "blocks_per_sm": 4} in listed
+    assert {"tile": (2, 2), "rows": 2, "blocks_per_sm": 2} in listed
+    assert {"vec": 2, "rows": 8, "blocks_per_sm": 2} in sweep.cuts(dw, "nhwc", [2])
+    for keywords in listed[1:] + sweep.cuts(grouped, "nchw", [8])[1:] + sweep.cuts(dw, "nhwc",
+                                                                                    [4])[1:]:
+        shape = dw if "vec" in keywords else grouped
+        layout = "nchw" if "rows" not in keywords else "nhwc"
+        wgrad_plan(shape, layout, 132, **keywords)  # every listed cut is a plan

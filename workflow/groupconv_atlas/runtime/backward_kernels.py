@@ -117,6 +117,18 @@ def _tile(cog: int, cig: int, table) -> tuple[int, int]:
     return min((t for t in table if t[0] <= cog and t[1] <= cig), key=key)
 
 
+def _chosen_tile(tile: tuple[int, int] | None, cog: int, cig: int) -> tuple[int, int]:
+    """`tile` where given (one of TILES within the group's channels), else _tile's rule."""
+    if tile is None:
+        return _tile(cog, cig, TILES)
+    tile = tuple(tile)
+    if tile not in TILES or tile[0] > cog or tile[1] > cig:
+        raise ValueError(f"tile = {tile}: must be one of the kernels' (COB, CIB) tiles "
+                         f"{', '.join(map(str, TILES))} within the group's {cog} output and "
+                         f"{cig} input channels")
+    return tile
+
+
 def _lanes(count: int) -> int:
     """Lanes a block gives the channel dimension (NHWC): 32, 16 or 8 (the fewest padded lanes,
     then the most), or the power of two covering a smaller count."""
@@ -164,7 +176,7 @@ def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
 def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
                blocks_per_sm: int | None = None, min_iters: int = MIN_ITERS,
                rows: int | None = None, seg: int | None = None,
-               vec: int | None = None) -> WgradPlan:
+               vec: int | None = None, tile: tuple[int, int] | None = None) -> WgradPlan:
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
     channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`, None:
@@ -174,8 +186,9 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     strips' length `seg` (rows of a column block in NCHW, columns in NHWC; None: the split's
     choice, the longest that reaches the aims) and the depthwise channels_last entries' channel
     vector `vec` (None: the widest up to DW_VEC that C and the alignment allow; fewer channels per
-    lane, fewer registers) may be given, to measure other choices; a value the layout's table, C or the
-    alignment rules out is refused."""
+    lane, fewer registers) and the grouped entries' `tile` (COB, CIB) (None: _tile's rule) may be
+    given, to measure other choices; a value the layout's table, C or the alignment rules out is
+    refused."""
     s = shape
     depthwise_nhwc = layout == "nhwc" and s.cin_per_group == s.cout_per_group == 1
     if blocks_per_sm is None:
@@ -193,7 +206,7 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         if vec is not None:
             raise ValueError(f"vec = {vec}: the NCHW kernels' lanes run along w; vec is for "
                              "layout 'nhwc'")
-        cob, cib = _tile(cog, cig, TILES)
+        cob, cib = _chosen_tile(tile, cog, cig)
         wt = 32 if s.w > 16 else 1 << (s.w - 1).bit_length()
         tiles = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
         per_block = WG_THREADS // wt
@@ -206,6 +219,9 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         tail = (wt, seg, sps)
     elif layout == "nhwc":
         if depthwise_nhwc:
+            if tile is not None:
+                raise ValueError(f"tile = {tile}: the depthwise channels_last entries take "
+                                 "channel vectors (vec), not tiles")
             fits = [v for v in (4, 2, 1) if s.c_in % v == 0 and alignment % (4 * v) == 0]
             if vec is not None and vec not in fits:
                 raise ValueError(f"vec = {vec}: C = {s.c_in} and {alignment}-byte aligned "
@@ -220,7 +236,7 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
             if vec is not None:
                 raise ValueError(f"vec = {vec}: for the depthwise entries; the grouped tiles load "
                                  "runs of their channels")
-            cob, cib = _tile(cog, cig, TILES)
+            cob, cib = _chosen_tile(tile, cog, cig)
             v = int(cig % cib == 0 and cog % cob == 0 and alignment % 16 == 0)
             if rows is None:
                 rows = 2 if s.h >= 2 and (cob, cib, 2, v) in NHWC_TILES else 1

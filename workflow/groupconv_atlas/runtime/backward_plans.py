@@ -170,9 +170,16 @@ class BackwardRuntime:
                 weight = torch.empty(w_shape, device=x.device, memory_format=fmt)  # sizes only
                 return reference(grad_y, x, weight)[1].contiguous()
             return run_reference
-        device, index = x.device, x.device.index
-        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+        sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
         plan = wgrad_plan(shape, layout, sm_count, _alignment(grad_y.data_ptr(), x.data_ptr()))
+        return self.wgrad_runner(implementation, plan, shape, x.device)
+
+    def wgrad_runner(self, implementation: str, plan, shape, device):
+        """run(grad_y, x) -> dW launching `plan` (backward_kernels.wgrad_plan) of `shape` with
+        `implementation`'s cubin on `device`: the weight gradient's one launch path, for its plan
+        cache and for a sweep of other plans (tools/wgrad_sweep.py)."""
+        index = device.index
+        w_shape = (shape.c_out, shape.cin_per_group, 3, 3)
         cubin = self.cubin(implementation)
         with torch.cuda.device(device):  # the device's context current while its cubin loads
             stage1 = plan_for(cubin, plan.stage1).launch3
