@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     from groupconv_atlas.runtime import backward_plans
     from groupconv_atlas.runtime.backward_kernels import wgrad_plan
     from groupconv_atlas.runtime.sessions import GpuSession
-    from groupconv_atlas.runtime.timing import TimingConfig, median_latencies
+    from groupconv_atlas.runtime.timing import TimingConfig, median_latencies, warm_up
     from groupconv_atlas.runtime.verify import bound_scale, full_output_errors, \
         full_output_failures
     from groupconv_atlas.study.pass_runs import (STRICT_REFERENCES, WEIGHT_GRAD, grad_output,
@@ -130,13 +130,16 @@ def main(argv: list[str]) -> int:
                               "status": "reference"}
                 rows.append(named[ref])
             with session.on_stream():
+                # Each run once before any capture (cudnn.benchmark's search, the plans' loads).
+                warm_up(session, runs.values(), cfg.warmup_launches)
                 medians, _ = median_latencies(session, runs, cfg, rng, shape_id)
             for name, median in medians.items():
                 named[name]["median_us"] = median
             print(f"{shape_id} {layout}: {len(runs) - len(STRICT_REFERENCES)} correct cuts timed",
                   flush=True)
+            # Written after each shape and layout: a sweep stopped early keeps what it timed.
+            pd.DataFrame(rows).to_csv(out / "wgrad-sweep.csv", index=False)
     table = pd.DataFrame(rows)
-    table.to_csv(out / "wgrad-sweep.csv", index=False)
     timed = table.dropna(subset=["median_us"])
     for (shape_id, layout), part in timed.groupby(["shape_id", "layout"], sort=False):
         refs = part[part["status"] == "reference"].sort_values("median_us")
