@@ -261,3 +261,76 @@ def test_a_failed_autotuning_takes_the_untuned_rule_and_keeps_nothing(cpu_runtim
     assert any("autotuning (8, 32, 32, 56, 56, 32) (nchw) failed" in r.getMessage()
                for r in caplog.records)
     assert not (op_runtime.cache_root() / "autotune.json").exists()
+
+
+def _wgrad_record(path, layout: str, choices: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"kernel": f"wg_{layout}", "layout": layout, "choices": choices}))
+
+
+def test_the_weight_gradients_tuned_cuts_come_from_the_record_of_the_backward_table(tmp_path):
+    """A record of the passes made after the tuning stage holds raw/passes/tuning/wg_<layout>.json:
+    the export takes the cuts from the same record as the backward table (their choices were
+    measured with them), never from the forward record's own, and never as a forward kernel's."""
+    from groupconv_atlas.runtime.launch_tables import wgrad_tuning_files, wgrad_tuning_table
+
+    timing, table = "raw/passes/timing/weight_grad-default.json", "raw/dispatch/backward.json"
+    _manifest(tmp_path, "fwd", "2026-01-02T00:00:00+00:00", ["a"], [timing, table])
+    _manifest(tmp_path, "new-passes", "2026-01-04T00:00:00+00:00", ["a"], [timing, table])
+    geometry = [32, 64, 64, 14, 14, 16]
+    cut = {"tile": [2, 2], "rows": 2, "blocks_per_sm": 2}
+    tuning = tmp_path / "new-passes" / "raw" / "passes" / "tuning" / "wg_nhwc.json"
+    _wgrad_record(tuning, "nhwc", {"s": {"geometry": geometry, "keywords": cut, "cut": "x"}})
+    _wgrad_record(tmp_path / "new-passes" / "raw" / "passes" / "tuning" / "wg_nchw.json", "nchw",
+                  {"s": {"geometry": geometry, "keywords": {}, "cut": "rule"}})
+    assert wgrad_tuning_table(wgrad_tuning_files(tmp_path / "new-passes")) == {
+        ("nhwc", tuple(geometry)): cut, ("nchw", tuple(geometry)): {}}
+    groups = table_export.provenance_files(tmp_path / "fwd")
+    assert tuning in groups["backward"] and tuning not in groups["tables"]
+
+
+def test_record_tables_read_the_weight_gradients_cuts_apart_from_the_forward_tunings(
+        monkeypatch, tmp_path):
+    from groupconv_atlas.runtime import launch_tables
+
+    record = tmp_path / "rec"
+    (record / "raw" / "tuning").mkdir(parents=True)
+    (record / "raw" / "tuning" / "k5.json").write_text(json.dumps({"choices": {}}))
+    geometry = [1, 8, 8, 4, 4, 8]
+    _wgrad_record(record / "raw" / "passes" / "tuning" / "wg_nhwc.json", "nhwc",
+                  {"s": {"geometry": geometry, "keywords": {"vec": 2, "rows": 4}}})
+    monkeypatch.setattr(launch_tables, "check_inputs", lambda files: None)
+    found = launch_tables.record_tables(record)
+    assert set(found["tunings"]) == {"k5"}
+    assert found["wgrad_tunings"] == {("nhwc", tuple(geometry)): {"vec": 2, "rows": 4}}
+    assert "wgrad_tunings" in TABLE_NAMES
+    (record / "raw" / "passes" / "tuning" / "wg_nhwc.json").unlink()
+    assert "wgrad_tunings" not in launch_tables.record_tables(record)
+
+
+def test_the_runtime_hands_the_tables_cuts_to_the_backward(cpu_runtime, monkeypatch):
+    op_runtime, make = cpu_runtime
+    from groupconv_atlas.runtime import backward_plans, choice_source as source
+
+    cuts = {("nhwc", (32, 64, 64, 14, 14, 16)): {"tile": [2, 2], "rows": 2, "blocks_per_sm": 2}}
+    packaged = source.gpu_tables
+
+    def with_cuts(name, autotune):
+        found = packaged(name, autotune)
+        return source.with_tables(found, {"wgrad_tunings": cuts})
+
+    monkeypatch.setattr(op_runtime, "gpu_tables", with_cuts)
+    runtime = make(H200)
+    assert runtime.wgrad_tunings == cuts
+    saved = backward_plans.BACKWARD
+    try:
+        backward_plans.configure_backward()
+        backward_plans.use_wgrad_tunings(runtime.wgrad_tunings)
+        assert backward_plans.BACKWARD.wgrad_tunings == cuts
+        # A process's own configuration (a pass job's tuning records) is not overridden.
+        own = {("nchw", (1, 8, 8, 4, 4, 8)): {}}
+        backward_plans.configure_backward(wgrad_tunings=own)
+        backward_plans.use_wgrad_tunings(runtime.wgrad_tunings)
+        assert backward_plans.BACKWARD.wgrad_tunings == own
+    finally:
+        backward_plans.BACKWARD = saved

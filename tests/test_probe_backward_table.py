@@ -14,20 +14,25 @@ def test_the_runs_own_table_comes_first(tmp_path):
              "weight_grad": {}}
     path = tmp_path / "backward.json"
     path.write_text(json.dumps({"boundary": "graph_device", "passes": table}))
-    got, source = probe_backward_table(str(path), H200)
+    tuning = tmp_path / "wg_nhwc.json"
+    tuning.write_text(json.dumps({"layout": "nhwc", "choices": {"s": {
+        "geometry": [1, 8, 8, 4, 4, 8], "keywords": {"vec": 2, "rows": 4}}}}))
+    got, cuts, source = probe_backward_table(str(path), H200, run_tunings=[str(tuning)])
     assert got == {("input_grad", "nchw", (1, 8, 8, 4, 4, 8)): "ig_nchw"}
+    assert cuts == {("nhwc", (1, 8, 8, 4, 4, 8)): {"vec": 2, "rows": 4}}
     assert source == "this run's (backward.json)"
 
 
 def test_without_one_the_packages_table_for_the_gpu_is_taken():
-    got, source = probe_backward_table(None, H200)
+    got, cuts, source = probe_backward_table(None, H200)
     packaged = load_packaged(H200)
     assert got == packaged["tables"]["backward_dispatch"] and got
+    assert cuts == (packaged["tables"].get("wgrad_tunings") or {})
     assert source == (f"the package's (nvidia-h200.json, record "
                       f"{packaged['backward_record']['record']})")
     assert (TABLES_DIR / "nvidia-h200.json").is_file()
 
 
 def test_a_gpu_the_package_has_no_table_for_trains_with_pytorchs_backward(tmp_path):
-    got, source = probe_backward_table(None, "NVIDIA H200", tables_folder=tmp_path)
-    assert got == {} and source.startswith("none: every pass PyTorch's")
+    got, cuts, source = probe_backward_table(None, "NVIDIA H200", tables_folder=tmp_path)
+    assert got == {} and cuts == {} and source.startswith("none: every pass PyTorch's")

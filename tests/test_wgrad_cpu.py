@@ -377,23 +377,41 @@ def test_a_tile_the_kernels_lack_or_the_group_cannot_hold_is_refused_by_name():
         wgrad_plan(grouped, "nhwc", 132, tile=(4, 1))
 
 
-def test_the_sweep_lists_the_rule_first_then_every_cut_the_tables_hold():
-    import importlib.util
+def test_the_cuts_tried_are_the_rule_first_then_every_cut_the_tables_hold():
+    from groupconv_atlas.runtime.backward_kernels import cut_keywords, wgrad_cuts
+    from groupconv_atlas.study.wgrad_tuning import cut_name
 
-    from groupconv_atlas.runtime.files import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("wgrad_sweep",
-                                                  REPO_ROOT / "tools" / "wgrad_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
     grouped, dw = geometry_shape(32, 64, 64, 14, 14, 16), geometry_shape(4, 32, 32, 9, 9, 32)
-    listed = sweep.cuts(grouped, "nhwc", [2, 4])
-    assert listed[0] == {}
+    listed = wgrad_cuts(grouped, "nhwc", [2, 4])
+    assert listed[0] == {} and cut_name(listed[0]) == "rule"
     assert {"tile": (4, 4), "rows": 1, "blocks_per_sm": 4} in listed
     assert {"tile": (2, 2), "rows": 2, "blocks_per_sm": 2} in listed
-    assert {"vec": 2, "rows": 8, "blocks_per_sm": 2} in sweep.cuts(dw, "nhwc", [2])
-    for keywords in listed[1:] + sweep.cuts(grouped, "nchw", [8])[1:] + sweep.cuts(dw, "nhwc",
-                                                                                    [4])[1:]:
+    assert cut_name({"tile": (2, 2), "rows": 2, "blocks_per_sm": 2}) == "tile2x2_rows2_bpsm2"
+    assert {"vec": 2, "rows": 8, "blocks_per_sm": 2} in wgrad_cuts(dw, "nhwc", [2])
+    assert wgrad_cuts(dw, "nchw", [8]) == [{}, {"tile": (1, 1), "blocks_per_sm": 8}]
+    names = [cut_name(c) for c in listed]
+    assert len(set(names)) == len(names)  # one label per cut: the sampler's run names
+    for keywords in listed[1:] + wgrad_cuts(grouped, "nchw", [8])[1:] + wgrad_cuts(dw, "nhwc",
+                                                                                   [4])[1:]:
         shape = dw if "vec" in keywords else grouped
         layout = "nchw" if "rows" not in keywords else "nhwc"
-        wgrad_plan(shape, layout, 132, **keywords)  # every listed cut is a plan
+        # every listed cut is a plan, also as read back from a JSON record (tile as a list)
+        json_cut = {k: list(v) if k == "tile" else v for k, v in keywords.items()}
+        assert wgrad_plan(shape, layout, 132, **cut_keywords(json_cut)) == wgrad_plan(
+            shape, layout, 132, **keywords)
+    with pytest.raises(ValueError, match="layout: 'nhcw'"):
+        wgrad_cuts(dw, "nhcw")
+
+
+def test_a_tuned_cut_is_taken_for_its_geometry_and_the_rule_elsewhere_or_where_ruled_out():
+    from groupconv_atlas.runtime.backward_plans import tuned_wgrad_plan
+
+    grouped, dw = geometry_shape(32, 64, 64, 14, 14, 16), geometry_shape(4, 32, 32, 9, 9, 32)
+    tunings = {("nhwc", tuple(grouped.geometry)): {"tile": [2, 2], "rows": 2, "blocks_per_sm": 2},
+               ("nhwc", tuple(dw.geometry)): {"vec": 4, "rows": 8, "blocks_per_sm": 2}}
+    plan = tuned_wgrad_plan(tunings, grouped, "nhwc", 132, 16)
+    assert (plan.choice["cob"], plan.choice["cib"], plan.choice["rows"]) == (2, 2, 2)
+    assert tuned_wgrad_plan(tunings, grouped, "nchw", 132, 16) == wgrad_plan(grouped, "nchw", 132)
+    assert tuned_wgrad_plan(tunings, dw, "nhwc", 132, 16).choice["vec"] == 4
+    # 8-byte aligned pointers rule the tuned 4-channel vector out: the rule's cut, not an error
+    assert tuned_wgrad_plan(tunings, dw, "nhwc", 132, 8) == wgrad_plan(dw, "nhwc", 132, 8)

@@ -49,7 +49,8 @@ def main(argv: list[str]) -> int:
     from groupconv_atlas.runtime import conv
     from groupconv_atlas.runtime.conversion import convert
     from groupconv_atlas.runtime.files import check_inputs
-    from groupconv_atlas.runtime.launch_tables import BACKWARD_TABLE, backward_dispatch_table
+    from groupconv_atlas.runtime.launch_tables import (BACKWARD_TABLE, backward_dispatch_table,
+                                                       record_wgrad_tunings)
     from groupconv_atlas.runtime.sessions import GpuSession
     from groupconv_atlas.runtime.timing import ClockReader, TimingConfig, batch_medians
     from groupconv_atlas.study.network_training import measure_all_training, summarize_training
@@ -61,6 +62,9 @@ def main(argv: list[str]) -> int:
     table_path = Path(opts.record) / "raw" / "dispatch" / BACKWARD_TABLE
     check_inputs([table_path])  # the record's manifest vouches for the table
     table = backward_dispatch_table(table_path)
+    # The weight gradient's tuned cuts the record's table was measured with (none before the
+    # tuning stage: the plan's rule, as then).
+    cuts = record_wgrad_tunings(opts.record) or {}
     settings = {**config["networks"], "models": opts.models or config["networks"]["models"]}
     settings["training"] = {**settings["training"],
                             "ns": opts.ns or settings["training"]["ns"]}
@@ -78,6 +82,7 @@ def main(argv: list[str]) -> int:
             # one the kernels, the backward as the package's table routes it); "record": the
             # kernels in both modes, each backward pass as this record's table routes it.
             conv.configure(backward_dispatch=table if backward == "record" else None,
+                           wgrad_tunings=cuts if backward == "record" else None,
                            eager_training="kernels" if backward == "record" else "pytorch")
             rng = np.random.default_rng(settings["seed"])
             mine = {}

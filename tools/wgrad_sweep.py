@@ -5,14 +5,11 @@ rule that ships).
   python tools/wgrad_sweep.py SHAPES_JSON OUT_DIR SHAPE_ID ... [--layouts nhwc nchw]
       [--blocks-per-sm 2 4 8]
 
-Per shape and layout, every cut of backward_kernels.wgrad_plan's keywords the kernels' tables
-hold (grouped: each (COB, CIB) tile within the group, with each row count of the channels_last
-table; depthwise channels_last: each channel vector and row count), at each blocks-per-SM aim,
-launched through the op's own launch path (backward_plans.BackwardRuntime.wgrad_runner), its
-whole output checked against PyTorch's FP32 and FP64 weight gradient with the verifier's bound
-(study/pass_verify's references, runtime/verify's checker) after a NaN poison, then the correct
-ones and the strict-FP32 references of the pass timed together by the atlas's sampler at
-graph_device (runtime/timing.median_latencies). Writes OUT_DIR/wgrad-sweep.csv and prints, per
+Per shape and layout, every cut the weight gradient's tuning stage tries
+(backward_kernels.wgrad_cuts), launched and checked as that stage checks it
+(study/wgrad_tuning.check_cut), then the correct ones and the strict-FP32 references of the pass
+timed together by the atlas's sampler at graph_device (runtime/timing.median_latencies): what
+the stage does, with PyTorch beside it. Writes OUT_DIR/wgrad-sweep.csv and prints, per
 shape and layout, the rule's cut, the fastest cut and the fastest reference."""
 from __future__ import annotations
 
@@ -29,23 +26,6 @@ sys.path.insert(0, str(ROOT / "workflow"))
 SWEEP_BATCHES, SWEEP_SAMPLES = 3, 10  # a preview: fewer batches than a timing job's
 
 
-def cuts(shape, layout: str, blocks: list[int]) -> list[dict]:
-    """Every keyword set of wgrad_plan the tables hold for this shape and layout (None first: the
-    rule's own cut)."""
-    from groupconv_atlas.runtime.backward_kernels import NHWC_DW, NHWC_TILES, TILES
-
-    cig, cog = shape.cin_per_group, shape.cout_per_group
-    if layout == "nhwc" and cig == cog == 1:
-        shapes_of = [{"vec": v, "rows": r} for v, r in NHWC_DW if r <= max(1, shape.h)]
-    elif layout == "nhwc":
-        shapes_of = [{"tile": (o, i), "rows": r} for o, i in TILES if o <= cog and i <= cig
-                     for r in sorted({r for (oo, ii, r, _) in NHWC_TILES if (oo, ii) == (o, i)})
-                     if r <= shape.h]
-    else:
-        shapes_of = [{"tile": t} for t in TILES if t[0] <= cog and t[1] <= cig]
-    return [{}] + [{**k, "blocks_per_sm": b} for k, b in itertools.product(shapes_of, blocks)]
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("shapes")
@@ -59,17 +39,14 @@ def main(argv: list[str]) -> int:
     import pandas as pd
 
     from groupconv_atlas.runtime import backward_plans
-    from groupconv_atlas.runtime.backward_kernels import wgrad_plan
+    from groupconv_atlas.runtime.backward_kernels import wgrad_cuts, wgrad_plan
     from groupconv_atlas.runtime.sessions import GpuSession
     from groupconv_atlas.runtime.timing import TimingConfig, median_latencies, warm_up
-    from groupconv_atlas.runtime.verify import bound_scale, full_output_errors, \
-        full_output_failures
     from groupconv_atlas.study.pass_runs import (STRICT_REFERENCES, WEIGHT_GRAD, grad_output,
-                                                 in_pass_layout, reduction_length,
-                                                 reference_call)
-    from groupconv_atlas.study.pass_verify import fp32_reference, fp64_reference
+                                                 in_pass_layout, reference_call)
     from groupconv_atlas.study.run_plan import timing_settings
     from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
+    from groupconv_atlas.study.wgrad_tuning import check_cut, references
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     cfg = TimingConfig(**{**timing_settings(config["timing"]), "batches": SWEEP_BATCHES,
@@ -89,15 +66,12 @@ def main(argv: list[str]) -> int:
         with session.on_stream():
             x, w = session.random_inputs(shape, seed)
             gy = grad_output(torch, shape, seed)
-            ref32 = fp32_reference(torch, WEIGHT_GRAD, x, w, gy, shape.groups)
-            ref64 = fp64_reference(torch, WEIGHT_GRAD, x, w, gy, shape.groups)
-            tol = bound_scale(reduction_length(WEIGHT_GRAD, shape), factor) * fp64_reference(
-                torch, WEIGHT_GRAD, x, w, gy, shape.groups, absolute=True)
+            refs = references(session, shape, x, w, gy, factor)
         for layout in opts.layouts:
             lx, lw, lgy = in_pass_layout(torch, layout, x, w, gy)
             implementation = f"wg_{layout}"
             runs, named = {}, {}
-            for k, keywords in enumerate(cuts(shape, layout, opts.blocks_per_sm)):
+            for k, keywords in enumerate(wgrad_cuts(shape, layout, opts.blocks_per_sm)):
                 name = "rule" if not keywords else f"cut{k}"
                 try:
                     plan = wgrad_plan(shape, layout, sm_count, 16, **keywords)
@@ -107,19 +81,11 @@ def main(argv: list[str]) -> int:
                                  "reason": str(err)})
                     continue
                 run = runtime.wgrad_runner(implementation, plan, shape, x.device)
-                with session.on_stream():
-                    poison = torch.full(tuple(w.shape), float("nan"), device="cuda")
-                    del poison  # the run's output takes the freed NaN block back
-                    got = run(lgy, lx)
-                    session.synchronize()
-                    full = full_output_errors(torch, got, ref32, ref64, tol)
-                failures = full_output_failures(full, poisoned=True)
                 row = {"shape_id": shape_id, "layout": layout, "run": name,
                        "keywords": str(keywords), "choice": str(plan.choice),
-                       "entry": plan.stage1.entry, "status": "incorrect" if failures else "correct",
-                       "reason": "; ".join(failures), "error_to_tolerance": full["ratio64"]}
+                       "entry": plan.stage1.entry, **check_cut(session, run, lx, lgy, refs)}
                 rows.append(row)
-                if not failures:
+                if row["status"] == "correct":
                     runs[name] = (lambda run=run: run(lgy, lx))
                     named[name] = row
             for ref in STRICT_REFERENCES:

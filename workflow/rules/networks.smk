@@ -33,6 +33,8 @@ if PLAN.measures_on_gpu:
             # the run measures the passes (else the package's: study/networks.probe_backward_table).
             backward_table=lambda wildcards: PLAN.passes.backward_dispatch()
                            if wildcards.probe == "networks" else [],
+            wgrad_tunings=lambda wildcards: PLAN.passes.wgrad_tunings()
+                          if wildcards.probe == "networks" else [],
             code=code("launch_tables", "launcher", "sessions", "jobs", "networks",
                       "network_training", "packaged_tables", "provenance", "timing"),
         output:

@@ -96,8 +96,10 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             verification=PLAN.passes.job_verification,
-            code=PLAN.passes.code("launcher", "sessions", "jobs", "pass_runs", "provenance", "shapes_table",
-                                  "timing", "timing_workers"),
+            # the weight gradient's tuned cuts, which its workers launch (none for input_grad)
+            tunings=PLAN.passes.pass_tunings,
+            code=PLAN.passes.code("launch_tables", "launcher", "sessions", "jobs", "pass_runs",
+                                  "provenance", "shapes_table", "timing", "timing_workers"),
         output:
             samples=PLAN.passes.raw_timing("{passjob}", "parquet"),
             meta=PLAN.passes.raw_timing("{passjob}", "json"),

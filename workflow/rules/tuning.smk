@@ -25,3 +25,30 @@ if PLAN.measures_on_gpu:
             "../../envs/gpu.yaml"
         script:
             "../scripts/tune_kernel.py"
+
+    # The weight gradient's tuning stage (live, a run that measures that pass), before the pass is
+    # verified and timed: per frozen shape every cut of its plan verified and the correct ones
+    # timed by the atlas's sampler; the fastest is that geometry's cut
+    # (raw/passes/tuning/wg_<layout>.json, read by the pass's jobs and exported with the
+    # backward table).
+    rule tune_wgrad:
+        input:
+            shapes=f"{PLAN.results}/shapes.json",
+            code=PLAN.passes.code("jobs", "provenance", "shapes_table", "timing",
+                                  "wgrad_tuning"),
+        output:
+            record=PLAN.passes.wgrad_tuning("{layout}"),
+            prov=PLAN.prov("tune_wgrad", "{layout}"),
+        wildcard_constraints:
+            layout="nchw|nhwc",
+        params:
+            tuning=PLAN.tuning_settings(),
+        threads: PLAN.measure_threads
+        resources:
+            gpu=1,
+        log:
+            f"{PLAN.results}/logs/tune_wgrad-{{layout}}.log",
+        conda:
+            "../../envs/gpu.yaml"
+        script:
+            "../scripts/tune_wgrad.py"

@@ -30,7 +30,10 @@ if PLAN.measures_on_gpu:
         with their reason."""
         input:
             shapes=f"{PLAN.results}/shapes.json",
-            code=PLAN.passes.code("launcher", "sessions", "jobs", "pass_verify", "provenance", "shapes_table"),
+            # the weight gradient's tuned cuts, which its verification checks (none for input_grad)
+            tunings=PLAN.passes.pass_tunings,
+            code=PLAN.passes.code("launch_tables", "launcher", "sessions", "jobs", "pass_verify",
+                                  "provenance", "shapes_table"),
         output:
             table=PLAN.passes.raw_verification("{pass_}"),
             prov=PLAN.prov("verify_pass", "{pass_}"),

@@ -20,14 +20,21 @@ extra = {}
 if smk.params.probe == "networks":
     # The converted models train with the backward a user's converted model runs (the run's own
     # table where this run measured the passes, else the package's), not PyTorch's by default.
-    given = smk.input.get("backward_table") or []
-    given = [given] if isinstance(given, str) else list(given)
-    table, source = probe_backward_table(given[0] if given else None,
-                                         session.torch.cuda.get_device_name())
-    job.progress(f"backward dispatch table: {source}, {len(table)} entries")
+    def listed(name):
+        given = smk.input.get(name) or []
+        return [given] if isinstance(given, str) else list(given)
+
+    given = listed("backward_table")
+    table, tunings, source = probe_backward_table(given[0] if given else None,
+                                                  session.torch.cuda.get_device_name(),
+                                                  run_tunings=listed("wgrad_tunings"))
+    job.progress(f"backward dispatch table: {source}, {len(table)} entries, "
+                 f"{len(tunings)} tuned weight-gradient cuts")
     samples, details = measure_networks(session, launcher, settings, timing,
-                                        progress=job.progress, backward_dispatch=table)
-    extra = {"backward_table": {"source": source, "entries": len(table)}}
+                                        progress=job.progress, backward_dispatch=table,
+                                        wgrad_tunings=tunings)
+    extra = {"backward_table": {"source": source, "entries": len(table),
+                                "wgrad_tunings": len(tunings)}}
 else:
     samples, details = measure_unseen(session, launcher, settings, timing, progress=job.progress)
 write_parquet(smk.output.samples, samples)

@@ -28,8 +28,11 @@ impls_for = {s.id: [i for i in impls if (s.id, i) in correct] for s in shapes}
 t0 = time.perf_counter()
 # No forward kernel is launched: the worker's launcher holds no cubins (runtime/backward.py
 # brings its own kernels).
+# The weight gradient's tuned cuts (this run's tuning stage), which every worker launches.
+tunings = smk.input.get("tunings") or []
+tunings = [tunings] if isinstance(tunings, str) else list(tunings)
 samples, info = time_job(shapes, impls_for, cfg, smk.params.processes, launcher_inputs(),
-                         progress=job.progress, pass_=pass_)
+                         progress=job.progress, pass_=pass_, wgrad_tunings=tunings)
 wall_s = time.perf_counter() - t0
 write_parquet(smk.output.samples, samples)
 flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
@@ -42,7 +45,8 @@ meta = {"job": smk.wildcards.passjob, "pass": pass_, "group": smk.params.group,
         "layouts": {i: layout_of(backward, i) for i in impls},
         "config": smk.params.timing, "wall_s": wall_s,
         "measured_alone": bool(smk.params.measured_alone),
-        "batches_total": int(len(flagged)), "batches_clock_flagged": int(flagged.sum()), **info}
+        "batches_total": int(len(flagged)), "batches_clock_flagged": int(flagged.sum()),
+        "wgrad_tunings": tunings, **info}
 write_json(smk.output.meta, meta)
 job.progress(f"{len(samples)} samples in {wall_s:.0f}s; "
              f"{int(samples.clock_flagged.sum())} samples in clock-flagged batches")

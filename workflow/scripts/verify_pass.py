@@ -5,6 +5,8 @@ import time
 
 import pandas as pd
 
+from groupconv_atlas.runtime.backward_plans import configure_backward
+from groupconv_atlas.runtime.launch_tables import wgrad_tuning_table
 from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.pass_verify import verify_pass
@@ -15,6 +17,11 @@ smk = snakemake  # noqa: F821
 job = Job(smk, "verify_pass.py")
 pass_ = smk.wildcards.pass_
 session = GpuSession()
+# The weight gradient's tuned cuts (this run's tuning stage), as its timing job launches them.
+tunings = smk.input.get("tunings") or []
+tunings = [tunings] if isinstance(tunings, str) else list(tunings)
+if tunings:
+    configure_backward(wgrad_tunings=wgrad_tuning_table(tunings))
 t0 = time.perf_counter()
 rows = verify_pass(session, pass_, load_frozen(smk.input.shapes), smk.params.seed,
                    smk.params.tolerance_factor, progress=job.progress)
@@ -26,4 +33,4 @@ counts = {f"{impl} {status}": int(n) for (impl, status), n in
           table.groupby(["implementation", "status"]).size().items()}
 job.progress(f"{pass_}: {counts} in {wall_s:.1f}s")
 job.finish({"pass": pass_, "status_counts": counts, "wall_s": wall_s,
-            "precision": session.precision})
+            "precision": session.precision, "wgrad_tunings": tunings})

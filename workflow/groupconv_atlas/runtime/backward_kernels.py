@@ -269,6 +269,35 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     return WgradPlan(stage1, reduce, slices, 0 if slices == 1 else slices * elems, choice)
 
 
+# The split aims a tuning stage tries with every cut (study/wgrad_tuning, tools/wgrad_sweep.py).
+TUNING_BLOCKS_PER_SM = (2, 4, 8)
+
+
+def wgrad_cuts(shape: Shape, layout: str, blocks=TUNING_BLOCKS_PER_SM) -> list[dict]:
+    """Every keyword set of wgrad_plan the kernels' tables hold for this shape and layout, the
+    rule's own first ({}): grouped, each (COB, CIB) tile within the group (channels_last: with
+    each row count WG_NHWC_TILES lists for it, up to H); depthwise channels_last, each channel
+    vector and row count up to H; each at every blocks-per-SM aim of `blocks`. A cut the
+    alignment or C rules out is refused by wgrad_plan, not here."""
+    cig, cog = shape.cin_per_group, shape.cout_per_group
+    if layout == "nhwc" and cig == cog == 1:
+        kinds = [{"vec": v, "rows": r} for v, r in NHWC_DW if r <= max(1, shape.h)]
+    elif layout == "nhwc":
+        kinds = [{"tile": (o, i), "rows": r} for o, i in TILES if o <= cog and i <= cig
+                 for r in sorted({r for oo, ii, r, _ in NHWC_TILES if (oo, ii) == (o, i)})
+                 if r <= max(1, shape.h)]
+    elif layout == "nchw":
+        kinds = [{"tile": t} for t in TILES if t[0] <= cog and t[1] <= cig]
+    else:
+        raise ValueError(f"layout: {layout!r}, must be 'nchw' or 'nhwc'")
+    return [{}] + [{**k, "blocks_per_sm": b} for k in kinds for b in blocks]
+
+
+def cut_keywords(cut: dict) -> dict:
+    """A cut as wgrad_plan's keywords (a tile read back from JSON is a list)."""
+    return {k: tuple(v) if k == "tile" else v for k, v in cut.items()}
+
+
 def transposed_weight_index(c_out: int, cin_per_group: int, groups: int, layout: str):
     """The input gradient's weight as a gather of the forward weight w (C_out, C_in/groups, 3, 3):
     w'[g*cig + i, o, kh, kw] = w[g*cog + o, i, 2 - kh, 2 - kw] (C_in and C_out swap roles,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .backward_kernels import BACKWARD_KERNELS, transposed_weight_index, wgrad_plan
+from .backward_kernels import (BACKWARD_KERNELS, cut_keywords, transposed_weight_index,
+                               wgrad_plan)
 from .call_checks import LAYOUT_WORDS, MEMORY_FORMATS, UnsupportedConv, call_layout
 from .call_plan import _current_device, _raw_stream, plan_call
 from .cubin_cache import built_backward_cubins
@@ -116,9 +117,12 @@ def _key(grad_y, other):
 class BackwardRuntime:
     """The backward passes' cubins and plan cache (one per process: BACKWARD)."""
 
-    def __init__(self, cubins: dict[str, str] | None = None):
+    def __init__(self, cubins: dict[str, str] | None = None, wgrad_tunings: dict | None = None):
         self._plans: dict = {}
         self._cubins = {k: str(v) for k, v in (cubins or {}).items() if k in BACKWARD_KERNELS}
+        # {(layout, geometry): wgrad_plan's keywords}: the weight gradient's tuned cut per
+        # geometry (study/wgrad_tuning); a geometry it lacks takes the plan's rule.
+        self.wgrad_tunings = dict(wgrad_tunings or {})
 
     def cubin(self, kernel: str) -> str:
         if kernel not in self._cubins:
@@ -171,7 +175,8 @@ class BackwardRuntime:
                 return reference(grad_y, x, weight)[1].contiguous()
             return run_reference
         sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
-        plan = wgrad_plan(shape, layout, sm_count, _alignment(grad_y.data_ptr(), x.data_ptr()))
+        plan = tuned_wgrad_plan(self.wgrad_tunings, shape, layout, sm_count,
+                                _alignment(grad_y.data_ptr(), x.data_ptr()))
         return self.wgrad_runner(implementation, plan, shape, x.device)
 
     def wgrad_runner(self, implementation: str, plan, shape, device):
@@ -277,11 +282,35 @@ FLIPPING = {"nchw": "k12", "nhwc": "k11"}
 BACKWARD = BackwardRuntime()
 
 
-def configure_backward(cubins: dict[str, str] | None = None) -> None:
+def tuned_wgrad_plan(tunings: dict, shape, layout: str, sm_count: int, alignment: int):
+    """The weight gradient's plan of `shape`: the tuned cut of its geometry where `tunings` holds
+    one (tuned on 16-byte aligned tensors: a cut these pointers or this GPU rule out falls back),
+    else the rule's."""
+    cut = tunings.get((layout, tuple(shape.geometry)))
+    if cut:
+        try:
+            return wgrad_plan(shape, layout, sm_count, alignment, **cut_keywords(cut))
+        except ValueError:
+            pass  # e.g. a 4-channel vector on 8-byte aligned pointers: the rule's cut
+    return wgrad_plan(shape, layout, sm_count, alignment)
+
+
+def configure_backward(cubins: dict[str, str] | None = None,
+                       wgrad_tunings: dict | None = None) -> None:
     """A fresh plan cache; `cubins` may name the weight-gradient kernels' cubins (by
-    BACKWARD_KERNELS name), else they are compiled on first use into the cubin cache."""
+    BACKWARD_KERNELS name), else they are compiled on first use into the cubin cache;
+    `wgrad_tunings` ({(layout, geometry): cut}) the weight gradient's tuned cuts."""
     global BACKWARD
-    BACKWARD = BackwardRuntime(cubins)
+    BACKWARD = BackwardRuntime(cubins, wgrad_tunings)
+
+
+def use_wgrad_tunings(tunings: dict) -> None:
+    """The op's tables' weight-gradient tunings for the process's backward, where nothing has
+    configured its own (a pipeline's pass job configures the run's: configure_backward); the
+    weight-gradient plans made before them are dropped."""
+    if tunings and not BACKWARD.wgrad_tunings:
+        BACKWARD.wgrad_tunings = dict(tunings)
+        BACKWARD._plans = {k: v for k, v in BACKWARD._plans.items() if k[0] != "weight_grad"}
 
 
 def routed_backward(table: dict, runtime, grad, x, weight, groups: int, needs):

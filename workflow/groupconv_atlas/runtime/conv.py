@@ -39,7 +39,7 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call, implementations,  # noqa: F401
                           support)
-from .backward_plans import configure_backward, routed_backward
+from .backward_plans import configure_backward, routed_backward, use_wgrad_tunings
 from .launcher import Launcher
 from .op_runtime import _Runtime
 from .kernels import DISPATCH, layout_of
@@ -62,7 +62,7 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               dispatch: dict | None = None, record: str | Path | None = None,
               launcher: Launcher | None = None, autotune: bool | None = None,
               dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None,
-              eager_training: str = "pytorch") -> None:
+              eager_training: str = "pytorch", wgrad_tunings: dict | None = None) -> None:
     """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
     pipeline stage passes its own `launcher` (its session, cubins and tables). `record`: a
     checkout's committed record (records/<name>) in place of the package's tables. `dispatch` and
@@ -77,15 +77,17 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
     weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc"). `eager_training`: what
     `dispatch` computes for an eager call that records a gradient, outside a CUDA graph capture
     and torch.compile: "pytorch" (the default) F.conv2d, PyTorch's own forward and autograd node,
-    or "kernels" the custom kernels and this op's backward (see conv2d)."""
+    or "kernels" the custom kernels and this op's backward (see conv2d). `wgrad_tunings` maps
+    (layout, geometry) to the weight-gradient kernels' tuned cut (default: the tables' own, if
+    any; the cuts a backward table was measured with belong with it)."""
     global _RUNTIME, _BACKWARD_DISPATCH, _EAGER_TRAINING
     _EAGER_TRAINING = _eager_training_choice(eager_training)
     _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
-                        backward_dispatch)
+                        backward_dispatch, wgrad_tunings)
     # The backward reads the runtime's table through this module's global: one truth test per
     # backward call when it is empty (the default), no attribute lookups on the runtime.
     _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
-    configure_backward(cubins)
+    configure_backward(cubins, _RUNTIME.wgrad_tunings)
 
 
 @contextlib.contextmanager
@@ -120,6 +122,7 @@ def runtime() -> _Runtime:
             raise RuntimeError("groupconv_atlas.conv2d needs a CUDA GPU; none is visible here")
         _RUNTIME = _Runtime()
         _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
+        use_wgrad_tunings(_RUNTIME.wgrad_tunings)
     return _RUNTIME
 
 

@@ -18,8 +18,11 @@ Geometry = tuple[int, int, int, int, int, int]
 
 # Every table by the name the runtime and the export know it under: a table loaded here is
 # exported and packaged under its name with no change of the package's format.
-TABLE_NAMES = ("tunings", "dispatch", "dispatch_nhwc", "backward_dispatch")
+TABLE_NAMES = ("tunings", "dispatch", "dispatch_nhwc", "backward_dispatch", "wgrad_tunings")
 BACKWARD_TABLE = "backward.json"  # beside the forward's table.json in raw/dispatch/
+# The weight gradient's tuning records (study/wgrad_tuning), in the passes' raw layer:
+# raw/passes/tuning/wg_<layout>.json.
+WGRAD_TUNING_DIR = "passes/tuning"
 
 
 def _geometry(value) -> Geometry:
@@ -44,22 +47,50 @@ def dispatch_table(path: str | Path, layout: str = "nchw") -> dict[Geometry, str
 
 
 def record_table_files(record: str | Path) -> list[Path]:
-    """The record files the tables are read from (tuning records, the dispatcher's table)."""
+    """The record files the tables are read from (tuning records, the dispatcher's table, the
+    backward passes' table and their weight gradient's tuning records)."""
     raw = Path(record) / "raw"
     tables = [raw / "dispatch" / "table.json", raw / "dispatch" / BACKWARD_TABLE]
-    return [*sorted((raw / "tuning").glob("*.json")), *(t for t in tables if t.is_file())]
+    return [*sorted((raw / "tuning").glob("*.json")), *(t for t in tables if t.is_file()),
+            *wgrad_tuning_files(record)]
+
+
+def wgrad_tuning_files(record: str | Path) -> list[Path]:
+    return sorted((Path(record) / "raw" / WGRAD_TUNING_DIR).glob("wg_*.json"))
+
+
+def wgrad_tuning_table(paths) -> dict[tuple[str, Geometry], dict]:
+    """{(layout, geometry): the chosen cut (wgrad_plan's keywords)} from the weight gradient's
+    tuning records (study/wgrad_tuning); the rule's own cut is {}."""
+    table = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        for choice in doc["choices"].values():
+            table[(doc["layout"], _geometry(choice["geometry"]))] = dict(choice["keywords"])
+    return table
+
+
+def record_wgrad_tunings(record: str | Path) -> dict | None:
+    """The record's weight-gradient tunings (wgrad_tuning_table), checked against its manifest
+    first; None for a record without them (every record made before the tuning stage)."""
+    files = wgrad_tuning_files(record)
+    if not files:
+        return None
+    check_inputs(files)
+    return wgrad_tuning_table(files)
 
 
 def record_tables(record: str | Path) -> dict[str, dict | None]:
     """{"tunings": {kernel: {geometry: variant}}, "dispatch": {geometry: implementation} (NCHW),
     "dispatch_nhwc": (channels_last)} from a committed record's raw layer (a record made before
     the channels_last table has an empty one; one without geometry-keyed dispatch None), and
-    "backward_dispatch" where the record has backward passes (absent otherwise, so an export of
-    an older record is what it was); each file read is first checked against the record's
-    manifest (files.check_inputs)."""
+    "backward_dispatch" where the record has backward passes and "wgrad_tunings" where it has
+    their weight gradient's tuning (each absent otherwise, so an export of an older record is
+    what it was); each file read is first checked against the record's manifest
+    (files.check_inputs)."""
     files = record_table_files(record)
     check_inputs(files)
-    tunings = {p.stem: tuning_table(p) for p in files if p.parent.name == "tuning"}
+    tunings = {p.stem: tuning_table(p) for p in files if p.parent == Path(record) / "raw" / "tuning"}
     table = Path(record) / "raw" / "dispatch" / "table.json"
     backward = Path(record) / "raw" / "dispatch" / BACKWARD_TABLE
     found = {"tunings": tunings, "dispatch": None, "dispatch_nhwc": None}
@@ -67,6 +98,9 @@ def record_tables(record: str | Path) -> dict[str, dict | None]:
         found.update(dispatch=dispatch_table(table), dispatch_nhwc=dispatch_table(table, "nhwc"))
     if backward.is_file():
         found["backward_dispatch"] = backward_dispatch_table(backward)
+    wgrad = [p for p in files if p.parent == Path(record) / "raw" / WGRAD_TUNING_DIR]
+    if wgrad:
+        found["wgrad_tunings"] = wgrad_tuning_table(wgrad)
     return found
 
 

@@ -37,13 +37,17 @@ class _Runtime:
     the caller's current stream."""
 
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
-                 autotune: bool | None = None, dispatch_nhwc=None, backward_dispatch=None):
+                 autotune: bool | None = None, dispatch_nhwc=None, backward_dispatch=None,
+                 wgrad_tunings=None):
         self._plans: dict = {}
         self.choices: dict = {}  # (layout, geometry) -> (implementation, variant, why), unseen
         self._announced = False  # the one line a GPU without tables logs before it autotunes
         # {(pass, layout, geometry): implementation} of the backward passes (conv's backward
         # reads it): configure()'s, else the tables' own where they hold one.
         self.backward_dispatch = dict(backward_dispatch or {})
+        # {(layout, geometry): cut} of the weight gradient's kernels: configure()'s, else the
+        # tables' own tuning (a pipeline stage's launcher has none but what it is given).
+        self.wgrad_tunings: dict = dict(wgrad_tunings or {})
         if launcher is not None:  # a pipeline stage's own session and launcher
             self.launcher = launcher
             self.tables_source = TableSource(STAGE, STAGE, autotune_enabled(autotune))
@@ -52,7 +56,7 @@ class _Runtime:
         device = CallerSession()
         major, minor = device.capability
         given = {"tunings": tunings, "dispatch": dispatch, "dispatch_nhwc": dispatch_nhwc,
-                 "backward_dispatch": backward_dispatch}
+                 "backward_dispatch": backward_dispatch, "wgrad_tunings": wgrad_tunings}
         # configure(record=...) reads a checkout's record; configure(tunings=..., ...) gives the
         # forward's tables; by default the package's own for this GPU's name (choice_source). A
         # backward table given alone joins the default's forward tables, not empty ones.
@@ -66,6 +70,7 @@ class _Runtime:
         self.source, self.autotune = self.tables_source.label, self.tables_source.autotune
         tables = self.tables_source.tables
         self.backward_dispatch = dict(tables.get("backward_dispatch") or {})
+        self.wgrad_tunings = dict(tables.get("wgrad_tunings") or {})
         self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
                                  tables.get("tunings") or {}, tables.get("dispatch"),
                                  tables.get("dispatch_nhwc"))

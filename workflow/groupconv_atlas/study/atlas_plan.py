@@ -5,6 +5,7 @@ figures, the cross-record page, and everything `atlas` makes. Built by RunPlan
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 from ..runtime.kernels import BASELINES
 from ..runtime.timing import BOUNDARIES
@@ -182,6 +183,8 @@ class AtlasPlan:
             jobs += [prov("tune_kernel", k) for k in run.tuned_kernels]
             jobs += [prov("verify", i) for i in run.implementations]
             jobs += [prov("time_job", j) for j in run.timing_jobs]
+            jobs += [prov("tune_wgrad", Path(t).stem.removeprefix("wg_"))
+                     for t in run.passes.wgrad_tunings()]
             jobs += [prov("verify_pass", p) for p in run.passes.passes]
             jobs += [prov("time_pass", j) for j in run.passes.jobs]
             jobs += [prov("backward_dispatch_table")] if run.passes.on else []

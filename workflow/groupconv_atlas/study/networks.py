@@ -37,22 +37,28 @@ def build_model(name: str, seed: int):
 
 
 def probe_backward_table(run_table: str | None, device_name: str,
-                         tables_folder: Path | None = None) -> tuple[dict, str]:
-    """The backward dispatch table the converted models' backward runs in the probe, and where it
-    comes from: this run's own (its backward passes measured in the same run), else the package's
-    for this GPU (what a user's converted model runs), else none (every pass PyTorch's). Without
-    it the probe's converted step would run PyTorch's backward, which no user of the package gets."""
-    from ..runtime.launch_tables import backward_dispatch_table
+                         tables_folder: Path | None = None,
+                         run_tunings: list[str] | None = None) -> tuple[dict, dict, str]:
+    """The backward dispatch table the converted models' backward runs in the probe, the weight
+    gradient's tuned cuts it was measured with, and where they come from: this run's own (its
+    backward passes measured in the same run, `run_tunings` its tuning records), else the
+    package's for this GPU (what a user's converted model runs), else none (every pass
+    PyTorch's). Without it the probe's converted step would run PyTorch's backward, which no user
+    of the package gets."""
+    from ..runtime.launch_tables import backward_dispatch_table, wgrad_tuning_table
     from ..runtime.packaged_tables import load_packaged
 
     if run_table:
-        return backward_dispatch_table(run_table), f"this run's ({Path(run_table).name})"
+        return (backward_dispatch_table(run_table), wgrad_tuning_table(run_tunings or []),
+                f"this run's ({Path(run_table).name})")
     doc = load_packaged(device_name, tables_folder)
-    table = ((doc or {}).get("tables") or {}).get("backward_dispatch") or {}
+    tables = (doc or {}).get("tables") or {}
+    table = tables.get("backward_dispatch") or {}
     if table:
         record = (doc.get("backward_record") or {}).get("record") or doc.get("record")
-        return table, f"the package's ({Path(doc['file']).name}, record {record})"
-    return {}, "none: every pass PyTorch's (no backward table for this GPU)"
+        return (table, tables.get("wgrad_tunings") or {},
+                f"the package's ({Path(doc['file']).name}, record {record})")
+    return {}, {}, "none: every pass PyTorch's (no backward table for this GPU)"
 
 
 def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], int]:
@@ -65,16 +71,19 @@ def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], 
 
 
 def measure_networks(session, launcher, settings: dict, timing_cfg, progress=print,
-                     backward_dispatch: dict | None = None) -> tuple[pd.DataFrame, dict]:
+                     backward_dispatch: dict | None = None, wgrad_tunings: dict | None = None
+                     ) -> tuple[pd.DataFrame, dict]:
     """(raw samples, per-(model, N) details: conversion report, output agreement) (GPU).
-    `backward_dispatch`: the table the converted models' backward takes (probe_backward_table)."""
+    `backward_dispatch`, `wgrad_tunings`: the table the converted models' backward takes and the
+    weight gradient's cuts it was measured with (probe_backward_table)."""
     import torch
 
     from ..runtime import conv
     from ..runtime.conversion import convert
     from ..runtime.timing import ClockReader, samples_frame
 
-    conv.configure(launcher=launcher, backward_dispatch=backward_dispatch)
+    conv.configure(launcher=launcher, backward_dispatch=backward_dispatch,
+                   wgrad_tunings=wgrad_tunings)
     clocks = ClockReader(torch)
     rng = np.random.default_rng(settings["seed"])
     compiled = {(m, int(n)) for m, n in settings.get("compile", [])}

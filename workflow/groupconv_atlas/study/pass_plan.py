@@ -223,6 +223,25 @@ class PassPlan:
     def job_verification(self, wildcards) -> str:
         return self.raw_verification(self.jobs[wildcards.passjob]["pass"])
 
+    # The weight gradient's tuning stage (study/wgrad_tuning), live only: one record per layout,
+    # read by the pass's verification and timing jobs, kept in the passes' raw layer.
+    WGRAD_LAYOUTS = ("nchw", "nhwc")
+
+    def wgrad_tuning(self, layout: str) -> str:
+        return self.raw(f"passes/tuning/wg_{layout}.json")
+
+    def wgrad_tunings(self) -> list[str]:
+        """The weight gradient's tuning records of a live run that measures that pass."""
+        if not (self.run.measures_on_gpu and "weight_grad" in self.passes):
+            return []
+        return [self.wgrad_tuning(layout) for layout in self.WGRAD_LAYOUTS]
+
+    def pass_tunings(self, wildcards) -> list[str]:
+        """What a pass's verification (wildcard pass_) or timing job (passjob) reads before it
+        runs: the weight gradient's tuning records, for that pass."""
+        pass_ = getattr(wildcards, "pass_", None) or self.jobs[wildcards.passjob]["pass"]
+        return self.wgrad_tunings() if pass_ == "weight_grad" else []
+
     def all_raw_timing(self, suffix: str) -> list[str]:
         return [self.raw_timing(j, suffix) for j in self.jobs]
 

@@ -33,7 +33,7 @@ def index_record(record_dir: str | Path, replay: list[str] | None = None) -> dic
 # A record of the backward passes alone: their raw layer, their dispatch table, and the
 # provenance of the jobs that made them (the shapes' freeze and the passes' GPU jobs).
 PASS_LAYER = ("raw/passes/", "raw/dispatch/backward.json", "provenance/freeze_shapes.json",
-              "provenance/verify_pass-", "provenance/time_pass-",
+              "provenance/tune_wgrad-", "provenance/verify_pass-", "provenance/time_pass-",
               "provenance/backward_dispatch_table.json")
 
 

@@ -10,7 +10,8 @@ from datetime import datetime
 from pathlib import Path
 
 # Rules in the order data flows; anything else is listed after them.
-STAGES = ["freeze_shapes", "build_kernel", "tune_kernel", "verify", "verify_pass", "ceilings",
+STAGES = ["freeze_shapes", "build_kernel", "tune_kernel", "tune_wgrad", "verify", "verify_pass",
+          "ceilings",
           "time_job", "time_pass", "dispatch_table", "backward_dispatch_table", "crosscheck",
           "compare_job", "compare_pass", "mobilenet_measure", "mobilenet_stats",
           "assemble_passes", "assemble_atlas", "report_figures", "report_tables", "report_map",

@@ -16,7 +16,9 @@ The backward dispatch table comes from the newest measurement of the backward pa
 record's frozen shape set (study/pass_plan.newest_passes_over, the rule a replay follows): the
 record's own, or the last-created record of the passes alone over that set, which the file names with its
 manifest hash and the file read ("backward_record"). A kernel change to a backward pass, measured
-in a record of its own, so reaches the package without a new forward record."""
+in a record of its own, so reaches the package without a new forward record. The weight
+gradient's tuned cuts (`wgrad_tunings`, raw/passes/tuning/) come from the same record as that
+table, since its choices were measured with them."""
 from __future__ import annotations
 
 import json
@@ -24,7 +26,8 @@ from pathlib import Path
 
 from ..runtime.files import MANIFEST, find_record, load_index, sha256_file
 from ..runtime.launch_tables import (BACKWARD_TABLE, record_backward_dispatch,
-                                     record_table_files, record_tables)
+                                     record_table_files, record_tables, record_wgrad_tunings,
+                                     wgrad_tuning_files)
 from ..runtime.packaged_tables import FORMAT, TABLES_DIR, device_slug, encode_table
 from .pass_plan import newest_passes_over
 from .records import checked_files, vouched_sources
@@ -65,14 +68,16 @@ def provenance_files(record_dir: str | Path) -> dict[str, list[Path]]:
     vouched = raw / "same_machine_code.json"
     later = backward_record(record_dir)
     tables = record_table_files(record_dir)
-    if later is not None:  # the record's own backward table, if any, is not read
-        tables = [t for t in tables if t != raw / "dispatch" / BACKWARD_TABLE]
+    if later is not None:  # the record's own backward table and tunings, if any, are not read
+        own = {raw / "dispatch" / BACKWARD_TABLE, *wgrad_tuning_files(record_dir)}
+        tables = [t for t in tables if t not in own]
     return {"tables": tables,
             "builds": sorted((raw / "builds").glob("*.json")),
             "timing": sorted((raw / "timing").glob("*.json")),
             "vouched": [vouched] if vouched.is_file() else [],
             "backward": [] if later is None else [later / MANIFEST,
-                                                  later / "raw" / "dispatch" / BACKWARD_TABLE]}
+                                                  later / "raw" / "dispatch" / BACKWARD_TABLE,
+                                                  *wgrad_tuning_files(later)]}
 
 
 def exported_tables(record_dir: str | Path) -> dict[str, dict | None]:
@@ -81,7 +86,12 @@ def exported_tables(record_dir: str | Path) -> dict[str, dict | None]:
     tables = record_tables(record_dir)
     later = backward_record(record_dir)
     if later is not None:
+        # The passes' table and the weight gradient's tuned cuts it was measured with, together.
         tables["backward_dispatch"] = record_backward_dispatch(later)
+        tables.pop("wgrad_tunings", None)
+        wgrad = record_wgrad_tunings(later)
+        if wgrad is not None:
+            tables["wgrad_tunings"] = wgrad
     return tables
 
 

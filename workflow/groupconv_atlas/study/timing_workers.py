@@ -62,7 +62,7 @@ def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig)
 
 
 def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None = None,
-            pass_: str = FORWARD) -> None:
+            pass_: str = FORWARD, wgrad_tunings: list[str] | None = None) -> None:
     """A worker's loop: ("shape", index, shape, impls) -> ("ready", L, estimates, details);
     ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends.
     `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`. A backward
@@ -81,6 +81,11 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
         # (runtime/backward.py's kernels are not this job's forward cubins).
         if pass_ == FORWARD:
             conv.configure(launcher=launcher)
+        if wgrad_tunings:  # the weight gradient's tuned cuts (the run's tuning records)
+            from ..runtime.backward_plans import configure_backward
+            from ..runtime.launch_tables import wgrad_tuning_table
+
+            configure_backward(wgrad_tunings=wgrad_tuning_table(wgrad_tunings))
         torch = session.torch
         clocks = ClockReader(torch)
         flush = None
@@ -211,13 +216,15 @@ def _accept(listener, proc, authkey: bytes):
 
 def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
              processes: int, launcher_args: dict, progress=print,
-             floor_cubin: str | None = None, pass_: str = FORWARD) -> tuple[pd.DataFrame, dict]:
+             floor_cubin: str | None = None, pass_: str = FORWARD,
+             wgrad_tunings: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """Time every shape's verified implementations in `processes` worker processes; return
     (raw samples with a `process` column, metadata per shape and per process). With
     `floor_cubin` (kernels/floor_copy.cu built), every shape's batches also sample its floor
     (study/floors.py) beside the implementations. With a backward `pass_` (input_grad,
     weight_grad), `impls_for` names that pass's implementations (study/pass_runs), timed by the
-    same sampler, batches and processes."""
+    same sampler, batches and processes; `wgrad_tunings` (the weight gradient's tuning records)
+    the cuts its workers launch."""
     from .floors import FLOOR_RUNS
 
     if floor_cubin is not None:
@@ -237,7 +244,7 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
         proc.stdin.write(authkey)
         proc.stdin.close()
         conn = _accept(listener, proc, authkey)
-        conn.send((asdict(cfg), launcher_args, floor_cubin, pass_))
+        conn.send((asdict(cfg), launcher_args, floor_cubin, pass_, list(wgrad_tunings or [])))
         workers.append((proc, conn))
     listener.close()
     try:
@@ -307,5 +314,5 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
 if __name__ == "__main__":
     # A worker: connect back to the coordinator, receive the settings, serve until told to stop.
     connection = Client(sys.argv[1], family="AF_UNIX", authkey=sys.stdin.buffer.read())
-    settings, launcher_arguments, floor_build, timed_pass = connection.recv()
-    _worker(connection, settings, launcher_arguments, floor_build, timed_pass)
+    settings, launcher_arguments, floor_build, timed_pass, tuning_records = connection.recv()
+    _worker(connection, settings, launcher_arguments, floor_build, timed_pass, tuning_records)

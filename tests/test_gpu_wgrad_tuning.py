@@ -1,0 +1,80 @@
+"""The weight gradient's tuning stage on the GPU (study/wgrad_tuning): on small grouped, depthwise
+and odd geometries in both layouts, every cut it tries is checked and the correct ones timed; the
+chosen cut is one of the correct ones, the fastest of them; and a backward configured with the
+record's cuts launches the chosen entry and computes the weight gradient within the verifier's
+bound of FP64, bit-identical to the same cut launched directly."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from gpu_helpers import TOLERANCE_FACTOR
+
+from groupconv_atlas.runtime.shapes import geometry_shape
+
+pytestmark = pytest.mark.gpu
+
+GEOMETRIES = [(4, 64, 64, 14, 14, 2), (2, 48, 48, 9, 13, 48), (3, 12, 24, 5, 3, 4),
+              (1, 9, 6, 7, 11, 3)]
+
+
+def _cfg():
+    import yaml
+
+    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv_atlas.study.run_plan import timing_settings
+
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    return TimingConfig(**{**timing_settings(config["timing"]), "batches": 2,
+                           "samples_per_batch": 5})
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_the_stage_chooses_the_fastest_correct_cut_and_the_backward_launches_it(
+        gpu_session, layout, tmp_path):
+    from groupconv_atlas.runtime import backward_plans
+    from groupconv_atlas.runtime.backward_kernels import cut_keywords, wgrad_plan
+    from groupconv_atlas.runtime.launch_tables import wgrad_tuning_table
+    from groupconv_atlas.study.pass_runs import grad_output, in_pass_layout
+    from groupconv_atlas.study.wgrad_tuning import check_cut, references, tune_weight_grad
+
+    torch = gpu_session.torch
+    shapes = [geometry_shape(*g) for g in GEOMETRIES]
+    record = tune_weight_grad(gpu_session, layout, shapes, _cfg(), 11, TOLERANCE_FACTOR,
+                              progress=lambda line: None)
+    assert record["layout"] == layout and set(record["choices"]) == {s.id for s in shapes}
+    assert not [t for t in record["trials"] if t["status"] == "incorrect"]
+    for shape in shapes:
+        trials = [t for t in record["trials"] if t["shape_id"] == shape.id]
+        timed = [t for t in trials if t["median_us"] is not None]
+        choice = record["choices"][shape.id]
+        assert choice["median_us"] == min(t["median_us"] for t in timed)
+        assert choice["rule_median_us"] is not None and choice["cuts_correct"] == len(timed)
+    path = tmp_path / f"wg_{layout}.json"
+    path.write_text(json.dumps(record))
+    tunings = wgrad_tuning_table([path])
+    saved = backward_plans.BACKWARD
+    try:
+        backward_plans.configure_backward(wgrad_tunings=tunings)
+        for index, shape in enumerate(shapes):
+            with gpu_session.on_stream():
+                x, w = gpu_session.random_inputs(shape, 100 + index)
+                gy = grad_output(torch, shape, 100 + index)
+                refs = references(gpu_session, shape, x, w, gy, TOLERANCE_FACTOR)
+                lx, _, lgy = in_pass_layout(torch, layout, x, w, gy)
+                got = backward_plans.BACKWARD.weight_grad(lgy, lx, shape.groups, f"wg_{layout}")
+                plan = wgrad_plan(shape, layout, gpu_session.sm_count, 16,
+                                  **cut_keywords(record["choices"][shape.id]["keywords"]))
+                direct = backward_plans.BACKWARD.wgrad_runner(f"wg_{layout}", plan, shape,
+                                                              x.device)
+                gpu_session.synchronize()
+            run = backward_plans.BACKWARD._plans[next(
+                k for k in backward_plans.BACKWARD._plans if k[0] == "weight_grad"
+                and k[3] == lgy.shape)]
+            assert run.plan == plan  # the tuned cut, not the rule's
+            assert torch.equal(got, direct(lgy, lx))
+            assert check_cut(gpu_session, direct, lx, lgy, refs)["status"] == "correct"
+            backward_plans.BACKWARD._plans.clear()
+    finally:
+        backward_plans.BACKWARD = saved

@@ -1,0 +1,30 @@
+"""Snakemake job (GPU machine): the weight gradient's tuning stage in one layout on every frozen
+shape (study/wgrad_tuning)."""
+import time
+
+from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.wgrad_tuning import tune_weight_grad
+
+smk = snakemake  # noqa: F821
+job = Job(smk, "tune_wgrad.py")
+layout = smk.wildcards.layout
+settings = smk.params.tuning
+cfg = TimingConfig(**{**settings["timing"], "batches": settings["batches"],
+                      "samples_per_batch": settings["samples_per_batch"]})
+session = GpuSession()
+t0 = time.perf_counter()
+record = tune_weight_grad(session, layout, load_frozen(smk.input.shapes), cfg, settings["seed"],
+                          settings["tolerance_factor"], progress=job.progress)
+record["wall_s"] = time.perf_counter() - t0
+write_json(smk.output.record, record)
+incorrect = sum(t["status"] == "incorrect" for t in record["trials"])
+faster = sum(c["cut"] != "rule" for c in record["choices"].values())
+job.progress(f"wg_{layout}: {len(record['choices'])} shapes tuned ({faster} away from the rule's "
+             f"cut), {len(record['trials'])} trials, {incorrect} incorrect, "
+             f"{record['wall_s']:.0f}s")
+job.finish({"tuned_shapes": len(record["choices"]), "trials": len(record["trials"]),
+            "incorrect_trials": incorrect, "wall_s": record["wall_s"]})
