@@ -34,7 +34,7 @@ if PLAN.measures_on_gpu:
     rule tune_wgrad:
         input:
             shapes=f"{PLAN.results}/shapes.json",
-            code=PLAN.passes.code("jobs", "provenance", "shapes_table", "timing",
+            code=PLAN.passes.code("jobs", "provenance", "shapes_table", "timing", "tuning",
                                   "wgrad_tuning"),
         output:
             record=PLAN.passes.wgrad_tuning("{layout}"),

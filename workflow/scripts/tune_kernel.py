@@ -6,15 +6,13 @@ from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.runtime.timing import TimingConfig
-from groupconv_atlas.runtime.tuning import tune_kernel
+from groupconv_atlas.runtime.tuning import tune_kernel, tuning_timing
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "tune_kernel.py")
 kernel = smk.wildcards.kernel
 settings = smk.params.tuning
-cfg = TimingConfig(**{**settings["timing"], "batches": settings["batches"],
-                      "samples_per_batch": settings["samples_per_batch"]})
+cfg = tuning_timing(settings)
 session = GpuSession()
 launcher = Launcher(session, **launcher_inputs([smk.input.build]))
 t0 = time.perf_counter()

@@ -3,7 +3,7 @@ shape (study/wgrad_tuning)."""
 import time
 
 from groupconv_atlas.runtime.sessions import GpuSession
-from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv_atlas.runtime.tuning import tuning_timing
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.shapes_table import load_frozen
@@ -13,8 +13,7 @@ smk = snakemake  # noqa: F821
 job = Job(smk, "tune_wgrad.py")
 layout = smk.wildcards.layout
 settings = smk.params.tuning
-cfg = TimingConfig(**{**settings["timing"], "batches": settings["batches"],
-                      "samples_per_batch": settings["samples_per_batch"]})
+cfg = tuning_timing(settings)
 session = GpuSession()
 t0 = time.perf_counter()
 record = tune_weight_grad(session, layout, load_frozen(smk.input.shapes), cfg, settings["seed"],

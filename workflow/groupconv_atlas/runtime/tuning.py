@@ -24,6 +24,13 @@ METHOD = ("per shape: every variant verified as the verification stage verifies 
           "shuffled batches), median of batch medians; the lowest median is chosen")
 
 
+def tuning_timing(settings: dict) -> TimingConfig:
+    """The timing protocol of a tuning stage (the forward kernels' and the weight gradient's):
+    the run's, with the tuning section's own batches and samples (run_plan.tuning_settings)."""
+    return TimingConfig(**{**settings["timing"], "batches": settings["batches"],
+                           "samples_per_batch": settings["samples_per_batch"]})
+
+
 def variant_name(variant: dict, keys: tuple[str, ...]) -> str:
     """A launch variant's label from its kernel's variant keys, e.g. rows2_cob4_threads256."""
     return "_".join(f"{k}{variant[k]}" for k in keys)
