@@ -370,3 +370,40 @@ def test_a_page_too_large_for_the_reports_frames_is_packed_and_unpacks_whole():
     page = unpacked_page(large)
     assert data_url_bytes(page) > PACK_ABOVE and "<title>Every shape</title>" in page
     assert "shape-39999" in page and packed_page(page) == large
+
+
+def _forest_rows(ids: list[str]) -> pd.DataFrame:
+    """One comparison's rows over `ids`: every class, wide intervals, untimed shapes."""
+    classes = ["WIN", "LOSS", "TIE", "INCONCLUSIVE", "UNSUPPORTED", "INCORRECT"]
+    rows = []
+    for i, shape_id in enumerate(ids):
+        cls = classes[i % len(classes)]
+        timed = cls not in ("UNSUPPORTED", "INCORRECT")
+        ratio = 10 ** ((i % 9) - 4) * 1.2345 if timed else None
+        rows.append({"shape_id": shape_id, "candidate": "k5", "baseline": "torch_best",
+                     "boundary": "graph_device", "class": cls, "ratio": ratio,
+                     "ci_low": ratio / 1.7 if timed else None,
+                     "ci_high": ratio * 1.9 if timed else None,
+                     "batch_ratios": [ratio * f for f in (0.8, 1.0, 1.3)] if timed else []})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("count", [1, 8, 80])
+def test_a_forest_shows_every_label_and_reading_inside_its_canvas(count):
+    """The forest's margins come from its texts' metrics, not a layout engine's extra draw
+    (report_figures renders over 150 of them per record): every artist, the longest shape name
+    and the widest reading included, lands inside the figure."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    ids = [f"shape-{i}" for i in range(count - 1)] + [
+        "stress-depth-multiplier-n16-c32to64-56x56-g32-with-a-longer-name"]
+    fig = report.forest_figure(_forest_rows(ids), ids, "k5", "torch_best", "graph_device", 0.05)
+    with matplotlib.rc_context(report.SVG_RC):
+        box = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer())
+    width, height = fig.get_size_inches()
+    assert box.x0 >= 0 and box.y0 >= 0, box
+    assert box.x1 <= width and box.y1 <= height, (box, width, height)
+    # and the axes keep most of the width: the margins are the texts', not a guess
+    position = fig.axes[0].get_position()
+    assert position.width > 0.4

@@ -111,6 +111,56 @@ def draw_forest(ax, rows: pd.DataFrame, shape_ids: list[str], threshold: float,
     return {c: int(n) for c, n in classes.value_counts().items()}
 
 
+FOREST_TITLE_PAD = 34.0  # points between a forest's axes and its title: the legend sits there
+MARGIN_PAD = 6.0  # points of white around a forest's outermost texts
+
+
+def _text_size(text, renderer) -> tuple[float, float]:
+    """(width, height) in points of a Text's string in its own font, line by line (lines 1.2
+    font sizes apart where the text sets no numeric spacing, matplotlib's default), measured
+    by `renderer` at its resolution (the figure's, as a layout engine measures: glyph hinting
+    makes small text wider at coarse resolutions)."""
+    prop = text.get_fontproperties()
+    scale = 72 / renderer.dpi
+    sizes = [renderer.get_text_width_height_descent(line or " ", prop, ismath=False)[:2]
+             for line in text.get_text().split("\n")]
+    spacing = text.get_linespacing()
+    spacing = spacing if isinstance(spacing, (int, float)) else 1.2
+    lines = len(sizes)
+    height = max(h for _, h in sizes) * scale if lines == 1 else \
+        prop.get_size_in_points() * spacing * (lines - 1) + sizes[-1][1] * scale
+    return max(w for w, _ in sizes) * scale, height
+
+
+def forest_margins(fig, ax) -> None:
+    """A forest figure's margins from its texts' metrics, in one measurement without drawing
+    (a layout engine draws the figure once more to measure it): left, the widest shape label
+    and its tick; right, the widest reading beside the rows (placed at 1.01 of the axes width);
+    top, the title over its pad, which holds the legend; bottom, the ratio ticks and the two-line
+    axis label. tests/test_report.py checks that every artist lands inside the canvas."""
+    import matplotlib as mpl
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    renderer = RendererAgg(1, 1, fig.dpi)
+    width_pt, height_pt = (float(v) * 72 for v in fig.get_size_inches())
+    tick = mpl.rcParams["ytick.major.size"] + mpl.rcParams["ytick.major.pad"]
+    labels = [t for t in ax.get_yticklabels() if t.get_text()]
+    left = max((_text_size(t, renderer)[0] for t in labels), default=0.0) + tick + MARGIN_PAD
+    beside = [t for t in ax.texts if t.get_transform() is not ax.transData
+              and t.get_position()[0] > 1]
+    right_text = max((_text_size(t, renderer)[0] for t in beside), default=0.0) + MARGIN_PAD
+    # the readings start 1% of the axes width right of it: right = text + 0.01 * (W - left - right)
+    right = (right_text + 0.01 * (width_pt - left)) / 1.01
+    top = FOREST_TITLE_PAD + _text_size(ax.title, renderer)[1] + MARGIN_PAD
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    xtick = max((_text_size(t, renderer)[1] for t in ticks), default=0.0)
+    bottom = (xtick + mpl.rcParams["xtick.major.size"] + mpl.rcParams["xtick.major.pad"]
+              + mpl.rcParams["axes.labelpad"] + _text_size(ax.xaxis.label, renderer)[1]
+              + MARGIN_PAD)
+    fig.subplots_adjust(left=left / width_pt, right=1 - right / width_pt,
+                        top=1 - top / height_pt, bottom=bottom / height_pt)
+
+
 def ratio_rows_axes(ax, lo: float, hi: float, y, labels: list[str], fontsize: float) -> None:
     """A log ratio axis from lo to hi, one labelled row per y, light row rules."""
     ax.set_xscale("log")

@@ -15,8 +15,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from ..mobilenet.config import empty_launch_words
 from ..stats import CLASSES, geometric_mean
-from .axes import (boundary_marker_legend, boundary_panel, class_legend, draw_forest,
-                   draw_interval_rows, ratio_axis, ratio_limits)
+from .axes import (FOREST_TITLE_PAD, boundary_marker_legend, boundary_panel, class_legend,
+                   draw_forest, draw_interval_rows, forest_margins, ratio_axis, ratio_limits)
 from .frames import mobilenet_readings
 from .style import (BOUNDARIES, CLASS_COLOURS, fmt_ratio, interval_columns, new_figure, styled,
                     svg_bytes)
@@ -28,14 +28,18 @@ def forest_figure(comparisons: pd.DataFrame, shape_ids: list[str], candidate: st
     rows = comparisons[(comparisons["candidate"] == candidate)
                        & (comparisons["baseline"] == baseline)
                        & (comparisons["boundary"] == boundary)]
-    fig = new_figure(9.0, 1.9 + 0.24 * len(shape_ids))
+    # No layout engine: a record's report has a forest per comparison and boundary (over 150),
+    # and constrained layout draws each once more to measure it, doubling report_figures' time.
+    # forest_margins sets the margins from the texts' own metrics instead.
+    fig = Figure(figsize=(9.0, 1.9 + 0.24 * len(shape_ids)))
     ax = fig.subplots()
     counts = draw_forest(ax, rows, shape_ids, threshold)
     ax.set_title(f"{candidate} vs {baseline} at {boundary}: per-shape ratio with interval",
-                 fontsize=9, pad=34)
+                 fontsize=9, pad=FOREST_TITLE_PAD)
     ax.set_xlabel(f"ratio = {baseline} time / {candidate} time (log scale)\n"
                   f"< 1: {baseline} faster    |    > 1: {candidate} faster")
     class_legend(ax, counts, threshold)
+    forest_margins(fig, ax)
     return fig
 
 
