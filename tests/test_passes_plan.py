@@ -38,6 +38,29 @@ def test_a_live_run_plans_one_job_per_pass_and_reference_group():
     assert "results/h200/provenance/verify_pass-input_grad.json" in provenance
 
 
+def test_the_weight_gradients_tuning_stage_runs_before_its_pass_and_only_for_it():
+    from types import SimpleNamespace as W
+
+    plan = RunPlan.from_config(config_of(mode="live"), ROOT, 8, gpu_available=a_gpu)
+    tunings = ["results/h200/raw/passes/tuning/wg_nchw.json",
+               "results/h200/raw/passes/tuning/wg_nhwc.json"]
+    assert plan.passes.wgrad_tunings() == tunings
+    assert plan.passes.pass_tunings(W(pass_="weight_grad")) == tunings
+    assert plan.passes.pass_tunings(W(pass_="input_grad")) == []
+    assert plan.passes.pass_tunings(W(passjob="weight_grad-tuned")) == tunings
+    assert plan.passes.pass_tunings(W(passjob="input_grad-default")) == []
+    provenance = plan.atlas.all_jobs_provenance()
+    assert {"results/h200/provenance/tune_wgrad-nchw.json",
+            "results/h200/provenance/tune_wgrad-nhwc.json"} <= set(provenance)
+    # no weight gradient, no tuning stage; a replay never tunes
+    ig_only = RunPlan.from_config(config_of(mode="live", passes=["forward", "input_grad"]), ROOT,
+                                  8, gpu_available=a_gpu)
+    assert ig_only.passes.wgrad_tunings() == []
+    assert not any("tune_wgrad" in p for p in ig_only.atlas.all_jobs_provenance())
+    replay = RunPlan.from_config(config_of(), ROOT, 8, gpu_available=no_gpu)
+    assert replay.passes.wgrad_tunings() == []
+
+
 def test_the_forward_jobs_do_not_change_with_the_passes():
     on = RunPlan.from_config(config_of(mode="live"), ROOT, 8, gpu_available=a_gpu)
     off = RunPlan.from_config(config_of(mode="live", passes=["forward"]), ROOT, 8,
