@@ -415,3 +415,19 @@ def test_a_tuned_cut_is_taken_for_its_geometry_and_the_rule_elsewhere_or_where_r
     assert tuned_wgrad_plan(tunings, dw, "nhwc", 132, 16).choice["vec"] == 4
     # 8-byte aligned pointers rule the tuned 4-channel vector out: the rule's cut, not an error
     assert tuned_wgrad_plan(tunings, dw, "nhwc", 132, 8) == wgrad_plan(dw, "nhwc", 132, 8)
+
+
+def test_a_jobs_named_input_is_a_list_of_none_one_or_several_paths():
+    """What the pass jobs and the network probe read their optional tuning records with."""
+    from groupconv_atlas.study.jobs import Job
+
+    class Inputs(dict):
+        pass
+
+    def job(**named):
+        return types.SimpleNamespace(smk=types.SimpleNamespace(input=Inputs(named)))
+
+    assert Job.input_files(job(), "tunings") == []
+    assert Job.input_files(job(tunings=[]), "tunings") == []
+    assert Job.input_files(job(tunings="a.json"), "tunings") == ["a.json"]
+    assert Job.input_files(job(tunings=["a.json", "b.json"]), "tunings") == ["a.json", "b.json"]

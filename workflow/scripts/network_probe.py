@@ -20,14 +20,10 @@ extra = {}
 if smk.params.probe == "networks":
     # The converted models train with the backward a user's converted model runs (the run's own
     # table where this run measured the passes, else the package's), not PyTorch's by default.
-    def listed(name):
-        given = smk.input.get(name) or []
-        return [given] if isinstance(given, str) else list(given)
-
-    given = listed("backward_table")
+    given = job.input_files("backward_table")
     table, tunings, source = probe_backward_table(given[0] if given else None,
                                                   session.torch.cuda.get_device_name(),
-                                                  run_tunings=listed("wgrad_tunings"))
+                                                  run_tunings=job.input_files("wgrad_tunings"))
     job.progress(f"backward dispatch table: {source}, {len(table)} entries, "
                  f"{len(tunings)} tuned weight-gradient cuts")
     samples, details = measure_networks(session, launcher, settings, timing,

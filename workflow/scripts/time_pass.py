@@ -29,8 +29,7 @@ t0 = time.perf_counter()
 # No forward kernel is launched: the worker's launcher holds no cubins (runtime/backward.py
 # brings its own kernels).
 # The weight gradient's tuned cuts (this run's tuning stage), which every worker launches.
-tunings = smk.input.get("tunings") or []
-tunings = [tunings] if isinstance(tunings, str) else list(tunings)
+tunings = job.input_files("tunings")
 samples, info = time_job(shapes, impls_for, cfg, smk.params.processes, launcher_inputs(),
                          progress=job.progress, pass_=pass_, wgrad_tunings=tunings)
 wall_s = time.perf_counter() - t0

@@ -18,8 +18,7 @@ job = Job(smk, "verify_pass.py")
 pass_ = smk.wildcards.pass_
 session = GpuSession()
 # The weight gradient's tuned cuts (this run's tuning stage), as its timing job launches them.
-tunings = smk.input.get("tunings") or []
-tunings = [tunings] if isinstance(tunings, str) else list(tunings)
+tunings = job.input_files("tunings")
 if tunings:
     configure_backward(wgrad_tunings=wgrad_tuning_table(tunings))
 t0 = time.perf_counter()

@@ -90,7 +90,8 @@ def record_tables(record: str | Path) -> dict[str, dict | None]:
     (files.check_inputs)."""
     files = record_table_files(record)
     check_inputs(files)
-    tunings = {p.stem: tuning_table(p) for p in files if p.parent == Path(record) / "raw" / "tuning"}
+    forward_tuning = Path(record) / "raw" / "tuning"
+    tunings = {p.stem: tuning_table(p) for p in files if p.parent == forward_tuning}
     table = Path(record) / "raw" / "dispatch" / "table.json"
     backward = Path(record) / "raw" / "dispatch" / BACKWARD_TABLE
     found = {"tunings": tunings, "dispatch": None, "dispatch_nhwc": None}

@@ -57,6 +57,12 @@ class Job:
         self._gpu_lock = pin_gpu(smk)
         self._log = open(smk.log[0], "w") if len(smk.log) else None  # noqa: SIM115
 
+    def input_files(self, name: str) -> list[str]:
+        """The paths of the named input as a list: none, one or several (Snakemake gives a named
+        input of one file as a string, of several as a list, and of none as an empty list)."""
+        given = self.smk.input.get(name) or []
+        return [given] if isinstance(given, str) else list(given)
+
     def progress(self, message: str) -> None:
         # The default profile hides Snakemake's per-job blocks: the job's name starts its line.
         label = self.smk.rule + "".join(f"[{v}]" for v in dict(self.smk.wildcards.items()).values())
