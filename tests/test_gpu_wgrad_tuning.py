@@ -1,5 +1,6 @@
 """The weight gradient's tuning stage on the GPU (study/wgrad_tuning): on small grouped, depthwise
-and odd geometries in both layouts, every cut it tries is checked and the correct ones timed; the
+and odd geometries in both layouts (tall ones for every strip height), every cut it tries is
+checked (none may be incorrect) and the correct ones timed; the
 chosen cut is one of the correct ones, the fastest of them; and a backward configured with the
 record's cuts launches the chosen entry and computes the weight gradient within the verifier's
 bound of FP64, bit-identical to the same cut launched directly."""
@@ -14,8 +15,11 @@ from groupconv_atlas.runtime.shapes import geometry_shape
 
 pytestmark = pytest.mark.gpu
 
+# The tall depthwise maps reach every row count of the channels_last entries (up to 32) with a
+# partial last row block (37 = 32 + 5 = 2 x 16 + 5), in 2- and 1-channel vectors (C = 6) and in
+# 4-channel ones (C = 8).
 GEOMETRIES = [(4, 64, 64, 14, 14, 2), (2, 48, 48, 9, 13, 48), (3, 12, 24, 5, 3, 4),
-              (1, 9, 6, 7, 11, 3)]
+              (1, 9, 6, 7, 11, 3), (2, 6, 6, 37, 19, 6), (1, 8, 8, 35, 9, 8)]
 
 
 def _cfg():
