@@ -1,5 +1,7 @@
 """Planted faults: each mutant is a real kernel file with one textual change, so mutants follow
-the kernels as they evolve. Verification must mark every one of them incorrect.
+the kernels as they evolve. Verification must mark every one of them incorrect: MUTANTS the
+forward kernels' (runtime/kernels.KERNELS, the atlas's verification), BACKWARD_MUTANTS the weight
+gradient's (runtime/backward_kernels.BACKWARD_KERNELS, the weight_grad pass's verification).
 
 A fault is planted either in the kernel's own .cu file or in a header it includes (k4 and k5 share
 kernels/register_tile.cuh). A header mutant is written beside an unchanged copy of the kernel
@@ -7,9 +9,12 @@ source: a quoted #include searches the including file's folder before `-I kernel
 compiles against the mutated header."""
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from groupconv_atlas.runtime.backward_kernels import BACKWARD_KERNELS
 from groupconv_atlas.runtime.kernels import KERNELS
 from groupconv_atlas.runtime.files import REPO_ROOT
 
@@ -28,15 +33,22 @@ class Mutant:
     # "w_mod4_nonzero", "w_mod4_is_2", "channel_block_over_1", ... (tests/test_mutants.py NEEDS).
     needs: tuple[str, ...] = ()
     # The launch variant verified (a tuned kernel's fault in a variant its untuned rule never
-    # takes); None: the untuned rule.
+    # takes; for a weight-gradient kernel, the wgrad_plan keywords of a tuning stage's cut);
+    # None: the untuned rule.
     variant: dict | None = None
     # The kernel's flipped entries verified (KernelSpec.flips: the taps turned 180 degrees, the
     # depthwise input gradient), against the convolution with the weight turned around.
     flip: bool = False
 
     @property
+    def kernel_source(self) -> str:
+        """The kernel's own .cu file (a forward kernel's or a weight-gradient kernel's)."""
+        spec = KERNELS.get(self.kernel) or BACKWARD_KERNELS[self.kernel]
+        return spec.source
+
+    @property
     def target(self) -> str:
-        return self.file or KERNELS[self.kernel].source
+        return self.file or self.kernel_source
 
     def source(self) -> str:
         """The mutated text of the target file."""
@@ -50,7 +62,7 @@ class Mutant:
     def write(self, folder: Path) -> Path:
         """Write the mutant into `folder`; return the .cu file to compile."""
         path = folder / f"{self.name}.cu"
-        kernel_source = KERNELS[self.kernel].source
+        kernel_source = self.kernel_source
         if self.target == kernel_source:
             path.write_text(self.source())
             return path
@@ -62,6 +74,21 @@ class Mutant:
         (folder / header).write_text(self.source())
         path.write_text(kernel_text)
         return path
+
+
+def verdicts_of(name: str, program: str, args: list) -> list[list[str]]:
+    """Run a verification `program` (python -c, `args` as its one JSON argument) in a process of
+    its own and return its verdicts, [shape id, status, reason] per line it printed. A fault that
+    reads or writes out of bounds kills the CUDA context, which must not take the other mutants'
+    verdicts (or tests) with it; the program prints each verdict as it comes and stops after a
+    failed launch, whose verdict is incorrect."""
+    from helpers import run_guarded
+
+    res = run_guarded([sys.executable, "-c", program, json.dumps(args)], None)
+    verdicts = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
+    print(name, verdicts, res.stderr[-2000:])
+    assert verdicts, f"{name}: the verification process gave no verdict: {res.stderr}"
+    return verdicts
 
 
 MUTANTS = (
@@ -203,4 +230,74 @@ MUTANTS = (
            "__ldg(taps + (FLIP ? (2 - t / 3) * 3 + t % 3 : t))",
            ("efficientnet-b0-n32-c1152-7x7-g1152", "stress-oddw-n32-c144-57x13-g144"),
            flip=True),
+)
+
+
+WGRAD_COMMON = "kernels/wgrad_common.cuh"
+
+# The weight gradient's kernels (kernels/wgrad_nhwc.cu, wgrad_nchw.cu, and stage 2 in
+# wgrad_common.cuh). tests/test_backward_mutants.py checks on the CPU that each shape's plan has
+# what the fault needs (BACKWARD_NEEDS there) and on the GPU that the weight_grad pass's
+# verification marks each one incorrect. A fault only in lanes the kernel throws away (a padded
+# tile's channels past the group) changes no output and is no mutant.
+BACKWARD_MUTANTS = (
+    Mutant("wg_nhwc_dw_bottom_edge_not_zero_padded", "wg_nhwc",
+           "win[r][c] = (h >= 0 && h < H && wc >= 0 && wc < W)",
+           "win[r][c] = (h >= 0 && wc >= 0 && wc < W)",
+           ("stress-oddw-n32-c64-33x33-g64", "mobilenetv2-n32-c192-28x28-g192")),
+    Mutant("wg_nhwc_dw_taps_transposed", "wg_nhwc",
+           "acc[kh * 3 + kw].fma(d, win[r + kh][kw]);",
+           "acc[kw * 3 + kh].fma(d, win[r + kh][kw]);",
+           ("mobilenetv2-n1-c144-56x56-g144",)),
+    Mutant("wg_nhwc_dw_window_not_slid", "wg_nhwc",
+           "for (int r = 0; r < ROWS + 2; ++r) win[r][0] = win[r][1], win[r][1] = win[r][2];",
+           "for (int r = 0; r < ROWS + 2; ++r) win[r][0] = win[r][1];",
+           ("efficientnet-b0-n32-c1152-7x7-g1152", "stress-1xw-n64-c256-1x301-g256"),
+           needs=("segment_over_1",)),
+    Mutant("wg_nhwc_dw_block_sum_drops_the_last_strip_row", "wg_nhwc",
+           "for (int p = 1; p < (int)blockDim.y; ++p) sum += red[p * blockDim.x + lane][t];\n"
+           "            ws[((long long)blockIdx.y * C + v * VEC + j) * 9 + t] = sum;",
+           "for (int p = 1; p < (int)blockDim.y - 1; ++p) sum += red[p * blockDim.x + lane][t];\n"
+           "            ws[((long long)blockIdx.y * C + v * VEC + j) * 9 + t] = sum;",
+           ("mobilenetv2-n1-c144-56x56-g144",), needs=("last_strip_row_busy",)),
+    # Only the 4-channel vectors' lanes 2 and 3 swapped in the block's sums: a fault of a cut the
+    # tuning stage takes (4-channel vectors of 8 rows) and the rule never, so it shows only if
+    # verification launches the tuned cut.
+    Mutant("wg_nhwc_dw_v4_lanes_2_and_3_swapped", "wg_nhwc",
+           "return j == 0 ? a.v.x : j == 1 ? a.v.y : j == 2 ? a.v.z : a.v.w;",
+           "return j == 0 ? a.v.x : j == 1 ? a.v.y : j == 2 ? a.v.w : a.v.z;",
+           ("mobilenetv2-n32-c192-28x28-g192",), file=WGRAD_COMMON,
+           variant={"vec": 4, "rows": 8, "blocks_per_sm": 2}),
+    Mutant("wg_nhwc_tile_every_group_reads_group_0", "wg_nhwc",
+           "const float* x_n = x + (long long)n * H * W * C_in + g * cig + ci0;",
+           "const float* x_n = x + (long long)n * H * W * C_in + ci0;",
+           ("resnext50-32x4d-n1-c128-56x56-g32", "regnety-400mf-n32-c48-56x56-g6"),
+           needs=("groups_over_1",)),
+    Mutant("wg_nhwc_tile_right_edge_not_zero_padded", "wg_nhwc",
+           "const bool ok = h >= 0 && h < H && wc >= 0 && wc < W;",
+           "const bool ok = h >= 0 && h < H && wc >= 0;",
+           ("resnext50-32x4d-n1-c128-56x56-g32", "stress-depth-multiplier-n16-c32to64-56x56-g32")),
+    Mutant("wg_nchw_bottom_edge_not_zero_padded", "wg_nchw",
+           "const bool row_ok = strip_ok && h >= 0 && h < H;",
+           "const bool row_ok = strip_ok && h >= 0;",
+           ("mobilenetv2-n1-c144-56x56-g144", "resnext50-32x4d-n1-c256-28x28-g32")),
+    Mutant("wg_nchw_every_group_reads_group_0_dy", "wg_nchw",
+           "__ldg(dy + ((long long)n * C_out + g * cog + co0 + o) * plane",
+           "__ldg(dy + ((long long)n * C_out + co0 + o) * plane",
+           ("resnext50-32x4d-n1-c256-28x28-g32", "stress-tiny-n1-c32-7x7-g32"),
+           needs=("groups_over_1",)),
+    Mutant("wg_nchw_butterfly_stops_early", "wg_nchw",
+           "for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(WG_FULL_MASK, v, off);",
+           "for (int off = 16; off > 1; off >>= 1) v += __shfl_xor_sync(WG_FULL_MASK, v, off);",
+           ("regnety-400mf-n32-c48-56x56-g6",)),
+    Mutant("wg_nchw_left_edge_reads_the_row_before", "wg_nchw",
+           "if (w_local == 0) l = (ok && w > 0 && w - 1 < W)",
+           "if (w_local == 0) l = (ok && w - 1 < W)",
+           ("stress-tiny-n1-c32-7x7-g32", "resnext50-32x4d-n1-c256-28x28-g32")),
+    # Stage 2, in the header both kernels include: the last slice lane's partial left out.
+    Mutant("wg_reduce_drops_the_last_slice_lane", "wg_nhwc",
+           "for (int y = 1; y < ry; ++y) total += part[y][threadIdx.x];",
+           "for (int y = 1; y < ry - 1; ++y) total += part[y][threadIdx.x];",
+           ("resnext50-32x4d-n1-c128-56x56-g32", "stress-oddw-n32-c64-33x33-g64"),
+           file=WGRAD_COMMON, needs=("slice_lanes_over_1",)),
 )

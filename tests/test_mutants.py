@@ -3,8 +3,7 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import run_guarded
-from mutants import MUTANTS
+from mutants import MUTANTS, verdicts_of
 
 from gpu_helpers import TOLERANCE_FACTOR
 
@@ -114,21 +113,15 @@ def test_verification_marks_mutant_incorrect(mutant, tmp_path, gpu_session):
 
 
 def verification_marks_incorrect(mutant, tmp_path):
-    import json
-    import sys
-
     source = mutant.write(tmp_path)
     cubin = tmp_path / f"{mutant.name}.cubin"
     compile_kernel(mutant.kernel, cubin, source=source)
     # No tuning table: k5 takes its untuned rule, the tile the shapes were chosen for; a mutant
     # that names a variant is verified in it.
     shapes = [SHAPES[sid].to_dict() for sid in mutant.shapes]
-    res = run_guarded([sys.executable, "-c", VERIFY_PROGRAM,
-                       json.dumps([mutant.kernel, str(cubin), shapes, TOLERANCE_FACTOR,
-                                   mutant.variant, mutant.flip])], None)
-    verdicts = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
-    print(mutant.name, verdicts, res.stderr[-2000:])
-    assert verdicts, f"{mutant.name}: the verification process gave no verdict: {res.stderr}"
+    verdicts = verdicts_of(mutant.name, VERIFY_PROGRAM, [mutant.kernel, str(cubin), shapes,
+                                                         TOLERANCE_FACTOR, mutant.variant,
+                                                         mutant.flip])
     if mutant.name == "k2_missing_syncthreads":
         # A race shows where warps overtake each other: it must show on at least one shape.
         assert any(status == "incorrect" for _, status, _ in verdicts), verdicts
