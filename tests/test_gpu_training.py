@@ -1,7 +1,8 @@
 """A converted model's train step on the GPU, in both layouts, with the custom kernels named per
 layer and with `dispatch`: no host synchronisation and no GPU work beyond the original's in a
 step (the op's autograd path adds host work only), gradients as close to FP64 as the original's,
-the op's own autograd node and its registered formula, and the step captured in a CUDA graph.
+the op's own autograd node and its registered formula, the step captured in a CUDA graph, and
+the step compiled by torch.compile.
 The same backward checked against finite differences in FP64 on the CPU: test_training_cpu.py."""
 from __future__ import annotations
 
@@ -311,6 +312,41 @@ def test_a_converted_train_step_captures_in_a_cuda_graph(layout, benchmark_on):
     nn.functional.cross_entropy(converted(x), target).backward()
     for k, p in converted.named_parameters():
         torch.testing.assert_close(replay_grads[k], p.grad, rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_converted_model_trains_under_torch_compile_through_the_op(layout, strict_fp32):
+    """torch.compile(fullgraph=True, inductor) of a converted model's forward and loss: one graph
+    with the op in it (no graph break), the op's registered backward in the compiled backward,
+    and every parameter's gradient equal to an eager step's through the same kernels."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    model = _model("small", layout)
+    x, target = _inputs(model, layout)
+    converted = _converted(model, x, layout, "named")
+    dropout_off(converted)
+
+    def loss(inp):
+        return nn.functional.cross_entropy(converted(inp), target)
+
+    counter = CompileCounterWithBackend("inductor")
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, backend=counter, fullgraph=True)
+    converted.zero_grad(set_to_none=True)
+    compiled(x).backward()
+    torch.cuda.synchronize()
+    assert counter.frame_count == 1, counter.frame_count
+    ops = [n for g in counter.graphs for n in g.graph.nodes
+           if n.op == "call_function" and "groupconv_atlas" in str(n.target)]
+    swapped = sum(isinstance(m, conv.GroupConv2d) for m in converted.modules())
+    assert len(ops) == swapped, (ops, swapped)
+    compiled_grads = {k: p.grad.clone() for k, p in converted.named_parameters()}
+    converted.zero_grad(set_to_none=True)
+    with conv.eager_training_as("kernels"):
+        loss(x).backward()
+    for k, p in converted.named_parameters():
+        torch.testing.assert_close(compiled_grads[k], p.grad, rtol=1e-4, atol=1e-5, msg=k)
 
 
 @pytest.mark.gpu
