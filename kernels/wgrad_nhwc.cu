@@ -10,7 +10,8 @@
 // - blockIdx.x: a block of channel vectors or tiles; blockIdx.y: the slice of strips. The
 //   block's sums: over threadIdx.y in order, through shared memory, one tap set at a time.
 #include "wgrad_common.cuh"
-// WG_NHWC_DW, WG_NHWC_TILES, WG_THREADS, WG_MIN_BLOCKS: written in Python (backward_kernels.WG_NHWC_TABLE).
+// WG_NHWC_DW, WG_NHWC_TILES, WG_NHWC_SMEM, WG_THREADS, WG_MIN_BLOCKS, WG_SMEM_SEG,
+// WG_SMEM_WARPS: written in Python (backward_kernels.WG_NHWC_TABLE).
 #include "wgrad_nhwc_table.cuh"
 
 // The strips of the launch and this block's slice of them; a strip is (column segment, row
@@ -210,6 +211,121 @@ __device__ __forceinline__ void wg_nhwc_tile(const float* __restrict__ dy,
         }
 }
 
+// Grouped with many channels per group (an FMA-bound reduction): the staged entries. A block
+// owns one 32-input-channel chunk of a group (threadIdx.x: the input channel) and one chunk of
+// WG_SMEM_WARPS * COW output channels (threadIdx.y: a warp's COW of them), and walks its slice of
+// strips one at a time, all threads together: a strip is one output row (image n, row h) of a
+// column segment of at most WG_SMEM_SEG columns, rows fastest, so consecutive strips of a slice
+// slide down the map and keep two of their three staged input rows.
+// - Staged in shared memory: input rows h - 1, h, h + 1 of the segment and its halo columns (a
+//   ring of three row buffers, zero outside the map and past the group's channels), and dY of row
+//   h for the block's output channels; each is loaded by the whole block, 32 consecutive channels
+//   of a pixel per warp load.
+// - Each thread slides a 3 x 3 window of its input channel along the row (one new column of three
+//   rows per output pixel, from shared memory without bank conflicts) and reads its COW dY values
+//   of the pixel (the same address across the warp: a broadcast), 9 * COW FMAs per pixel.
+// - A thread alone holds its COW x 9 sums of one input channel over the whole slice, so there is
+//   no block reduction: it writes them to the slice's partial once, at the end.
+// Assumptions at the signature (the host's plan refuses the rest): as the entries above (dy, x,
+// ws, the 64-bit offsets, the counts below 2**31); blockDim = (32, WG_SMEM_WARPS, 1); grid =
+// (groups * ceil(C_in/groups / 32) * ceil(C_out/groups / (WG_SMEM_WARPS * COW)), slices);
+// 1 <= seg <= WG_SMEM_SEG, the columns of a strip; sps strips per slice. Loads are of single
+// floats: any group size and alignment.
+template <int COW>
+__device__ __forceinline__ void wg_nhwc_smem(const float* __restrict__ dy,
+                                             const float* __restrict__ x, float* __restrict__ ws,
+                                             int N, int C_in, int C_out, int H, int W, int groups,
+                                             int seg, int sps) {
+    constexpr int CO_CHUNK = WG_SMEM_WARPS * COW;
+    constexpr int THREADS = 32 * WG_SMEM_WARPS;
+    constexpr int COLS = WG_SMEM_SEG + 2;  // a staged input row: the segment and its halo
+    __shared__ float xs[3][COLS][32];      // input rows by ring slot ((row + 3) % 3)
+    __shared__ float dys[WG_SMEM_SEG][CO_CHUNK];
+    const int cig = C_in / groups, cog = C_out / groups;
+    int cic, coc, g;
+    wg_split(blockIdx.x, (cig + 31) / 32, (cog + CO_CHUNK - 1) / CO_CHUNK, cic, coc, g);
+    const int ci0 = cic * 32, co0 = coc * CO_CHUNK;
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * 32 + lane;
+    const int col_segs = (W + seg - 1) / seg;
+    const int s_begin = blockIdx.y * sps;
+    const int s_end = min(N * H * col_segs, s_begin + sps);
+    const float* x_g = x + g * cig + ci0;
+    const float* dy_g = dy + g * cog + co0;
+
+    // One input row hh of image n into ring slot (hh + 3) % 3: columns w0 - 1 .. w0 + seg.
+    auto stage_x = [&](int n, int hh, int w0) {
+        const int slot = (hh + 3) % 3;
+        const bool row_ok = hh >= 0 && hh < H;
+        for (int e = tid; e < (seg + 2) * 32; e += THREADS) {
+            const int col = e >> 5, c = e & 31, ww = w0 - 1 + col;
+            xs[slot][col][c] = (row_ok && ww >= 0 && ww < W && ci0 + c < cig)
+                                   ? __ldg(x_g + (((long long)n * H + hh) * W + ww) * C_in + c)
+                                   : 0.f;
+        }
+    };
+
+    float acc[COW][9];
+#pragma unroll
+    for (int o = 0; o < COW; ++o)
+#pragma unroll
+        for (int t = 0; t < 9; ++t) acc[o][t] = 0.f;
+
+    int prev_n = -1, prev_cs = -1, prev_h = -2;
+    for (int s = s_begin; s < s_end; ++s) {
+        int h, n, cs;
+        wg_split(s, H, N, h, n, cs);
+        const int w0 = cs * seg, cols = min(seg, W - w0);
+        const bool slide = n == prev_n && cs == prev_cs && h == prev_h + 1;
+        __syncthreads();  // every thread is done reading the slots and dY rewritten below
+        if (!slide) {
+            stage_x(n, h - 1, w0);
+            stage_x(n, h, w0);
+        }
+        stage_x(n, h + 1, w0);
+        for (int e = tid; e < cols * CO_CHUNK; e += THREADS) {
+            const int col = e / CO_CHUNK, o = e % CO_CHUNK;
+            dys[col][o] = co0 + o < cog
+                              ? __ldg(dy_g + (((long long)n * H + h) * W + w0 + col) * C_out + o)
+                              : 0.f;
+        }
+        __syncthreads();
+        const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1
+        // win[kh][kw]: X of this thread's channel at row h - 1 + kh, column w - 1 + kw.
+        float win[3][3];
+        win[0][0] = xs[top][0][lane], win[0][1] = xs[top][1][lane];
+        win[1][0] = xs[mid][0][lane], win[1][1] = xs[mid][1][lane];
+        win[2][0] = xs[bottom][0][lane], win[2][1] = xs[bottom][1][lane];
+        for (int w = 0; w < cols; ++w) {
+            win[0][2] = xs[top][w + 2][lane];
+            win[1][2] = xs[mid][w + 2][lane];
+            win[2][2] = xs[bottom][w + 2][lane];
+#pragma unroll
+            for (int o = 0; o < COW; ++o) {
+                const float d = dys[w][warp * COW + o];
+#pragma unroll
+                for (int kh = 0; kh < 3; ++kh)
+#pragma unroll
+                    for (int kw = 0; kw < 3; ++kw)
+                        acc[o][kh * 3 + kw] = fmaf(d, win[kh][kw], acc[o][kh * 3 + kw]);
+            }
+#pragma unroll
+            for (int kh = 0; kh < 3; ++kh) win[kh][0] = win[kh][1], win[kh][1] = win[kh][2];
+        }
+        prev_n = n, prev_cs = cs, prev_h = h;
+    }
+
+    const int ci = ci0 + lane;
+    if (ci >= cig) return;
+#pragma unroll
+    for (int o = 0; o < COW; ++o) {
+        const int co = co0 + warp * COW + o;
+        if (co >= cog) continue;
+#pragma unroll
+        for (int t = 0; t < 9; ++t)
+            ws[(((long long)blockIdx.y * C_out + g * cog + co) * cig + ci) * 9 + t] = acc[o][t];
+    }
+}
+
 #define WG_NHWC_DW_ENTRY(VEC, ROWS)                                                             \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) wg_nhwc_dw_v##VEC##_r##ROWS(      \
         const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ ws,     \
@@ -226,6 +342,14 @@ __device__ __forceinline__ void wg_nhwc_tile(const float* __restrict__ dy,
         wg_nhwc_tile<COB, CIB, ROWS, V>(dy, x, ws, N, C_in, C_out, H, W, groups, seg, sps);    \
     }
 
+#define WG_NHWC_SMEM_ENTRY(COW)                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * WG_SMEM_WARPS) wg_nhwc_smem_o##COW(        \
+        const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ ws,     \
+        int N, int C_in, int C_out, int H, int W, int groups, int unused, int seg, int sps) {   \
+        wg_nhwc_smem<COW>(dy, x, ws, N, C_in, C_out, H, W, groups, seg, sps);                  \
+    }
+
 WG_NHWC_DW(WG_NHWC_DW_ENTRY)
 WG_NHWC_TILES(WG_NHWC_TILE_ENTRY)
+WG_NHWC_SMEM(WG_NHWC_SMEM_ENTRY)
 WG_REDUCE_ENTRY

@@ -8,6 +8,8 @@
 #define WG_REDUCE_X 32
 #define WG_REDUCE_MAX_Y 32
 #define WG_REDUCE_CHAINS 4
+#define WG_SMEM_SEG 32
+#define WG_SMEM_WARPS 4
 
 // WG_NHWC_DW(ENTRY): ENTRY(...) once per row, in order.
 #define WG_NHWC_DW(ENTRY) \
@@ -61,3 +63,8 @@
     ENTRY(2, 4, 1, 1) \
     ENTRY(4, 4, 1, 0) \
     ENTRY(4, 4, 1, 1)
+
+// WG_NHWC_SMEM(ENTRY): ENTRY(...) once per row, in order.
+#define WG_NHWC_SMEM(ENTRY) \
+    ENTRY(4) \
+    ENTRY(8)

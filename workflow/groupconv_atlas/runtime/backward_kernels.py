@@ -38,8 +38,18 @@ DW_ROWS_OF_VEC = {4: (1, 2, 4, 8), 2: (1, 2, 4, 8, 16), 1: (1, 2, 4, 8, 16, 32)}
 NHWC_DW = tuple((vec, rows) for vec in (4, 2, 1) for rows in DW_ROWS_OF_VEC[vec])
 NHWC_TILES = tuple((o, i, rows, v) for o, i in TILES for rows in ((1, 2) if o * i <= 4 else (1,))
                    for v in (0, 1))
-WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu", defines=dict(_DEFINES),
-                            lists={"WG_NHWC_DW": NHWC_DW, "WG_NHWC_TILES": NHWC_TILES})
+# Grouped, staged (wg_nhwc_smem_o{COW}): a block of SMEM_WARPS warps over a 32-input-channel chunk
+# of a group, each warp COW output channels, the input rows and dY of one strip (an output row of
+# a column segment of at most SMEM_SEG columns) staged in shared memory; for the groups of many
+# channels, where the register tiles above hold 144 sums a thread and few warps an SM.
+SMEM_SEG, SMEM_WARPS, SMEM_LANES = 32, 4, 32
+NHWC_SMEM = ((4,), (8,))
+SMEM_MIN_CIG = 8  # fewer input channels a group leave over three quarters of a block's lanes idle
+WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu",
+                            defines={**_DEFINES, "WG_SMEM_SEG": SMEM_SEG,
+                                     "WG_SMEM_WARPS": SMEM_WARPS},
+                            lists={"WG_NHWC_DW": NHWC_DW, "WG_NHWC_TILES": NHWC_TILES,
+                                   "WG_NHWC_SMEM": NHWC_SMEM})
 # Stage 1 on NCHW aims at this many blocks per SM (several waves, also at N = 1), and gives each
 # lane group at least MIN_ITERS strips where the work allows, so the block's reduction is amortised.
 BLOCKS_PER_SM = 8
@@ -71,6 +81,10 @@ def nhwc_tile_entry(cob: int, cib: int, rows: int, v: int) -> str:
     return f"wg_nhwc_o{cob}_i{cib}_r{rows}_v{v}"
 
 
+def nhwc_smem_entry(cow: int) -> str:
+    return f"wg_nhwc_smem_o{cow}"
+
+
 @dataclass(frozen=True)
 class BackwardKernel:
     """A backward kernel source: its layout, its table and the entries its cubin exports."""
@@ -95,7 +109,8 @@ BACKWARD_KERNELS = {
                               lambda: [*(nchw_entry(*t) for t in TILES), "wg_reduce"]),
     "wg_nhwc": BackwardKernel("wg_nhwc", "kernels/wgrad_nhwc.cu", "nhwc", WG_NHWC_TABLE,
                               lambda: [*(nhwc_dw_entry(*t) for t in NHWC_DW),
-                                       *(nhwc_tile_entry(*t) for t in NHWC_TILES), "wg_reduce"]),
+                                       *(nhwc_tile_entry(*t) for t in NHWC_TILES),
+                                       *(nhwc_smem_entry(*t) for t in NHWC_SMEM), "wg_reduce"]),
 }
 
 
@@ -181,7 +196,8 @@ def _segments(extent: int, options=(16, 8, 4, 2, 1)) -> tuple[int, ...]:
 def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
                blocks_per_sm: int | None = None, min_iters: int = MIN_ITERS,
                rows: int | None = None, seg: int | None = None,
-               vec: int | None = None, tile: tuple[int, int] | None = None) -> WgradPlan:
+               vec: int | None = None, tile: tuple[int, int] | None = None,
+               staged_co: int | None = None) -> WgradPlan:
     """The plan of the weight gradient of `shape` in `layout` ("nchw" or "nhwc") on a GPU of
     `sm_count` SMs; `alignment`: the bytes both x's and dy's data pointers are aligned to (the
     channels_last kernels' 16- and 8-byte loads need it). The split's aims (`blocks_per_sm`, None:
@@ -192,8 +208,10 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     choice, the longest that reaches the aims) and the depthwise channels_last entries' channel
     vector `vec` (None: the widest up to DW_VEC that C and the alignment allow; fewer channels per
     lane, fewer registers) and the grouped entries' `tile` (COB, CIB) (None: _tile's rule) may be
-    given, to measure other choices; a value the layout's table, C or the alignment rules out is
-    refused."""
+    given, to measure other choices; `staged_co` (COW of NHWC_SMEM) takes a grouped channels_last
+    geometry's staged entry instead of a register tile (strips of one output row, at most
+    SMEM_SEG columns: `seg` caps them, `rows` and `tile` do not apply). A value the layout's
+    table, C or the alignment rules out is refused."""
     s = shape
     depthwise_nhwc = layout == "nhwc" and s.cin_per_group == s.cout_per_group == 1
     if blocks_per_sm is None:
@@ -222,6 +240,26 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         entry, grid, block = nchw_entry(cob, cib), (tiles, slices, 1), (WG_THREADS, 1, 1)
         choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
         tail = (wt, seg, sps)
+    elif layout == "nhwc" and staged_co is not None:
+        if depthwise_nhwc:
+            raise ValueError(f"staged_co = {staged_co}: the staged entries are for grouped "
+                             "geometries; depthwise channels_last takes channel vectors (vec)")
+        if (staged_co,) not in NHWC_SMEM:
+            raise ValueError(f"staged_co = {staged_co}: wgrad_nhwc.cu's staged entries take "
+                             f"{'/'.join(str(c) for c, in NHWC_SMEM)} output channels a warp "
+                             "(WG_NHWC_SMEM)")
+        if rows is not None or tile is not None or vec is not None:
+            raise ValueError("rows, tile and vec are for the register tiles; the staged entries "
+                             "(staged_co) take one output row a strip, a 32-channel lane chunk")
+        tile_blocks = groups * _ceil_div(cig, SMEM_LANES) * _ceil_div(cog, SMEM_WARPS * staged_co)
+        # One strip at a time per block (its threads together); the segment at most SMEM_SEG.
+        seg, strips, slices, sps = _split(
+            tile_blocks, 1, lambda seg: s.n * s.h * _ceil_div(s.w, seg),
+            (min(SMEM_SEG, s.w, seg or SMEM_SEG),), elems, sm_count, blocks_per_sm, min_iters)
+        entry = nhwc_smem_entry(staged_co)
+        grid, block = (tile_blocks, slices, 1), (SMEM_LANES, SMEM_WARPS, 1)
+        choice = {"staged_co": staged_co, "seg_cols": seg}
+        tail = (0, seg, sps)
     elif layout == "nhwc":
         if depthwise_nhwc:
             if tile is not None:
@@ -282,8 +320,9 @@ def wgrad_cuts(shape: Shape, layout: str, blocks=TUNING_BLOCKS_PER_SM) -> list[d
     """Every keyword set of wgrad_plan the kernels' tables hold for this shape and layout, the
     rule's own first ({}): grouped, each (COB, CIB) tile within the group (channels_last: with
     each row count WG_NHWC_TILES lists for it, up to H); depthwise channels_last, each channel
-    vector and row count up to H; each at every blocks-per-SM aim of `blocks`. A cut the
-    alignment or C rules out is refused by wgrad_plan, not here."""
+    vector and row count up to H; grouped channels_last with at least SMEM_MIN_CIG input
+    channels a group, each staged entry too; each at every blocks-per-SM aim of `blocks`. A cut
+    the alignment or C rules out is refused by wgrad_plan, not here."""
     cig, cog = shape.cin_per_group, shape.cout_per_group
     if layout == "nhwc" and cig == cog == 1:
         kinds = [{"vec": v, "rows": r} for v, r in NHWC_DW if r <= max(1, shape.h)]
@@ -291,6 +330,8 @@ def wgrad_cuts(shape: Shape, layout: str, blocks=TUNING_BLOCKS_PER_SM) -> list[d
         kinds = [{"tile": (o, i), "rows": r} for o, i in TILES if o <= cog and i <= cig
                  for r in sorted({r for oo, ii, r, _ in NHWC_TILES if (oo, ii) == (o, i)})
                  if r <= max(1, shape.h)]
+        if cig >= SMEM_MIN_CIG:
+            kinds += [{"staged_co": c} for c, in NHWC_SMEM]
     elif layout == "nchw":
         kinds = [{"tile": t} for t in TILES if t[0] <= cog and t[1] <= cig]
     else:
