@@ -431,3 +431,45 @@ def test_a_jobs_named_input_is_a_list_of_none_one_or_several_paths():
     assert Job.input_files(job(tunings=[]), "tunings") == []
     assert Job.input_files(job(tunings="a.json"), "tunings") == ["a.json"]
     assert Job.input_files(job(tunings=["a.json", "b.json"]), "tunings") == ["a.json", "b.json"]
+
+
+def test_a_cut_that_fails_to_run_stops_the_tuning_stage_naming_it(monkeypatch):
+    """A cut whose launch fails leaves the CUDA context unusable: the stage raises, naming the
+    shape, the cut and its entry, and returns no record (its job then writes none)."""
+    import contextlib
+    import types
+
+    from groupconv_atlas.runtime import backward_plans
+    from groupconv_atlas.study import wgrad_tuning
+
+    tensor = types.SimpleNamespace(device="cuda:0")
+
+    class Session:  # what the stage touches up to the checks
+        torch, sm_count = None, 132
+
+        def random_inputs(self, shape, seed):
+            return tensor, tensor
+
+        def on_stream(self):
+            return contextlib.nullcontext()
+
+    class Runtime:
+        def wgrad_runner(self, implementation, plan, shape, device):
+            return plan
+
+    def check_cut(session, plan, x, gy, refs):
+        if plan.stage1.entry.startswith("wg_nhwc_smem"):
+            raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
+        return {"status": "correct", "reason": "", "error_to_tolerance": 0.1}
+
+    monkeypatch.setattr(backward_plans, "BackwardRuntime", Runtime)
+    monkeypatch.setattr(wgrad_tuning, "grad_output", lambda torch, shape, seed: tensor)
+    monkeypatch.setattr(wgrad_tuning, "references", lambda *args: None)
+    monkeypatch.setattr(wgrad_tuning, "in_pass_layout", lambda torch, layout, x, w, gy: (x, w, gy))
+    monkeypatch.setattr(wgrad_tuning, "check_cut", check_cut)
+    shape = geometry_shape(2, 64, 64, 9, 9, 4)
+    with pytest.raises(RuntimeError, match=rf"wg_nhwc on {shape.id}: cut staged_co4_bpsm2 "
+                       r"\(wg_nhwc_smem_o4\) failed to run \(RuntimeError: "
+                       r"CUDA_ERROR_ILLEGAL_ADDRESS\).*writes no record"):
+        wgrad_tuning.tune_weight_grad(Session(), "nhwc", [shape], None, 1, 16.0, blocks=(2,),
+                                      progress=lambda line: None)

@@ -95,8 +95,14 @@ def tune_weight_grad(session, layout: str, shapes: list, cfg, seed: int, factor:
                 shape_trials.append({**trial, "status": "unsupported", "reason": str(err)})
                 continue
             run = runtime.wgrad_runner(implementation, plan, shape, x.device)
-            trial.update(entry=plan.stage1.entry, choice=plan.choice,
-                         **check_cut(session, run, lx, lgy, refs))
+            try:
+                checked = check_cut(session, run, lx, lgy, refs)
+            except Exception as err:  # a failed launch leaves the CUDA context unusable
+                raise RuntimeError(
+                    f"{implementation} on {shape.id}: cut {trial['cut']} ({plan.stage1.entry}) "
+                    f"failed to run ({type(err).__name__}: {err}); the CUDA context is now "
+                    "unusable, so the stage stops here and writes no record") from err
+            trial.update(entry=plan.stage1.entry, choice=plan.choice, **checked)
             shape_trials.append(trial)
             if trial["status"] == "correct":
                 runs[trial["cut"]] = (lambda run=run: run(lgy, lx))
