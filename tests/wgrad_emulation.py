@@ -1,6 +1,7 @@
 """The weight-gradient kernels' index logic (kernels/wgrad_nchw.cu, wgrad_nhwc.cu) in numpy, for
 tests/test_wgrad_cpu.py: every (block, thread) of stage 1 as the kernel walks it (lane groups
-and shuffles along w for NCHW, channel lanes and column walks for NHWC), recording for every
+and shuffles along w for NCHW, channel lanes and column walks for NHWC, the staged entries' ring
+of shared-memory rows), recording for every
 product it accumulates the dW element, the output pixel (n, h, w) of dY and the X element read
 (ZERO for padding); and the workspace elements each block writes. The launch (entry, grid,
 block, scalars) is the host's plan (backward_kernels.wgrad_plan), not copied here."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 ZERO = -1
+UNSTAGED = -2  # a shared-memory word no stage wrote
 
 
 def _split(index, n0, n1):
@@ -140,6 +142,56 @@ def emulate_nhwc(plan, choice: dict):
                         if co_b * cob + o < cog and ci_b * cib + i < cig:
                             e0 = ((g * cog + co_b * cob + o) * cig + ci_b * cib + i) * 9
                             writes += [(by, e0 + k) for k in range(9)]
+    return found, writes
+
+
+def emulate_nhwc_staged(plan):
+    """As emulate_nchw, for the staged channels_last entries (wg_nhwc_smem_o{COW}): a block's
+    strips one at a time (rows fastest), input rows staged into a ring of three shared-memory rows
+    (X indices here, ZERO outside the map or past the group's channels, UNSTAGED where no stage
+    wrote), kept while the strips slide down one image's rows and restaged where they do not."""
+    N, C_in, C_out, H, W, G, _, seg, sps = plan.stage1.scalars
+    blocks, slices, _ = plan.stage1.grid
+    lanes, warps, _ = plan.stage1.block
+    chunk = warps * plan.choice["staged_co"]
+    cig, cog = C_in // G, C_out // G
+    ci_chunks, co_chunks = -(-cig // lanes), -(-cog // chunk)
+    strips = N * H * -(-W // seg)
+    lane, outs = np.arange(lanes), np.arange(chunk)  # threadIdx.x; warp * COW + o
+    found, writes = [], []
+    for bx in range(blocks):
+        cic, coc, g = _split(bx, ci_chunks, co_chunks)
+        ci0, co0 = cic * lanes, coc * chunk
+        ci_ok, co_ok = ci0 + lane < cig, co0 + outs < cog
+        held = (co_ok[:, None] & ci_ok[None, :]).ravel()
+        e0 = ((g * cog + co0 + outs)[:, None] * cig + (ci0 + lane)[None, :]) * 9
+        for by in range(slices):
+            xs = np.full((3, seg + 2, lanes), UNSTAGED)
+
+            def stage(n, hh, w0):
+                for col in range(seg + 2):
+                    ww = w0 - 1 + col
+                    inside = 0 <= hh < H and 0 <= ww < W
+                    x_index = ((n * C_in + g * cig + ci0 + lane) * H + hh) * W + ww
+                    xs[(hh + 3) % 3, col] = np.where(inside & ci_ok, x_index, ZERO)
+
+            prev = (-1, -1, -2)
+            for s in range(by * sps, min(strips, by * sps + sps)):
+                h, n, cs = _split(s, H, N)
+                w0 = cs * seg
+                if (n, cs) != prev[:2] or h != prev[2] + 1:
+                    stage(n, h - 1, w0)
+                    stage(n, h, w0)
+                stage(n, h + 1, w0)
+                slots = ((h + 2) % 3, h % 3, (h + 1) % 3)  # rows h - 1, h, h + 1
+                for w in range(min(seg, W - w0)):
+                    pix = np.full(held.size, (n * H + h) * W + w0 + w)
+                    for kh in range(3):
+                        for kw in range(3):
+                            xi = np.broadcast_to(xs[slots[kh], w + kw], (chunk, lanes)).ravel()
+                            _products(found, (e0 + kh * 3 + kw).ravel(), pix, xi, held)
+                prev = (n, cs, h)
+            writes += [(by, e + k) for e in e0.ravel()[held] for k in range(9)]
     return found, writes
 
 
