@@ -296,17 +296,25 @@ BACKWARD_MUTANTS = (
            ("stress-tiny-n1-c32-7x7-g32", "resnext50-32x4d-n1-c256-28x28-g32")),
     # The staged grouped entries, as the tuning stage's cut (the rule never takes them).
     Mutant("wg_nhwc_smem_rows_never_restaged", "wg_nhwc",
-           "const bool slide = n == prev_n && cs == prev_cs && h == prev_h + 1;",
-           "const bool slide = true;",
+           "        if (!slide) {\n            stage_x(n, h - 1, w0);",
+           "        if (false) {\n            stage_x(n, h - 1, w0);",
            ("resnext50-32x4d-n32-c1024-7x7-g32",), variant={"staged_co": 8}),
     Mutant("wg_nhwc_smem_top_and_middle_rows_swapped", "wg_nhwc",
-           "const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;",
-           "const int top = h % 3, mid = (h + 2) % 3, bottom = (h + 1) % 3;",
+           "const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1\n"
+           "        // win[kh][kw]",
+           "const int top = h % 3, mid = (h + 2) % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1\n"
+           "        // win[kh][kw]",
            ("regnety-1-6gf-n32-c336-14x14-g14",), variant={"staged_co": 4}),
     Mutant("wg_nhwc_smem_right_halo_not_zero_padded", "wg_nhwc",
-           "xs[slot][col][c] = (row_ok && ww >= 0 && ww < W && ci0 + c < cig)",
-           "xs[slot][col][c] = (row_ok && ww >= 0 && ci0 + c < cig)",
+           "xs[slot][col][c] = (row_ok && ww >= 0 && ww < W && c < channels)",
+           "xs[slot][col][c] = (row_ok && ww >= 0 && c < channels)",
            ("resnext101-32x8d-n32-c1024-14x14-g32",), variant={"staged_co": 8}),
+    # The depthwise staged entry: the warps' sums without the last warp's columns.
+    Mutant("wg_nhwc_smem_dw_block_sum_drops_the_last_warp", "wg_nhwc",
+           "for (int k = 1; k < WG_SMEM_WARPS; ++k) sum += red[k][t][c];",
+           "for (int k = 1; k < WG_SMEM_WARPS - 1; ++k) sum += red[k][t][c];",
+           ("mobilenetv2-n32-c192-28x28-g192", "xception-n8-c128-147x147-g128"),
+           variant={"staged_co": 1}),
     # Stage 2, in the header both kernels include: the last slice lane's partial left out.
     Mutant("wg_reduce_drops_the_last_slice_lane", "wg_nhwc",
            "for (int y = 1; y < ry; ++y) total += part[y][threadIdx.x];",

@@ -257,7 +257,8 @@ def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
 
 
 # (2, 64, 96, 9, 35, 2): 32 input and 48 output channels a group over two column segments, for
-# the staged channels_last entries (run as tuned cuts: the rule does not take them).
+# the staged channels_last entries (run as tuned cuts: the rule does not take them; the depthwise
+# geometries run the depthwise staged entry the same way).
 SANITIZED = ((2, 8, 8, 19, 37, 8), (1, 9, 6, 7, 11, 3), (1, 16, 32, 9, 14, 4), (1, 6, 6, 9, 13, 6),
              (1, 16, 16, 5, 6, 2), (2, 64, 96, 9, 35, 2))
 PROGRAM = r'''
@@ -272,8 +273,10 @@ for n, c_in, c_out, h, w, groups in json.loads(sys.argv[1]):
         dy = torch.randn((n, c_out, h, w), generator=gen, device="cuda").contiguous(memory_format=fmt)
         wt = torch.randn((c_out, c_in // groups, 3, 3), generator=gen, device="cuda")
         backward.weight_grad(dy, x, groups, "wg_" + layout)
-        if layout == "nhwc" and c_in // groups >= SMEM_MIN_CIG:
-            for cow, in NHWC_SMEM:  # each staged entry, as the tuning stage's cut
+        depthwise = c_in == c_out == groups
+        if layout == "nhwc" and (depthwise or c_in // groups >= SMEM_MIN_CIG):
+            # each staged entry, as the tuning stage's cut
+            for cow in [1] if depthwise else [c for c, in NHWC_SMEM]:
                 backward_plans.configure_backward(wgrad_tunings={
                     ("nhwc", (n, c_in, c_out, h, w, groups)): {"staged_co": cow}})
                 backward.weight_grad(dy, x, groups, "wg_nhwc")

@@ -393,8 +393,8 @@ def test_the_cuts_tried_are_the_rule_first_then_every_cut_the_tables_hold():
     assert len(set(names)) == len(names)  # one label per cut: the sampler's run names
     for keywords in listed[1:] + wgrad_cuts(grouped, "nchw", [8])[1:] + wgrad_cuts(dw, "nhwc",
                                                                                    [4])[1:]:
-        shape = dw if "vec" in keywords else grouped
-        layout = "nchw" if "rows" not in keywords else "nhwc"
+        shape = dw if "vec" in keywords or keywords.get("staged_co") == 1 else grouped
+        layout = "nhwc" if {"rows", "staged_co"} & set(keywords) else "nchw"
         # every listed cut is a plan, also as read back from a JSON record (tile as a list)
         json_cut = {k: list(v) if k == "tile" else v for k, v in keywords.items()}
         assert wgrad_plan(shape, layout, 132, **cut_keywords(json_cut)) == wgrad_plan(

@@ -85,6 +85,10 @@ def nhwc_smem_entry(cow: int) -> str:
     return f"wg_nhwc_smem_o{cow}"
 
 
+# The depthwise staged entry: a lane per channel, its own output channel (staged_co = 1).
+NHWC_SMEM_DW = "wg_nhwc_smem_dw"
+
+
 @dataclass(frozen=True)
 class BackwardKernel:
     """A backward kernel source: its layout, its table and the entries its cubin exports."""
@@ -110,7 +114,8 @@ BACKWARD_KERNELS = {
     "wg_nhwc": BackwardKernel("wg_nhwc", "kernels/wgrad_nhwc.cu", "nhwc", WG_NHWC_TABLE,
                               lambda: [*(nhwc_dw_entry(*t) for t in NHWC_DW),
                                        *(nhwc_tile_entry(*t) for t in NHWC_TILES),
-                                       *(nhwc_smem_entry(*t) for t in NHWC_SMEM), "wg_reduce"]),
+                                       *(nhwc_smem_entry(*t) for t in NHWC_SMEM),
+                                       NHWC_SMEM_DW, "wg_reduce"]),
 }
 
 
@@ -208,9 +213,10 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     choice, the longest that reaches the aims) and the depthwise channels_last entries' channel
     vector `vec` (None: the widest up to DW_VEC that C and the alignment allow; fewer channels per
     lane, fewer registers) and the grouped entries' `tile` (COB, CIB) (None: _tile's rule) may be
-    given, to measure other choices; `staged_co` (COW of NHWC_SMEM) takes a grouped channels_last
-    geometry's staged entry instead of a register tile (strips of one output row, at most
-    SMEM_SEG columns: `seg` caps them, `rows` and `tile` do not apply). A value the layout's
+    given, to measure other choices; `staged_co` (COW of NHWC_SMEM; 1 for a depthwise geometry)
+    takes a channels_last geometry's staged entry instead of a register tile or channel vector
+    (strips of one output row, at most SMEM_SEG columns: `seg` caps them; `rows`, `tile` and
+    `vec` do not apply). A value the layout's
     table, C or the alignment rules out is refused."""
     s = shape
     depthwise_nhwc = layout == "nhwc" and s.cin_per_group == s.cout_per_group == 1
@@ -229,6 +235,9 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         if vec is not None:
             raise ValueError(f"vec = {vec}: the NCHW kernels' lanes run along w; vec is for "
                              "layout 'nhwc'")
+        if staged_co is not None:
+            raise ValueError(f"staged_co = {staged_co}: the staged entries are channels_last "
+                             "ones; staged_co is for layout 'nhwc'")
         cob, cib = _chosen_tile(tile, cog, cig)
         wt = 32 if s.w > 16 else 1 << (s.w - 1).bit_length()
         tiles = groups * _ceil_div(cog, cob) * _ceil_div(cig, cib)
@@ -241,22 +250,25 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
         tail = (wt, seg, sps)
     elif layout == "nhwc" and staged_co is not None:
-        if depthwise_nhwc:
-            raise ValueError(f"staged_co = {staged_co}: the staged entries are for grouped "
-                             "geometries; depthwise channels_last takes channel vectors (vec)")
-        if (staged_co,) not in NHWC_SMEM:
+        if depthwise_nhwc != (staged_co == 1):
+            raise ValueError(
+                f"staged_co = {staged_co}: depthwise geometries take the depthwise staged entry "
+                "(staged_co = 1), grouped ones the grouped staged entries "
+                f"({'/'.join(str(c) for c, in NHWC_SMEM)} output channels a warp, WG_NHWC_SMEM)")
+        if not depthwise_nhwc and (staged_co,) not in NHWC_SMEM:
             raise ValueError(f"staged_co = {staged_co}: wgrad_nhwc.cu's staged entries take "
                              f"{'/'.join(str(c) for c, in NHWC_SMEM)} output channels a warp "
                              "(WG_NHWC_SMEM)")
         if rows is not None or tile is not None or vec is not None:
             raise ValueError("rows, tile and vec are for the register tiles; the staged entries "
                              "(staged_co) take one output row a strip, a 32-channel lane chunk")
-        tile_blocks = groups * _ceil_div(cig, SMEM_LANES) * _ceil_div(cog, SMEM_WARPS * staged_co)
+        tile_blocks = (_ceil_div(s.c_in, SMEM_LANES) if depthwise_nhwc else
+                       groups * _ceil_div(cig, SMEM_LANES) * _ceil_div(cog, SMEM_WARPS * staged_co))
         # One strip at a time per block (its threads together); the segment at most SMEM_SEG.
         seg, strips, slices, sps = _split(
             tile_blocks, 1, lambda seg: s.n * s.h * _ceil_div(s.w, seg),
             (min(SMEM_SEG, s.w, seg or SMEM_SEG),), elems, sm_count, blocks_per_sm, min_iters)
-        entry = nhwc_smem_entry(staged_co)
+        entry = NHWC_SMEM_DW if depthwise_nhwc else nhwc_smem_entry(staged_co)
         grid, block = (tile_blocks, slices, 1), (SMEM_LANES, SMEM_WARPS, 1)
         choice = {"staged_co": staged_co, "seg_cols": seg}
         tail = (0, seg, sps)
@@ -320,12 +332,13 @@ def wgrad_cuts(shape: Shape, layout: str, blocks=TUNING_BLOCKS_PER_SM) -> list[d
     """Every keyword set of wgrad_plan the kernels' tables hold for this shape and layout, the
     rule's own first ({}): grouped, each (COB, CIB) tile within the group (channels_last: with
     each row count WG_NHWC_TILES lists for it, up to H); depthwise channels_last, each channel
-    vector and row count up to H; grouped channels_last with at least SMEM_MIN_CIG input
-    channels a group, each staged entry too; each at every blocks-per-SM aim of `blocks`. A cut
+    vector and row count up to H, and the depthwise staged entry; grouped channels_last with at
+    least SMEM_MIN_CIG input channels a group, each staged entry too; each at every blocks-per-SM aim of `blocks`. A cut
     the alignment or C rules out is refused by wgrad_plan, not here."""
     cig, cog = shape.cin_per_group, shape.cout_per_group
     if layout == "nhwc" and cig == cog == 1:
         kinds = [{"vec": v, "rows": r} for v, r in NHWC_DW if r <= max(1, shape.h)]
+        kinds.append({"staged_co": 1})
     elif layout == "nhwc":
         kinds = [{"tile": (o, i), "rows": r} for o, i in TILES if o <= cog and i <= cig
                  for r in sorted({r for oo, ii, r, _ in NHWC_TILES if (oo, ii) == (o, i)})
