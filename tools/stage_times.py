@@ -5,6 +5,7 @@ record (records/<name>). The document is raw/stage_times.json, a pipeline output
 record."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -13,10 +14,11 @@ from groupconv_atlas.study.stage_times import summary_lines
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    path = Path(argv[1]) / "raw" / "stage_times.json"
+    parser = argparse.ArgumentParser(prog="tools/stage_times.py", description=__doc__)
+    parser.add_argument("folder", type=Path,
+                        help="a results folder (results/h200) or a record (records/<name>)")
+    folder = parser.parse_args(argv[1:]).folder
+    path = folder / "raw" / "stage_times.json"
     if not path.is_file():
         print(f"{path}: missing; a live run writes it with `snakemake stage_times --config "
               "mode=live` (records made before that rule hold it where measured)",
