@@ -1,5 +1,6 @@
 // k9: grouped 3x3 convolution on channels_last (NHWC) tensors, for groups of 2 to 32 input
-// channels: the grouped counterpart of k8. In NHWC a pixel's channels are contiguous, so a work
+// channels and for depth multipliers (one input channel, several outputs per group): the grouped
+// counterpart of k8. In NHWC a pixel's channels are contiguous, so a work
 // item is one strip of ROWS x COLS output pixels and one vector of OVEC adjacent output channels
 // inside one group, and neighbouring threads take neighbouring output-channel vectors of the same
 // pixel strip: their stores are contiguous along C, and threads of one group read the same input
@@ -63,7 +64,8 @@ __device__ __forceinline__ void k9_store(float* __restrict__ p, const float (&v)
 
 // Assumptions at the signature (the host's support predicate and conv2d's plan refuse the rest):
 // - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; grouped with 2 <= C_in/groups <=
-//   K9_MAX_CPG and 1 <= C_out/groups <= K9_MAX_COUT_PG.
+//   K9_MAX_CPG and 1 <= C_out/groups <= K9_MAX_COUT_PG, or a depth multiplier (C_in/groups = 1,
+//   C_out/groups a multiple of OVEC > 1) in the IVEC = 1 entries.
 // - x: N x H x W x C_in, y: N x H x W x C_out, both contiguous channels_last (the channel stride
 //   is 1); wt: C_out x 3 x 3 x C_in/groups, the memory of a channels_last (C_out, C_in/groups,
 //   3, 3) weight (OHWI): wt[co][kh][kw][ci] is input channel g * C_in/groups + ci of output
@@ -84,8 +86,13 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
     // the host refuses these first
     if (groups < 1 || C_in % groups || C_out % groups) return;
     const int cin_pg = C_in / groups, cout_pg = C_out / groups;
-    if (cin_pg < 2 || cin_pg > K9_MAX_CPG || cout_pg > K9_MAX_COUT_PG || cin_pg % IVEC ||
-        cout_pg % OVEC)
+    // One input channel per group: a depth multiplier runs the entries whose thread reads that
+    // channel once for OVEC > 1 outputs (IVEC = 1); depthwise (one output per group too) is the
+    // depthwise kernels'. The bound is a constant of the entry, so the other entries' code is
+    // as it was.
+    constexpr int min_cin_pg = (IVEC == 1 && OVEC > 1) ? 1 : 2;
+    if (cin_pg < min_cin_pg || cin_pg > K9_MAX_CPG || cout_pg > K9_MAX_COUT_PG ||
+        cin_pg % IVEC || cout_pg % OVEC)
         return;
     const int vectors = C_out / OVEC;         // output-channel vectors of a pixel
     const int group_vectors = cout_pg / OVEC;  // of them in one group
@@ -162,7 +169,8 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
 // One entry per (output vector, input vector, rows, columns): a row of the registry's tile table
 // K9_TILES. A shape runs the entries of the widest (OVEC, IVEC) pair here that divides
 // its (C_out/groups, C_in/groups): 4 x 4 for the atlas's groups of 4 to 32 channels, 2 x 2 for
-// its groups of 2, 1 x 1 for a group with an odd number of input or output channels. Each entry
+// its groups of 2, 1 x 1 for a group with an odd number of input or output channels, 4 x 1 or
+// 2 x 1 for a depth multiplier (its one input channel read once for 4 or 2 outputs). Each entry
 // allows up to 256 threads per block.
 #define K9_ENTRY(OVEC, IVEC, ROWS, COLS)                                                        \
     extern "C" __global__ void __launch_bounds__(256)                                           \

@@ -158,17 +158,19 @@ MUTANTS = (
     # k9 (channels_last grouped): the right edge's zero padding dropped (its last column reads
     # the next pixel row, the last image's past x's end); every group reads group 0's input
     # channels; the weight's 3x3 taps transposed; every output lane of a vector given the first
-    # output channel's weights. Shapes: both vector widths of the atlas (2 x 2 for groups of 2,
-    # 4 x 4), odd W, 7x7 maps, groups of 2 to 32.
+    # output channel's weights. Shapes: the vector widths of the atlas (2 x 2 for groups of 2,
+    # 4 x 4, 2 x 1 for the depth multiplier), odd W, 7x7 maps, groups of 2 to 32.
     Mutant("k9_right_edge_not_zero_padded", "k9", "if (w >= 0 && w < W) {", "if (w >= 0) {",
            ("cpg2-n8-c256-14x14-g128", "resnext50-32x4d-n1-c128-56x56-g32")),
     Mutant("k9_every_group_reads_group_0", "k9", "const int ci_base = g * cin_pg;",
            "const int ci_base = 0;",
-           ("regnety-400mf-n32-c104-28x28-g13", "cpg2-oddw-n16-c96-75x75-g48")),
+           ("regnety-400mf-n32-c104-28x28-g13", "cpg2-oddw-n16-c96-75x75-g48",
+            "stress-depth-multiplier-n16-c32to64-56x56-g32")),
     Mutant("k9_taps_transposed", "k9", "(kh * 3 + kw) * cin_pg", "(kw * 3 + kh) * cin_pg",
            ("resnext50-32x4d-n32-c1024-7x7-g32", "cpg4-oddw-n32-c128-19x19-g32")),
     Mutant("k9_vector_lanes_share_weights", "k9", "w_co + o * w_out + ", "w_co + ",
-           ("cpg4-oddw-n32-c128-19x19-g32", "cpg2-n32-c128-28x28-g64"), needs=("k9_ovec_over_1",)),
+           ("cpg4-oddw-n32-c128-19x19-g32", "cpg2-n32-c128-28x28-g64",
+            "stress-depth-multiplier-n16-c32to64-56x56-g32"), needs=("k9_ovec_over_1",)),
     # k10 (channels_last depthwise walking rows): the right edge's zero padding dropped; every
     # channel block stages the first block's taps (shows where C exceeds a block's channels);
     # the middle row's taps transposed.

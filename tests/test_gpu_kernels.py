@@ -63,6 +63,10 @@ def test_every_k5_variant_is_correct_and_the_tuner_chooses_one(launcher):
 ODD_DEPTHWISE = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (1, 6, 6, 2, 1, 6), (3, 6, 6, 3, 2, 6),
                  (2, 3, 3, 5, 3, 3), (1, 1, 1, 7, 5, 1), (2, 12, 12, 5, 5, 12),
                  (1, 10, 10, 3, 3, 10)]
+# Depth multipliers likewise (one input channel, 2, 4 or 6 outputs per group; k9's (OVEC, 1)
+# entries, k5 and k6): a 1x1 map with one group, one row, odd widths, 3 and 5 groups.
+ODD_MULTIPLIERS = [(1, 1, 2, 1, 1, 1), (2, 3, 6, 1, 5, 3), (1, 3, 12, 5, 3, 3),
+                   (2, 5, 30, 3, 2, 5), (1, 6, 12, 7, 9, 6)]
 
 
 @pytest.mark.gpu
@@ -70,16 +74,16 @@ ODD_DEPTHWISE = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (1, 6, 6, 2, 1, 6), (3,
 def test_every_variant_of_a_tuned_kernel_is_correct_or_refused_on_odd_geometries(
         kernel, launcher):
     """Each variant the tuning stage would measure, verified (fresh seeded inputs, poisoned
-    output, FP32 and FP64 references) by the tuner itself on depthwise geometries no table
-    holds; a geometry the kernel refuses is skipped by name, never run."""
+    output, FP32 and FP64 references) by the tuner itself on depthwise and depth-multiplier
+    geometries no table holds; a geometry the kernel refuses is skipped by name, never run."""
     from groupconv_atlas.runtime.shapes import geometry_shape
     from groupconv_atlas.runtime.timing import TimingConfig
     from groupconv_atlas.runtime.tuning import tune_kernel
 
-    shapes = [geometry_shape(*g) for g in ODD_DEPTHWISE]
+    shapes = [geometry_shape(*g) for g in ODD_DEPTHWISE + ODD_MULTIPLIERS]
     supported = [s for s in shapes if support(kernel, s)[0]]
     if not supported:
-        pytest.skip(f"{kernel} supports none of the odd depthwise geometries")
+        pytest.skip(f"{kernel} supports none of the odd depthwise and multiplier geometries")
     cfg = TimingConfig(batches=2, samples_per_batch=3, seed=5, warmup_launches=2,
                        graph_min_replay_us=20.0, graph_max_replay_us=500.0,
                        graph_max_launches=20, l2_policy="warm", clock_flag_fraction=0.9)

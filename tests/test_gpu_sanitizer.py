@@ -27,8 +27,8 @@ from groupconv_atlas.runtime.shapes import geometry_shape
 # a depth multiplier with W % 4 == 2 (k5's 8-byte path). H > 8 gives every tile several row blocks.
 # Then depthwise with C % 4 != 0 (k8's one-channel loads). k9 (grouped, channels_last) takes the
 # second (16-byte vectors of 4 input and output channels), the third (8-byte vectors: 2 input
-# channels per group) and the last: 3 input and 2 output channels per group, C_out < C_in
-# (single floats).
+# channels per group), the depth multiplier (its one input channel read for 2 outputs) and the
+# last: 3 input and 2 output channels per group, C_out < C_in (single floats).
 GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 16, 11, 10, 4),
               (1, 4, 8, 9, 14, 4), (1, 6, 6, 9, 13, 6), (1, 9, 6, 7, 11, 3))
 TUNED_KERNELS = [k for k, spec in KERNELS.items() if spec.variants is not None]
@@ -207,7 +207,7 @@ def test_geometries_cover_every_vector_width_of_k9():
 
     shapes = [geometry_shape(*gm) for gm in GEOMETRIES]
     k9 = [s for s in shapes if support("k9", s)[0]]
-    assert {k9_vectors(s) for s in k9} == {(4, 4), (2, 2), (1, 1)}
+    assert {k9_vectors(s) for s in k9} == {(4, 4), (2, 2), (1, 1), (2, 1)}
     assert any(s.cin_per_group % 4 for s in k9) and any(s.c_out < s.c_in for s in k9)
 
 

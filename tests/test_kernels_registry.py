@@ -157,25 +157,32 @@ def test_k4_rule_follows_the_sm_count():
         assert K4_TILES.index(small) <= K4_TILES.index(big), s.id
 
 
-def test_k9_supports_2_to_32_input_channels_per_group_and_leaves_depthwise_to_k8():
+def test_k9_supports_2_to_32_input_channels_per_group_and_depth_multipliers():
     """Every atlas shape with 2-32 input and at most 32 output channels per group, the widest
     vectors its groups divide into (the atlas's groups of 4-32 channels take 4 x 4, of 2 take
-    2 x 2); the depthwise ones are refused, naming k8."""
+    2 x 2), and the depth multiplier (one input channel, 2 outputs per group: 2 x 1); the
+    depthwise ones are refused, naming k8."""
     for s in SHAPES:
         ok, why = support("k9", s)
-        assert ok == (2 <= s.cin_per_group <= 32 and s.cout_per_group <= 32), (s.id, why)
-        if s.cin_per_group == 1:
+        multiplier = s.cin_per_group == 1 and s.cout_per_group > 1
+        assert ok == ((2 <= s.cin_per_group <= 32 or multiplier)
+                      and s.cout_per_group <= 32), (s.id, why)
+        if s.cin_per_group == 1 and s.cout_per_group == 1:
             assert "k8" in why
         if ok:
             ovec, ivec = k9_vectors(s)
-            assert (ovec, ivec) == ((4, 4) if s.cin_per_group % 4 == 0 else (2, 2)), s.id
+            assert (ovec, ivec) == ((2, 1) if multiplier else (4, 4) if s.cin_per_group % 4 == 0
+                                    else (2, 2)), s.id
+    assert any(s.cin_per_group == 1 and s.cout_per_group == 2 for s in SHAPES)
     # groups the atlas does not have: odd sizes take single floats, never a wrong vector
     from groupconv_atlas.runtime.shapes import geometry_shape
 
     for geometry, vectors in (((1, 6, 9, 7, 11, 3), (1, 1)), ((1, 9, 6, 7, 11, 3), (1, 1)),
                               ((1, 8, 4, 7, 11, 2), (2, 2)), ((1, 8, 16, 5, 5, 2), (4, 4)),
                               ((1, 12, 8, 5, 5, 4), (1, 1)), ((1, 64, 64, 5, 5, 1), None),
-                              ((1, 8, 80, 5, 5, 2), None)):
+                              ((1, 8, 80, 5, 5, 2), None), ((1, 4, 16, 5, 5, 4), (4, 1)),
+                              ((1, 4, 24, 5, 5, 4), (2, 1)), ((1, 4, 8, 5, 5, 4), (2, 1)),
+                              ((1, 3, 18, 5, 5, 3), (2, 1)), ((1, 2, 80, 5, 5, 2), None)):
         s = geometry_shape(*geometry)
         ok, why = support("k9", s)
         if vectors is None:

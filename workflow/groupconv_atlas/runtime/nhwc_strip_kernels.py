@@ -121,10 +121,13 @@ def k8_entries() -> list[str]:
 
 
 # k9: grouped on channels_last (NHWC) tensors, 2 to 32 input and 1 to 32 output channels per
-# group. A work item is a rows x columns pixel tile for one vector of OVEC output channels of one
+# group, and depth multipliers (1 input channel and an even number of outputs per group, up to
+# 32). A work item is a rows x columns pixel tile for one vector of OVEC output channels of one
 # group; it reads the group's input channels IVEC at a time (16-, 8- or 4-byte loads of x and of
 # the OHWI weight) and each weight vector once per kernel row. A shape runs the entries of the
-# widest (OVEC, IVEC) in the table that divides its (C_out/groups, C_in/groups).
+# widest (OVEC, IVEC) in the table that divides its (C_out/groups, C_in/groups); the (OVEC, 1)
+# entries with OVEC > 1 are the depth multiplier's (why: record h200-2026-12-03 had no
+# channels_last kernel for it, and cuDNN's channels_last path took several times the NCHW one).
 K9_MAX_CPG = K9_MAX_COUT_PG = 32  # the largest group: input, output channels per group
 K9_TABLE = SourceTable(
     "kernels/k9_grouped_nhwc.cu",
@@ -132,7 +135,9 @@ K9_TABLE = SourceTable(
     # (ovec, ivec, rows, cols)
     lists={"K9_TILES": ((4, 4, 1, 1), (4, 4, 1, 2), (4, 4, 1, 4), (4, 4, 1, 8), (4, 4, 2, 2),
                         (4, 4, 2, 4), (2, 2, 1, 1), (2, 2, 1, 2), (2, 2, 1, 4), (2, 2, 1, 8),
-                        (1, 1, 1, 1), (1, 1, 1, 4))})
+                        (1, 1, 1, 1), (1, 1, 1, 4),
+                        (4, 1, 1, 1), (4, 1, 1, 4), (4, 1, 2, 4),
+                        (2, 1, 1, 1), (2, 1, 1, 4), (2, 1, 1, 8), (2, 1, 2, 4))})
 K9_TILES = K9_TABLE.lists["K9_TILES"]
 # Untuned: a k9 item is 9 x C_in/groups times a k8 item's work, and its 4 x 4 entries use 80 to
 # 176 registers (one or two 256-thread blocks resident per SM), so half k8's blocks per SM are
@@ -140,13 +145,21 @@ K9_TILES = K9_TABLE.lists["K9_TILES"]
 K9_BLOCKS_PER_SM = 4
 
 
+def _multiplier_pair(ovec: int, ivec: int) -> bool:
+    """The depth multiplier's entries: one input channel read once for OVEC > 1 outputs."""
+    return ivec == 1 and ovec > 1
+
+
 def k9_vectors(s: Shape) -> tuple[int, int]:
     """(OVEC, IVEC): output and input channels one thread stores and loads at once, the widest
     pair of the tile table (most channels, then the wider input) dividing C_out/groups and
-    C_in/groups; (1, 1) divides every group."""
+    C_in/groups; (1, 1) divides every group. The (OVEC, 1) pairs with OVEC > 1 are a depth
+    multiplier's alone (one input channel per group), so no group of several input channels
+    changes entry for them."""
     return max({(o, i) for o, i, _, _ in K9_TILES
-                if s.cout_per_group % o == 0 and s.cin_per_group % i == 0},
-               key=lambda p: (p[0] * p[1], p[1]))
+                if s.cout_per_group % o == 0 and s.cin_per_group % i == 0
+                and (s.cin_per_group == 1) == _multiplier_pair(o, i)}
+               | {(1, 1)}, key=lambda p: (p[0] * p[1], p[1]))
 
 
 def k9_entry(ovec: int, ivec: int, rows: int, cols: int) -> str:
@@ -156,13 +169,23 @@ def k9_entry(ovec: int, ivec: int, rows: int, cols: int) -> str:
 def supports_k9(s: Shape) -> tuple[bool, str]:
     # No 32-bit limit: k9's element offsets and work items are 64-bit, and its grid is capped at
     # the grid's limit with threads striding over the items (_strip_grid).
-    if s.cin_per_group == 1:
-        return False, ("1 input channel per group: depthwise convolution on channels_last is "
-                       "k8's (k9 is built for 2 to 32 input channels per group)")
+    if s.cin_per_group == 1 and s.cout_per_group == 1:
+        return False, ("1 input and 1 output channel per group: depthwise convolution on "
+                       "channels_last is k8's, k10's and k11's (k9 is built for 2 to 32 input "
+                       "channels per group, and depth multipliers)")
     if s.cin_per_group > K9_MAX_CPG or s.cout_per_group > K9_MAX_COUT_PG:
         return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       f"group: k9 takes 2 to {K9_MAX_CPG} and 1 to {K9_MAX_COUT_PG}")
+                       f"group: k9 takes 2 to {K9_MAX_CPG} and 1 to {K9_MAX_COUT_PG}, or 1 "
+                       f"and an even number up to {K9_MAX_COUT_PG}")
     ovec, ivec = k9_vectors(s)
+    if s.cin_per_group == 1 and not _multiplier_pair(ovec, ivec):
+        return False, (f"1 input and {s.cout_per_group} output channels per group: k9's depth "
+                       "multiplier entries read the one input channel for 2 or 4 outputs, so "
+                       "the outputs per group must be even")
+    if s.cin_per_group == 1:
+        return True, (f"depth multiplier on channels_last: each thread reads its group's one "
+                      f"input channel once for {ovec} of the group's {s.cout_per_group} output "
+                      f"channels, register tile along H, W")
     return True, (f"grouped on channels_last: {s.cin_per_group} input channels per group read "
                   f"{ivec} at a time, {ovec} output channels per thread, register tile along H, W")
 
