@@ -1,11 +1,12 @@
 """k9 (grouped on channels_last) emulated on the CPU, entry by entry: the kernel's work-item split,
 group and channel offsets, window loads and tile stores written out in numpy as
 kernels/k9_grouped_nhwc.cu computes them, run with the launch the host picks for every variant
-of a geometry. Each output is written exactly once with the value of an FP64 convolution, on the
-depth multipliers k9 takes (one input channel for 2, 4 or 6 outputs per group: its (OVEC, 1)
-entries), on odd maps (a 1x1 map, H = 1, odd W) and on a group of several channels (the entries
-the records measured, so the emulation is checked where the kernel is known right). The
-multipliers k9 refuses (an odd number of outputs per group, depthwise) are refused by name."""
+of a geometry. Each output is written exactly once with the value of PyTorch's FP64
+convolution, on the depth multipliers k9 takes (one input channel for 2, 4 or 6 outputs per
+group: its (OVEC, 1) entries), on odd maps (a 1x1 map, H = 1, odd W) and on groups of several
+channels (the entries the records measured, so the emulation is checked where the kernel is
+known right). The multipliers k9 refuses (an odd number of outputs per group, depthwise) are
+refused by name."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from groupconv_atlas.runtime.kernels import KERNELS, launch_for, support
 from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
@@ -87,20 +89,9 @@ def emulate_k9(x: np.ndarray, wt: np.ndarray, geometry, entry: str,
 
 
 def reference(x_nchw: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
-    """FP64 grouped 3x3 convolution, stride 1, padding 1, NCHW in and out."""
-    n_, c_in, h_, w_ = x_nchw.shape
-    c_out, cin_pg = w.shape[:2]
-    cout_pg = c_out // groups
-    padded = np.pad(x_nchw, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    y = np.zeros((n_, c_out, h_, w_))
-    for co in range(c_out):
-        g = co // cout_pg
-        for ci in range(cin_pg):
-            for kh in range(3):
-                for kw in range(3):
-                    y[:, co] += w[co, ci, kh, kw] * padded[:, g * cin_pg + ci, kh:kh + h_,
-                                                           kw:kw + w_]
-    return y
+    """PyTorch's grouped 3x3 convolution (stride 1, padding 1) in FP64 on the CPU, NCHW."""
+    return torch.nn.functional.conv2d(torch.from_numpy(x_nchw), torch.from_numpy(w), padding=1,
+                                      groups=groups).numpy()
 
 
 @pytest.mark.parametrize("geometry", MULTIPLIERS + GROUPED)
