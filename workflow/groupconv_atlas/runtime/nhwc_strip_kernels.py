@@ -183,9 +183,9 @@ def supports_k9(s: Shape) -> tuple[bool, str]:
                        "multiplier entries read the one input channel for 2 or 4 outputs, so "
                        "the outputs per group must be even")
     if s.cin_per_group == 1:
-        return True, (f"depth multiplier on channels_last: each thread reads its group's one "
-                      f"input channel once for {ovec} of the group's {s.cout_per_group} output "
-                      f"channels, register tile along H, W")
+        return True, (f"depth multiplier on channels_last ({s.cout_per_group} output channels "
+                      f"per input channel): each thread reads its group's one input channel once "
+                      f"for {ovec} outputs, register tile along H, W")
     return True, (f"grouped on channels_last: {s.cin_per_group} input channels per group read "
                   f"{ivec} at a time, {ovec} output channels per thread, register tile along H, W")
 
