@@ -101,14 +101,16 @@ def test_k8_refuses_grouped_and_depth_multiplier_geometries():
         assert not ok and "channel multiplier 1" in why
 
 
-def test_k9_refuses_depthwise_naming_k8_and_groups_over_32_channels():
-    for geometry in ((2, 8, 8, 5, 5, 8), (2, 8, 16, 5, 5, 8)):
-        ok, why = g.support("k9", *geometry)
-        assert not ok and "k8" in why
-    for geometry in ((2, 64, 64, 5, 5, 1), (2, 8, 128, 5, 5, 2)):
+def test_k9_refuses_depthwise_naming_k8_odd_multipliers_and_groups_over_32_channels():
+    ok, why = g.support("k9", 2, 8, 8, 5, 5, 8)
+    assert not ok and "k8" in why
+    ok, why = g.support("k9", 2, 8, 24, 5, 5, 8)  # 3 outputs per input channel
+    assert not ok and "even" in why
+    for geometry in ((2, 64, 64, 5, 5, 1), (2, 8, 128, 5, 5, 2), (2, 2, 80, 5, 5, 2)):
         ok, why = g.support("k9", *geometry)
         assert not ok and "32" in why
     assert g.support("k9", 2, 8, 16, 5, 5, 2)[0] and g.support("k9", 2, 9, 6, 5, 5, 3)[0]
+    assert g.support("k9", 2, 8, 16, 5, 5, 8)[0]  # a depth multiplier of 2
 
 
 def test_non_contiguous_weight_names_weight():
