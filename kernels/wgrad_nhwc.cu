@@ -230,6 +230,34 @@ __device__ __forceinline__ void wg_stage_row(float (*xs)[WG_SMEM_SEG + 2][32],
     }
 }
 
+// The staged entries' walk: strip s of a slice (rows fastest, then images, then column
+// segments) as its image n, row h, first column w0 and columns; after a barrier (every thread is
+// done reading the ring and the dY rows the caller restages), it stages the strip's input rows
+// through stage(n, row, w0): rows h - 1, h and h + 1, or only h + 1 where the walk slides down from
+// the strip before it (prev: that strip's n, column segment and h; updated here).
+struct WgStrip {
+    int n, h, w0, cols;
+};
+
+template <typename Stage>
+__device__ __forceinline__ WgStrip wg_next_strip(int s, int N, int H, int W, int seg,
+                                                 int (&prev)[3], Stage stage) {
+    WgStrip strip;
+    int cs;
+    wg_split(s, H, N, strip.h, strip.n, cs);
+    strip.w0 = cs * seg;
+    strip.cols = min(seg, W - strip.w0);
+    const bool slide = strip.n == prev[0] && cs == prev[1] && strip.h == prev[2] + 1;
+    __syncthreads();
+    if (!slide) {
+        stage(strip.n, strip.h - 1, strip.w0);
+        stage(strip.n, strip.h, strip.w0);
+    }
+    stage(strip.n, strip.h + 1, strip.w0);
+    prev[0] = strip.n, prev[1] = cs, prev[2] = strip.h;
+    return strip;
+}
+
 // Grouped with many channels per group (an FMA-bound reduction): the staged entries. A block
 // owns one 32-input-channel chunk of a group (threadIdx.x: the input channel) and one chunk of
 // WG_SMEM_WARPS * COW output channels (threadIdx.y: a warp's COW of them), and walks its slice of
@@ -281,18 +309,10 @@ __device__ __forceinline__ void wg_nhwc_smem(const float* __restrict__ dy,
 #pragma unroll
         for (int t = 0; t < 9; ++t) acc[o][t] = 0.f;
 
-    int prev_n = -1, prev_cs = -1, prev_h = -2;
+    int prev[3] = {-1, -1, -2};  // the strip before: none
     for (int s = s_begin; s < s_end; ++s) {
-        int h, n, cs;
-        wg_split(s, H, N, h, n, cs);
-        const int w0 = cs * seg, cols = min(seg, W - w0);
-        const bool slide = n == prev_n && cs == prev_cs && h == prev_h + 1;
-        __syncthreads();  // every thread is done reading the slots and dY rewritten below
-        if (!slide) {
-            stage_x(n, h - 1, w0);
-            stage_x(n, h, w0);
-        }
-        stage_x(n, h + 1, w0);
+        const WgStrip strip = wg_next_strip(s, N, H, W, seg, prev, stage_x);
+        const int n = strip.n, h = strip.h, w0 = strip.w0, cols = strip.cols;
         for (int e = tid; e < cols * CO_CHUNK; e += THREADS) {
             const int col = e / CO_CHUNK, o = e % CO_CHUNK;
             dys[col][o] = co0 + o < cog
@@ -322,7 +342,6 @@ __device__ __forceinline__ void wg_nhwc_smem(const float* __restrict__ dy,
 #pragma unroll
             for (int kh = 0; kh < 3; ++kh) win[kh][0] = win[kh][1], win[kh][1] = win[kh][2];
         }
-        prev_n = n, prev_cs = cs, prev_h = h;
     }
 
     const int ci = ci0 + lane;
@@ -363,18 +382,13 @@ __device__ __forceinline__ void wg_nhwc_dw_smem(const float* __restrict__ dy,
 #pragma unroll
     for (int t = 0; t < 9; ++t) acc[t] = 0.f;
 
-    int prev_n = -1, prev_cs = -1, prev_h = -2;
+    auto stage_x = [&](int n, int hh, int w0) {
+        wg_stage_row<THREADS>(xs, x + c0, n, hh, w0, seg, H, W, C, C - c0, tid);
+    };
+    int prev[3] = {-1, -1, -2};  // the strip before: none
     for (int s = s_begin; s < s_end; ++s) {
-        int h, n, cs;
-        wg_split(s, H, N, h, n, cs);
-        const int w0 = cs * seg, cols = min(seg, W - w0);
-        const bool slide = n == prev_n && cs == prev_cs && h == prev_h + 1;
-        __syncthreads();  // every thread is done reading the slots and dY rewritten below
-        if (!slide) {
-            wg_stage_row<THREADS>(xs, x + c0, n, h - 1, w0, seg, H, W, C, C - c0, tid);
-            wg_stage_row<THREADS>(xs, x + c0, n, h, w0, seg, H, W, C, C - c0, tid);
-        }
-        wg_stage_row<THREADS>(xs, x + c0, n, h + 1, w0, seg, H, W, C, C - c0, tid);
+        const WgStrip strip = wg_next_strip(s, N, H, W, seg, prev, stage_x);
+        const int n = strip.n, h = strip.h, w0 = strip.w0, cols = strip.cols;
         for (int e = tid; e < cols * 32; e += THREADS) {
             const int col = e >> 5, c = e & 31;
             dys[col][c] = c0 + c < C
@@ -404,7 +418,6 @@ __device__ __forceinline__ void wg_nhwc_dw_smem(const float* __restrict__ dy,
                 for (int kh = 0; kh < 3; ++kh) win[kh][0] = win[kh][1], win[kh][1] = win[kh][2];
             }
         }
-        prev_n = n, prev_cs = cs, prev_h = h;
     }
 
     // The block's sums over its warps, in warp order.

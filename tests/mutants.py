@@ -317,10 +317,11 @@ BACKWARD_MUTANTS = (
            "if (w_local == 0) l = (ok && w > 0 && w - 1 < W)",
            "if (w_local == 0) l = (ok && w - 1 < W)",
            ("stress-tiny-n1-c32-7x7-g32", "resnext50-32x4d-n1-c256-28x28-g32")),
-    # The staged grouped entries, as the tuning stage's cut (the rule never takes them).
+    # The staged grouped entries, as the tuning stage's cut (the rule never takes them). The
+    # first fault is in the strip walk both staged entries share (wg_next_strip).
     Mutant("wg_nhwc_smem_rows_never_restaged", "wg_nhwc",
-           "        if (!slide) {\n            stage_x(n, h - 1, w0);",
-           "        if (false) {\n            stage_x(n, h - 1, w0);",
+           "    if (!slide) {\n        stage(strip.n, strip.h - 1, strip.w0);",
+           "    if (false) {\n        stage(strip.n, strip.h - 1, strip.w0);",
            ("resnext50-32x4d-n32-c1024-7x7-g32",), variant={"staged_co": 8}),
     Mutant("wg_nhwc_smem_top_and_middle_rows_swapped", "wg_nhwc",
            "const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1\n"
