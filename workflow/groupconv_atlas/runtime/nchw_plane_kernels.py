@@ -116,9 +116,9 @@ def supports_k13(s: Shape) -> tuple[bool, str]:
         return False, (f"N x C = {s.n * s.c_in} planes of H x W = {s.h * s.w} floats: k13 "
                        "numbers planes and positions in a plane with 32-bit int, so each must "
                        "be under 2**31")
-    return True, ("depthwise on NCHW read as one flat run: one thread per run of 4 or 8 "
-                  "consecutive outputs, its input spans as aligned 16-byte loads whatever W is, "
-                  "taps past a row's edge masked")
+    return True, (f"depthwise on NCHW read as one flat run: one thread per run of "
+                  f"{' or '.join(map(str, K13_VECS))} consecutive outputs, its input spans as "
+                  f"aligned 16-byte loads whatever W is, taps past a row's edge masked")
 
 
 def k13_variants(s: Shape) -> list[dict]:

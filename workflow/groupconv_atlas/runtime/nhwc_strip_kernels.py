@@ -179,9 +179,11 @@ def supports_k9(s: Shape) -> tuple[bool, str]:
                        f"and an even number up to {K9_MAX_COUT_PG}")
     ovec, ivec = k9_vectors(s)
     if s.cin_per_group == 1 and not _multiplier_pair(ovec, ivec):
+        outs = sorted({o for o, i, _, _ in K9_TILES if _multiplier_pair(o, i)})
         return False, (f"1 input and {s.cout_per_group} output channels per group: k9's depth "
-                       "multiplier entries read the one input channel for 2 or 4 outputs, so "
-                       "the outputs per group must be even")
+                       f"multiplier entries read the one input channel for "
+                       f"{' or '.join(map(str, outs))} outputs, so the outputs per group must "
+                       f"be even")
     if s.cin_per_group == 1:
         return True, (f"depth multiplier on channels_last ({s.cout_per_group} output channels "
                       f"per input channel): each thread reads its group's one input channel once "
