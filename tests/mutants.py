@@ -324,10 +324,10 @@ BACKWARD_MUTANTS = (
            "    if (false) {\n        stage(strip.n, strip.h - 1, strip.w0);",
            ("resnext50-32x4d-n32-c1024-7x7-g32",), variant={"staged_co": 8}),
     Mutant("wg_nhwc_smem_top_and_middle_rows_swapped", "wg_nhwc",
-           "const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1\n"
-           "        // win[kh][kw]",
-           "const int top = h % 3, mid = (h + 2) % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1\n"
-           "        // win[kh][kw]",
+           "const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;  "
+           "// rows h - 1, h, h + 1\n        // win[kh][kw]",
+           "const int top = h % 3, mid = (h + 2) % 3, bottom = (h + 1) % 3;  "
+           "// rows h - 1, h, h + 1\n        // win[kh][kw]",
            ("regnety-1-6gf-n32-c336-14x14-g14",), variant={"staged_co": 4}),
     Mutant("wg_nhwc_smem_right_halo_not_zero_padded", "wg_nhwc",
            "xs[slot][col][c] = (row_ok && ww >= 0 && ww < W && c < channels)",

@@ -333,8 +333,8 @@ def wgrad_cuts(shape: Shape, layout: str, blocks=TUNING_BLOCKS_PER_SM) -> list[d
     rule's own first ({}): grouped, each (COB, CIB) tile within the group (channels_last: with
     each row count WG_NHWC_TILES lists for it, up to H); depthwise channels_last, each channel
     vector and row count up to H, and the depthwise staged entry; grouped channels_last with at
-    least SMEM_MIN_CIG input channels a group, each staged entry too; each at every blocks-per-SM aim of `blocks`. A cut
-    the alignment or C rules out is refused by wgrad_plan, not here."""
+    least SMEM_MIN_CIG input channels a group, each staged entry too; each at every blocks-per-SM
+    aim of `blocks`. A cut the alignment or C rules out is refused by wgrad_plan, not here."""
     cig, cog = shape.cin_per_group, shape.cout_per_group
     if layout == "nhwc" and cig == cog == 1:
         kinds = [{"vec": v, "rows": r} for v, r in NHWC_DW if r <= max(1, shape.h)]
