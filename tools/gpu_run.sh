@@ -36,7 +36,8 @@
 # `start` and `full` need GROUPCONV_GIT_COMMIT: the commit the tree was sent from, which every
 # job's provenance names (a copied tree's own .git may be stale).
 # And OUT (default /tmp/groupconv-out), ENV_SETUP (a file to source first, e.g. one that
-# installs PyCUDA and Snakemake), DEVICE (the results folder to pack, default h200), CORES
+# installs PyCUDA and Snakemake), DEVICE (the results folder and record's device, default the
+# GPU's own key: h100 on an "NVIDIA H100 80GB HBM3"), CORES
 # (default all: jobs that measure time still run alone), RUN_DIR (the run's log and status,
 # default /tmp/groupconv-run), COPY_DIR (the copy's folder, default /tmp/groupconv-repo),
 # RESUME_STATE (above).
@@ -45,12 +46,17 @@ step=${1:?usage: tools/gpu_run.sh smoke|start|wait|full}
 out=${OUT:-/tmp/groupconv-out}
 work=${RUN_DIR:-/tmp/groupconv-run}  # the run's own log, status and record name
 copy=${COPY_DIR:-/tmp/groupconv-repo}  # the copy of the tree the background run works in
-device=${DEVICE:-h200}
 mkdir -p "$out" "$work"
 # Only the steps that run Python set up the environment: `start` and `wait` return quickly
 # (a caller polls with `wait`), so they spend no time installing.
 setup() { if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi; }
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# The results folder and the record are named for the GPU that is here (runtime.sessions.
+# device_key of its own name), unless DEVICE names it; the ceilings job refuses a DEVICE that
+# names another GPU.
+gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p; }
+device=${DEVICE:-$(python3 -c 'import sys; from groupconv_atlas.runtime.sessions import device_key
+print(device_key(sys.argv[1]))' "$(gpu_name)" 2>/dev/null || echo unknown-gpu)}
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 list() { local IFS=,; echo "[$*]"; }  # words as a YAML list, one --config value
 # A switch of the environment (GPU_TESTS, RERUN_CHECK, PASSES, PACK_NOW): on unless unset, empty
@@ -60,7 +66,8 @@ on() { [ -n "${1:-}" ] && [ "$1" != 0 ]; }
 # The configuration: Snakemake layers the files; the environment becomes --config entries.
 # shellcheck disable=SC2206
 layers=(config/config.yaml ${EXTRA_CONFIG:-})
-entries=(mode=live "record_name=${RECORD_NAME:-$(date -u +%F)}")
+record_name=${RECORD_NAME:-$(date -u +%F)}
+entries=(mode=live "device=$device" "record_name=$record_name")
 if [ -n "${GATE_KERNEL:-}" ]; then entries+=("gate_kernel=$GATE_KERNEL"); fi
 # shellcheck disable=SC2086
 if [ -n "${GPU_TEST_PATHS:-}" ]; then entries+=("gpu_test_paths=$(list $GPU_TEST_PATHS)"); fi
@@ -142,6 +149,7 @@ smoke)
   layers=(config/config.yaml config/smoke.yaml)
   entries+=(snapshot=False "extra_targets=[]")
   device=$device-smoke
+  entries+=("device=$device")  # the later entry wins
   start=$(date +%s)
   live_record > "$out/smoke.log" 2>&1
   log "smoke run exit $? after $(( $(date +%s) - start )) s"
@@ -154,7 +162,7 @@ full)
   setup
   sent_commit
   machine
-  echo "${entries[1]#record_name=}" > "$work/record_name"
+  echo "$record_name" > "$work/record_name"
   if on "${PASSES:-}" && on "${GPU_TESTS:-}"; then
     log "pytest -m gpu ${GPU_TEST_PATHS:-tests}"
     # shellcheck disable=SC2086

@@ -9,6 +9,8 @@ if PLAN.measures_on_gpu:
         output:
             ceilings=f"{PLAN.results}/raw/ceilings.json",
             prov=PLAN.prov("ceilings"),
+        params:
+            device=config["device"],
         threads: PLAN.measure_threads
         resources:
             gpu=1,

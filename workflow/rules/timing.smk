@@ -14,8 +14,9 @@ if PLAN.measures_on_gpu:
             builds=PLAN.timing_builds,
             tunings=PLAN.timing_tunings,
             floor_source="kernels/floor_copy.cu",
-            code=code("build", "launcher", "sessions", "jobs", "kernels", "provenance", "shapes_table", "timing",
-                      "timing_workers"),
+            ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
+            code=code("build", "floors", "launcher", "sessions", "jobs", "kernels", "provenance", "shapes_table",
+                      "timing", "timing_workers"),
         output:
             samples=f"{PLAN.results}/raw/timing/{{job}}.parquet",
             meta=f"{PLAN.results}/raw/timing/{{job}}.json",
@@ -98,7 +99,8 @@ if PLAN.measures_on_gpu:
             verification=PLAN.passes.job_verification,
             # the weight gradient's tuned cuts, which its workers launch (none for input_grad)
             tunings=PLAN.passes.pass_tunings,
-            code=PLAN.passes.code("launch_tables", "launcher", "sessions", "jobs", "pass_runs",
+            ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
+            code=PLAN.passes.code("floors", "launch_tables", "launcher", "sessions", "jobs", "pass_runs",
                                   "provenance", "shapes_table", "timing", "timing_workers"),
         output:
             samples=PLAN.passes.raw_timing("{passjob}", "parquet"),

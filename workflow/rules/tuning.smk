@@ -10,7 +10,9 @@ if PLAN.measures_on_gpu:
             shapes=f"{PLAN.results}/shapes.json",
             build=f"{PLAN.results}/raw/builds/{{kernel}}.json",
             cubin=f"{PLAN.results}/raw/builds/{{kernel}}.cubin",
-            code=code("launcher", "sessions", "jobs", "provenance", "shapes_table", "timing", "tuning"),
+            ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
+            code=code("floors", "launcher", "sessions", "jobs", "provenance", "shapes_table", "timing",
+                      "tuning"),
         output:
             record=f"{PLAN.results}/raw/tuning/{{kernel}}.json",
             prov=PLAN.prov("tune_kernel", "{kernel}"),
@@ -34,7 +36,8 @@ if PLAN.measures_on_gpu:
     rule tune_wgrad:
         input:
             shapes=f"{PLAN.results}/shapes.json",
-            code=PLAN.passes.code("jobs", "provenance", "shapes_table", "timing", "tuning",
+            ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
+            code=PLAN.passes.code("floors", "jobs", "provenance", "shapes_table", "timing", "tuning",
                                   "wgrad_tuning"),
         output:
             record=PLAN.passes.wgrad_tuning("{layout}"),

@@ -3,17 +3,22 @@ from pathlib import Path
 
 from groupconv_atlas.runtime.build import compile_kernel_source
 from groupconv_atlas.study.ceilings import measure
-from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv_atlas.runtime.sessions import GpuSession, check_device
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "ceilings.py")
+session = GpuSession()
+# The first GPU job every timing and tuning job waits for: a results folder named for another GPU
+# stops the run here, before anything is measured.
+gpu_name = session.torch.cuda.get_device_name()
+check_device(smk.params.device, gpu_name)
 cubin = Path(smk.output.ceilings).with_suffix(".cubin")
 build = compile_kernel_source(smk.input.source, cubin)
-session = GpuSession()
 result = measure(session, cubin, progress=job.progress)
 result["build"] = {k: build[k] for k in ("nvcc_flags", "cubin_sha256", "functions")}
+result["gpu_name"] = gpu_name
 write_json(smk.output.ceilings, result)
 cubin.unlink()
 job.finish()

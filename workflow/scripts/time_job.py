@@ -10,6 +10,7 @@ from groupconv_atlas.runtime.launcher import launcher_inputs
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.runtime.kernels import base_implementation
 from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.floors import launch_counts
 from groupconv_atlas.study.shapes_table import load_frozen
 from groupconv_atlas.runtime.timing import TimingConfig
 from groupconv_atlas.study.timing_workers import time_job
@@ -36,10 +37,14 @@ floor_cubin, floor_build = None, None
 if smk.params.floor:
     floor_cubin = Path(smk.output.meta).with_suffix(".floor.cubin")
     floor_build = compile_kernel_source(smk.input.floor_source, floor_cubin)
+# Each shape's one launch count, from the shape and the run's ceilings: the same in every job.
+counts = launch_counts(shapes, __import__("json").load(open(smk.input.ceilings)), cfg)
 t0 = time.perf_counter()
 samples, info = time_job(shapes, impls_for, cfg, smk.params.processes,
                          launcher_inputs(builds, tunings, dispatch), progress=job.progress,
-                         floor_cubin=None if floor_cubin is None else str(floor_cubin))
+                         floor_cubin=None if floor_cubin is None else str(floor_cubin),
+                         launch_counts=counts)
+info["launch_counts"] = counts
 wall_s = time.perf_counter() - t0
 if floor_cubin is not None:
     info["floor_build"] = {"source": smk.input.floor_source,

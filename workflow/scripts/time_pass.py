@@ -10,6 +10,7 @@ from groupconv_atlas.runtime.timing import TimingConfig
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.pass_runs import backward_module, layout_of
 from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.floors import launch_counts
 from groupconv_atlas.study.shapes_table import load_frozen
 from groupconv_atlas.study.timing_workers import time_job
 
@@ -30,8 +31,12 @@ t0 = time.perf_counter()
 # brings its own kernels).
 # The weight gradient's tuned cuts (this run's tuning stage), which every worker launches.
 tunings = job.input_files("tunings")
+# Each shape's one launch count (the forward's: the shape and the run's ceilings).
+counts = launch_counts(shapes, __import__("json").load(open(smk.input.ceilings)), cfg)
 samples, info = time_job(shapes, impls_for, cfg, smk.params.processes, launcher_inputs(),
-                         progress=job.progress, pass_=pass_, wgrad_tunings=tunings)
+                         progress=job.progress, pass_=pass_, wgrad_tunings=tunings,
+                         launch_counts=counts)
+info["launch_counts"] = counts
 wall_s = time.perf_counter() - t0
 write_parquet(smk.output.samples, samples)
 flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()

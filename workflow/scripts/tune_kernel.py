@@ -5,6 +5,7 @@ from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
 from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.floors import launch_counts
 from groupconv_atlas.study.shapes_table import load_frozen
 from groupconv_atlas.runtime.tuning import tune_kernel, tuning_timing
 
@@ -15,9 +16,13 @@ settings = smk.params.tuning
 cfg = tuning_timing(settings)
 session = GpuSession()
 launcher = Launcher(session, **launcher_inputs([smk.input.build]))
+shapes = load_frozen(smk.input.shapes)
+counts = launch_counts(shapes, __import__("json").load(open(smk.input.ceilings)), cfg)
 t0 = time.perf_counter()
-record = tune_kernel(launcher, kernel, load_frozen(smk.input.shapes), cfg, settings["seed"],
-                     settings["tolerance_factor"], settings["fp64_points"], progress=job.progress)
+record = tune_kernel(launcher, kernel, shapes, cfg, settings["seed"],
+                     settings["tolerance_factor"], settings["fp64_points"], progress=job.progress,
+                     launch_counts=counts)
+record["launch_counts"] = counts
 record["wall_s"] = time.perf_counter() - t0
 record["cubin_sha256"] = __import__("json").load(open(smk.input.build))["cubin_sha256"]
 write_json(smk.output.record, record)

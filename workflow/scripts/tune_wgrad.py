@@ -6,6 +6,7 @@ from groupconv_atlas.runtime.sessions import GpuSession
 from groupconv_atlas.runtime.tuning import tuning_timing
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.floors import launch_counts
 from groupconv_atlas.study.shapes_table import load_frozen
 from groupconv_atlas.study.wgrad_tuning import tune_weight_grad
 
@@ -15,9 +16,13 @@ layout = smk.wildcards.layout
 settings = smk.params.tuning
 cfg = tuning_timing(settings)
 session = GpuSession()
+shapes = load_frozen(smk.input.shapes)
+counts = launch_counts(shapes, __import__("json").load(open(smk.input.ceilings)), cfg)
 t0 = time.perf_counter()
-record = tune_weight_grad(session, layout, load_frozen(smk.input.shapes), cfg, settings["seed"],
-                          settings["tolerance_factor"], progress=job.progress)
+record = tune_weight_grad(session, layout, shapes, cfg, settings["seed"],
+                          settings["tolerance_factor"], progress=job.progress,
+                          launch_counts=counts)
+record["launch_counts"] = counts
 record["wall_s"] = time.perf_counter() - t0
 write_json(smk.output.record, record)
 incorrect = sum(t["status"] == "incorrect" for t in record["trials"])

@@ -10,9 +10,37 @@ only when a session is created, so this module imports on a machine with no GPU.
 from __future__ import annotations
 
 import contextlib
+import re
 
 from .precision import strict_fp32
 from .shapes import Shape
+
+
+def device_key(gpu_name: str) -> str:
+    """The results folder's and records' name for a GPU, read from its own name: "NVIDIA H100
+    80GB HBM3" -> "h100", "NVIDIA H200" -> "h200", "NVIDIA GeForce RTX 4090" -> "rtx4090": the
+    first word holding a digit, lower-cased, after the vendor and the product line, with the
+    word before it when that word has no digit (a series name such as RTX)."""
+    words = [w for w in re.split(r"[\s_]+", gpu_name.strip())
+             if w and w.lower() not in ("nvidia", "geforce", "tesla", "quadro")]
+    for i, word in enumerate(words):
+        if re.search(r"\d", word):
+            model = re.split(r"-", word)[0]
+            if i > 0 and not re.search(r"\d", words[i - 1]) and not re.match(r"[A-Za-z]+\d", model):
+                model = words[i - 1] + model
+            return re.sub(r"[^a-z0-9]", "", model.lower())
+    raise ValueError(f"no model number in the GPU's name {gpu_name!r}")
+
+
+def check_device(configured: str, gpu_name: str) -> str:
+    """The GPU's device key; raises if the configured `device` names another GPU. A configured
+    key may add a suffix after a dash (h200-smoke): its first part must be the GPU's key."""
+    key = device_key(gpu_name)
+    if configured.split("-")[0] != key:
+        raise ValueError(f"device: the configuration says {configured!r}, but this GPU is "
+                         f"{gpu_name!r} ({key!r}); run with --config device={key} so that its "
+                         f"results and records are named for the GPU that made them")
+    return key
 
 
 def device_figures(torch) -> tuple[int, int | None, tuple[int, int]]:

@@ -58,6 +58,24 @@ def launches_per_replay(fastest_us: float, slowest_us: float, cfg: "TimingConfig
     return int(max(1, min(wanted, affordable, cfg.graph_max_launches)))
 
 
+def shape_launch_count(floor_bytes: int, ceilings: dict, cfg: "TimingConfig") -> int:
+    """The one launch count of a shape at graph_device, for every implementation, job, process
+    and tuning stage that times it: enough launches that a replay of the shape's floor (the
+    larger of moving `floor_bytes` at the measured copy bandwidth and one graph launch) lasts at
+    least graph_min_replay_us, never more than graph_max_launches, never below 1. It depends on
+    the shape and the run's measured ceilings alone (raw/ceilings.json), never on which runs a
+    job holds. Why: a replay carries the graph's own cost (several microseconds) once, divided
+    by L; a job that chose its L from its slowest run (as jobs once did) added a different
+    share of that cost to every run it timed, a job effect of up to 2x on an empty launch."""
+    bandwidth = float(ceilings["dram_bandwidth_bytes_per_s"])
+    launch_us = float(ceilings["graph_launch_floor_us"])
+    if not (bandwidth > 0 and launch_us > 0):
+        raise ValueError(f"ceilings: bandwidth {bandwidth} B/s and graph launch floor "
+                         f"{launch_us} us must both be positive")
+    floor_us = max(launch_us, floor_bytes / bandwidth * 1e6)
+    return int(max(1, min(math.ceil(cfg.graph_min_replay_us / floor_us), cfg.graph_max_launches)))
+
+
 class ClockReader:
     """SM clock and temperature through NVML; None when NVML is unavailable."""
 
@@ -99,11 +117,13 @@ class PairedSampler:
     def __init__(self, session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
                  clocks: ClockReader, flush=None, boundaries: tuple[str, ...] = BOUNDARIES,
                  api_runs: dict[str, Callable[[], object]] | None = None,
-                 unpaced: tuple[str, ...] = ()):
+                 unpaced: tuple[str, ...] = (), launches: int | None = None):
         """`api_runs` replaces a run at sync_api (the call a user makes, where it differs from
         the launch captured at graph_device). `unpaced` names runs sampled like the others but
         left out of choosing L (the floor's copy and empty launch: far faster than any
-        convolution, they would lengthen every replay of the shape)."""
+        convolution, they would lengthen every replay of the shape). `launches` fixes L (the
+        shape's one count, launch_counts): every job and process that times the shape then
+        divides the graph's own cost by the same count; None chooses L from this sampler's runs."""
         self.session, self.runs, self.cfg, self.clocks = session, runs, cfg, clocks
         self.flush, self.boundaries = flush, boundaries
         self.api_runs = {**runs, **(api_runs or {})}
@@ -111,7 +131,8 @@ class PairedSampler:
         torch = session.torch
         self.start_ev = torch.cuda.Event(enable_timing=True)
         self.end_ev = torch.cuda.Event(enable_timing=True)
-        self.launches, self.estimates, self.graphs = 1, {}, {}
+        self.fixed_launches = launches
+        self.launches, self.estimates, self.graphs = launches or 1, {}, {}
 
     def _replay_us(self, graph) -> float:
         stream = self.session.torch_stream
@@ -141,7 +162,11 @@ class PairedSampler:
                               for name, g in singles.items()}
             del singles
             paced = [us for name, us in self.estimates.items() if name not in self.unpaced]
-            if self.flush is None and paced:  # a cold-L2 sample: one launch after the flush
+            if self.flush is not None:  # a cold-L2 sample: one launch after the flush
+                self.launches = 1
+            elif self.fixed_launches is not None:
+                self.launches = int(self.fixed_launches)
+            elif paced:
                 self.launches = launches_per_replay(min(paced), max(paced), self.cfg)
             self.graphs = {name: self._capture(run, self.launches)
                            for name, run in self.runs.items()}
@@ -195,10 +220,12 @@ def warm_up(session, runs, launches: int) -> None:
 
 
 def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
-              clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES
-              ) -> tuple[list[tuple], int, dict[str, float]]:
-    """Every batch of a PairedSampler in this process. Returns rows, L and the estimates."""
-    sampler = PairedSampler(session, runs, cfg, clocks, flush, boundaries).prepare()
+              clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES,
+              launches: int | None = None) -> tuple[list[tuple], int, dict[str, float]]:
+    """Every batch of a PairedSampler in this process (`launches`: the shape's fixed L, or None
+    to choose it from these runs). Returns rows, L and the estimates."""
+    sampler = PairedSampler(session, runs, cfg, clocks, flush, boundaries,
+                            launches=launches).prepare()
     rows: list[tuple] = []
     for batch in range(cfg.batches):
         rows += sampler.batch(batch, batch_order(rng, runs))
@@ -273,12 +300,13 @@ def job_adjusted_medians(samples_by_job: dict[str, pd.DataFrame]) -> pd.DataFram
 
 def median_latencies(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig, rng,
                      shape_id: str = "-", clocks: "ClockReader | None" = None,
-                     boundary: str = "graph_device") -> tuple[dict[str, float], pd.DataFrame]:
+                     boundary: str = "graph_device", launches: int | None = None
+                     ) -> tuple[dict[str, float], pd.DataFrame]:
     """The atlas's one timer and one median for a stage that only needs a number per run (the
     tuning stage, the ceilings, the timer cross-check): time_runs at one boundary, then
     pooled_medians (median of batch medians). Returns ({name: median_us}, raw samples)."""
     rows, _, _ = time_runs(session, runs, cfg, clocks or ClockReader(session.torch), rng,
-                           boundaries=(boundary,))
+                           boundaries=(boundary,), launches=launches)
     frame = samples_frame(rows, shape_id)
     medians = pooled_medians(frame)
     return dict(zip(medians["implementation"], medians["median_us"].astype(float))), frame

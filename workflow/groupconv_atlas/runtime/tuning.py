@@ -43,8 +43,11 @@ def choose(trials: list[dict]) -> dict | None:
 
 
 def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, seed: int,
-                factor: float, n_points: int, progress=print) -> dict:
-    """Tune `kernel` on `shapes` on the GPU; return the tuning record."""
+                factor: float, n_points: int, progress=print,
+                launch_counts: dict[str, int] | None = None) -> dict:
+    """Tune `kernel` on `shapes` on the GPU; return the tuning record. `launch_counts`: each
+    shape's one graph_device launch count (the timing jobs' own), None to let the sampler
+    choose from the variants."""
     spec = KERNELS[kernel]
     keys = spec.variant_keys
     session = launcher.session
@@ -84,7 +87,9 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
                     for _ in range(cfg.warmup_launches):
                         run()
                 session.synchronize()
-                medians, _ = median_latencies(session, runs, cfg, rng, shape.id)
+                medians, _ = median_latencies(
+                    session, runs, cfg, rng, shape.id,
+                    launches=None if launch_counts is None else launch_counts[shape.id])
             for v, trial in zip(variants, shape_trials):
                 trial["median_us"] = medians.get(variant_name(v, keys))
             del x, w, y, runs

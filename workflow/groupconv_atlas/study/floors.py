@@ -41,6 +41,14 @@ def copy_sizes(shape) -> tuple[int, int]:
     return shape.n * shape.c_in * shape.h * shape.w, shape.n * shape.c_out * shape.h_out * shape.w_out
 
 
+def launch_counts(shapes, ceilings: dict, cfg) -> dict[str, int]:
+    """{shape id: its one graph_device launch count} (timing.shape_launch_count over the bytes
+    of the shape's floor copy), for every job that times these shapes."""
+    from ..runtime.timing import shape_launch_count
+
+    return {s.id: shape_launch_count(4 * sum(copy_sizes(s)), ceilings, cfg) for s in shapes}
+
+
 def copy_launches(n_in: int, n_out: int, x_ptr: int, y_ptr: int) -> list[dict]:
     """Every launch of the copy that fits the buffers: the 16-byte entries where both pointers
     are 16-byte aligned and both sizes multiples of 4, else the scalar entry alone. Each is

@@ -63,7 +63,8 @@ def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig)
 
 def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None = None,
             pass_: str = FORWARD, wgrad_tunings: list[str] | None = None) -> None:
-    """A worker's loop: ("shape", index, shape, impls) -> ("ready", L, estimates, details);
+    """A worker's loop: ("shape", index, shape, impls, L) -> ("ready", L, estimates, details)
+    (L: the shape's launch count, None to let the sampler choose);
     ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends.
     `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`. A backward
     `pass_` binds its runs through study/pass_runs instead of the launcher."""
@@ -107,7 +108,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
             if msg[0] == "stop":
                 break
             if msg[0] == "shape":
-                _, index, shape, impls = msg
+                _, index, shape, impls, launches = msg
                 convs = [i for i in impls if i not in FLOOR_RUNS]
                 with session.on_stream():
                     x, w = session.random_inputs(shape, cfg.seed + index)
@@ -139,7 +140,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                         if b.details.get("cudnn_benchmark"):
                             b.details["kernels"] = gpu_kernels(torch, b.run)
                     sampler = PairedSampler(session, runs, cfg, clocks, flush, api_runs=api,
-                                            unpaced=FLOOR_RUNS).prepare()
+                                            unpaced=FLOOR_RUNS, launches=launches).prepare()
                 tensors = (x, w, y, bound, runs)
                 conn.send(("ready", sampler.launches, sampler.estimates, details))
             elif msg[0] == "batch":
@@ -217,14 +218,17 @@ def _accept(listener, proc, authkey: bytes):
 def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingConfig,
              processes: int, launcher_args: dict, progress=print,
              floor_cubin: str | None = None, pass_: str = FORWARD,
-             wgrad_tunings: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+             wgrad_tunings: list[str] | None = None,
+             launch_counts: dict[str, int] | None = None) -> tuple[pd.DataFrame, dict]:
     """Time every shape's verified implementations in `processes` worker processes; return
     (raw samples with a `process` column, metadata per shape and per process). With
     `floor_cubin` (kernels/floor_copy.cu built), every shape's batches also sample its floor
     (study/floors.py) beside the implementations. With a backward `pass_` (input_grad,
     weight_grad), `impls_for` names that pass's implementations (study/pass_runs), timed by the
     same sampler, batches and processes; `wgrad_tunings` (the weight gradient's tuning records)
-    the cuts its workers launch."""
+    the cuts its workers launch. `launch_counts` ({shape id: L}, floors.launch_counts) fixes
+    each shape's launches per graph replay in every process; without it each process chooses
+    L from the runs it holds (records made before the fixed count)."""
     from .floors import FLOOR_RUNS
 
     if floor_cubin is not None:
@@ -258,7 +262,8 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
             impls = impls_for[shape.id]
             ready = []
             for p, (_, conn) in enumerate(workers):  # one after another: see the docstring
-                conn.send(("shape", index, shape, impls))
+                conn.send(("shape", index, shape, impls,
+                           None if launch_counts is None else launch_counts[shape.id]))
                 ready.append(_expect(conn, "ready", p))
             for batch in range(cfg.batches):
                 p = batch % processes

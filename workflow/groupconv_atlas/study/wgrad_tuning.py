@@ -69,8 +69,10 @@ def check_cut(session, run, x, gy, refs) -> dict:
 
 
 def tune_weight_grad(session, layout: str, shapes: list, cfg, seed: int, factor: float,
-                     blocks=TUNING_BLOCKS_PER_SM, progress=print) -> dict:
-    """Tune the weight gradient's kernels of `layout` on `shapes` (GPU); the tuning record."""
+                     blocks=TUNING_BLOCKS_PER_SM, progress=print,
+                     launch_counts: dict[str, int] | None = None) -> dict:
+    """Tune the weight gradient's kernels of `layout` on `shapes` (GPU); the tuning record.
+    `launch_counts`: each shape's one graph_device launch count, as for the forward's stage."""
     from ..runtime import backward_plans
     from ..runtime.timing import median_latencies, warm_up
 
@@ -109,7 +111,9 @@ def tune_weight_grad(session, layout: str, shapes: list, cfg, seed: int, factor:
         if runs:
             with session.on_stream():
                 warm_up(session, runs.values(), cfg.warmup_launches)
-                medians, _ = median_latencies(session, runs, cfg, rng, shape.id)
+                medians, _ = median_latencies(
+                    session, runs, cfg, rng, shape.id,
+                    launches=None if launch_counts is None else launch_counts[shape.id])
             for trial in shape_trials:
                 trial["median_us"] = medians.get(trial["cut"])
         timed = [t for t in shape_trials if t["median_us"] is not None]
