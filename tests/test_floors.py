@@ -27,9 +27,9 @@ def test_an_empty_copy_is_refused():
         copy_launches(0, 16, 0, 0)
 
 
-def _samples(rng, shape_id, impl, boundary, center_us, batches=4, samples=5):
-    return [{"shape_id": shape_id, "implementation": impl, "boundary": boundary, "batch": b,
-             "sample": s, "latency_us": center_us * (1 + 0.01 * rng.standard_normal()),
+def _samples(rng, shape_id, impl, boundary, center_us, batches=4, samples=5, job="default"):
+    return [{"job": job, "shape_id": shape_id, "implementation": impl, "boundary": boundary,
+             "batch": b, "sample": s, "latency_us": center_us * (1 + 0.01 * rng.standard_normal()),
              "clock_flagged": False, "process": b % 2}
             for b in range(batches) for s in range(samples)]
 
@@ -52,19 +52,23 @@ def test_samples_without_floor_runs_give_no_floor_and_nan_ratios():
     rng = np.random.default_rng(1)
     floors = floor_table(pd.DataFrame(_samples(rng, "big", "k8", "graph_device", 70.0)))
     assert floors.empty
-    table = with_floor(pd.DataFrame({"shape_id": ["big"], "boundary": ["graph_device"],
-                                     "median_us": [70.0]}), floors)
+    table = with_floor(pd.DataFrame({"job": ["default"], "shape_id": ["big"],
+                                     "boundary": ["graph_device"], "median_us": [70.0]}), floors)
     assert table["time_over_floor"].isna().all()
 
 
-def test_time_over_floor_divides_by_the_same_boundary_floor():
-    floors = pd.DataFrame({"shape_id": ["s", "s"], "boundary": ["graph_device", "sync_api"],
-                           "floor_copy_us": [10.0, 30.0], "floor_launch_us": [1.0, 20.0],
-                           "measured_floor_us": [10.0, 30.0]})
-    table = with_floor(pd.DataFrame({"shape_id": ["s", "s"],
-                                     "boundary": ["sync_api", "graph_device"],
-                                     "median_us": [45.0, 25.0]}), floors)
-    assert table["time_over_floor"].tolist() == [1.5, 2.5]
+def test_time_over_floor_divides_by_the_same_job_and_boundary_floor():
+    floors = pd.DataFrame({"job": ["default", "default", "tuned"], "shape_id": ["s", "s", "s"],
+                           "boundary": ["graph_device", "sync_api", "graph_device"],
+                           "floor_copy_us": [10.0, 30.0, 20.0], "floor_launch_us": [1.0, 20.0, 2.0],
+                           "measured_floor_us": [10.0, 30.0, 20.0]})
+    table = with_floor(pd.DataFrame({"job": ["default", "default", "tuned", "dispatch-default"],
+                                     "shape_id": ["s"] * 4,
+                                     "boundary": ["sync_api", "graph_device", "graph_device",
+                                                  "graph_device"],
+                                     "median_us": [45.0, 25.0, 25.0, 25.0]}), floors)
+    assert table["time_over_floor"].tolist()[:3] == [1.5, 2.5, 1.25]
+    assert np.isnan(table["time_over_floor"].iloc[3])  # that job timed no floor
 
 
 def _entry(sid, n, c_in, c_out, groups, min_bytes):

@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import roofline_block, roofline_table
-from .floors import floor_block, floor_lines, geomean_over_floor, with_floor
+from .floors import (FLOOR_VALUES, floor_block, floor_lines, geomean_over_floor,
+                     over_floor_by_implementation, with_floor)
 from .headline import build_headline
 from .comparisons import summarize
 from .map_cells import shape_cells, shape_verification
-from .medians import cross_job_spread, with_torch_best
+from .medians import cross_job_spread, job_medians, with_torch_best
 from .reference_algorithms import algorithm_changes
 from .stats import CLASSES, StatsConfig
 
@@ -129,9 +130,10 @@ def build_block(builds: dict[str, dict]) -> dict:
 
 
 def _floor_cells(comparisons: pd.DataFrame, floors: pd.DataFrame | None) -> pd.DataFrame:
-    """`comparisons` with each measured side's time over its shape's floor
-    (candidate_over_floor, baseline_over_floor); unchanged where no floor was measured (older
-    records), so their artifacts keep their bytes."""
+    """`comparisons` with each measured side's time over the floor its own job timed on the
+    shape (candidate_over_floor, baseline_over_floor; NaN for a job that timed none);
+    unchanged where no floor was measured (older records), so their artifacts keep their
+    bytes."""
     if floors is None or floors.empty:
         return comparisons
     out = with_floor(comparisons, floors, "candidate_median_us", "candidate_over_floor")
@@ -142,13 +144,14 @@ def _floor_cells(comparisons: pd.DataFrame, floors: pd.DataFrame | None) -> pd.D
 def map_details(shapes_doc: dict, comparisons: pd.DataFrame, verification: pd.DataFrame,
                 evidence: dict, floors: pd.DataFrame | None = None) -> dict:
     """Every cell of the map. With `floors` (floors.floor_table), each measured cell also gives
-    both sides' time over the shape's floor, and each shape its floor per boundary."""
+    both sides' time over the floor of its own job, and each shape its floor per boundary and
+    job."""
     comparisons = _floor_cells(comparisons, floors)
     floor_of: dict[str, dict] = {}
     if floors is not None and not floors.empty:
         for r in floors.to_dict("records"):
-            floor_of.setdefault(r["shape_id"], {})[r["boundary"]] = {
-                k: r[k] for k in ("floor_copy_us", "floor_launch_us", "measured_floor_us")}
+            floor_of.setdefault(r["shape_id"], {}).setdefault(r["boundary"], {})[r["job"]] = {
+                k: r[k] for k in FLOOR_VALUES}
     ver = shape_verification(verification)
     cells = shape_cells(comparisons)
     shapes = []
@@ -187,7 +190,8 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
     roofline = roofline_table(comparisons, shapes_doc, ceilings)
     measured_floor = floors is not None and not floors.empty
     if measured_floor:
-        roofline = with_floor(roofline, floors)
+        roofline = roofline.merge(over_floor_by_implementation(job_medians(comparisons), floors),
+                                  on=["shape_id", "implementation", "boundary"], how="left")
         summary = _summary_over_floor(summary, _floor_cells(comparisons, floors))
     if not summary.empty:
         summary.insert(0, "job", ["aa" if b.endswith("_twin") else c

@@ -11,16 +11,21 @@ processes as the convolutions:
   is the fastest of a one-launch estimate, as the sampler estimates every run.
 - `floor_launch`: an empty kernel, the least a launch takes at the boundary.
 
-A shape's floor at a boundary (`measured_floor_us`) is the larger of the two medians (each the median of batch
-medians, pooled over the jobs that timed it, as every implementation's); an implementation's
-`time_over_floor` is its median over that floor. Neither run is a convolution: they are never
-verified as one, compared, classified or dispatched to. Records made before the floor have no
+A shape's floor at a boundary in one timing job (`measured_floor_us`) is the larger of the two
+runs' medians of batch medians in that job. Every time over the floor divides a median by the
+floor of the same job: a comparison's sides by their own job's floor, and an implementation's
+`time_over_floor` is the geometric mean, over the jobs that timed it beside a floor, of its
+median over that job's floor. Why: jobs differ in conditions (one timed an empty launch 1.5x
+another's on the same shape with the same launch count), so a median of one job over a floor
+pooled with another's can land below 1 without any implementation beating the floor. Neither
+run is a convolution: they are never verified as one, compared, classified or dispatched to. Records made before the floor have no
 such samples: every floor column is then NaN and the artifacts say the floor was not measured.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .shapes_table import shape_kind  # the headline's kinds of shape
@@ -33,7 +38,8 @@ COPY_THREADS = 256
 MAX_GRID_X = 2**31 - 1
 # measured_floor_us: not floor_us, which the roofline table already holds (the nominal floor,
 # bytes over the measured bandwidth or FLOPs over the FMA rate).
-FLOOR_COLUMNS = ["shape_id", "boundary", "floor_copy_us", "floor_launch_us", "measured_floor_us"]
+FLOOR_VALUES = ["floor_copy_us", "floor_launch_us", "measured_floor_us"]
+FLOOR_COLUMNS = ["job", "shape_id", "boundary", *FLOOR_VALUES]
 
 
 def copy_sizes(shape) -> tuple[int, int]:
@@ -138,17 +144,19 @@ def _check_copy(src, dst, entry: str, shape_id: str) -> None:
 # ---- CPU: the floor of every measured cell, from the raw samples ----
 
 def floor_table(samples: pd.DataFrame) -> pd.DataFrame:
-    """(shape_id, boundary, floor_copy_us, floor_launch_us, measured_floor_us) from raw samples
-    (every job's, concatenated): each run's median of batch medians pooled over the jobs that
-    timed it (runtime.timing.pooled_medians, the atlas's one median). Empty for samples without
-    floor runs (records made before the floor)."""
+    """(job, shape_id, boundary, floor_copy_us, floor_launch_us, measured_floor_us) from raw
+    samples (every job's, concatenated, with their `job`): each run's median of batch medians
+    within each job (runtime.timing.pooled_medians of that job's samples, the atlas's one
+    median). Empty for samples without floor runs (records made before the floor)."""
     from ..runtime.timing import pooled_medians
 
     rows = samples[samples["implementation"].isin(FLOOR_RUNS)]
     if rows.empty:
         return pd.DataFrame(columns=FLOOR_COLUMNS)
-    medians = pooled_medians(rows).pivot(index=["shape_id", "boundary"],
-                                         columns="implementation", values="median_us")
+    per_job = [pooled_medians(part).assign(job=job)
+               for job, part in rows.groupby("job", sort=True)]
+    medians = pd.concat(per_job, ignore_index=True).pivot(
+        index=["job", "shape_id", "boundary"], columns="implementation", values="median_us")
     medians = medians.reindex(columns=list(FLOOR_RUNS)).rename(
         columns={FLOOR_COPY: "floor_copy_us", FLOOR_LAUNCH: "floor_launch_us"})
     medians["measured_floor_us"] = medians[["floor_copy_us", "floor_launch_us"]].max(
@@ -158,14 +166,31 @@ def floor_table(samples: pd.DataFrame) -> pd.DataFrame:
 
 def with_floor(table: pd.DataFrame, floors: pd.DataFrame, time_column: str = "median_us",
                ratio_column: str = "time_over_floor") -> pd.DataFrame:
-    """`table` (rows keyed by shape_id and boundary) with the shape's floor columns and
-    `ratio_column` = time_column / measured_floor_us; NaN where no floor was measured."""
+    """`table` (rows keyed by job, shape_id and boundary: each a median of one timing job) with
+    the floor columns of the same job and shape, and `ratio_column` = time_column /
+    measured_floor_us; NaN where that job timed no floor (the dispatcher's and the A/A jobs)."""
     merged = table.merge(floors if not floors.empty else pd.DataFrame(columns=FLOOR_COLUMNS),
-                         on=["shape_id", "boundary"], how="left")
-    for column in FLOOR_COLUMNS[2:]:
+                         on=["job", "shape_id", "boundary"], how="left")
+    for column in FLOOR_VALUES:
         merged[column] = merged[column].astype(float)
     merged[ratio_column] = merged[time_column].astype(float) / merged["measured_floor_us"]
     return merged
+
+
+def over_floor_by_implementation(job_medians: pd.DataFrame, floors: pd.DataFrame
+                                 ) -> pd.DataFrame:
+    """(shape_id, implementation, boundary, time_over_floor, floor jobs, floor columns) from
+    each job's median of each implementation (medians.job_medians): its median over the floor
+    of the same job, the geometric mean over the jobs that timed both; the floor columns are the
+    geometric means of those jobs' floors (shown beside it, never divided across jobs)."""
+    keys = ["shape_id", "implementation", "boundary"]
+    cells = with_floor(job_medians, floors).dropna(subset=["time_over_floor"])
+    if cells.empty:
+        return pd.DataFrame(columns=[*keys, "time_over_floor", "floor_jobs", *FLOOR_VALUES])
+    logs = cells[["time_over_floor", *FLOOR_VALUES]].astype(float).apply(np.log)
+    out = logs.groupby([cells[k] for k in keys], sort=True).mean().apply(np.exp)
+    out["floor_jobs"] = cells.groupby(keys, sort=True)["job"].agg(lambda j: ",".join(sorted(j)))
+    return out.reset_index()
 
 
 def geomean_over_floor(values) -> float:
@@ -182,10 +207,10 @@ def read_floor_samples(paths) -> pd.DataFrame:
     from ..runtime.record_formats import read_samples
 
     frames = [read_samples(p, filters=[("implementation", "in", list(FLOOR_RUNS))])
-              for p in paths]
+              .assign(job=Path(p).stem) for p in paths]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["shape_id", "implementation", "boundary", "batch", "latency_us",
+        columns=["job", "shape_id", "implementation", "boundary", "batch", "latency_us",
                  "clock_flagged", "process"])
 
 

@@ -1,6 +1,8 @@
-"""Medians across timing jobs: each implementation's latency per (shape, boundary) over every job
-that timed it (measured_medians), the spread between those jobs (cross_job_spread), and the
-derived references chosen by them (torch_best, torch_best_nchw: with_torch_best)."""
+"""Medians across timing jobs: each implementation's latency per (shape, boundary) in each job
+(job_medians) and over every job that timed it (measured_medians, for display and for ranking
+runs that the same jobs timed), the spread between those jobs (cross_job_spread), and the
+derived references (torch_best, torch_best_nchw: with_torch_best), chosen from each candidate's
+paired, same-job comparisons, never from medians of different jobs."""
 from __future__ import annotations
 
 import pandas as pd
@@ -13,13 +15,18 @@ from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST, TORCH_BEST_FROM, TO
 def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | None = None,
                     algorithms: pd.DataFrame | None = None, cfg: StatsConfig | None = None
                     ) -> pd.DataFrame:
-    """Add the derived references: torch_best, per shape and boundary whichever strict-FP32
-    PyTorch reference (either layout) has the lowest median over every job that timed it; and,
-    where a channels_last reference was timed, torch_best_nchw, the same among the NCHW two. A
-    candidate's rows against a derived reference are copies of its rows against the chosen one,
-    from whichever job measured them, with `torch_best_choice` naming it. Needs torch_default and
+    """Add the derived references: torch_best, for each candidate, shape and boundary the
+    strict-FP32 PyTorch reference (either layout) the candidate stands worst against in its own
+    paired comparisons (the lowest ratio, each ratio read inside the one job that timed both);
+    and, where a channels_last reference was timed, torch_best_nchw, the same among the NCHW
+    two. A candidate's rows against a derived reference are copies of its row against the chosen
+    one, with `torch_best_choice` naming it. Why per candidate and by paired ratio: the
+    references are timed in different jobs (cuDNN's algorithm cache forbids one job), and jobs
+    differ in conditions, so ranking references by their medians across jobs favours whichever
+    job ran faster; a ratio inside one job carries no job effect. Needs torch_default and
     torch_tuned both timed somewhere; else the table is returned unchanged.
-    `reference_choice` (torch_best_choice's table) fixes torch_best's choice. With the
+    `reference_choice` (a table of shape_id, boundary, reference) fixes torch_best's choice for
+    every candidate. With the
     algorithms cuDNN ran per process (reference_algorithms.algorithm_table, and `cfg` to read
     intervals again), a reference that ran several is read on its fastest algorithm's batches
     (strongest_readings) before it is chosen and copied: the best a user of it could get.
@@ -34,25 +41,45 @@ def with_torch_best(comparisons: pd.DataFrame, reference_choice: pd.DataFrame | 
         if name == TORCH_BEST_NCHW and not (set(comparisons["baseline"])
                                             & (set(TORCH_BEST_FROM) - set(among))):
             continue
-        choice = (torch_best_choice(strong, among)
-                  if reference_choice is None or name != TORCH_BEST else reference_choice)
-        if choice.empty:
-            continue
-        pick = dict(zip(zip(choice["shape_id"], choice["boundary"]), choice["reference"]))
         against = strong[strong["baseline"].isin(among)
                          & ~strong["candidate"].isin(TORCH_BEST_FROM)]
-        chosen = [pick.get((s, b)) == r for s, b, r in
-                  zip(against["shape_id"], against["boundary"], against["baseline"])]
-        derived.append(against[chosen].assign(torch_best_choice=lambda f: f["baseline"],
-                                              baseline=name))
+        if reference_choice is not None and name == TORCH_BEST:
+            pick = dict(zip(zip(reference_choice["shape_id"], reference_choice["boundary"]),
+                            reference_choice["reference"]))
+            chosen = against[[pick.get((s, b)) == r for s, b, r in
+                              zip(against["shape_id"], against["boundary"], against["baseline"])]]
+        else:
+            if not set(TORCH_BEST_NCHW_FROM) <= timed_references(strong):
+                continue
+            chosen = strongest_reference_rows(against, among)
+        if chosen.empty:
+            continue
+        derived.append(chosen.assign(torch_best_choice=lambda f: f["baseline"], baseline=name))
     return pd.concat([comparisons, *derived], ignore_index=True) if derived else comparisons
+
+
+def timed_references(comparisons: pd.DataFrame) -> set[str]:
+    """The references with at least one measured (classified) comparison."""
+    return set(comparisons.loc[comparisons["class"].isin(CLASSES), "baseline"])
+
+
+def strongest_reference_rows(against: pd.DataFrame, among: tuple[str, ...]) -> pd.DataFrame:
+    """Per (candidate, shape, boundary), the measured row against the reference of `among` with
+    the lowest ratio (baseline over candidate: the reference the candidate gains least on),
+    ties to the earlier in `among`."""
+    rows = against[against["class"].isin(CLASSES) & against["ratio"].notna()]
+    rows = rows.assign(_order=rows["baseline"].map({r: i for i, r in enumerate(among)}))
+    best = rows.sort_values(["candidate", "shape_id", "boundary", "ratio", "_order"],
+                            kind="stable").drop_duplicates(["candidate", "shape_id", "boundary"])
+    return best.drop(columns="_order")
 
 
 def torch_best_choice(comparisons: pd.DataFrame, among: tuple[str, ...] = TORCH_BEST_FROM
                       ) -> pd.DataFrame:
-    """(shape_id, boundary, reference, median_us): the fastest of the references `among` that
-    were measured on the shape (ties to the earlier in `among`). Empty when the record has not
-    timed torch_default and torch_tuned both anywhere."""
+    """(shape_id, boundary, reference, median_us): the reference of `among` with the lowest
+    median over the jobs that timed it (ties to the earlier in `among`): what choosing across
+    jobs gives, kept to show how far it departs from the paired choice (with_torch_best). Empty
+    when the record has not timed torch_default and torch_tuned both anywhere."""
     med = measured_medians(comparisons)
     med = med[med["implementation"].isin(among)]
     if not set(TORCH_BEST_NCHW_FROM) <= set(med["implementation"]):
@@ -65,7 +92,7 @@ def torch_best_choice(comparisons: pd.DataFrame, among: tuple[str, ...] = TORCH_
         ["shape_id", "boundary", "reference", "median_us"]].reset_index(drop=True)
 
 
-def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
+def job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
     """(job, shape, implementation, boundary, median) of every measured cell, A/A twins left out."""
     measured = comparisons[comparisons["class"].isin(CLASSES)]
     cols = ["job", "shape_id", "implementation", "boundary", "median_us"]
@@ -83,7 +110,7 @@ def _job_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 def measured_medians(comparisons: pd.DataFrame) -> pd.DataFrame:
     """Median latency per (shape, implementation, boundary) over every job that timed it."""
-    return _job_medians(comparisons).groupby(["shape_id", "implementation", "boundary"],
+    return job_medians(comparisons).groupby(["shape_id", "implementation", "boundary"],
                                              as_index=False, sort=True)["median_us"].median()
 
 
@@ -92,7 +119,7 @@ def cross_job_spread(comparisons: pd.DataFrame) -> pd.DataFrame:
     boundary) the slowest job's median over the fastest's. Noise alone keeps this near 1; a
     choice made per process (cudnn.benchmark's algorithm) or a launch count L that differs
     between jobs shows as a spread."""
-    med = _job_medians(comparisons)
+    med = job_medians(comparisons)
     spread = med.groupby(["implementation", "boundary", "shape_id"], sort=True)["median_us"].agg(
         ["min", "max", "count"]).reset_index()
     spread = spread[spread["count"] >= 2]

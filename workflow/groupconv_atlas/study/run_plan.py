@@ -232,11 +232,12 @@ class RunPlan:
         return plan.jobs_of(self.jobs, candidates)
 
     def times_floor(self, wildcards) -> bool:
-        """Whether a timing job samples the shapes' floor (study/floors.py): each reference
-        group's job, where every candidate and the group's references run, when timing.floor
-        is on; never the dispatcher's or the A/A job."""
-        return (bool(self.config["timing"].get("floor", True))
-                and wildcards.job in self.config["timing"]["reference_groups"])
+        """Whether a timing job samples the shapes' floor (study/floors.py): every job that
+        times a candidate against references (each reference group's and the dispatcher's), when
+        timing.floor is on, so that every time over the floor divides by a floor of the same
+        job; never the A/A job (a run against its own twin). Records made before held the floor
+        in the reference groups' jobs alone: their dispatcher has no time over the floor."""
+        return bool(self.config["timing"].get("floor", True)) and wildcards.job != "aa"
 
     def torch_tuned_job(self) -> str:
         """A timing job that measured tuned PyTorch (the cross-check compares against it)."""
