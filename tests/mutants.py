@@ -232,27 +232,6 @@ MUTANTS = (
            "__ldg(taps + (FLIP ? (2 - t / 3) * 3 + t % 3 : t))",
            ("efficientnet-b0-n32-c1152-7x7-g1152", "stress-oddw-n32-c144-57x13-g144"),
            flip=True),
-    # k13 (NCHW depthwise read as one flat run): a tap past a row's end reads the next row's
-    # first float; the bottom edge's zero padding dropped (the last row reads the next plane's
-    # first); an output of the next plane in a run crossing a plane's end given the first
-    # output's taps; a span picked one float off where its offset in the 16-byte loads is 1
-    # (W % 4 == 2); the flipped entries' taps not turned.
-    Mutant("k13_right_edge_reads_the_next_row", "k13", "if (ww >= 0 && ww < W) acc[o]",
-           "if (ww >= 0 && ww <= W) acc[o]",
-           ("stress-oddw-n32-c144-57x13-g144", "mobilenetv2-n32-c576-14x14-g576")),
-    Mutant("k13_bottom_edge_not_zero_padded", "k13", "if (hh < 0 || hh >= H) continue;",
-           "if (hh < 0) continue;",
-           ("stress-tiny-n1-c32-7x7-g32", "efficientnet-b3-n16-c40-150x150-g40")),
-    Mutant("k13_crossing_run_reads_the_first_planes_taps", "k13",
-           "const float tap = plane[o] == plane[0]", "const float tap = true",
-           ("stress-oddw-n32-c144-57x13-g144", "mobilenetv2-n1-c960-7x7-g960"),
-           needs=("k13_runs_cross_planes",)),
-    Mutant("k13_span_one_float_off", "k13", "v[j] = q[j + 1];", "v[j] = q[j + 2];",
-           ("efficientnet-b3-n16-c40-150x150-g40", "mobilenetv2-n32-c576-14x14-g576"),
-           needs=("w_mod4_is_2",)),
-    Mutant("k13_flip_taps_not_turned", "k13", "__ldg(taps + (FLIP ? 8 - t : t))",
-           "__ldg(taps + t)",
-           ("stress-oddw-n32-c64-33x33-g64", "xception-n1-c728-19x19-g728"), flip=True),
 )
 
 

@@ -9,7 +9,6 @@ from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv_atlas.runtime.build import compile_kernel
 from groupconv_atlas.runtime.kernels import KERNELS, support
-from groupconv_atlas.runtime.nchw_plane_kernels import k13_default_variant
 from groupconv_atlas.runtime.nchw_row_kernels import k7_chunk, k7_default_variant, k7_images
 from groupconv_atlas.runtime.nchw_tile_kernels import k4_tile
 from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
@@ -36,8 +35,6 @@ NEEDS = {
     "k7_chunked": lambda s: k7_chunk(s) < s.cin_per_group,
     # k9 stores vectors of several output channels (the weight of each lane its own)
     "k9_ovec_over_1": lambda s: k9_vectors(s)[0] > 1,
-    # k13's untuned runs cross a plane's end (a plane is not a whole number of runs)
-    "k13_runs_cross_planes": lambda s: s.h * s.w % k13_default_variant(s, 132)["vec"] != 0,
 }
 
 

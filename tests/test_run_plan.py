@@ -80,8 +80,8 @@ def test_the_smoke_replay_reads_its_record_and_leaves_out_what_it_lacks(smoke):
     assert smoke.implementations == ["k0", "k1", "k2", "k3", "torch_default", "torch_tuned"]
     assert smoke.tuned_kernels == [] and smoke.tuning_records(smoke.kernels) == []
     assert smoke.notes[0] == (
-        f"record {SMOKE_RECORD} has no measurements for k10, k11, k12, k13, k4, k5, k6, k7, k8, "
-        "k9, torch_default_nhwc, torch_default_tf32, torch_tuned_nhwc; the replay leaves them out "
+        f"record {SMOKE_RECORD} has no measurements for k10, k11, k12, k4, k5, k6, k7, k8, k9, "
+        "torch_default_nhwc, torch_default_tf32, torch_tuned_nhwc; the replay leaves them out "
         "(measure live on a GPU to include them)")
     # Its jobs are the record's, whatever the configuration names now.
     assert smoke.timing_jobs == recorded(SMOKE_RECORD, "timing", ".json") == [
@@ -248,8 +248,8 @@ def test_auto_measures_live_where_a_gpu_is_and_replays_elsewhere(live):
 def test_a_live_plan_measures_every_configured_job_into_its_own_raw_layer(live):
     assert live.raw("timing/tuned.parquet") == "results/h200/raw/timing/tuned.parquet"
     assert live.optional_raw("ceilings.json") == ["results/h200/raw/ceilings.json"]
-    assert live.kernels == [f"k{i}" for i in range(14)] and live.notes == []
-    assert live.tuned_kernels == ["k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12", "k13"]
+    assert live.kernels == [f"k{i}" for i in range(13)] and live.notes == []
+    assert live.tuned_kernels == ["k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12"]
     assert set(live.jobs) == {"tuned", "default", "dispatch-tuned", "dispatch-default", "aa"}
     assert live.jobs["aa"] == {"candidates": ["k5"], "references": ["k5_twin"]}
     assert live.torch_tuned_job() == "tuned"

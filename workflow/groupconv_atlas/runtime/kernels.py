@@ -4,7 +4,7 @@ the PyTorch baselines, with their support predicates and launch configurations, 
 every stage uses for them. A kernel is its source and its entry here: the entry names its launch
 geometry (support, launch, variants, entries), which lives beside its layout's kernels
 (nchw_tile_kernels: k0-k5, nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9,
-nhwc_row_kernels: k10, nhwc_direct_kernels: k11, nchw_plane_kernels: k12 and k13), and the table of
+nhwc_row_kernels: k10, nhwc_direct_kernels: k11, nchw_plane_kernels: k12), and the table of
 integers its source shares with that geometry (source_tables.SourceTable), which the source
 includes as a generated header. Pure Python: nothing here needs a GPU or nvcc."""
 from __future__ import annotations
@@ -154,15 +154,6 @@ KERNELS: dict[str, KernelSpec] = {
                       variant_keys=("rows", "pix", "threads"),
                       default_variant=nchw_plane.k12_default_variant,
                       entry_names=nchw_plane.k12_entries, table=nchw_plane.K12_TABLE,
-                      flips=True),
-    "k13": KernelSpec("k13", "kernels/k13_depthwise_flat_nchw.cu",
-                      "depthwise on NCHW read as one flat run of floats: one thread per run of 4 "
-                      "or 8 consecutive outputs, its input spans as aligned 16-byte loads "
-                      "whatever W is, taps past a row's edge masked, tuned per shape",
-                      nchw_plane.supports_k13, nchw_plane.launch_k13, nchw_plane.k13_variants,
-                      needs_sm_count=True, variant_keys=("vec", "threads"),
-                      default_variant=nchw_plane.k13_default_variant,
-                      entry_names=nchw_plane.k13_entries, table=nchw_plane.K13_TABLE,
                       flips=True),
 }
 

@@ -1,14 +1,13 @@
-"""The launch geometry of the depthwise kernels on contiguous NCHW tensors that walk planes: k12,
+"""The launch geometry of the depthwise kernel on contiguous NCHW tensors that walks planes: k12,
 with a 3-D grid (groups of planes, groups of output rows, groups of output columns) and a
-register window per thread, and k13, the tensor read as one flat run of floats: each one's
-support predicate, its table (read by its source as a generated header), variants and untuned
-rule, the entries its cubin exports, and its launch on a shape. The registry (kernels.KERNELS)
-puts them together. Pure Python: nothing here needs a GPU."""
+register window per thread: its support predicate, its table (read by its source as a generated
+header), variants and untuned rule, the entries its cubin exports, and its launch on a shape. The
+registry (kernels.KERNELS) puts them together. Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from .shapes import Shape
-from .source_tables import (INT32_LIMIT, MAX_GRID_X, MAX_GRID_YZ, Launch, SourceTable,
-                            _ceil_div, not_depthwise, with_flipped)
+from .source_tables import (INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div,
+                            not_depthwise, with_flipped)
 
 # (rows, pix): output rows and adjacent output columns per thread. 8 x 4 holds a 10 x 6 input
 # window, 9 taps and 4 outputs at a time in registers.
@@ -95,57 +94,3 @@ def k12_entries() -> list[str]:
     the same with its taps turned 180 degrees (source_tables.flipped_entry)."""
     return with_flipped([k12_entry(*tile) for tile in K12_TILES])
 
-
-# k13: depthwise on contiguous NCHW tensors read as one flat run of floats: one thread per run of
-# VEC consecutive outputs (whatever rows or planes they fall in), its three input spans read as
-# aligned 16-byte loads whatever W is, the taps that cross a row's edge masked. For the maps whose
-# rows k12 reads a float or two at a time (W % 4 != 0).
-K13_TABLE = SourceTable("kernels/k13_depthwise_flat_nchw.cu", lists={"K13_VECS": ((4,), (8,))})
-K13_VECS = tuple(v for (v,) in K13_TABLE.lists["K13_VECS"])
-K13_BLOCKS = K12_BLOCKS  # threads per block; the entries' __launch_bounds__(256) allows all
-
-
-def k13_entry(vec: int) -> str:
-    return f"k13_depthwise_flat_nchw_v{vec}"
-
-
-def supports_k13(s: Shape) -> tuple[bool, str]:
-    if refusal := not_depthwise(s, "k13"):
-        return refusal
-    if s.n * s.c_in >= INT32_LIMIT or s.h * s.w >= INT32_LIMIT:
-        return False, (f"N x C = {s.n * s.c_in} planes of H x W = {s.h * s.w} floats: k13 "
-                       "numbers planes and positions in a plane with 32-bit int, so each must "
-                       "be under 2**31")
-    return True, (f"depthwise on NCHW read as one flat run: one thread per run of "
-                  f"{' or '.join(map(str, K13_VECS))} consecutive outputs, its input spans as "
-                  f"aligned 16-byte loads whatever W is, taps past a row's edge masked")
-
-
-def k13_variants(s: Shape) -> list[dict]:
-    """Every (vec, threads) the tuning stage measures on a shape."""
-    return [{"vec": vec, "threads": threads} for vec in K13_VECS for threads in K13_BLOCKS]
-
-
-def k13_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: runs of 4 outputs (the most threads), 256 a block; a guess, not yet
-    measured. sm_count is unused: every SM count takes the same rule."""
-    return {"vec": 4, "threads": 256}
-
-
-def launch_k13(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
-    v = variant or k13_default_variant(s, sm_count)
-    vec, threads = int(v["vec"]), int(v["threads"])
-    if not supports_k13(s)[0] or vec not in K13_VECS or threads not in K13_BLOCKS:
-        raise ValueError(f"k13 variant {variant} does not fit shape {s.id} "
-                         f"(C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group}, "
-                         f"N x C = {s.n * s.c_in}, H x W = {s.h} x {s.w})")
-    runs = _ceil_div(s.n * s.c_in * s.h * s.w, vec)
-    grid = (min(_ceil_div(runs, threads), MAX_GRID_X), 1, 1)
-    return Launch(k13_entry(vec), grid, (threads, 1, 1), "PPPiiiiii",
-                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
-
-
-def k13_entries() -> list[str]:
-    """Every entry k13's cubin exports: two per run length of its table, the convolution and the
-    same with its taps turned 180 degrees (source_tables.flipped_entry)."""
-    return with_flipped([k13_entry(vec) for vec in K13_VECS])
