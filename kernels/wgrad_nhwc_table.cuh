@@ -21,13 +21,10 @@
     ENTRY(2, 2) \
     ENTRY(2, 4) \
     ENTRY(2, 8) \
-    ENTRY(2, 16) \
     ENTRY(1, 1) \
     ENTRY(1, 2) \
     ENTRY(1, 4) \
-    ENTRY(1, 8) \
-    ENTRY(1, 16) \
-    ENTRY(1, 32)
+    ENTRY(1, 8)
 
 // WG_NHWC_TILES(ENTRY): ENTRY(...) once per row, in order.
 #define WG_NHWC_TILES(ENTRY) \

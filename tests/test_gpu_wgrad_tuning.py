@@ -15,11 +15,11 @@ from groupconv_atlas.runtime.shapes import geometry_shape
 
 pytestmark = pytest.mark.gpu
 
-# The tall depthwise maps reach every row count of the channels_last entries (up to 32) with a
-# partial last row block (37 = 32 + 5 = 2 x 16 + 5), in 2- and 1-channel vectors (C = 6) and in
-# 4-channel ones (C = 8). The staged channels_last entries: 32 input channels a group (the first),
-# 16 in by 32 out on an odd 37 x 19 map, and 40 by 40 (two lane chunks, a part-empty output
-# chunk) over two column segments.
+# The tall depthwise maps take several row blocks of every row count of the channels_last entries
+# (up to 8) with a partial last one (37 = 4 x 8 + 5, 35 = 4 x 8 + 3), in 2- and 1-channel vectors
+# (C = 6) and in 4-channel ones (C = 8). The staged channels_last entries: 32 input channels a
+# group (the first), 16 in by 32 out on an odd 37 x 19 map, and 40 by 40 (two lane chunks, a
+# part-empty output chunk) over two column segments.
 GEOMETRIES = [(4, 64, 64, 14, 14, 2), (2, 48, 48, 9, 13, 48), (3, 12, 24, 5, 3, 4),
               (1, 9, 6, 7, 11, 3), (2, 6, 6, 37, 19, 6), (1, 8, 8, 35, 9, 8),
               (2, 48, 96, 37, 19, 3), (1, 80, 80, 9, 35, 2)]

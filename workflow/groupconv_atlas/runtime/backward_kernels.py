@@ -27,15 +27,14 @@ _DEFINES = {"WG_THREADS": WG_THREADS, "WG_MIN_BLOCKS": WG_MIN_BLOCKS, "WG_REDUCE
             "WG_REDUCE_MAX_Y": REDUCE_MAX_Y, "WG_REDUCE_CHAINS": REDUCE_CHAINS}
 WG_NCHW_TABLE = SourceTable("kernels/wgrad_nchw.cu", defines=dict(_DEFINES),
                             lists={"WG_NCHW_TILES": TILES})
-# Depthwise on channels_last: (VEC, ROWS), channels per load by output rows per strip. Taller
-# strips read the input's halo rows less often ((ROWS + 2) / ROWS) and keep more loads in flight
-# per thread; the register window is (ROWS + 2) x 3 vectors, so 16 rows only for 2-channel
-# vectors (202 registers) and 32 only for single channels (184): 4-channel vectors of 12 or 16
-# rows spill (255 registers, nvcc --resource-usage). The rows beyond DW_ROWS are for the tuning
-# stage to try, not the rule. Grouped: (COB, CIB, ROWS, V), V = 1 loading runs of channels 16 or
-# 8 bytes at a time; two rows only for the small tiles (the large ones would pass 200 registers).
-DW_ROWS_OF_VEC = {4: (1, 2, 4, 8), 2: (1, 2, 4, 8, 16), 1: (1, 2, 4, 8, 16, 32)}
-NHWC_DW = tuple((vec, rows) for vec in (4, 2, 1) for rows in DW_ROWS_OF_VEC[vec])
+# Depthwise on channels_last: (VEC, ROWS), channels per load by output rows per strip, at most 8
+# rows: taller strips (16 rows of 2-channel vectors, 16 or 32 of single channels) read the
+# input's halo rows less often, but the (ROWS + 2) x 3 window of vectors they hold in registers
+# costs more resident warps than those halo bytes are worth, and tuned on every depthwise shape
+# tall enough for them they were never the fastest cut (kernels/NOTES-wgrad.md). Grouped:
+# (COB, CIB, ROWS, V), V = 1 loading runs of channels 16 or 8 bytes at a time; two rows only for
+# the small tiles (the large ones would pass 200 registers).
+NHWC_DW = tuple((vec, rows) for vec in (4, 2, 1) for rows in (1, 2, 4, 8))
 NHWC_TILES = tuple((o, i, rows, v) for o, i in TILES for rows in ((1, 2) if o * i <= 4 else (1,))
                    for v in (0, 1))
 # Grouped, staged (wg_nhwc_smem_o{COW}): a block of SMEM_WARPS warps over a 32-input-channel chunk
