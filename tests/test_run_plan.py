@@ -307,9 +307,11 @@ def test_a_live_plan_captures_the_configured_pairs_and_reads_no_probe(live):
 def test_an_unknown_record_is_refused_naming_the_committed_ones():
     with pytest.raises(PlanError) as err:
         RunPlan.from_config(config_of(record="h200-1999-01-01"), ROOT, 1, gpu_available=no_gpu)
-    assert str(err.value).startswith("record 'h200-1999-01-01': no "
-                                     "records/h200-1999-01-01/record.json; committed records: "
-                                     "h200-2026-11-29, ")
+    message = str(err.value)
+    assert message.startswith("record 'h200-1999-01-01': no records/h200-1999-01-01/record.json; "
+                              "committed records: ")
+    named = message.split("committed records: ", 1)[1]
+    assert "h200-2026-11-29" in named and "h100-2026-12-06" in named
 
 
 def test_a_device_without_records_and_without_a_gpu_is_refused():
