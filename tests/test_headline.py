@@ -159,10 +159,15 @@ def test_session_agreement_is_read_from_the_cross_record_cells():
     graph = agreement["boundaries"]["graph_device"]
     assert (graph["cells"], graph["classes_agree"], graph["reversals"]) == (3, 1, 1)
     assert graph["candidate"]["cells"] == 2 and graph["candidate"]["classes_agree"] == 1
-    assert any(line.startswith("Between sessions b and c: at graph_device")
-               and "agree in 33.3% of 3 shared cells (50.0% of 2 for k5" in line
-               and line.endswith("with 1 WIN/LOSS reversal (against torch_tuned: 1).")
+    assert any(line.startswith("Between sessions b and c, on the cells timed in every session "
+                               "with the same code: at graph_device")
+               and "agree in 33.3% of 3 cells (50.0% of 2 for k5" in line
+               and "with 1 WIN/LOSS reversal (against torch_tuned: 1)." in line
+               and line.endswith("at graph_device 1, 1 with the same code and no change found, "
+                                 "unexplained (against torch_tuned on 1; the reference's cuDNN "
+                                 "kernels not named in every record for 1).")
                for line in doc["summary_lines"])
+    assert agreement["reversals"][0]["shape_id"] == "g32"
     summary = summarize(comp, CFG).set_index(["baseline", "boundary"])
     assert summary.loc[("torch_best", "graph_device"), "torch_best_chosen"] == {
         "torch_default": 1, "torch_tuned": 3}

@@ -99,8 +99,13 @@ def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_
     assert line.startswith("This record (h200-new) against its nearest same-code session, "
                            "h200-old (the same kernel sources and headers for k0, k1, k2, k5, "
                            "4 of its 5 kernels; chosen from the records' build hashes)"), line
-    assert "agree in 33.3% of 3 shared cells" in line
-    assert "with 2 WIN/LOSS reversals (against torch_tuned_nhwc: 2)." in line
+    assert "on the cells timed in both sessions with the same code: at graph_device, " \
+        "per-shape classes agree in 33.3% of 3 cells" in line
+    assert ("with 2 WIN/LOSS reversals (against torch_tuned_nhwc: 2); left out of 4 shared "
+            "cells: 1 timed with other code.") in line
+    # Every reversal with its cause: nothing these cells name changed, so it is unexplained.
+    assert ("at graph_device 2, 2 with the same code and no change found, unexplained (against "
+            "torch_tuned_nhwc on 2;") in line
     # Neither record names the kernels cuDNN ran: the reversals' cause is said to be unknown.
     assert line.endswith("is not known: a record here does not name the kernels it ran.")
     changes = [{"shape_id": "s1", "reference": "torch_tuned_nhwc",
@@ -109,6 +114,49 @@ def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_
     [line] = agreement_lines(named, "k5")
     assert line.endswith("A reference ran another cuDNN algorithm in one session than in the "
                          "other on 1 (shape, reference) cells (torch_tuned_nhwc: 1).")
+
+
+def test_the_headline_states_the_timed_share_what_it_leaves_out_and_each_reversals_cause():
+    from groupconv_atlas.study.compare_records import KEY, side_by_side, with_code
+    from groupconv_atlas.study.headline import session_agreement
+    from groupconv_atlas.study.headline_lines import agreement_lines
+
+    def session(classes, targets, own):
+        rows = [(s, c, "torch_tuned", "graph_device", cls, 1.2) for (s, c), cls in zip(
+            [("s1", "dispatch"), ("s2", "dispatch"), ("s3", "k5"), ("s4", "k5")], classes)]
+        frame = pd.DataFrame(rows, columns=[*KEY, "class", "ratio"])
+        frame = frame.assign(ci_low=1.1, ci_high=1.3, batches=10, samples_per_batch=30, job="j")
+        # k5's sources differ; one identity compared stands for a SASS comparison's verdict.
+        return with_code(frame, {"k5": "k5@1", "k12": "k12@1"}, own, targets)
+
+    new = session(["UNSUPPORTED", "WIN", "TIE", "WIN"], {"s2": {"dispatch": "k12"}},
+                  {"k5": "k5@2", "k12": "k12@1"})
+    old = session(["UNSUPPORTED", "LOSS", "TIE", "INCONCLUSIVE"], {"s2": {"dispatch": "k5"}},
+                  {"k5": "k5@1", "k12": "k12@1"})
+    wide = side_by_side({"h200-new": new, "h200-old": old})
+    pair = {"record": "h200-new", "nearest": "h200-old", "same_code": ["k5", "k12"],
+            "kernels": ["k5", "k12"], "same_source": ["k12"],
+            "same_machine_code": [{"kernel": "k5", "records": ["h200-new", "h200-old"],
+                                   "vouched_by": "h200-old", "cubin": "raw/builds/k5.cubin",
+                                   "functions": 2, "how": "SASS"}]}
+    block = session_agreement(wide, "dispatch", pair)
+    graph = block["boundaries"]["graph_device"]
+    assert (graph["shared"], graph["cells"], graph["classes_agree"]) == (4, 2, 1)
+    assert graph["untimed"] == {"cells": 1, "in_no_session": 1, "in_some_sessions": 0}
+    assert (graph["code_changed"], graph["same_code_by_machine_code"]) == (1, 2)
+    assert graph["reversals_by_cause"] == {"dispatch_target": 1}
+    [reversal] = block["reversals"]
+    assert reversal["targets"] == {"h200-new": "k12", "h200-old": "k5"}
+    [line] = agreement_lines(block, "dispatch")
+    assert ("(the same kernel sources and headers for k12; other sources but the same machine "
+            "code by a SASS comparison for k5: 2 of its 2 kernels;") in line
+    assert ("at graph_device, per-shape classes agree in 50.0% of 2 cells, with 0 WIN/LOSS "
+            "reversals; left out of 4 shared cells: 1 not timed in every session (unsupported, "
+            "incorrect or not measured: 1 in none, 0 in some), 1 timed with other code.") in line
+    assert ("Of the cells counted, 2 at graph_device are the same code by machine code only"
+            in line and "k5 by h200-old's SASS comparison" in line)
+    assert ("at graph_device 1, 1 where the NCHW dispatcher (dispatch) ran another target "
+            "(h200-new / h200-old: k12 / k5 on 1).") in line
 
 
 def test_an_algorithm_change_between_sessions_is_found_where_both_records_name_the_kernels():

@@ -90,10 +90,18 @@ def certainty(atlas: dict) -> None:
         print(f"# records compared, class by class (atlas.json): "
               f"{' vs '.join(agreement['records'])}")
         for boundary, b in agreement["boundaries"].items():
-            c = b["candidate"]
-            print(f"{boundary:12s} classes agree in {b['classes_agree']} of {b['cells']} shared "
-                  f"cells ({b['share_classes_agree']:.1%}), {b['reversals']} reversals; the "
-                  f"headline candidate's cells: {c['classes_agree']} of {c['cells']}")
+            c = b.get("candidate") or {"classes_agree": 0, "cells": 0}
+            share = b["share_classes_agree"]
+            print(f"{boundary:12s} classes agree in {b['classes_agree']} of {b['cells']} cells "
+                  f"timed in both with the same code ({'-' if share is None else f'{share:.1%}'}"
+                  f"), {b['reversals']} reversals; the headline candidate's cells: "
+                  f"{c['classes_agree']} of {c['cells']}; left out: "
+                  f"{(b.get('untimed') or {}).get('cells', '-')} not timed in both, "
+                  f"{b.get('code_changed', '-')} with other code")
+        for r in agreement.get("reversals") or []:
+            print(f"reversal     {r['shape_id']} {r['candidate']} vs {r['baseline']} at "
+                  f"{r['boundary']}: {r['classes']}; cause {', '.join(r['causes'])}"
+                  + (f" (targets {r['targets']})" if r.get("targets") else ""))
 
 
 def dispatcher(summary: pd.DataFrame, comparisons: pd.DataFrame) -> None:

@@ -12,7 +12,7 @@ COMPARISONS = PLAN.atlas.comparisons
 rule compare_records:
     input:
         unpack(PLAN.atlas.compare_inputs),
-        code=code("compare_records", "jobs", "provenance"),
+        code=code("compare_records", "report/compare_pages", "jobs", "provenance"),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",

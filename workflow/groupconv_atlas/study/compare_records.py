@@ -5,7 +5,11 @@ verification) with one StatsConfig, set side by side.
 Only records/ is read, never a device's results/, so any checkout can compare any records; each
 file read is first checked against its record's manifest (records.checked_files). Cells are
 keyed by (shape, candidate, baseline, boundary), not by timing job: records name their jobs
-differently ("k3" in one, "k3-tuned" and "k3-default" in another)."""
+differently ("k3" in one, "k3-tuned" and "k3-default" in another).
+
+Agreement is counted over the cells every record timed with the same code; what that leaves out
+is counted beside it, and every WIN/LOSS reversal is listed with its cause (reversals). Here are
+data only: the page is report/compare_pages'."""
 from __future__ import annotations
 
 import json
@@ -15,59 +19,119 @@ import pandas as pd
 
 from ..runtime import record_formats
 from ..runtime.files import RecordError
-from ..runtime.kernels import base_implementation
-from .report import esc, fmt_interval, fmt_ratio, html_page, table_html
+from ..runtime.kernels import DISPATCH, DISPATCH_NHWC, DISPATCHERS, base_implementation
 from .comparisons import comparisons_for_job
 from .record_check import check
 from .reference_algorithms import algorithm_table, session_changes  # noqa: F401  (the job's)
-from .records import (_vouched_for, build_files, checked_files,  # noqa: F401  (its name here too)
-                      kernel_sources, vouched_sources)
+from .records import build_records, checked_files, kernel_sources, machine_code_vouch
 from .stats import CLASSES, StatsConfig
 from ..runtime.timing import BOUNDARIES, batch_medians
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]
 # What each record contributes per cell; in the side-by-side table as "<record>:<column>".
-PER_RECORD = ["class", "ratio", "ci_low", "ci_high", "batches", "samples_per_batch", "job", "code"]
+# `code` is the code behind the cell as compared (build hashes, or a machine-code identity that
+# a SASS comparison stands behind: shared_code), `source` the build hashes alone, `target` a
+# dispatcher's choice on the shape, `reference_algorithms` the cuDNN kernels the baseline ran
+# in the cell's processes (None where the record does not name them).
+PER_RECORD = ["class", "ratio", "ci_low", "ci_high", "batches", "samples_per_batch", "job", "code",
+              "candidate_code", "source", "target", "reference_algorithms"]
+# Why a cell says WIN in one record and LOSS in another, in the order a reversal is explained
+# by (reversals): another kernel ran, other code ran, the reference ran another algorithm.
+CAUSES = ("dispatch_target", "candidate_code", "baseline_code", "code", "reference_algorithm")
+UNEXPLAINED = "same_code"
 
 
 def cell_code(implementation: str, shape_id: str, sources: dict[str, str],
-              dispatches_to: dict[str, str]) -> str:
-    """The code behind one side of a cell: a kernel's sources (its A/A twin's are its own), the
-    dispatcher's choice on the shape and that choice's sources, or PyTorch ("torch")."""
-    if implementation == "dispatch":
-        target = dispatches_to.get(shape_id)
-        return f"dispatch->{target}:{cell_code(target, shape_id, sources, {})}" if target else \
-            "dispatch->?"
+              dispatches_to: dict[str, dict[str, str]]) -> str:
+    """The code behind one side of a cell: a kernel's sources (its A/A twin's are its own), a
+    dispatcher's choice on the shape ({shape: {dispatcher: target}}) and that choice's sources,
+    or PyTorch ("torch")."""
+    if implementation in DISPATCHERS:
+        target = dispatches_to.get(shape_id, {}).get(implementation)
+        return (f"{implementation}->{target}:{cell_code(target, shape_id, sources, {})}"
+                if target else f"{implementation}->?")
     return sources.get(base_implementation(implementation), "torch")
 
 
-def shared_code(record_dirs: list[Path]) -> dict[str, dict[str, str]]:
-    """{record: {kernel: code identity}} of records compared side by side: each build's own hashes
-    (kernel_sources), except that a kernel another record vouches compiles to its own machine
-    code (tools/same_machine_code.py) takes that record's identity, so a source refactored
-    between two sessions without changing the machine code still counts as the same code."""
+def dispatch_targets(record_dir: str | Path) -> dict[str, dict[str, str]]:
+    """{shape: {dispatcher: the implementation it ran}} from the record's dispatch table
+    (raw/dispatch/table.json; {} without one)."""
+    path = Path(record_dir, "raw", "dispatch", "table.json")
+    if not path.is_file():
+        return {}
+    doc = record_formats.read_dispatch_document(*checked_files([path]))
+    targets: dict[str, dict[str, str]] = {}
+    for dispatcher, key in ((DISPATCH, "table"), (DISPATCH_NHWC, "table_nhwc")):
+        for shape_id, entry in doc[key].items():
+            targets.setdefault(shape_id, {})[dispatcher] = entry["implementation"]
+    return targets
+
+
+def machine_code_matches(record_dirs: list[Path]) -> list[dict]:
+    """Per kernel that two compared records built from different sources, where a SASS
+    comparison one of them holds shows both compiled to the same machine code
+    (records.machine_code_vouch): {"kernel", "records": the two, "vouched_by", "cubin",
+    "functions", "how"}. Named wherever it counts, so that a reader sees which cells are the
+    same code by machine code rather than by source."""
+    record_dirs = [Path(d) for d in record_dirs]
+    builds = {d.name: build_records(d) for d in record_dirs}
     sources = {d.name: kernel_sources(d) for d in record_dirs}
-    files = {d.name: build_files(d) for d in record_dirs}
-    vouched = {d.name: vouched_sources(d) for d in record_dirs}
-    for later in record_dirs:
-        for earlier in record_dirs:
-            if earlier == later:
-                continue
-            for kernel, code in sources[later.name].items():
-                if kernel in sources[earlier.name] and _vouched_for(
-                        vouched[earlier.name].get(kernel), files[later.name].get(kernel)):
-                    sources[earlier.name][kernel] = code
-    return sources
+    matches = []
+    for i, first in enumerate(record_dirs):
+        for second in record_dirs[i + 1:]:
+            for kernel in sorted(set(builds[first.name]) & set(builds[second.name])):
+                if sources[first.name][kernel] == sources[second.name][kernel]:
+                    continue
+                for vouching, other in ((first, second), (second, first)):
+                    found = machine_code_vouch(vouching, kernel, builds[other.name][kernel])
+                    if found:
+                        matches.append({**found, "records": [first.name, second.name]})
+                        break
+    return matches
+
+
+def same_source_kernels(record_dirs: list[Path]) -> list[str]:
+    """The kernels every record built from the same source and header hashes."""
+    sources = [kernel_sources(d) for d in record_dirs]
+    return [k for k in sources[0] if all(s.get(k) == sources[0][k] for s in sources[1:])]
+
+
+def shared_code(record_dirs: list[Path],
+                matches: list[dict] | None = None) -> dict[str, dict[str, str]]:
+    """{record: {kernel: code identity}} of records compared side by side: each build's own hashes
+    (kernel_sources), except that kernels machine_code_matches finds compiled to the same
+    machine code share one identity, so a source refactored between two sessions without
+    changing the machine code still counts as the same code (and says so: record_cells'
+    `source` keeps the hashes apart)."""
+    record_dirs = [Path(d) for d in record_dirs]
+    sources = {d.name: kernel_sources(d) for d in record_dirs}
+    matches = machine_code_matches(record_dirs) if matches is None else matches
+    same: dict[str, str] = {}  # identity -> the identity it is the same code as
+
+    def root(code: str) -> str:
+        while same.get(code, code) != code:
+            code = same[code]
+        return code
+
+    for match in matches:
+        a, b = (root(sources[r][match["kernel"]]) for r in match["records"])
+        if a != b:
+            same[max(a, b)] = min(a, b)
+    return {name: {kernel: root(code) for kernel, code in kernels.items()}
+            for name, kernels in sources.items()}
 
 
 def record_cells(record_dir: str | Path, cfg: StatsConfig,
                  sources: dict[str, str] | None = None) -> pd.DataFrame:
     """Every cell of one record, classified from its raw layer as compare_job would, with the
     code behind the cell (`code`: from `sources`, shared_code's identities, or the record's own
-    build hashes), so that a cell whose kernel changed between records is not counted as the
-    same measurement taken again."""
+    build hashes; `source`: the build hashes alone), a dispatcher's target on the shape and the
+    cuDNN kernels the baseline ran, so that a cell whose kernel changed between records is not
+    counted as the same measurement taken again and a reversal can be traced to its cause."""
     raw = Path(record_dir) / "raw"
-    sources = sources if sources is not None else kernel_sources(record_dir)
+    own = kernel_sources(record_dir)
+    sources = sources if sources is not None else own
+    table_targets = dispatch_targets(record_dir)
     verification = pd.concat([pd.read_parquet(p)
                               for p in checked_files(sorted(raw.glob("verification/*.parquet")))],
                              ignore_index=True)
@@ -81,12 +145,9 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig,
         table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
                                     shape_ids, BOUNDARIES, cfg, meta)
         table["job"] = meta_path.stem
-        dispatches_to = {m["shape_id"]: m.get("dispatches_to", {}).get("dispatch")
-                         for m in meta.get("shapes", [])}
-        table["code"] = [f"{cell_code(c, s, sources, dispatches_to)} vs "
-                         f"{cell_code(b, s, sources, dispatches_to)}"
-                         for s, c, b in zip(table["shape_id"], table["candidate"],
-                                            table["baseline"])]
+        table = with_code(table, sources, own, _job_targets(meta, table_targets,
+                                                            Path(record_dir).name),
+                          _reference_algorithms(meta_path.stem, meta))
         table["samples_per_batch"] = (meta.get("config") or {}).get("samples_per_batch")
         frames.append(table)
     cells = pd.concat(frames, ignore_index=True)
@@ -101,6 +162,54 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig,
         raise ValueError(f"record {Path(record_dir).name}: ({', '.join(map(str, first[KEY]))}) "
                          f"is measured by more than one timing job ({', '.join(jobs)})")
     return cells[KEY + PER_RECORD]
+
+
+def with_code(cells: pd.DataFrame, sources: dict[str, str], own: dict[str, str],
+              targets: dict[str, dict[str, str]],
+              algorithms: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
+    """`cells` (shape_id, candidate, baseline, ...) of one record with the code behind each:
+    `code` (the candidate's and the baseline's cell_code from `sources`, the identities compared)
+    and `candidate_code` alone, `source` (the same from `own`, the record's build hashes),
+    `target` (a dispatcher's choice on the shape, from `targets`: {shape: {dispatcher:
+    target}}) and `reference_algorithms` (the baseline's cuDNN kernels, from `algorithms`:
+    {(shape, reference): kernels})."""
+    shapes, cands, bases = cells["shape_id"], cells["candidate"], cells["baseline"]
+    algorithms = algorithms or {}
+    cells = cells.copy()
+    cells["candidate_code"] = [cell_code(c, s, sources, targets) for s, c in zip(shapes, cands)]
+    cells["code"] = [f"{c} vs {cell_code(b, s, sources, targets)}"
+                     for s, c, b in zip(shapes, cells["candidate_code"], bases)]
+    cells["source"] = [f"{cell_code(c, s, own, targets)} vs {cell_code(b, s, own, targets)}"
+                       for s, c, b in zip(shapes, cands, bases)]
+    cells["target"] = [targets.get(s, {}).get(c) if c in DISPATCHERS else None
+                       for s, c in zip(shapes, cands)]
+    cells["reference_algorithms"] = [algorithms.get((s, b)) for s, b in zip(shapes, bases)]
+    return cells
+
+
+def _job_targets(meta: dict, table: dict[str, dict[str, str]],
+                 record: str) -> dict[str, dict[str, str]]:
+    """{shape: {dispatcher: target}} for one timing job: the record's dispatch table, with what
+    the job says it dispatched to where the table is silent; a job that names another target
+    than the table is refused, since either could be what was timed."""
+    targets = {s: dict(t) for s, t in table.items()}
+    for entry in meta.get("shapes", []):
+        for dispatcher, target in (entry.get("dispatches_to") or {}).items():
+            known = targets.setdefault(entry["shape_id"], {}).setdefault(dispatcher, target)
+            if known != target:
+                raise ValueError(f"record {record}: timing job {meta.get('job', '?')} says "
+                                 f"{dispatcher} ran {target} on {entry['shape_id']}, its "
+                                 f"dispatch table {known}")
+    return targets
+
+
+def _reference_algorithms(job: str, meta: dict) -> dict[tuple[str, str], str]:
+    """{(shape, reference): the cuDNN kernels it ran in the job's processes, each process's
+    call as " + "-joined names, distinct calls sorted and joined by " | "}; only the references
+    the job names (algorithm_table)."""
+    table = algorithm_table({job: meta})
+    return {key: " | ".join(sorted(set(kernels))) for key, kernels in
+            table.groupby(["shape_id", "reference"])["kernels"]}
 
 
 def compare(manifests, cfg: StatsConfig, progress=print
@@ -139,8 +248,10 @@ def compare_job(smk, job, name: str):
 
 def side_by_side(cells_by_record: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per cell present in every record, each record's columns as "<record>:<column>";
-    then whether all classes agree, whether all intervals share a point (only where every
-    record timed the cell), and whether one record says WIN where another says LOSS."""
+    then whether every record timed it (`timed`: a measured class in each), whether all classes
+    agree, whether all intervals share a point (only where every record timed the cell), whether
+    one record says WIN where another says LOSS, and whether every record ran the same code
+    (`same_code`), by its sources or only by its machine code (`same_code_by`)."""
     names = list(cells_by_record)
     wide = None
     for name, cells in cells_by_record.items():
@@ -150,6 +261,7 @@ def side_by_side(cells_by_record: dict[str, pd.DataFrame]) -> pd.DataFrame:
     timed_everywhere = classes.isin(CLASSES).all(axis=1)
     common_low = wide[[f"{n}:ci_low" for n in names]].astype(float).max(axis=1)
     common_high = wide[[f"{n}:ci_high" for n in names]].astype(float).min(axis=1)
+    wide["timed"] = timed_everywhere
     wide["classes_agree"] = classes.nunique(axis=1) == 1
     wide["intervals_overlap"] = pd.array(
         [bool(lo <= hi) if timed else pd.NA
@@ -157,115 +269,113 @@ def side_by_side(cells_by_record: dict[str, pd.DataFrame]) -> pd.DataFrame:
     wide["reversal"] = (classes == "WIN").any(axis=1) & (classes == "LOSS").any(axis=1)
     # The same measurement taken again only where every record ran the same code for the cell.
     wide["same_code"] = wide[[f"{n}:code" for n in names]].nunique(axis=1) == 1
+    source = [f"{n}:source" for n in names]
+    same_source = (wide[source].nunique(axis=1) == 1 if all(c in wide for c in source)
+                   else wide["same_code"])
+    wide["same_code_by"] = [("source" if by_source else "machine_code") if same else None
+                            for same, by_source in zip(wide["same_code"], same_source)]
     return wide.sort_values(KEY, ignore_index=True)
 
 
+def record_names(wide: pd.DataFrame) -> list[str]:
+    """The records of a side-by-side table, in its column order."""
+    return [c[:-len(":class")] for c in wide.columns if c.endswith(":class")]
+
+
+def timed_in_every_record(wide: pd.DataFrame) -> pd.Series:
+    """Whether every record measured the cell (WIN, LOSS, TIE or INCONCLUSIVE in each): an
+    unsupported, incorrect or unmeasured side says nothing about agreement, so such cells are
+    counted apart rather than as agreeing."""
+    return wide[[f"{n}:class" for n in record_names(wide)]].isin(CLASSES).all(axis=1)
+
+
 def agreement(wide: pd.DataFrame) -> pd.DataFrame:
-    """Per boundary and overall, over the shared cells whose code is the same in every record
-    (`code_changed` counts the others, left out): cells, share whose classes agree, share (of
-    the cells every record timed) whose intervals overlap, flips and WIN/LOSS reversals."""
+    """Per boundary and overall, over the shared cells every record timed with the same code
+    (`cells`): the share whose classes agree, the share whose intervals overlap, flips and
+    WIN/LOSS reversals, and how many of them are the same code by machine code only. Left out
+    and counted: `untimed` (not timed in every record: `untimed_everywhere` in none,
+    `timed_in_some` in some), `code_changed` (timed everywhere, other code), with the reversals
+    among the latter (`reversals_code_changed`). shared = cells + code_changed + untimed."""
     rows = []
+    timed_mask = timed_in_every_record(wide)
+    anywhere = wide[[f"{n}:class" for n in record_names(wide)]].isin(CLASSES).any(axis=1)
     for boundary, whole in [*wide.groupby("boundary", sort=True), ("all", wide)]:
-        part = whole[whole["same_code"]]
-        timed = part["intervals_overlap"].notna()
-        overlap = int(part.loc[timed, "intervals_overlap"].sum())
+        timed = whole[timed_mask[whole.index]]
+        part = timed[timed["same_code"]]
+        changed = timed[~timed["same_code"]]
+        overlap = int(part["intervals_overlap"].astype(bool).sum())
         agree = int(part["classes_agree"].sum())
-        rows.append({"boundary": boundary, "cells": len(part), "classes_agree": agree,
+        untimed = whole[~timed_mask[whole.index]]
+        some = int(anywhere[untimed.index].sum())
+        by = part["same_code_by"] if "same_code_by" in part else pd.Series("source", part.index)
+        rows.append({"boundary": boundary, "shared": len(whole), "timed": len(timed),
+                     "cells": len(part), "classes_agree": agree,
                      "share_classes_agree": agree / len(part) if len(part) else None,
-                     "timed_in_all": int(timed.sum()), "intervals_overlap": overlap,
-                     "share_intervals_overlap": overlap / int(timed.sum()) if timed.any()
-                     else None,
+                     "intervals_overlap": overlap,
+                     "share_intervals_overlap": overlap / len(part) if len(part) else None,
                      "class_flips": len(part) - agree, "reversals": int(part["reversal"].sum()),
-                     "code_changed": len(whole) - len(part)})
+                     "same_code_by_machine_code": int((by == "machine_code").sum()),
+                     "code_changed": len(changed),
+                     "reversals_code_changed": int(changed["reversal"].sum()),
+                     "untimed": len(untimed), "untimed_everywhere": len(untimed) - some,
+                     "timed_in_some": some})
     return pd.DataFrame(rows)
 
 
+def _value(value):
+    """A cell's value as JSON holds it: None for a missing one."""
+    if value is None or (not isinstance(value, (str, list, dict)) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def reversals(wide: pd.DataFrame) -> list[dict]:
+    """Every cell that one record calls a WIN and another a LOSS (timed in both, whatever the
+    code), with its causes in CAUSES' order: the dispatcher's target changed (`targets` names
+    each record's), the candidate's or the baseline's code changed (`code` where the table
+    does not say which side), the reference ran another cuDNN algorithm (both records name
+    the kernels and they differ; `reference_algorithms` None where a record names none), or
+    none of these: the same code, unexplained (UNEXPLAINED). `cause` is the first."""
+    names = record_names(wide)
+    out = []
+    for row in wide[wide["reversal"]].to_dict("records"):
+        def each(column: str) -> dict:
+            return {n: _value(row.get(f"{n}:{column}")) for n in names}
+
+        causes = []
+        targets = each("target") if row["candidate"] in DISPATCHERS else None
+        if targets and len(set(targets.values())) > 1:
+            causes.append("dispatch_target")
+        elif not row["same_code"]:
+            mine = each("candidate_code")
+            causes.append("code" if None in mine.values() else
+                          "candidate_code" if len(set(mine.values())) > 1 else "baseline_code")
+        algorithms = each("reference_algorithms")
+        known = None not in algorithms.values()
+        if known and len(set(algorithms.values())) > 1:
+            causes.append("reference_algorithm")
+        causes = sorted(causes, key=CAUSES.index) or [UNEXPLAINED]
+        out.append({**{k: row[k] for k in KEY}, "classes": each("class"),
+                    "ratios": each("ratio"), "cause": causes[0], "causes": causes,
+                    "same_code": bool(row["same_code"]),
+                    "same_code_by": _value(row.get("same_code_by")),
+                    "targets": targets,
+                    "reference_algorithms": algorithms if known else None})
+    return out
+
+
 def flips_by_comparison(wide: pd.DataFrame) -> list[list]:
-    """Per (candidate, baseline): shared cells, flips per boundary, reversals; most flips first,
-    so a baseline that is itself unstable between sessions stands out."""
+    """Per (candidate, baseline), over the cells every record timed with the same code: cells,
+    flips per boundary, reversals; most flips first, so a baseline that is itself unstable
+    between sessions stands out."""
     rows = []
-    for (cand, base), part in wide[wide["same_code"]].groupby(["candidate", "baseline"],
-                                                              sort=True):
+    counted = wide[timed_in_every_record(wide) & wide["same_code"]]
+    for (cand, base), part in counted.groupby(["candidate", "baseline"], sort=True):
         flips = part[~part["classes_agree"]]
         rows.append([cand, base, len(part),
                      int((flips["boundary"] == "graph_device").sum()),
                      int((flips["boundary"] == "sync_api").sum()), int(part["reversal"].sum())])
     return sorted(rows, key=lambda r: (-(r[3] + r[4]), r[0], r[1]))
-
-
-def share_text(value) -> str:
-    return "—" if value is None or pd.isna(value) else f"{value:.1%}"
-
-
-def _cells_table(wide: pd.DataFrame, names: list[str]) -> str:
-    columns = ["shape", "candidate", "baseline", "boundary"]
-    for name in names:
-        columns += [f"{name} class", f"{name} ratio", f"{name} interval"]
-    columns += ["classes agree", "intervals overlap"]
-    rows, classes = [], []
-    for r in wide.to_dict("records"):
-        row, css = [r["shape_id"], r["candidate"], r["baseline"], r["boundary"]], [None] * 4
-        for name in names:
-            timed = r[f"{name}:class"] in CLASSES
-            row += [r[f"{name}:class"], fmt_ratio(r[f"{name}:ratio"]) if timed else None,
-                    fmt_interval(r[f"{name}:ci_low"], r[f"{name}:ci_high"]) if timed else None]
-            css += [f"cls-{r[f'{name}:class']}", None, None]
-        overlap = r["intervals_overlap"]
-        row += ["yes" if r["classes_agree"] else ("no: WIN/LOSS" if r["reversal"] else "no"),
-                "—" if overlap is None or overlap is pd.NA else ("yes" if overlap else "no")]
-        rows.append(row)
-        classes.append(css + [None, None])
-    numeric = [c for c in columns if c.endswith((" ratio", " interval"))]
-    return table_html(columns, rows, classes, numeric=numeric)
-
-
-def comparison_page(wide: pd.DataFrame, checks: dict[str, dict], settings: dict[str, str],
-                    threshold: float) -> str:
-    """The HTML page: the records (with their caveats), agreement, the flips, every cell.
-    `checks` is records.check() per record; `settings` says how each record was sampled."""
-    names = list(checks)
-    record_rows = [[name, c.get("device"), settings[name], " / ".join(c["caveats"]) or "none"]
-                   for name, c in checks.items()]
-    summary = agreement(wide)
-    summary_rows = [[r["boundary"], r["cells"], share_text(r["share_classes_agree"]),
-                     r["timed_in_all"], share_text(r["share_intervals_overlap"]), r["class_flips"],
-                     r["reversals"], r["code_changed"]] for r in summary.to_dict("records")]
-    changed = wide[~wide["same_code"]]
-    wide = wide[wide["same_code"]]
-    flips = wide[~wide["classes_agree"]]
-    body = (
-        "<h2>Records</h2>"
-        + table_html(["record", "device", "sampling", "caveats (repeated from the record)"],
-                     record_rows)
-        + "<h2>Agreement</h2>"
-        + table_html(["boundary", "shared cells, same code", "classes agree",
-                      "timed in every record", "intervals overlap", "class flips",
-                      "WIN/LOSS reversals", "left out: code changed"], summary_rows,
-                     numeric=["shared cells, same code", "timed in every record", "class flips",
-                              "WIN/LOSS reversals", "left out: code changed"])
-        + "<h2>Flips by comparison</h2>"
-        + table_html(["candidate", "baseline", "shared cells", "graph_device flips",
-                      "sync_api flips", "WIN/LOSS reversals"], flips_by_comparison(wide),
-                     numeric=["shared cells", "graph_device flips", "sync_api flips",
-                              "WIN/LOSS reversals"])
-        + f"<h2>Cells whose class flips ({len(flips)})</h2>"
-        + (_cells_table(flips, names) if len(flips) else "<p>None: every shared cell has the "
-           "same class in every record.</p>")
-        + f"<h2>Every shared cell with the same code ({len(wide)})</h2>"
-        + _cells_table(wide, names)
-        + f"<h2>Cells left out: the code changed between records ({len(changed)})</h2>"
-        + ("<p>A kernel's sources (or the dispatcher's choice) differ, so these are different "
-           "measurements, not the same one taken again.</p>" + _cells_table(changed, names)
-           if len(changed) else "<p>None.</p>"))
-    note = (f"Each record re-classified from its own raw samples with the same statistics "
-            f"(threshold {threshold:.0%}); ratio = baseline time / candidate time, above 1 the "
-            "candidate is faster. Only cells present in every record are shown. Intervals "
-            "overlap when all of them share a point. An interval covers the batch-to-batch "
-            "variation of one session (or, where a job ran in several processes, the "
-            "process-to-process one), not the session-to-session one, and a record with few "
-            "batches has wide or unreliable intervals, so a flip between a class and "
-            "INCONCLUSIVE or TIE can be a matter of sampling; a WIN/LOSS reversal cannot.")
-    return html_page(f"Records compared: {' vs '.join(names)}", body, esc(note))
 
 
 def sampling(record_dir: str | Path) -> str:

@@ -124,50 +124,80 @@ def session_agreement(wide: pd.DataFrame | None, candidate: str | None,
                       pair: dict | None = None) -> dict:
     """From the side-by-side cells of the record and its nearest same-code session (`pair`, the
     session_agreement job's choice; compare_records' cells of configured records in builds made
-    before it): per boundary, the share of shared same-code cells whose classes agree, over
-    every comparison and over the headline candidate's cells against the strict-FP32
-    references, and the WIN/LOSS reversals by reference."""
+    before it): per boundary, over the cells timed in both sessions with the same code, the
+    share whose classes agree, over every comparison and over the headline candidate's cells
+    against the strict-FP32 references, and the WIN/LOSS reversals by reference; the cells left
+    out, counted (not timed in both; timed with other code) and how many counted cells are the
+    same code by machine code only; and every reversal of a timed cell, whatever its code, with
+    its cause (compare_records.reversals)."""
     if wide is None or wide.empty:
         return {"available": False,
                 "statement": "no other committed record of this device ran the same kernel code"
                              if pair is None else "no cells shared with the same-code session",
                 "chosen": None}
-    from .compare_records import agreement
+    from .compare_records import agreement, record_names, reversals
 
-    records = [c.split(":")[0] for c in wide.columns if c.endswith(":class")]
+    records = record_names(wide)
     mine = wide[(wide["candidate"] == candidate) & wide["baseline"].isin(TORCH_BEST_FROM)]
+    found = reversals(wide)
     block = {"available": True, "records": records, "boundaries": {},
+             "counted": "cells every session timed (WIN, LOSS, TIE or INCONCLUSIVE in each) with "
+                        "the same code in each: the kernel's source and header hashes (for a "
+                        "dispatcher, its target on the shape and that target's), or the same "
+                        "machine code where a SASS comparison a record holds shows it",
              "chosen": None if pair is None else {
                  "record": pair["record"], "nearest": pair["nearest"],
                  "same_code": pair["same_code"], "kernels": pair["kernels"],
+                 # Of those, the kernels with the same source and header hashes (None: not
+                 # known to this build); the others' machine code is in same_machine_code.
+                 "same_source": pair.get("same_source"),
                  "rule": "the other committed record of this device that ran the same code "
                          "(kernel source and header hashes) for the most of this record's "
                          "kernels, the nearest in time among those",
                  # Cells whose reference ran another cuDNN algorithm in each session; None
                  # where a record does not name the kernels.
-                 "reference_algorithm_changes": pair.get("reference_algorithm_changes")}}
+                 "reference_algorithm_changes": pair.get("reference_algorithm_changes")},
+             # Kernels built from other sources in each session that count as the same code
+             # because a SASS comparison shows the same machine code (compare_records'
+             # machine_code_matches), named so the reader can tell; None where not known.
+             "same_machine_code": None if pair is None else pair.get("same_machine_code"),
+             "reversals": found}
     for boundary in BOUNDARIES:
         shared, own_cells = wide[wide["boundary"] == boundary], mine[mine["boundary"] == boundary]
         if shared.empty:
             continue
-        every = agreement(shared)
-        own = agreement(own_cells) if not own_cells.empty else None
-        row = every[every["boundary"] == "all"].iloc[0]
+        row = agreement(shared).set_index("boundary").loc["all"]
         reversed_ = shared[shared["same_code"] & shared["reversal"]]
-        entry = {"cells": int(row["cells"]), "classes_agree": int(row["classes_agree"]),
-                 "share_classes_agree": row["share_classes_agree"],
+        causes = pd.Series([r["cause"] for r in found if r["boundary"] == boundary],
+                           dtype=object).value_counts()
+        entry = {"shared": int(row["shared"]), "timed": int(row["timed"]),
+                 "cells": int(row["cells"]), "classes_agree": int(row["classes_agree"]),
+                 "share_classes_agree": _share(row["share_classes_agree"]),
+                 "intervals_overlap": int(row["intervals_overlap"]),
+                 "share_intervals_overlap": _share(row["share_intervals_overlap"]),
                  "reversals": int(row["reversals"]),
                  "reversals_by_baseline": {str(k): int(v) for k, v in
                                            reversed_["baseline"].value_counts().sort_index()
-                                           .items()}}
-        if own is not None:
-            mine_row = own[own["boundary"] == "all"].iloc[0]
-            entry["candidate"] = {"cells": int(mine_row["cells"]),
-                                  "classes_agree": int(mine_row["classes_agree"]),
-                                  "share_classes_agree": mine_row["share_classes_agree"],
-                                  "reversals": int(mine_row["reversals"])}
+                                           .items()},
+                 "same_code_by_machine_code": int(row["same_code_by_machine_code"]),
+                 "code_changed": int(row["code_changed"]),
+                 "untimed": {"cells": int(row["untimed"]),
+                             "in_no_session": int(row["untimed_everywhere"]),
+                             "in_some_sessions": int(row["timed_in_some"])},
+                 "reversals_all": int(row["reversals"] + row["reversals_code_changed"]),
+                 "reversals_by_cause": {str(k): int(v) for k, v in sorted(causes.items())}}
+        if not own_cells.empty:
+            own = agreement(own_cells).set_index("boundary").loc["all"]
+            entry["candidate"] = {"cells": int(own["cells"]),
+                                  "classes_agree": int(own["classes_agree"]),
+                                  "share_classes_agree": _share(own["share_classes_agree"]),
+                                  "reversals": int(own["reversals"])}
         block["boundaries"][boundary] = entry
     return block
+
+
+def _share(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def reference_statement(reference: str, comparisons: pd.DataFrame) -> str:

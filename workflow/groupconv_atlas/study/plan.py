@@ -143,8 +143,11 @@ def compare_inputs(names: list[str] | None, records_dir: str = "records") -> dic
                           f"committed: {', '.join(committed) or 'none'}")
     if len(names) < 2:
         raise LookupError(f"compare_records needs two or more records, got {names}")
+    # The builds, dispatch table and machine-code note decide which cells are the same code.
     raw = [str(p) for n in names for pattern in ("timing/*.json", "timing/*.parquet",
-                                                 "verification/*.parquet")
+                                                 "verification/*.parquet", "builds/*.json",
+                                                 "builds/*.cubin", "dispatch/table.json",
+                                                 "same_machine_code.json")
            for p in sorted(Path(records_dir, n, "raw").glob(pattern))]
     return {"manifests": [f"{records_dir}/{n}/record.json" for n in names], "raw": raw}
 

@@ -82,6 +82,51 @@ def vouched_sources(record_dir: str | Path) -> dict[str, dict[str, list[str]]]:
     return json.loads(checked_files([path])[0].read_text()).get("kernels", {})
 
 
+def build_records(record_dir: str | Path) -> dict[str, dict]:
+    """{kernel: its build record (raw/builds/<kernel>.json)}."""
+    return {doc["kernel"]: doc for doc in (
+        json.loads(path.read_text())
+        for path in checked_files(sorted(Path(record_dir, "raw", "builds").glob("*.json"))))}
+
+
+# How a vouching note must say its hashes were checked for its vouch to count as the same
+# machine code: machine_code_identity compares each function's SASS (with its resources and
+# attributes), and a note that names no such comparison is a claim without it.
+SASS_COMPARED = "SASS"
+
+
+def machine_code_vouch(vouching_dir: str | Path, kernel: str, other: dict) -> dict | None:
+    """The evidence that `other` (another record's build record of `kernel`) compiled to the
+    machine code record `vouching_dir` measured, or None. A vouch (tools/same_machine_code.py)
+    says the files it lists compile, with the vouching record's nvcc and flags, to that record's
+    cubin; it carries to another session's build only where that SASS comparison is there to
+    stand on: the note names it, the record holds the cubin it was made against
+    (raw/builds/<kernel>.cubin, listed in its manifest), the other build used the same nvcc,
+    flags and target (the same source through another compiler is other machine code) and
+    compiled no function the cubin lacks (a vouch for an extended kernel covers only the
+    record's own functions; a build that names none cannot show it), and every file it compiled
+    is among the vouched hashes."""
+    record = Path(vouching_dir)
+    note_path = record / "raw" / "same_machine_code.json"
+    if not note_path.is_file():
+        return None
+    note = json.loads(checked_files([note_path])[0].read_text())
+    own = build_records(record).get(kernel)
+    files = {**({other["source"]: other["source_sha256"]} if other.get("source") else {}),
+             **(other.get("header_sha256") or {})}
+    cubin = f"raw/builds/{kernel}.cubin"
+    listed = json.loads((record / MANIFEST).read_text())["files"]
+    if (own is None or SASS_COMPARED not in note.get("how", "") or cubin not in listed
+            or not (record / cubin).is_file()
+            or any(own.get(k) != other.get(k) for k in ("nvcc", "nvcc_flags", "target_arch"))
+            or not other.get("functions")
+            or set(other["functions"]) - set(own.get("functions") or {})
+            or not _vouched_for(note.get("kernels", {}).get(kernel), files)):
+        return None
+    return {"kernel": kernel, "vouched_by": record.name, "cubin": cubin,
+            "functions": len(own.get("functions") or {}), "how": note["how"]}
+
+
 def _vouched_for(vouched: dict | None, files: dict | None) -> bool:
     """Every file a build compiled is among the hashes another record vouches for: that record's
     cubin is this code's machine code, so the two sessions ran the same kernel."""
