@@ -30,6 +30,7 @@ include: "workflow/rules/records.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/live.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/bench.smk"
 
 
 rule atlas:

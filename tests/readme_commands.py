@@ -185,6 +185,10 @@ COMMANDS: dict[str, How] = {
     "snakemake live_record --configfile config/config.yaml config/gpu-run.yaml "
     "config/lean-run.yaml --config mode=live gate_kernel=k10 rerun_check=True": How(
         DRY, "-n as typed: the gate's GPU tests before live_run, the rerun check after it"),
+    "snakemake kernel_bench --config mode=live device=h100 bench_kernel=k12 bench_shapes=depthwise":
+        How(DRY, "-n as typed: the ceilings, k12's build and tuning stage, the verification of "
+            "k12 and the four references, a bench job per reference group and the table, and "
+            "none of the atlas's timing jobs"),
     # Installs and git: not run (they change the environment or the repository).
     'pip install -e ".[gpu,evidence]"': How(STATIC, "the extras gpu and evidence exist"),
     'pip install -e ".[gpu]"': How(STATIC, "the extra gpu exists"),
@@ -215,6 +219,9 @@ COMMANDS: dict[str, How] = {
         "test_every_make_target_takes_record runs each with Snakemake replaced by echo)")
        for target in ("report", "verify", "export_tables")},
     "snakemake …": How(PLACEHOLDER, "stands for the snakemake lines below; nothing to run"),
+    "snakemake kernel_bench --config mode=live bench_kernel=<kernel> bench_shapes=<subset>":
+        How(PLACEHOLDER, "the kernel bench's template: its row in the targets' table is the "
+            "same line with a kernel and a subset, dry-run as typed"),
     "make": How(PLACEHOLDER, "the tool; its default goal (make -n) installs the package"),
 }
 

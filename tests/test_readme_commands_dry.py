@@ -83,6 +83,12 @@ def _check_snapshot_passes(jobs, res):
     assert re.search(r"records/[^/\s]+-passes/record\.json", res.stdout), res.stdout[-3000:]
 
 
+def _check_kernel_bench(jobs, res):
+    assert rules_of(jobs) == {"freeze_shapes", "ceilings", "build_kernel", "tune_kernel", "verify",
+                              "bench_time", "bench_table", "kernel_bench"}, sorted(rules_of(jobs))
+    assert "results/h100/bench/k12-depthwise.md" in res.stdout, res.stdout[-3000:]
+
+
 DRY_CHECKS = {
     "snakemake --cores 1 atlas": _check_live_atlas,
     "snakemake mobilenet_probe nsight": _check_probes,
@@ -97,6 +103,8 @@ DRY_CHECKS = {
     "snakemake live_record --configfile config/config.yaml config/gpu-run.yaml "
     "config/lean-run.yaml --config mode=live gate_kernel=k10 rerun_check=True":
         _check_gated_live_record,
+    "snakemake kernel_bench --config mode=live device=h100 bench_kernel=k12 "
+    "bench_shapes=depthwise": _check_kernel_bench,
 }
 
 

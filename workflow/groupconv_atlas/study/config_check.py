@@ -91,10 +91,11 @@ def registry_errors(config: dict) -> list[str]:
         lines += [f"{key}.{i}: {name!r}, not in the registry; its {key}: {', '.join(known)}"
                   # A name that is no string is the schema's to report.
               for i, name in enumerate(names) if isinstance(name, str) and name not in known]
-    gate = config.get("gate_kernel")
-    if isinstance(gate, str) and gate not in KERNELS:
-        lines.append(f"gate_kernel: {gate!r}, not in the registry; its kernels: "
-                     f"{', '.join(KERNELS)}")
+    for key in ("gate_kernel", "bench_kernel"):
+        name = config.get(key)
+        if isinstance(name, str) and name not in KERNELS:
+            lines.append(f"{key}: {name!r}, not in the registry; its kernels: "
+                         f"{', '.join(KERNELS)}")
     return lines
 
 

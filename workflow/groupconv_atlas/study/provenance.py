@@ -141,7 +141,8 @@ def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _files(paths) -> list[dict]:
+def file_entries(paths) -> list[dict]:
+    """Each path with its SHA-256 and size (None for both where no file is there)."""
     rows = []
     for p in paths:
         p = Path(p)
@@ -158,10 +159,10 @@ def job_record(rule: str, wildcards: dict, inputs, outputs, params: dict, code_f
     return {
         "rule": rule,
         "wildcards": dict(wildcards),
-        "inputs": _files(inputs),
-        "outputs": _files(outputs),
+        "inputs": file_entries(inputs),
+        "outputs": file_entries(outputs),
         "params": params,
-        "code": _files(code_files),
+        "code": file_entries(code_files),
         "git": git_state(),
         "environment": {**gpu_environment(), **software_environment()},
         "started_utc": started,

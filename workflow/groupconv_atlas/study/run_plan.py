@@ -21,6 +21,7 @@ from ..runtime import kernels as registry
 from ..runtime.files import ATLAS_RECORD, INDEX, PASS_RECORD, find_record
 from . import live_run, plan
 from .atlas_plan import AtlasPlan
+from .bench_plan import BenchPlan
 from .code_inputs import code_files
 from .config_check import resolve_kernel_lists, shape_id_errors
 from .nsight_plan import NsightPlan
@@ -140,6 +141,8 @@ class RunPlan:
         self.atlas = AtlasPlan(self, self.notes)
         # The backward passes (input_grad, weight_grad): their own jobs, stats and pages.
         self.passes = PassPlan(self, self.notes)
+        # The quick kernel bench (`snakemake kernel_bench`), refused here if misconfigured.
+        self.bench = BenchPlan(self)
 
     def _apply_gate(self, config: dict) -> None:
         kernel = live_run.settings(config)["gate_kernel"]
@@ -314,9 +317,16 @@ class RunPlan:
     def tuning_records(self, kernels) -> list[str]:
         """The tuning stage's records of the tuned kernels among `kernels` (raw/tuning/<k>.json);
         older records kept k5's tuning inside its build record, so replay lists only what exists."""
-        return [p for k in kernels if k in self.tuned_kernels
+        return [p for k in kernels if k in self.tuned_kernels or self._tuned_live(k)
                 for p in ([self.raw(f"tuning/{k}.json")] if self.measures_on_gpu
                           else self.optional_raw(f"tuning/{k}.json"))]
+
+    def _tuned_live(self, kernel: str) -> bool:
+        """A tuned kernel of the registry that a live run verifies or times outside `kernels`
+        (the bench's): the tuning stage runs live for any kernel, and its launches are the ones
+        every later stage must use."""
+        spec = registry.KERNELS.get(kernel)
+        return self.measures_on_gpu and spec is not None and spec.variants is not None
 
     def record_shapes(self) -> list[str]:
         """In replay, the frozen shape set the record measured (compared with the configured
