@@ -84,7 +84,7 @@ def _wide(records=("h200-new", "h200-old")) -> pd.DataFrame:
 
 def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_reference():
     from groupconv_atlas.study.headline import session_agreement
-    from groupconv_atlas.study.headline_lines import agreement_lines
+    from groupconv_atlas.study.agreement_lines import agreement_lines
 
     pair = {"record": "h200-new", "nearest": "h200-old", "same_code": ["k0", "k1", "k2", "k5"],
             "kernels": ["k0", "k1", "k2", "k5", "k9"]}
@@ -119,7 +119,7 @@ def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_
 def test_the_headline_states_the_timed_share_what_it_leaves_out_and_each_reversals_cause():
     from groupconv_atlas.study.compare_records import KEY, side_by_side, with_code
     from groupconv_atlas.study.headline import session_agreement
-    from groupconv_atlas.study.headline_lines import agreement_lines
+    from groupconv_atlas.study.agreement_lines import agreement_lines
 
     def session(classes, targets, own):
         rows = [(s, c, "torch_tuned", "graph_device", cls, 1.2) for (s, c), cls in zip(
@@ -176,7 +176,7 @@ def test_an_algorithm_change_between_sessions_is_found_where_both_records_name_t
 
 def test_without_a_same_code_session_the_headline_says_so():
     from groupconv_atlas.study.headline import session_agreement
-    from groupconv_atlas.study.headline_lines import agreement_lines
+    from groupconv_atlas.study.agreement_lines import agreement_lines
 
     [line] = agreement_lines(session_agreement(None, "k5", None), "k5")
     assert line == ("Agreement between sessions is absent: no other committed record of this "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..compare_records import agreement, flips_by_comparison, reversals, timed_in_every_record
-from ..headline_lines import reversal_cause_words
+from ..agreement_lines import reversal_cause_words
 from ..stats import CLASSES
 from .html_blocks import esc, html_page, table_html
 from .style import fmt_interval, fmt_ratio
