@@ -164,6 +164,32 @@ def test_the_device_name_picks_the_source(monkeypatch):
     assert choice_source.table_source(H200)["autotune"]
 
 
+def _no_cuda(*args):
+    raise AssertionError("Torch not compiled with CUDA enabled")  # torch's own, on a CPU build
+
+
+@pytest.mark.parametrize("call", ["table_source", "describe_choice"])
+def test_without_a_device_name_or_a_gpu_the_public_names_ask_for_one(monkeypatch, call):
+    """Both answer for this process's GPU when no name is given; on a machine without a CUDA GPU
+    they say that a CUDA GPU is needed for that, naming `device_name` and the GPU names the
+    package has tables for, not torch's bare assertion; given a name they answer as ever."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "get_device_name", _no_cuda)
+    import groupconv_atlas as g
+
+    args = {"table_source": (), "describe_choice": (8, 32, 32, 56, 56, 32)}[call]
+    with pytest.raises(choice_source.NoGpuError) as raised:
+        getattr(g, call)(*args)
+    message = str(raised.value)
+    assert message.startswith(f"{call}: no device_name given") and "CUDA GPU is needed" in message
+    assert "pass device_name" in message and "Torch not compiled with CUDA enabled" in message
+    packaged = sorted(json.loads(p.read_text())["gpu_name"]
+                      for p in packaged_tables.TABLES_DIR.glob("*.json"))
+    assert packaged and all(repr(name) in message for name in packaged)
+    named = getattr(g, call)(*args, device_name=H200)
+    assert named["device_name"] == H200 and named["record"]
+
+
 @pytest.fixture
 def cpu_runtime(monkeypatch, tmp_path):
     """op_runtime._Runtime built on the CPU: a faked GPU name, no session, no cubins."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,22 +121,51 @@ def sources_against_record(doc: dict, kernels_dir: Path | None = None) -> dict[s
     return found
 
 
-def _device_name(device_name: str | None) -> str:
+class NoGpuError(RuntimeError):
+    """table_source or describe_choice asked for this process's GPU where there is none."""
+
+
+def _device_name(device_name: str | None, caller: str) -> str:
+    """`device_name`, or without one the name of this process's current CUDA GPU. Without a GPU
+    torch answers with its own assertion ("Torch not compiled with CUDA enabled") or a driver
+    error, which says nothing of the argument that would have answered on the CPU."""
     if device_name is not None:
         return device_name
-    import torch
+    try:
+        import torch
 
-    return torch.cuda.get_device_name()
+        return torch.cuda.get_device_name()
+    except (ImportError, AssertionError, RuntimeError) as err:
+        names = ", ".join(repr(n) for n in _packaged_gpu_names()) or "none"
+        raise NoGpuError(
+            f"{caller}: no device_name given, so it answers for this process's CUDA GPU, and a "
+            f"CUDA GPU is needed for that (torch: {err}); without one, pass device_name, the "
+            "GPU's name as torch.cuda.get_device_name() gives it (the package's launch tables "
+            f"are for {names})") from None
+
+
+def _packaged_gpu_names() -> list[str]:
+    """The GPU names the package's table files were exported for."""
+    from .packaged_tables import TABLES_DIR
+
+    names = []
+    for path in sorted(TABLES_DIR.glob("*.json")):
+        try:
+            names.append(json.loads(path.read_text())["gpu_name"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return sorted(names)
 
 
 def table_source(device_name: str | None = None, autotune: bool | None = None) -> dict:
     """Where conv2d's launch tables come from on the GPU named `device_name` (default: this
-    process's current GPU) without configure(): {"source": "packaged table" (with its "record",
-    "file" and "kernel_sources": sources_against_record), "autotune on first call" or "untuned
-    rule", "device_name", "autotune", "summary"}.
+    process's current GPU; without a CUDA GPU, NoGpuError asks for the name) without
+    configure(): {"source": "packaged table" (with its "record", "file" and "kernel_sources":
+    sources_against_record), "autotune on first call" or "untuned rule", "device_name",
+    "autotune", "summary"}.
     `autotune` as configure's (default: GROUPCONV_AUTOTUNE, else on only where no table covers
     the GPU)."""
-    source = gpu_tables(_device_name(device_name), autotune)
+    source = gpu_tables(_device_name(device_name, "table_source"), autotune)
     found = source.as_dict()
     if source.kind == PACKAGED:
         found["kernel_sources"] = sources_against_record(load_packaged(source.device_name))
@@ -149,7 +179,7 @@ def describe_choice(n: int, c_in: int, c_out: int, h: int, w: int, groups: int,
     GPU named `device_name`, as table_source: {"implementation" (None where it is autotuned on
     the first call), "variant", "source" (packaged table, nearest measured geometry, autotune on
     first call, untuned rule), "record", "why"}."""
-    source = gpu_tables(_device_name(device_name), autotune)
+    source = gpu_tables(_device_name(device_name, "describe_choice"), autotune)
     impl, variant, why, where = planned_choice(source, geometry_shape(n, c_in, c_out, h, w,
                                                                       groups), layout)
     return {"implementation": impl, "variant": variant,
