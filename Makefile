@@ -58,6 +58,9 @@ report: $(VENV)/.installed
 verify: $(VENV)/.installed
 	@$(WITH_RECORD) $(SNAKEMAKE) verify_provenance $$args $(QUIET)
 
+# In a replay overhead_probe, unseen_probe and network_probe each read the newest record of the
+# device that holds their samples, named in one line, beside the atlas's results; where none
+# does, that line says so and they exit 0 with nothing made.
 mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe: $(VENV)/.installed
 	@$(WITH_RECORD) $(SNAKEMAKE) $@ $$args $(QUIET)
 

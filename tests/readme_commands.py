@@ -30,9 +30,11 @@ files no longer hold). The kinds:
 * REPLAY: `make replay RECORD=<name>` for real, each record in a fresh copy; the smoke record in
   a copy of the session's `smoke_replay`, where it must find nothing to redo (integration);
 * PROBE: the public op's probes (`make overhead_probe`, `unseen_probe`, `network_probe` and
-  their snakemake lines) replay from the newest record's raw samples in the same sequence: they
-  write their JSON where it holds the samples, else refuse naming the missing file
-  (integration); `snakemake snapshot_record` in a replay checkout refuses too (fast);
+  their snakemake lines) replay, in the same sequence, the newest record of the device that holds
+  their raw samples (PROBE_RECORD), naming it in one line: they write their JSON and leave the
+  atlas's results as they were; where no record holds the samples they say so in one line and
+  exit 0 (integration; tests/test_probe_targets.py dry-runs each: fast);
+  `snakemake snapshot_record` in a replay checkout refuses (fast);
 * DRY: needs a GPU or a cluster: a Snakemake dry run (`-n` right after `snakemake`, so the rest
   parses exactly as typed) with the arguments that select the live DAG appended
   (`--config mode=live` last: `--config` takes every word after it), then a check of the DAG
@@ -85,8 +87,8 @@ DEVICE = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["device"]
 # What `make atlas` replays: the newest atlas record (a record of the passes alone joins it).
 NEWEST = find_record(ROOT / "records", "newest", DEVICE, having="raw/timing/*.json")
 SMOKE_RECORD = "h200-smoke-2026-11-29"
-# The probes that replay from their record's raw samples, and refuse, naming the file, in a
-# replay of a record that lacks them ("has nothing to replay from it", as the README says).
+# The probes' own targets and the raw samples each replays: from the newest record of the device
+# that holds them (PROBE_RECORD), whichever record `make atlas` replays.
 PROBE_RAW = {"overhead_probe": "overhead/samples.parquet",
              "unseen_probe": "probes/unseen/samples.parquet",
              "network_probe": "probes/networks/samples.parquet"}
@@ -98,8 +100,17 @@ def committed_records() -> list[str]:
     return sorted(p.parent.name for p in (ROOT / "records").glob("*/record.json"))
 
 
-def newest_holds(probe: str) -> bool:
-    return (NEWEST / "raw" / PROBE_RAW[probe]).is_file()
+def probe_record(probe: str) -> str | None:
+    """The record a probe's target replays on the default state (None where no record of the
+    device holds the probe's samples)."""
+    try:
+        return find_record(ROOT / "records", "newest", DEVICE,
+                           having=f"raw/{PROBE_RAW[probe]}").name
+    except LookupError:
+        return None
+
+
+PROBE_RECORD = {probe: probe_record(probe) for probe in PROBE_RAW}
 
 
 @dataclass(frozen=True)
@@ -113,11 +124,12 @@ class How:
 def _probe(command: str) -> How:
     probe = command.split()[1]
     where = "fresh copy, before make atlas" if command.startswith("make") else "after make atlas"
-    if newest_holds(probe):
-        return How(PROBE, f"{where}: {NEWEST.name} holds raw/{PROBE_RAW[probe]}, so it runs: "
-                   f"results/{DEVICE}/{PROBE_OUTPUT[probe]} written")
-    return How(PROBE, f"{where}: {NEWEST.name} lacks raw/{PROBE_RAW[probe]}, so it must refuse "
-               "naming that file")
+    if PROBE_RECORD[probe]:
+        return How(PROBE, f"{where}: replays {PROBE_RECORD[probe]}, the newest {DEVICE} record "
+                   f"holding raw/{PROBE_RAW[probe]}, naming it: "
+                   f"results/{DEVICE}/{PROBE_OUTPUT[probe]} written, atlas.json untouched")
+    return How(PROBE, f"{where}: no {DEVICE} record holds raw/{PROBE_RAW[probe]}: one line says "
+               "so, exit 0, nothing written")
 
 
 def _replay(name: str) -> How:

@@ -11,28 +11,48 @@ from pathlib import Path
 
 import pytest
 from helpers import copy_checkout, copy_replayed, run_guarded
-from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW, REPLAY, ROOT,
-                             SMOKE_RECORD, SUITE, TARGET_SEQUENCE, atlas_of, newest_holds, output,
-                             repo_env, run_command, split)
+
+from groupconv_atlas.runtime.files import sha256_file
+from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW,
+                             PROBE_RECORD, REPLAY, ROOT, SMOKE_RECORD, SUITE, TARGET_SEQUENCE,
+                             atlas_of, output, repo_env, run_command, split)
 
 
 # ---------------------------------------------------------------- integration: for real
 
 
-def _after(command: str, repo: Path, res) -> None:
+def _atlas_state(repo: Path) -> dict[str, str]:
+    """The atlas's results a reader opens, by hash: its tables, indexes and report pages (none
+    before `make atlas`)."""
+    out = repo / "results" / DEVICE
+    files = [out / name for name in ("atlas.json", "summary.parquet", "provenance.json",
+                                      "provenance-complete.json")]
+    files += sorted((out / "report").rglob("*"))
+    return {str(p.relative_to(out)): sha256_file(p) for p in files if p.is_file()}
+
+
+def _after(command: str, repo: Path, res, atlas_before: dict[str, str]) -> None:
     """What a RUN or PROBE command must leave behind (beyond its exit status)."""
     out = repo / "results" / DEVICE
     log = output(res)
     words = command.split()
     if COMMANDS[command].kind == PROBE:
         probe = words[1]
-        if newest_holds(probe):
-            assert res.returncode == 0, f"{command} failed ({res.returncode}):\n{log[-6000:]}"
-            assert (out / PROBE_OUTPUT[probe]).is_file(), f"{command}: no {PROBE_OUTPUT[probe]}"
+        assert res.returncode == 0, f"{command} failed ({res.returncode}):\n{log[-6000:]}"
+        assert "Traceback" not in log, f"{command}:\n{log[-3000:]}"
+        record = PROBE_RECORD[probe]
+        if record:
+            assert re.search(rf"^{probe}: replays record {re.escape(record)}\b", log,
+                             re.MULTILINE), f"{command}:\n{log[-3000:]}"
+            doc = json.loads((out / PROBE_OUTPUT[probe]).read_text())
+            assert all(f"records/{record}/raw/" in s["path"] for s in doc["sources"].values())
         else:
-            assert res.returncode != 0, f"{command} did not refuse:\n{log[-3000:]}"
-            assert f"snakemake {probe}: record {NEWEST.name} holds no {PROBE_RAW[probe]}" in log, \
-                f"{command}:\n{log[-3000:]}"
+            folder = PROBE_RAW[probe].rsplit("/", 1)[0]
+            assert re.search(rf"^{probe}: nothing to replay: .*raw/{re.escape(folder)}/", log,
+                             re.MULTILINE), f"{command}:\n{log[-3000:]}"
+            assert not (out / PROBE_OUTPUT[probe]).exists()
+        # The atlas's results (made before, or not yet) are left as they were.
+        assert _atlas_state(repo) == atlas_before, command
         return
     assert res.returncode == 0, f"{command} failed ({res.returncode}):\n{log[-6000:]}"
     files = {
@@ -70,7 +90,8 @@ def test_commands_that_run_here_run_for_real(tmp_path):
     after every rerun."""
     repo = copy_checkout(tmp_path / "repo")
     for command in TARGET_SEQUENCE:
-        _after(command, repo, run_command(repo, command))
+        before = _atlas_state(repo)
+        _after(command, repo, run_command(repo, command), before)
     res = run_command(repo, "make verify")
     assert res.returncode == 0 and "files match" in output(res), output(res)[-3000:]
 

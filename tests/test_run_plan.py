@@ -108,9 +108,12 @@ def test_the_smoke_replay_has_no_nsight_captures_probes_or_mobilenet(smoke):
                                   "raw/overhead/ (snakemake overhead_probe measures it live on "
                                   "a GPU)"}
     assert smoke.atlas.mobilenet_readings() == []
-    with pytest.raises(PlanError, match=f"snakemake unseen_probe: record {SMOKE_RECORD} holds no "
-                                        "probes/unseen/samples.parquet; measure it live"):
-        smoke.recorded_probe(None, "probes/unseen/samples.parquet", "x.json", "unseen_probe")
+    # No record of the device holds a probe: its own target says so in one line, making nothing.
+    assert smoke.probes.records == {"overhead": None, "unseen": None, "networks": None}
+    assert smoke.probes.result("unseen") is None and not smoke.probes.borrowed_records
+    assert smoke.probes.replayed_line("unseen") == (
+        f"unseen_probe: nothing to replay: record {SMOKE_RECORD} holds no raw/probes/unseen/ and "
+        "no record of device h200-smoke does; measure it live on a GPU")
     with pytest.raises(PlanError, match="snakemake snapshot_record: copies a live run's raw"):
         smoke.snapshot_in_a_replay(None)
 
@@ -225,6 +228,77 @@ def test_a_replay_of_newest_without_captures_borrows_them_from_the_newest_that_h
     # The capture record's own timing jobs give the captured implementations' latencies.
     assert plan.nsight.timing and all(t.startswith("records/h200-2026-12-01-b/raw/timing/")
                                       for ts in plan.nsight.timing.values() for t in ts)
+
+
+PROBE_FILES = {"overhead": ("overhead", ["samples.parquet", "host.parquet", "probe.json"]),
+               "unseen": ("probes/unseen", ["samples.parquet", "probe.json"]),
+               "networks": ("probes/networks", ["samples.parquet", "probe.json"])}
+PROBE_TARGETS = {"overhead": "overhead_probe", "unseen": "unseen_probe",
+                 "networks": "network_probe"}
+
+
+def records_holding(device: str, probe: str) -> list[str]:
+    """The records of `device` holding every raw file of `probe`, oldest first (manifests here)."""
+    folder, files = PROBE_FILES[probe]
+    held = [(json.loads(p.read_text())["created_utc"], p.parent.name)
+            for p in (ROOT / "records").glob("*/record.json")
+            if json.loads(p.read_text())["device"] == device
+            and all((p.parent / "raw" / folder / f).is_file() for f in files)]
+    return [name for _, name in sorted(held)]
+
+
+def test_a_replay_of_the_newest_reads_each_probe_from_the_newest_record_that_holds_it():
+    plan = RunPlan.from_config(config_of(), ROOT, 2, gpu_available=no_gpu)
+    for probe, (folder, _) in PROBE_FILES.items():
+        holding = records_holding("h200", probe)
+        assert holding, f"a committed h200 record holds raw/{folder}/ (premise)"
+        expected = holding[-1]
+        target = PROBE_TARGETS[probe]
+        assert plan.probes.records[probe] == f"records/{expected}"
+        assert plan.probes.raw(probe, "samples.parquet") == \
+            f"records/{expected}/raw/{folder}/samples.parquet"
+        if expected == plan.record_name:
+            assert plan.probes.replayed_line(probe) == f"{target}: replays record {expected}"
+            continue
+        # Another record than the atlas's: checked on its own, named in one line; the atlas's
+        # results are not waited for or remade, and atlas.json names where the probe replays.
+        assert plan.probes.borrows(probe) and expected in plan.probes.borrowed_records
+        assert plan.probes.record_check(probe) == [
+            "results/h200/record-check.json", f"results/h200/probe-record-check/{expected}.json"]
+        line = plan.probes.replayed_line(probe)
+        assert line.startswith(f"{target}: replays record {expected}, the newest record of "
+                               f"device h200 that holds raw/{folder}/ (record {plan.record_name}")
+        assert plan.atlas.probe_plan[probe]["result"] is None
+        assert f"snakemake {target} replays it from record {expected}" in \
+            plan.atlas.probe_plan[probe]["reason"]
+        assert plan.probes.result(probe) not in plan.atlas.complete_targets()
+
+
+def test_a_named_record_without_a_probe_names_the_records_that_hold_it():
+    newest = newest_record("h200")
+    plan = RunPlan.from_config(config_of(record=newest), ROOT, 2, gpu_available=no_gpu)
+    lacking = [p for p, (folder, files) in PROBE_FILES.items()
+               if not all((ROOT / "records" / newest / "raw" / folder / f).is_file()
+                          for f in files)]
+    if not lacking:
+        pytest.skip(f"{newest} holds every probe")
+    for probe in lacking:
+        assert plan.probes.records[probe] is None and plan.probes.result(probe) is None
+        assert plan.probes.replayed_line(probe) == (
+            f"{PROBE_TARGETS[probe]}: nothing to replay: record {newest} holds no "
+            f"raw/{PROBE_FILES[probe][0]}/ (records of device h200 that do: "
+            f"{', '.join(sorted(records_holding('h200', probe)))}; a replay of the newest "
+            "record, the default, replays the newest of them); measure it live on a GPU")
+
+
+def test_the_notes_are_filed_by_what_they_are_about():
+    plan = RunPlan.from_config(config_of(), ROOT, 2, gpu_available=no_gpu)
+    filed = [n for notes in plan.notes_about.values() for n in notes]
+    assert sorted(filed) == sorted(plan.notes) and len(set(plan.notes)) == len(plan.notes)
+    assert set(plan.notes_about) <= {"run", "kernels", "nsight", "atlas", "passes"}
+    assert all("Nsight" in n for n in plan.notes_about.get("nsight", []))
+    assert all("measurements for" in n for n in plan.notes_about.get("kernels", []))
+    assert all("backward pass" in n for n in plan.notes_about.get("passes", []))
 
 
 # --- live ------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ rule assemble_atlas:
         # report package's helpers along (code() follows imports).
         code=code("artifacts", "floors", "jobs", "files", "provenance", "stats", "medians",
                   "probe_summaries", "headline_lines"),
+        # No file: the notes on what the atlas leaves out, printed where the DAG makes it.
+        notes=plan_notes("kernels", "atlas"),
     output:
         atlas=f"{PLAN.results}/atlas.json",
         details=f"{PLAN.results}/map-details.json",
@@ -127,6 +129,7 @@ rule assemble_passes:
         shapes=f"{PLAN.results}/shapes.json",
         code=code("artifacts", "comparisons", "jobs", "pass_stats", "provenance", "shapes_table",
                   "stats"),
+        notes=plan_notes("passes"),  # no file: the notes on where the passes come from
     output:
         table=PLAN.passes.table,
         summary=PLAN.passes.summary,

@@ -36,8 +36,44 @@ try:
     PLAN = RunPlan.from_config(config, workflow.basedir, _total_cores())
 except PlanError as _err:
     raise WorkflowError(str(_err)) from None
-for _note in PLAN.notes:
-    print(f"note: {_note}", file=sys.stderr)
+
+# GPU jobs that do not measure time (builds, verification) on the GPU at once, unless given by
+# `--resources gpu=N`; a replay runs no GPU job, so it lists no GPU on a machine without one.
+if PLAN.measures_on_gpu and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", 4)
+
+_said: set[str] = set()
+
+
+def say_once(line: str | None) -> None:
+    """A line for the person at the command, once per run: the DAG asks an input function more
+    than once, and a cluster job reads the workflow again in a process of its own."""
+    if line and workflow.is_main_process and line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr)
+
+
+def plan_notes(*topics: str):
+    """An input function naming no file, listed by the rules a note is about: it prints the plan's
+    notes about `topics` (PLAN.notes_about) where the DAG makes such a job, and only there."""
+
+    def input_function(wildcards):
+        for note in (n for topic in topics for n in PLAN.notes_about.get(topic, [])):
+            say_once(f"note: {note}")
+        return []
+
+    return input_function
+
+
+for _note in PLAN.notes_about.get("run", []):  # about the whole run: on every call
+    say_once(f"note: {_note}")
+
+
+def probe_target(name: str):
+    """A probe's target's input: its output, after a line naming the record a replay reads; where
+    no record gives it, that line alone (nothing to do: exit 0), not a trace."""
+    return lambda wildcards: say_once(PLAN.probes.replayed_line(name)) or \
+        PLAN.probes.result(name) or []
 
 
 def code(*modules: str) -> list[str]:

@@ -1,24 +1,25 @@
 # Two probes of the public op beyond the atlas's shapes (groupconv_atlas.study.networks): whole
 # torchvision networks converted with groupconv_atlas.convert (snakemake network_probe), and
 # realistic geometries the atlas did not measure (snakemake unseen_probe). Each: a GPU job (live
-# only) writes raw samples, a CPU job their statistics (in replay from the committed record).
-# Each probe's JSON joins atlas.json and the report's probes page when the record holds its raw
-# samples (replay) or probes.with_atlas names it (live): PLAN.atlas.probe_plan. Reads config, PLAN,
-# code() and plan_input() (common.smk).
+# only) writes raw samples, a CPU job their statistics (in replay from the committed record, or
+# for a replay of the newest record that lacks the probe's samples, from the newest that holds
+# them: PLAN.probes). Each probe's JSON joins atlas.json and the report's probes page when the
+# replayed record holds its raw samples or probes.with_atlas names it (live):
+# PLAN.atlas.probe_plan. Reads config, PLAN, code() and probe_target() (common.smk).
 
 
 rule network_probe:
-    """Whole networks, original against converted (live on a GPU, else from the record)."""
+    """Whole networks, original against converted (live on a GPU, else from the newest record
+    that holds them; it names the record, or says that none does)."""
     input:
-        plan_input(PLAN.recorded_probe, "probes/networks/samples.parquet",
-                   f"{PLAN.results}/probes/networks.json", "network_probe"),
+        probe_target("networks"),
 
 
 rule unseen_probe:
-    """Unseen geometries: dispatch and autotune against PyTorch (live, else from the record)."""
+    """Unseen geometries: dispatch and autotune against PyTorch (live, else from the newest
+    record that holds them; it names the record, or says that none does)."""
     input:
-        plan_input(PLAN.recorded_probe, "probes/unseen/samples.parquet",
-                   f"{PLAN.results}/probes/unseen.json", "unseen_probe"),
+        probe_target("unseen"),
 
 
 if PLAN.measures_on_gpu:
@@ -60,9 +61,9 @@ if PLAN.measures_on_gpu:
 
 rule probe_stats:
     input:
-        samples=PLAN.raw("probes/{probe}/samples.parquet"),
-        probe=PLAN.raw("probes/{probe}/probe.json"),
-        check=PLAN.record_check(),
+        samples=lambda wildcards: PLAN.probes.raw(wildcards.probe, "samples.parquet"),
+        probe=lambda wildcards: PLAN.probes.raw(wildcards.probe, "probe.json"),
+        check=lambda wildcards: PLAN.probes.record_check(wildcards.probe),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
         code=code("files", "jobs", "networks", "network_training", "provenance", "record_formats",
                   "stats", "timing"),

@@ -2,7 +2,7 @@
 # (SASS) of every built kernel, each parsed into one table. Target: `snakemake nsight`.
 # Captures run live only (GPU); in replay the captures and cubins come from the record and only
 # the tables are rebuilt. Which pairs, from which record: PLAN.nsight (study/nsight_plan.py).
-# Reads config, PLAN and code() (common.smk).
+# Reads config, PLAN, code() and plan_notes() (common.smk).
 
 
 rule nsight:
@@ -48,6 +48,7 @@ rule nsight_table:
         check=PLAN.record_check(),
         nsight_check=PLAN.nsight.record_check(),
         code=code("jobs", "nsight_table", "provenance", "shapes_table"),
+        notes=plan_notes("nsight"),  # no file: the notes on the captures the table shows
     output:
         table=f"{PLAN.results}/nsight.parquet",
         prov=PLAN.prov("nsight_table"),
@@ -69,6 +70,7 @@ rule machine_code:
         records=[PLAN.raw(f"builds/{k}.json") for k in PLAN.kernels],
         check=PLAN.record_check(),
         code=code("jobs", "provenance", "sass"),
+        notes=plan_notes("kernels"),  # no file: the note on kernels a replay leaves out
     output:
         table=f"{PLAN.results}/machine_code.parquet",
         sass=[f"{PLAN.results}/sass/{k}.sass" for k in PLAN.kernels],

@@ -1,16 +1,17 @@
 # The call-overhead benchmark (snakemake overhead_probe): groupconv_atlas.conv2d against
 # F.conv2d per call on the host, synchronized, and inside a CUDA graph against its bare kernel
-# (GPU job, live only), then its statistics (CPU job; in replay from the committed record).
-# overhead.json joins atlas.json and the report's probes page when the record holds raw/overhead/
-# (replay) or probes.with_atlas names it (live): PLAN.atlas.probe_plan. Reads config, PLAN, code()
-# and plan_input() (common.smk).
+# (GPU job, live only), then its statistics (CPU job; in replay from the committed record, or
+# for a replay of the newest record that holds no raw/overhead/, from the newest that does:
+# PLAN.probes). overhead.json joins atlas.json and the report's probes page when the replayed
+# record holds raw/overhead/ or probes.with_atlas names it (live): PLAN.atlas.probe_plan. Reads
+# config, PLAN, code() and probe_target() (common.smk).
 
 
 rule overhead_probe:
-    """The call-overhead benchmark's summary (live on a GPU, else from the record)."""
+    """The call-overhead benchmark's summary (live on a GPU, else from the newest record that
+    holds it; it names the record, or says that none does)."""
     input:
-        plan_input(PLAN.recorded_probe, "overhead/samples.parquet", f"{PLAN.results}/overhead.json",
-                   "overhead_probe"),
+        probe_target("overhead"),
 
 
 if PLAN.measures_on_gpu:
@@ -44,10 +45,10 @@ if PLAN.measures_on_gpu:
 
 rule overhead_stats:
     input:
-        samples=PLAN.raw("overhead/samples.parquet"),
-        host=PLAN.raw("overhead/host.parquet"),
-        probe=PLAN.raw("overhead/probe.json"),
-        check=PLAN.record_check(),
+        samples=PLAN.probes.raw("overhead", "samples.parquet"),
+        host=PLAN.probes.raw("overhead", "host.parquet"),
+        probe=PLAN.probes.raw("overhead", "probe.json"),
+        check=PLAN.probes.record_check("overhead"),
         # overhead.py holds the GPU measurement beside the statistics: its imports come along.
         code=code("files", "jobs", "overhead", "provenance", "record_formats", "stats"),
     output:

@@ -1,3 +1,4 @@
+import re
 from datetime import date
 
 from groupconv_atlas.study.record_check import drift_warning as _drift_warning
@@ -61,6 +62,25 @@ if PLAN.replays_record:
                 prov=PLAN.prov("check_nsight_record"),
             log:
                 f"{PLAN.results}/logs/check_nsight_record.log",
+            conda:
+                "../../envs/cpu.yaml"
+            script:
+                "../scripts/check_record.py"
+
+    if PLAN.probes.borrowed_records:
+
+        rule check_probe_record:
+            """A record a probe's own target replays from, when it is not the main one."""
+            input:
+                unpack(PLAN.probes.check_inputs),
+                code=PLAN.record_check_inputs(PLAN.record)["code"],
+            output:
+                check=PLAN.probes.borrowed_check("{record}"),
+                prov=PLAN.prov("check_probe_record", "{record}"),
+            wildcard_constraints:
+                record="|".join(re.escape(name) for name in PLAN.probes.borrowed_records),
+            log:
+                f"{PLAN.results}/logs/check_probe_record-{{record}}.log",
             conda:
                 "../../envs/cpu.yaml"
             script:

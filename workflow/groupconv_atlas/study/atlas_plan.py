@@ -25,6 +25,7 @@ ATLAS_PROBES = {
     "networks": {"snakemake_target": "network_probe", "raw": "probes/networks",
                  "files": ["samples.parquet", "probe.json"], "result": "probes/networks.json"},
 }
+
 # The atlas's tables (assemble_atlas), beside its index and the index of everything it made.
 ATLAS_TABLES = ["atlas.json", "map-details.json", "summary.parquet", "comparisons.parquet",
                 "verification.parquet", "roofline.parquet", "current-evidence.md"]
@@ -129,9 +130,13 @@ class AtlasPlan:
             held = f"holds raw/{probe['raw']}/ without {', '.join(missing)}"
         else:
             held = f"holds no raw/{probe['raw']}/"
+        # The probe's own target replays it from another record where one holds it (ProbePlan).
+        elsewhere = run.probes.record_name(name) if run.probes.borrows(name) else None
+        how = (f"snakemake {probe['snakemake_target']} replays it from record {elsewhere}, the "
+               "newest that holds it" if elsewhere else
+               f"snakemake {probe['snakemake_target']} measures it live on a GPU")
         return {**entry, "reason": f"not measured in record {run.record_name}: it {held} "
-                                   f"(snakemake {probe['snakemake_target']} measures it live on "
-                                   "a GPU)"}
+                                   f"({how})"}
 
     @functools.cached_property
     def agreement_pair(self) -> dict | None:

@@ -27,6 +27,7 @@ from .config_check import resolve_kernel_lists, shape_id_errors
 from .nsight_plan import NsightPlan
 from .pass_plan import PassPlan
 from .plan import PlanError
+from .probe_plan import ProbePlan
 from .record_check import recorded_sources
 from .records import record_files
 from .shapes_table import ShapeError, load_shapes
@@ -83,7 +84,12 @@ class RunPlan:
         # Where the plan reads the checkout: as given when the working directory is the root
         # (Snakemake's), so a message names a path as the rules do.
         self._base = _from_root(self.root, ".")
-        self.notes: list[str] = []  # lines common.smk prints on every Snakemake call
+        # What the run has to say beside its jobs, each note about one part of it (its topic:
+        # "run", "kernels", "nsight", "atlas", "passes"). common.smk prints a "run" note on every
+        # call and any other once, where the DAG holds a job of that part (the rules that list
+        # plan_notes(topic)), so a command that makes none of it stays quiet.
+        self.notes: list[str] = []
+        self.notes_about: dict[str, list[str]] = {}
         self.device = config["device"]
         self.results = f"results/{self.device}"
         self.record = None
@@ -126,9 +132,10 @@ class RunPlan:
             absent += [b for b in config["baselines"]
                        if not self.at(self.raw(f"verification/{b}.parquet")).is_file()]
             if absent:
-                self.notes.append(f"record {self.record_name} has no measurements for "
-                                  f"{', '.join(sorted(absent))}; the replay leaves them out "
-                                  "(measure live on a GPU to include them)")
+                self._notes("kernels").append(
+                    f"record {self.record_name} has no measurements for "
+                    f"{', '.join(sorted(absent))}; the replay leaves them out (measure live on a "
+                    "GPU to include them)")
             self.kernels = [k for k in self.kernels if k not in absent]
             self.implementations = [i for i in self.implementations if i not in absent]
         self.tuned_kernels = [k for k in self.kernels if registry.KERNELS[k].variants is not None]
@@ -136,11 +143,13 @@ class RunPlan:
         self.jobs = (plan.configured_jobs(config["timing"]) if self.measures_on_gpu
                      else plan.recorded_jobs(self.at(self.record)))
         self.timing_jobs = list(self.jobs)
-        # The Nsight captures and what `atlas` makes, each with its own part of the plan.
-        self.nsight = NsightPlan(self, self.notes)
-        self.atlas = AtlasPlan(self, self.notes)
+        # The Nsight captures, the record each probe's own target replays, and what `atlas`
+        # makes (which reads the probes' records), each with its own part of the plan.
+        self.nsight = NsightPlan(self, self._notes("nsight"))
+        self.probes = ProbePlan(self)
+        self.atlas = AtlasPlan(self, self._notes("atlas"))
         # The backward passes (input_grad, weight_grad): their own jobs, stats and pages.
-        self.passes = PassPlan(self, self.notes)
+        self.passes = PassPlan(self, self._notes("passes"))
         # The quick kernel bench (`snakemake kernel_bench`), refused here if misconfigured.
         self.bench = BenchPlan(self)
 
@@ -156,7 +165,11 @@ class RunPlan:
         live_run.leave_out(config, kernel)
         note = live_run.gate_note(kernel, result, path)
         self.gated_out.append({"kernel": kernel, "result": path, "note": note})
-        self.notes.append(note)
+        self._notes("run").append(note)
+
+    def _notes(self, topic: str) -> list[str]:
+        """The list of notes about `topic`; a note appended to it joins `notes` too, in order."""
+        return self.notes_about.setdefault(topic, _TopicNotes(self.notes))
 
     # ---- the mode ----
 
@@ -289,15 +302,6 @@ class RunPlan:
                 "all_builds": [self.raw(f"builds/{k}.json") for k in self.kernels],
                 "all_tunings": self.tuning_records(self.kernels)}
 
-    def recorded_probe(self, wildcards, path: str, result: str, target: str) -> str:
-        """The probe's result, or in a replay whose record lacks the probe's raw samples, a
-        refusal that says so (rather than a missing-file trace)."""
-        if self.replays_record and not self.at(self.raw(path)).is_file():
-            raise PlanError(f"snakemake {target}: record {self.record_name} holds no {path}; "
-                            "measure it live on a GPU, or replay a record that has it "
-                            "(records/INDEX.json lists them)")
-        return result
-
     def snapshot_in_a_replay(self, wildcards):
         """snapshot_record's input in a replay: a refusal that says what the rule needs."""
         raise PlanError("snakemake snapshot_record: copies a live run's raw layer into "
@@ -355,6 +359,18 @@ class RunPlan:
                 "impl": "|".join(registry.IMPLEMENTATIONS),
                 "job": "|".join(re.escape(j) for j in self.timing_jobs),
                 **self.passes.wildcard_constraints}
+
+
+class _TopicNotes(list):
+    """One topic's notes (RunPlan._notes): each appended joins the run's list too."""
+
+    def __init__(self, everything: list[str]):
+        super().__init__()
+        self._everything = everything
+
+    def append(self, note: str) -> None:
+        super().append(note)
+        self._everything.append(note)
 
 
 def _from_root(root: Path, path: str | Path) -> Path:
