@@ -234,8 +234,13 @@ def test_gpu_run_makes_one_snakemake_call_with_its_environment_as_config(tmp_pat
     args = (tmp_path / "args").read_text().splitlines()
     assert args == ["live_record", "--cores", "all", "--keep-going", "--configfile",
                     "config/config.yaml", "config/gpu-run.yaml", "config/lean-run.yaml",
-                    "--config", "mode=live", "record_name=x-1", "gate_kernel=k10",
-                    "extra_targets=[mobilenet_probe,network_probe]", "rerun_check=True"], args
+                    "--config", "mode=live", "device=nowhere", "record_name=x-1",
+                    "gate_kernel=k10", "extra_targets=[mobilenet_probe,network_probe]",
+                    "rerun_check=True"], args
+    # Without DEVICE the run is named for the GPU that is there (its name through nvidia-smi).
+    named = {k: v for k, v in env.items() if k != "DEVICE"}
+    run_guarded(["bash", "tools/gpu_run.sh", "full"], copy, env=named)
+    assert "device=h200" in (tmp_path / "args").read_text().splitlines()
     # Those arguments make the live DAG here (a dry run), the gate and the rerun check in it.
     jobs = dag(snakemake(copy, "-n", *args[:1], *args[3:]).stdout)
     assert set(jobs) == {"gpu_tests", "live_run", "rerun_check", "live_record"}
