@@ -195,7 +195,7 @@ def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
     from groupconv_atlas.study.evidence import fill, template_blocks
 
     blocks = template_blocks()
-    assert set(blocks) == {"document", "headline_tables", "nchw_only", "caveats", "roofline",
+    assert set(blocks) == {"document", "headline_items", "caveats", "amendments", "roofline",
                            "spread", "algorithms", "crosscheck"}
     assert "## The answer first" in blocks["document"].template
     with pytest.raises(KeyError, match="no_such_value"):
@@ -203,8 +203,6 @@ def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
 
 
 def test_headline_over_both_layouts_keeps_the_nchw_reading_beside_it():
-    from groupconv_atlas.study.evidence import _group_rows
-
     rng = np.random.default_rng(1)
     rows = []
     # On the depthwise shapes cuDNN on channels_last beats k5 (ratio 0.6); NCHW PyTorch does not.
@@ -235,7 +233,6 @@ def test_headline_over_both_layouts_keeps_the_nchw_reading_beside_it():
     assert fastest["dw-big"]["fastest"] == "torch_tuned_nhwc"
     assert fastest["dw-big"]["fastest_layout"] == "nhwc"
     assert any("NHWC on 2 shapes" in line for line in doc["summary_lines"])
-    assert any("depthwise" in r for r in _group_rows(old["boundaries"]["graph_device"], "k5"))
 
 
 def test_best_custom_kernel_per_shape_is_read_in_either_layout_and_named_by_region():

@@ -51,6 +51,9 @@ rule assemble_atlas:
         aa_implementation=config["timing"]["aa_implementation"],
         tolerance_factor=config["verification"]["tolerance_factor"],
         probes=PLAN.atlas.probe_plan,
+        # What the record holds of the Nsight captures (their own target tabulates them), so the
+        # evidence can say whether this record measured them.
+        nsight=PLAN.nsight.atlas_section(),
     log:
         f"{PLAN.results}/logs/assemble_atlas.log",
     conda:

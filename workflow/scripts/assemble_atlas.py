@@ -86,6 +86,8 @@ details = map_details(shapes_doc, comparisons, verification, evidence, floors)
 # their headline sentences. Without them nothing here changes (a forward-only record's bytes).
 if smk.input.get("passes"):
     atlas = with_passes(atlas, load_json(smk.input.passes[0]))
+# What the record holds of the Nsight captures (the nsight target's tables hold the captures).
+atlas = {**atlas, "nsight": dict(p.nsight)}
 
 write_parquet(smk.output.summary, summary)
 write_parquet(smk.output.comparisons, comparisons)

@@ -78,6 +78,19 @@ class NsightPlan:
         """A replay whose captures come from another record than the one it replays."""
         return self.record != self.run.record
 
+    def atlas_section(self) -> dict:
+        """What atlas.json says of the Nsight captures (current-evidence.md reads it; the
+        captures themselves are the nsight target's). A replay: how many its record holds, and
+        whose the nsight table shows where it borrows another record's. A live run makes them
+        with that target, apart from the atlas's jobs, so the atlas cannot say whether it ran."""
+        if not self.run.replays_record:
+            return {"mode": "live", "snakemake_target": "nsight",
+                    "configured_pairs": len(self.pairs)}
+        return {"mode": "replay", "snakemake_target": "nsight",
+                "captures": 0 if self.borrows_record else len(self.pairs),
+                "borrowed_from": Path(self.record).name if self.borrows_record else None,
+                "borrowed_captures": len(self.pairs) if self.borrows_record else 0}
+
     @property
     def record_name(self) -> str:
         """The record the captures come from, or "live"."""
