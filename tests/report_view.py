@@ -5,7 +5,11 @@ At scroll 0 the shown thing's top must be inside the window: a page's first head
 landing page's, or that of the page in the result's frame) and a figure's top edge. Scrolled
 as far as it goes, its bottom must be inside the window too. Snakemake's report used to centre
 the content pane's child vertically, so whatever overflowed at the top could not be scrolled
-to (workflow/report/report.css); this is the check that would have seen it."""
+to (workflow/report/report.css); this is the check that would have seen it.
+
+And what the first screen (scroll 0, nothing scrolled sideways) holds: a page's first verdict
+column (VERDICT_JS), a figure's x axis (FIGURE_AXIS_JS), the landing page's one-line verdict
+and glance figure (LANDING_JS)."""
 from __future__ import annotations
 
 VIEWPORTS = ({"width": 1400, "height": 1000}, {"width": 1920, "height": 1080})
@@ -149,3 +153,146 @@ SETTLED_JS = """() => Promise.race([
         .filter(a => a.effect && a.effect.getComputedTiming().endTime !== Infinity)
         .map(a => a.finished.catch(() => null))),
     new Promise(done => setTimeout(done, 5000))])"""
+
+
+# -- the first screen: what a reader sees at scroll 0 without scrolling sideways ------------------
+
+# In a framed page's document (or a page opened on its own): at scroll 0, every box scrolled to
+# its left, the page's first verdict column's header (table_html marks a class, ratio or
+# interval column `th.verdict`) with the window, and each table's first verdict header with the
+# box it scrolls in (a table of many verdict columns, the atlas map's, shows its first and
+# scrolls to the others); and how far the page itself runs past the window's right edge (a table
+# cut there, not scrolling in a box).
+VERDICT_JS = """() => {
+    scrollTo(0, 0);
+    for (const box of document.querySelectorAll(".table-box, #map-wrap")) box.scrollLeft = 0;
+    const doc = document.scrollingElement || document.documentElement;
+    const rect = e => { const r = e.getBoundingClientRect();
+        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+    const heads = [...document.querySelectorAll("th.verdict")].filter(th => th.offsetParent);
+    const out = {width: innerWidth, height: innerHeight, overflow: doc.scrollWidth - innerWidth,
+                 verdicts: heads.length, first: null, hidden: []};
+    if (heads.length) {
+        out.first = {...rect(heads[0]), text: heads[0].textContent.trim().slice(0, 40)};
+    }
+    const firsts = [...new Set(heads.map(th => th.closest("table")))]
+        .map(t => heads.find(th => th.closest("table") === t));
+    for (const th of firsts) {
+        const box = th.closest(".table-box, #map-wrap");
+        const r = rect(th), right = Math.min(innerWidth, box ? rect(box).right : innerWidth);
+        if (r.right > right + 0.5 || r.left < -0.5) {
+            out.hidden.push({text: th.textContent.trim().slice(0, 40), right: r.right,
+                             edge: right});
+        }
+    }
+    scrollTo(0, 0);
+    return out;
+}"""
+
+# In the report's own document: a figure shown as an <img> (its src a data: URL of an SVG), laid
+# out again inline, hidden, over the image at the same place and size, so that each x axis's tick
+# labels (matplotlib's `xtick_*` groups, text kept as text: style.SVG_RC) have a position in the
+# window. The argument is the image's selector; the pane (or page) is at scroll 0. Returns, per
+# line of tick labels (an axis at the bottom or the top of a panel), whether all of it is inside
+# the window; null where the figure has no x axis (a note figure).
+FIGURE_AXIS_JS = """(selector) => {
+    const img = document.querySelector(selector);
+    if (!img || !img.src.startsWith("data:image/svg+xml")) return null;
+    const [head, data] = img.src.split(",", 2);
+    const text = head.endsWith(";base64")
+        ? new TextDecoder().decode(Uint8Array.from(atob(data), c => c.charCodeAt(0)))
+        : decodeURIComponent(data);
+    const r = img.getBoundingClientRect();
+    const holder = document.createElement("div");
+    holder.style.cssText = `position:fixed;left:${r.left}px;top:${r.top}px;width:${r.width}px;`
+        + `height:${r.height}px;visibility:hidden;pointer-events:none;overflow:visible`;
+    holder.innerHTML = text.replace(/^[\\s\\S]*?(?=<svg[\\s>])/, "");
+    document.body.append(holder);
+    const svg = holder.querySelector("svg");
+    svg.setAttribute("width", r.width);
+    svg.setAttribute("height", r.height);
+    // An image drawn with object-fit: contain at the left top (the landing page's glance).
+    if (getComputedStyle(img).objectFit === "contain") {
+        svg.setAttribute("preserveAspectRatio", "xMinYMin meet");
+    }
+    const lines = [];
+    for (const axis of svg.querySelectorAll('g[id^="matplotlib.axis"]')) {
+        const labels = [...axis.querySelectorAll('g[id^="xtick"] text')]
+            .map(t => t.getBoundingClientRect()).filter(b => b.width > 0);
+        const rows = {};
+        for (const b of labels) (rows[Math.round(b.top / 4)] ||= []).push(b);
+        for (const row of Object.values(rows)) {
+            lines.push({top: Math.min(...row.map(b => b.top)),
+                        bottom: Math.max(...row.map(b => b.bottom)),
+                        left: Math.min(...row.map(b => b.left)),
+                        right: Math.max(...row.map(b => b.right)), labels: row.length});
+        }
+    }
+    holder.remove();
+    if (!lines.length) return null;
+    const inside = l => l.top >= -0.5 && l.bottom <= innerHeight + 0.5 && l.left >= -0.5
+        && l.right <= innerWidth + 0.5;
+    return {window: innerHeight, figure: {top: r.top, bottom: r.bottom, height: r.height},
+            lines: lines.length, shown: lines.filter(inside).length,
+            nearest: Math.min(...lines.map(l => l.top))};
+}"""
+
+# The landing page at scroll 0: the one-line verdict (p.verdict) and the glance figure
+# (.glance img) with the window: both must be on the first screen, the figure whole.
+LANDING_JS = """([pane]) => {
+    const p = document.querySelector(pane);
+    p.scrollTop = 0;
+    const rect = e => { if (!e) return null; const r = e.getBoundingClientRect();
+        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, height: r.height}; };
+    const verdict = p.querySelector(".prose p.verdict");
+    return {window: {width: innerWidth, height: innerHeight}, pane: rect(p),
+            verdict: rect(verdict), verdictText: verdict ? verdict.textContent.trim() : null,
+            glance: rect(p.querySelector(".prose .glance img"))};
+}"""
+
+
+def _within(box: dict, width: float, height: float, top: float = 0.0) -> bool:
+    return (box["top"] >= top - SLACK and box["bottom"] <= height + SLACK
+            and box["left"] >= -SLACK and box["right"] <= width + SLACK)
+
+
+def verdict_problems(view: dict, what: str, size: str) -> list[str]:
+    """What a page's first screen cuts of its verdict columns, or of itself at the right."""
+    out = []
+    if view["overflow"] > SLACK:
+        out.append(f"{what} at {size}: the page runs {view['overflow']:.0f} px past the "
+                   "window's right edge (a table cut there rather than scrolling in its box)")
+    first = view["first"]
+    if first and not _within(first, view["width"], view["height"]):
+        out.append(f"{what} at {size}: its first verdict column ({first['text']!r}) is at "
+                   f"x {first['left']:.0f}-{first['right']:.0f}, y {first['top']:.0f}, outside "
+                   f"the first screen ({view['width']}x{view['height']})")
+    for hidden in view["hidden"]:
+        out.append(f"{what} at {size}: a table's first verdict column {hidden['text']!r} ends "
+                   f"at {hidden['right']:.0f} px, past the {hidden['edge']:.0f} px the table "
+                   "shows before scrolling sideways")
+    return out
+
+
+def axis_problems(view: dict | None, what: str, size: str) -> list[str]:
+    """Whether a figure shows one of its x axes (a whole line of tick labels) on its first
+    screen; a figure without an x axis has nothing to show."""
+    if view is None or view["shown"]:
+        return []
+    return [f"{what} at {size}: none of its {view['lines']} x-axis tick-label lines is inside "
+            f"the window at scroll 0 (the nearest at {view['nearest']:.0f} px, the window "
+            f"{view['window']} px tall; the figure {view['figure']['height']:.0f} px tall)"]
+
+
+def landing_problems(view: dict, what: str, size: str) -> list[str]:
+    """Whether the landing page's first screen holds the verdict and the glance figure whole."""
+    width, height = view["window"]["width"], view["window"]["height"]
+    out = []
+    for name, box in (("one-line verdict", view["verdict"]), ("glance figure", view["glance"])):
+        if box is None:
+            out.append(f"{what} at {size}: the landing page has no {name}")
+        elif not _within(box, width, height, view["pane"]["top"]):
+            out.append(f"{what} at {size}: the {name} spans y {box['top']:.0f}-"
+                       f"{box['bottom']:.0f}, x {box['left']:.0f}-{box['right']:.0f}: not whole "
+                       f"on the first screen ({width}x{height})")
+    return out

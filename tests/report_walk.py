@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from report_view import (BREADCRUMBS, CONTENT, FRAME_JS, FRAME_READY_JS, FRAME_STATE_JS, NAV,
-                         NAV_PANE, PANE_JS, SETTLED_JS, VIEWPORTS, frame_problems,
-                         pane_problems, size_name)
+from report_view import (BREADCRUMBS, CONTENT, FIGURE_AXIS_JS, FRAME_JS, FRAME_READY_JS,
+                         FRAME_STATE_JS, LANDING_JS, NAV, NAV_PANE, PANE_JS, SETTLED_JS,
+                         VERDICT_JS, VIEWPORTS, axis_problems, frame_problems,
+                         landing_problems, pane_problems, size_name, verdict_problems)
 
 
 ARTIFACTS = Path(__file__).parent / "artifacts" / "report"
@@ -289,19 +290,31 @@ class ReportWalk:
 
     def check_views(self, what: str, shown: str, stem: str, framed: bool = False):
         """At each window size: whether `shown` (a selector in the content pane) and, in a
-        frame, its page are shown from their top and scroll to their end (report_view), with
-        a screenshot of the window at scroll 0."""
+        frame, its page are shown from their top and scroll to their end (report_view), and
+        what the first screen holds: a page's verdict columns, a figure's x axis, the landing
+        page's verdict and glance figure; with a screenshot of the window at scroll 0."""
         for viewport in VIEWPORTS:
             self.page.set_viewport_size(viewport)
             self.page.evaluate(SETTLED_JS)
             size = size_name(viewport)
             problems = pane_problems(self.js(PANE_JS, [CONTENT, shown]), what, size)
+            checks: dict = {}
             if framed:
                 frame = self.page.locator(f"{CONTENT} iframe").element_handle().content_frame()
                 problems += frame_problems(frame.evaluate(FRAME_JS), what, size)
+                checks["verdict"] = frame.evaluate(VERDICT_JS)
+                problems += verdict_problems(checks["verdict"], what, size)
+            figure = {"img": f"{CONTENT} img", ".prose": f"{CONTENT} .prose .glance img"}.get(shown)
+            if figure:
+                checks["axis"] = self.js(FIGURE_AXIS_JS, figure)
+                problems += axis_problems(checks["axis"], what, size)
+            if shown == ".prose":
+                checks["landing"] = self.js(LANDING_JS, [CONTENT])
+                problems += landing_problems(checks["landing"], what, size)
             shot = f"{stem}--{size}.png"
             self.page.screenshot(path=str(self.out / shot))
-            self.views.append({"what": what, "size": size, "problems": problems, "file": shot})
+            self.views.append({"what": what, "size": size, "problems": problems, "file": shot,
+                               "checks": checks})
         self.page.set_viewport_size(VIEWPORT)
         self.page.evaluate(SETTLED_JS)
 

@@ -24,14 +24,14 @@ SHAPES = [("dw1", 1, 1, 100), ("dw2", 1, 1, 300), ("mult", 1, 2, 800), ("g4", 4,
 RATIOS = {"dispatch": 1.5, "dispatch_nhwc": 1.8, "k5": 1.3, "k8": 0.9}
 
 
-def comparisons(candidates=("dispatch", "k5", "k8")) -> pd.DataFrame:
+def comparisons(candidates=("dispatch", "k5", "k8"), ratios=RATIOS) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     rows = []
     for shape, *_ in SHAPES:
         for cand in candidates:
             for boundary in ("graph_device", "sync_api"):
                 for ref, scale in (("torch_tuned", 1.0), ("torch_default", 1.1)):
-                    ratio = RATIOS[cand] * scale
+                    ratio = ratios[cand] * scale
                     batch = list(ratio * rng.lognormal(0, 0.01, 10))
                     rows.append({"job": f"{cand}-{ref}", "shape_id": shape, "candidate": cand,
                                  "baseline": ref, "boundary": boundary,
@@ -43,8 +43,8 @@ def comparisons(candidates=("dispatch", "k5", "k8")) -> pd.DataFrame:
     return with_torch_best(pd.DataFrame(rows))
 
 
-def headline(candidates=("dispatch", "k5", "k8")) -> dict:
-    comp = comparisons(candidates)
+def headline(candidates=("dispatch", "k5", "k8"), ratios=RATIOS) -> dict:
+    comp = comparisons(candidates, ratios)
     doc = {"shapes": [{"id": s, "cin_per_group": i, "cout_per_group": o, "min_bytes": b}
                       for s, i, o, b in SHAPES]}
     verified = pd.DataFrame([{"shape_id": s, "implementation": i, "status": "correct"}
@@ -107,17 +107,50 @@ def test_the_glance_figure_draws_each_region_and_names_the_fastest(today):
                       "channels per group: 1 (3)", "channels per group: 2-4 (1)"]
     assert [t.get_text() for t in names.texts][0] == "k5 (nchw) 4"
     assert "against the floor" in ax.get_xlabel() and "not in this record" in ax.get_xlabel()
+    # It says whose lead it plots, and its legend names the series and what each colour says.
+    assert "dispatch (NCHW calls) against torch_best" in fig.get_suptitle()
+    [legend] = fig.legends
+    words = [t.get_text() for t in legend.get_texts()]
+    assert words[0] == "dispatch (NCHW calls)"
+    assert {w.split(":")[0] for w in words} >= {"WIN", "LOSS", "TIE", "INCONCLUSIVE"}
     assert svg_bytes(fig).startswith(b"<?xml")
+
+
+def test_the_glance_figure_is_drawn_to_fill_its_pane_and_writes_its_losses():
+    """Two leads (the dispatcher in each layout), one of them losing: each named in the
+    legend by its marker, the loss's value written beside it, and the SVG responsive (as wide as
+    the landing page's pane, its height from the viewBox), its text at reading size."""
+    from groupconv_atlas.study.report import glance_figure, responsive_svg, svg_bytes
+
+    doc = headline(("dispatch", "dispatch_nhwc", "k5"), {**RATIOS, "dispatch_nhwc": 0.7})
+    fig = glance_figure(doc, 0.05)
+    [legend] = fig.legends
+    words = [t.get_text() for t in legend.get_texts()]
+    assert words[:2] == ["dispatch (NCHW calls)", "dispatch_nhwc (channels_last calls)"]
+    assert [h.get_marker() for h in legend.legend_handles[:2]] == ["o", "s"]
+    ax = fig.axes[0]
+    written = [t.get_text() for t in ax.texts]
+    assert "0.70x" in written and not any(w.startswith("1.5") for w in written), written
+    assert min(t.get_fontsize() for t in [*ax.get_yticklabels(), *legend.get_texts()]) >= 9
+    svg = responsive_svg(svg_bytes(fig))
+    tag = svg[svg.index(b"<svg "):svg.index(b">", svg.index(b"<svg "))]
+    assert b'width="100%"' in tag and b"viewBox=" in tag and b"height=" not in tag
 
 
 def test_the_glance_figure_takes_a_floor_panel(today):
     from groupconv_atlas.study.report import glance_figure
 
-    floor = {"all shapes": {"point": 3.0, "low": 2.5, "high": 3.5},
-             "depthwise": {"point": 1.5, "low": 1.2, "high": 1.9}}
+    floor = {"dispatch": {"all shapes": {"point": 3.0, "low": 2.5, "high": 3.5},
+                          "depthwise": {"point": 1.5, "low": 1.2, "high": 1.9}}}
     fig = glance_figure(today, 0.05, floor=floor)
-    assert len(fig.axes) == 3 and fig.axes[1].get_title(loc="left") == "the lead against the floor"
+    assert len(fig.axes) == 3
+    assert fig.axes[1].get_title(loc="left").startswith("each lead against the floor")
     assert "not in this record" not in fig.axes[0].get_xlabel()
+    # A record that timed the floor beside its kernels but not beside the lead: no empty panel,
+    # the axis says so.
+    unfloored = glance_figure(today, 0.05, floor={"dispatch": None})
+    assert len(unfloored.axes) == 2
+    assert "dispatch not timed beside it" in unfloored.axes[0].get_xlabel()
     # One reading per region given, at its point.
     from matplotlib.collections import PathCollection
 
@@ -132,10 +165,12 @@ def test_the_landing_page_shows_the_figure_before_the_prose_and_the_kernels_by_l
     atlas = {"headline": today, "evidence": {"mode": "replay", "record": "r", "device": "d"},
              "builds": {k: {} for k in ("k9", "k0", "k8", "k1")}}
     text = landing_headline(atlas, b"<svg/>")
-    image = text.index(".. image::\n   data:image/svg+xml;base64,")
+    image = text.index(".. image::\n      data:image/svg+xml;base64,")
     # docutils reads an included file with a line-length limit: no line comes near it.
     assert max(map(len, text.splitlines())) < 1000
-    assert image < text.index("From atlas.json") < text.index("- At graph\\_device")
+    # The one-sentence verdict first, then the figure, then the headline in full.
+    verdict = text.index(".. class:: verdict\n\nVerdict at graph\\_device against torch\\_best")
+    assert verdict < image < text.index("from atlas.json") < text.index("- At graph\\_device")
     assert ("Implementations measured: k0, k1 on contiguous NCHW; k8, k9 on channels\\_last."
             in text), text[-300:]
 
@@ -145,3 +180,31 @@ def test_each_candidate_gets_a_per_shape_figure_against_torch_best():
              ("k1", "k0"), ("k5", "torch_default_tf32")]
     assert torch_best_pairs(pairs) == [("k5", "torch_best"), ("dispatch", "torch_best")]
     assert torch_best_pairs([("k5", "torch_tuned")]) == []  # no torch_default: no torch_best
+
+
+def test_the_verdict_sentence_says_what_wins_what_loses_and_how_sure():
+    """One sentence, every number the headline's: per lead its geometric mean and interval over
+    shapes with what the interval says, its WIN and LOSS counts and its worst shape, named."""
+    from groupconv_atlas.study.report.landing import verdict_sentence
+
+    doc = headline(("dispatch", "dispatch_nhwc", "k5"), {**RATIOS, "dispatch_nhwc": 0.7})
+    atlas = {"headline": doc,
+             "config": {"statistics": {"threshold": 0.05, "confidence_level": 0.95}}}
+    sentence = verdict_sentence(atlas)
+    assert sentence.startswith("Verdict at graph_device against torch_best (95% intervals over "
+                               "shapes): "), sentence
+    assert sentence.endswith(".") and ". " not in sentence, sentence  # one sentence
+    graph = doc["boundaries"]["graph_device"]
+    said = sentence.split(": ", 1)[1].split("; ")
+    for name, part, whole in (("dispatch", said[0], "faster"),
+                              ("dispatch_nhwc", said[1], "slower")):
+        o = next(o for o in graph["overall"] if o["candidate"] == name)
+        worst = graph["worst_shapes"][name]
+        assert part.startswith(f"{name} (") and f" is {whole}: " in part, part
+        assert (f"{o['geomean_ratio']:.2f}x [{o['shape_ci_low']:.2f}x, "
+                f"{o['shape_ci_high']:.2f}x] over {o['shapes_compared']} shapes") in part, part
+        assert f"WIN on {o['n_win']} and LOSS on {o['n_loss']}" in part, part
+        assert worst["shape_id"] in part and f"{worst['ratio']:.2f}x" in part, part
+    # The losing lead's worst shape is called a loss; the winning lead's is not.
+    assert "its worst loss" in said[1] and "not a loss" in said[0]
+    assert verdict_sentence({"headline": {"reference": None}}).startswith("Verdict: none")

@@ -145,8 +145,12 @@ def test_glance_floor_reads_the_lead_per_region_and_nothing_without_floors():
                           "implementation": ["dispatch", "dispatch", "dispatch", "k5"],
                           "boundary": ["graph_device"] * 4, "time_over_floor": [2.0, 1.5, 6.0, 9.0]})
     floor = glance_floor(table, shapes, "dispatch")
-    assert set(floor) == {"all shapes", "depthwise", "grouped"}
+    # Every row the figure draws has its reading: the channels-per-group rows too, by their
+    # row labels.
+    assert set(floor) == {"all shapes", "depthwise", "grouped", "channels per group: 1",
+                          "channels per group: 5-8", "channels per group: 9-16"}
     assert floor["grouped"] == {"point": pytest.approx(3.0), "low": 1.5, "high": 6.0}
+    assert floor["channels per group: 9-16"] == {"point": 6.0, "low": 6.0, "high": 6.0}
     assert floor["all shapes"]["point"] == pytest.approx((2.0 * 1.5 * 6.0) ** (1 / 3))
     assert glance_floor(table.drop(columns="time_over_floor"), shapes, "dispatch") is None
 

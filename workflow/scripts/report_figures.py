@@ -27,10 +27,14 @@ def save(path, fig):
 
 shapes_doc = json.loads(Path(smk.input.shapes).read_text())
 roofline = pd.read_parquet(smk.input.roofline)
-# The lead's time over the measured floor per region (records before the floor have none).
-leads = atlas["headline"].get("candidates") or [atlas["headline"].get("candidate")]
-floor = glance_floor(roofline, shapes_doc, leads[0]) if leads and leads[0] else None
-save(smk.output.glance, report.glance_figure(atlas["headline"], threshold, floor))
+# Each lead's time over the measured floor per region (records before the floor have none).
+leads = [c for c in atlas["headline"].get("candidates") or [atlas["headline"].get("candidate")]
+         if c]
+has_floor = "time_over_floor" in roofline and roofline["time_over_floor"].notna().any()
+floor = {lead: glance_floor(roofline, shapes_doc, lead) for lead in leads} if has_floor else None
+# Responsive: the landing page embeds these bytes at the pane's width.
+write_bytes(smk.output.glance, report.responsive_svg(report.svg_bytes(
+    report.glance_figure(atlas["headline"], threshold, floor))))
 save(smk.output.geomeans, report.geomean_figure(summary, threshold))
 roof = atlas.get("roofline")
 save(smk.output.roofline, report.roofline_figure(roofline, shapes_doc,

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .shapes_table import shape_kind  # the headline's kinds of shape
+from .shapes_table import channel_bin, shape_kind  # the headline's regions of shapes
 
 FLOOR_SOURCE = "kernels/floor_copy.cu"
 FLOOR_COPY, FLOOR_LAUNCH = "floor_copy", "floor_launch"
@@ -269,9 +269,10 @@ def floor_block(roofline: pd.DataFrame, shapes_doc: dict, l2_bytes: int | None,
 
 def glance_floor(roofline: pd.DataFrame, shapes_doc: dict, candidate: str,
                  boundary: str = "graph_device") -> dict | None:
-    """The first screen's floor panel: for `candidate` (the headline's lead), per region (all
-    shapes, then each kind) the geometric mean of its time over floor as "point" and the
-    fastest and slowest shape's as "low" and "high". None without floors (older records)."""
+    """The first screen's floor panel: for `candidate` (one of the headline's leads), per region
+    of the figure's rows (all shapes, each kind, each channels-per-group bin, labelled as the
+    rows are) the geometric mean of its time over floor as "point" and the fastest and slowest
+    shape's as "low" and "high". None without floors (older records)."""
     if "time_over_floor" not in roofline:
         return None
     rows = roofline[(roofline["implementation"] == candidate) & (roofline["boundary"] == boundary)]
@@ -279,9 +280,12 @@ def glance_floor(roofline: pd.DataFrame, shapes_doc: dict, candidate: str,
     if rows.empty:
         return None
     kind = {e["id"]: shape_kind(e) for e in shapes_doc["shapes"]}
+    bins = {e["id"]: f"channels per group: {channel_bin(e['cin_per_group'])}"
+            for e in shapes_doc["shapes"]}
     regions = {"all shapes": rows}
-    for name, part in rows.groupby(rows["shape_id"].map(kind), sort=True):
-        regions[name] = part
+    for labels in (kind, bins):
+        for name, part in rows.groupby(rows["shape_id"].map(labels), sort=True):
+            regions[name] = part
     return {label: {"point": geomean_over_floor(part["time_over_floor"]),
                     "low": float(part["time_over_floor"].min()),
                     "high": float(part["time_over_floor"].max())}

@@ -248,8 +248,15 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
                                                     & (comparisons["baseline"] == reference)
                                                     & (comparisons["boundary"] == boundary)],
                                         groups, l2_bytes, cfg) for name in others}} if others else {}
+    leads = {name: comparisons[(comparisons["candidate"] == name)
+                               & (comparisons["baseline"] == reference)
+                               & (comparisons["boundary"] == boundary)]
+             for name in (candidate, *others) if name}
     return {
         "overall": overall,
+        # Per leading candidate its worst timed shape: a mean over shapes hides it, and the
+        # report's first sentence names it.
+        "worst_shapes": {name: worst_shape(part) for name, part in leads.items()},
         **_regions(rows, groups, l2_bytes, cfg),
         **extra,
         # The same regions for the dispatcher: what a caller of `dispatch` gets where.
@@ -265,6 +272,17 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
         "fastest_by_region": _fastest_by_region(fastest, groups),
         "fastest_per_shape": fastest,
     }
+
+
+def worst_shape(rows: pd.DataFrame) -> dict | None:
+    """The timed row with the lowest ratio (the candidate's worst shape), None if none was."""
+    timed = rows[rows["class"].isin(CLASSES)]
+    if timed.empty:
+        return None
+    row = timed.loc[timed["ratio"].astype(float).idxmin()]
+    return {"shape_id": row["shape_id"], "ratio": float(row["ratio"]),
+            "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
+            "class": row["class"]}
 
 
 def _fastest_by_region(fastest: list[dict], groups: pd.DataFrame) -> dict[str, dict[str, int]]:

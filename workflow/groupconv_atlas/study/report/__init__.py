@@ -27,8 +27,8 @@ from .landing import landing_headline
 from .pass_pages import pass_figure, pass_page
 from .probe_pages import mobilenet_page, probes_page
 from .style import (BASELINE_LABELS, BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, PAGE_CSS, SVG_RC,
-                    UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio, styled,
-                    svg_bytes)
+                    UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio,
+                    responsive_svg, styled, svg_bytes)
 
 __all__ = [
     "BASELINE_LABELS", "BOUNDARIES", "CLASS_COLOURS", "CLASS_GLYPHS", "MAP_DATA_MARKER",
@@ -39,7 +39,7 @@ __all__ = [
     "landing_headline", "latency_page", "machine_code_page", "map_payload", "markdown_html",
     "mobilenet_figure", "mobilenet_page", "mobilenet_readings", "note_figure", "nsight_page", "pass_figure",
     "pass_page", "per_shape_page",
-    "probes_page", "provenance_page",
+    "probes_page", "provenance_page", "responsive_svg",
     "ratio_ticks", "roofline_figure", "session_page", "shapes_page", "short_kernel_name",
     "styled", "summary_page", "svg_bytes", "table_html", "tuning_frame", "tuning_page",
     "verification_page",

@@ -9,8 +9,8 @@ import pandas as pd
 
 from ..medians import measured_medians
 from ..stats import CLASSES, classify
-from .html_blocks import (Markup, esc, fmt_or_none, frame_html, html_page, int_or_none,
-                          markdown_html, table_html)
+from .html_blocks import (Markup, abbreviated, esc, fmt_or_none, frame_html, hover, html_page,
+                          int_or_none, markdown_html, table_html)
 from .style import baseline_label, fmt_interval, fmt_ratio, interval_columns
 
 
@@ -21,9 +21,11 @@ def evidence_page(markdown_text: str, evidence: dict) -> str:
 
 def summary_page(summary: pd.DataFrame, threshold: float, evidence: dict) -> str:
     """Geometric mean per comparison and boundary with the per-shape class counts."""
-    columns = ["candidate", "baseline", "boundary", "geometric mean", "interval over shapes",
-               "interval class", "measurement noise", "win", "tie", "loss", "inconclusive",
-               "unsupported", "incorrect", "unmeasured", "shapes compared"]
+    # The verdict (the interval's class, the mean and its interval) right after the comparison,
+    # the counts after it; the baseline by name, its long label on hover.
+    columns = ["candidate", "baseline", "boundary", "interval class", "geometric mean",
+               "interval over shapes", "win", "loss", "tie", "inconclusive", "unsupported",
+               "incorrect", "unmeasured", "shapes compared", "measurement noise"]
     low, high = interval_columns(summary)
     rows, classes = [], []
     ordered = summary.assign(is_aa=summary["baseline"].str.endswith("_twin")).sort_values(
@@ -31,22 +33,22 @@ def summary_page(summary: pd.DataFrame, threshold: float, evidence: dict) -> str
     for r in ordered.to_dict("records"):
         cls = (classify(r[low], r[high], threshold)
                if r["geomean_ratio"] is not None and not pd.isna(r["geomean_ratio"]) else None)
-        rows.append([r["candidate"], baseline_label(r["baseline"]), r["boundary"],
-                     fmt_ratio(r["geomean_ratio"]), fmt_interval(r[low], r[high]), cls,
-                     fmt_interval(r["ci_low"], r["ci_high"]),
-                     r["n_win"], r["n_tie"], r["n_loss"], r["n_inconclusive"],
+        rows.append([r["candidate"], hover(r["baseline"], baseline_label(r["baseline"])),
+                     r["boundary"], cls, fmt_ratio(r["geomean_ratio"]),
+                     fmt_interval(r[low], r[high]),
+                     r["n_win"], r["n_loss"], r["n_tie"], r["n_inconclusive"],
                      r["n_unsupported"], r["n_incorrect"], r.get("n_unmeasured", 0),
-                     r["shapes_compared"]])
-        classes.append([None] * 5 + [f"cls-{cls}" if cls else None] + [None] * 9)
+                     r["shapes_compared"], fmt_interval(r["ci_low"], r["ci_high"])])
+        classes.append([None] * 3 + [f"cls-{cls}" if cls else None] + [None] * 11)
     note = (f"{esc(evidence.get('statement'))}. Ratio = baseline time / candidate time; above 1 "
             "the candidate is faster. The interval over shapes resamples the shapes, then the "
             "batches within them: how sure the mean is for a shape like these. Measurement noise "
             "is the batch-only interval with the shapes held fixed. The interval class applies "
             f"the per-shape rule (threshold {threshold:.0%}) to the interval over shapes; the "
-            "counts are the per-shape classes, which a mean can hide.")
+            "counts are the per-shape classes, which a mean can hide. Hover a baseline for what "
+            "it is.")
     return html_page("Comparisons: geometric means and class counts",
-                     table_html(columns, rows, classes, numeric=columns[3:5] + columns[6:]),
-                     note)
+                     table_html(columns, rows, classes, numeric=columns[4:]), note)
 
 
 def per_shape_page(comparisons: pd.DataFrame, shape_ids: list[str], evidence: dict) -> str:
@@ -54,22 +56,27 @@ def per_shape_page(comparisons: pd.DataFrame, shape_ids: list[str], evidence: di
     order = {s: i for i, s in enumerate(shape_ids)}
     frame = comparisons.assign(_order=comparisons["shape_id"].map(order)).sort_values(
         ["_order", "baseline", "candidate", "boundary"])
-    columns = ["shape", "candidate", "baseline", "boundary", "class", "ratio", "interval",
+    # The comparison in one column, so the verdict (class, ratio, interval) comes within the
+    # pane's width beside the shape's long name.
+    columns = ["shape", "comparison", "boundary", "class", "ratio", "interval",
                "candidate median us", "baseline median us", "batches", "clock-flagged batches",
                "reason"]
     rows, classes = [], []
     for r in frame.to_dict("records"):
         timed = r["class"] in CLASSES
-        rows.append([r["shape_id"], r["candidate"], r["baseline"], r["boundary"], r["class"],
+        rows.append([r["shape_id"], f"{r['candidate']} vs {r['baseline']}", r["boundary"],
+                     r["class"],
                      fmt_ratio(r["ratio"]) if timed else None,
                      fmt_interval(r["ci_low"], r["ci_high"]) if timed else None,
                      fmt_or_none(r.get("candidate_median_us")),
                      fmt_or_none(r.get("baseline_median_us")),
                      int_or_none(r.get("batches")), int_or_none(r.get("clock_flagged_batches")),
                      None if timed else r.get("reason")])
-        classes.append([None] * 4 + [f"cls-{r['class']}"] + [None] * 7)
+        classes.append([None] * 3 + [f"cls-{r['class']}"] + [None] * 7)
     return html_page("Comparisons: every shape", table_html(
-        columns, rows, classes, numeric=columns[5:11]), esc(evidence.get("statement")))
+        columns, rows, classes, numeric=columns[4:10]),
+        f"{esc(evidence.get('statement'))}. Ratio = baseline time / candidate time, above 1 "
+        "the candidate is faster.")
 
 
 def verification_page(verification: pd.DataFrame, shape_ids: list[str], evidence: dict) -> str:
@@ -77,22 +84,35 @@ def verification_page(verification: pd.DataFrame, shape_ids: list[str], evidence
     every row that is not 'correct' with its reason, then the full table."""
     impls = list(dict.fromkeys(verification["implementation"]))
     by = verification.set_index(["shape_id", "implementation"])
+    # A column per implementation is wider than the pane once the record has a dozen: each cell
+    # is its mark and number (status and reason on hover), and the shape's verdict comes second,
+    # before them.
+    marks = {"correct": "✓", "incorrect": "✗", "unsupported": "n/s"}
     rows, classes = [], []
     for sid in shape_ids:
-        row, cls = [sid], [None]
+        row, cls, statuses = [sid], [None], {}
         for impl in impls:
             if (sid, impl) not in by.index:
                 row.append(None)
                 cls.append(None)
                 continue
             r = by.loc[(sid, impl)]
+            statuses[impl] = r["status"]
             ratio = r.get("error_to_tolerance_fp64")
-            text = r["status"] + ("" if ratio is None or pd.isna(ratio) else f" ({ratio:.3f})")
-            row.append(Markup(f'<span title="{esc(r["reason"])}">{esc(text)}</span>'))
+            text = marks.get(r["status"], r["status"]) + (
+                "" if ratio is None or pd.isna(ratio) else f" {ratio:.3f}")
+            reason = r["reason"] if isinstance(r["reason"], str) else ""
+            tip = f"{impl}: {r['status']}" + (f": {reason}" if reason else "")
+            row.append(Markup(f'<span title="{esc(tip)}">{esc(text)}</span>'))
             cls.append(f"st-{r['status']}")
-        rows.append(row)
-        classes.append(cls)
-    grid = table_html(["shape", *impls], rows, classes)
+        wrong = [i for i, st in statuses.items() if st == "incorrect"]
+        verdict = (f"incorrect: {', '.join(wrong)}" if wrong else
+                   f"{sum(st == 'correct' for st in statuses.values())} correct"
+                   + (f", {n} n/s" if (n := sum(st == "unsupported"
+                                               for st in statuses.values())) else ""))
+        rows.append([row[0], verdict, *row[1:]])
+        classes.append([None, "st-incorrect" if wrong else None, *cls[1:]])
+    grid = table_html(["shape", "verdict", *impls], rows, classes)
     problems = verification[verification["status"] != "correct"]
     problem_table = (table_html(["shape", "implementation", "status", "reason"],
                                 problems[["shape_id", "implementation", "status", "reason"]]
@@ -111,7 +131,8 @@ def verification_page(verification: pd.DataFrame, shape_ids: list[str], evidence
     note = (f"{esc(evidence.get('statement'))}. A cell passes when every output is within "
             "tolerance of both PyTorch FP32 and FP64 and of the FP64 points computed without "
             "PyTorch; the number is the largest error as a fraction of the tolerance (below 1 "
-            "passes). Hover a cell for the reason. Only correct implementations were timed.")
+            "passes). ✓ correct, ✗ incorrect, n/s unsupported (the kernel declines the shape); "
+            "hover a cell for the reason. Only correct implementations were timed.")
     return html_page("Verification", body, note)
 
 
@@ -161,14 +182,16 @@ def latency_page(comparisons: pd.DataFrame, shape_ids: list[str], evidence: dict
 
 
 def provenance_page(prov: dict) -> str:
-    columns = ["artifact", "rule", "SHA-256", "bytes"]
-    rows = [[e["path"], e["rule"], Markup(f'<span class="mono">{esc(e["sha256"])}</span>'),
-             e.get("bytes")] for e in prov["artifacts"]]
-    jobs = [[j["job"], j["provenance"], Markup(f'<span class="mono">{esc(j["sha256"])}</span>'),
-             j.get("started_utc"), j.get("finished_utc"), (j.get("git") or {}).get("commit"),
+    # The hash beside the path it vouches for; the rule, the longest cell, last.
+    columns = ["artifact", "SHA-256", "bytes", "rule"]
+    rows = [[e["path"], abbreviated(e["sha256"]), e.get("bytes"), e["rule"]]
+            for e in prov["artifacts"]]
+    jobs = [[j["job"], j["provenance"], abbreviated(j["sha256"]), j.get("started_utc"),
+             j.get("finished_utc"), abbreviated((j.get("git") or {}).get("commit")),
              (j.get("git") or {}).get("dirty")] for j in prov["jobs"]]
     note = (f"Mode <b>{esc(prov.get('mode'))}</b>, record <code>{esc(prov.get('record'))}</code>."
-            " Every artifact's SHA-256 as indexed in provenance.json and the job that wrote it; "
+            " Every artifact's SHA-256 as indexed in provenance.json and the job that wrote it "
+            "(the first 12 digits shown, all 64 on hover); "
             "<code>snakemake verify_provenance</code> re-hashes them all.")
     body = (f"<h2>Artifacts</h2>{table_html(columns, rows, numeric=['bytes'])}"
             "<h2>Jobs</h2>" + table_html(["job", "provenance record", "SHA-256", "started (UTC)",
@@ -191,7 +214,7 @@ def session_page(atlas: dict) -> str:
                                f.get("local_bytes"), f.get("spill_store_bytes"),
                                f.get("spill_load_bytes"), b.get("target_arch"),
                                " ".join(b.get("nvcc_flags", [])),
-                               Markup(f'<span class="mono">{esc(b.get("cubin_sha256"))}</span>')])
+                               abbreviated(b.get("cubin_sha256"))])
     ev = atlas["evidence"]
     body = (f"<h2>Session</h2>{table_html(['field', 'value'], kv)}"
             f"<h2>Settings</h2>{table_html(['setting', 'value'], settings)}"

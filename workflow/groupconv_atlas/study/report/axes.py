@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-from matplotlib.transforms import blended_transform_factory
+from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from ..stats import CLASSES, classify
 from .style import CLASS_COLOURS, TICK_PRIORITY, UNTIMED, fmt_interval, fmt_ratio
@@ -50,9 +50,10 @@ def threshold_guides(ax, threshold: float, vertical: bool = True) -> None:
     line(1.0, color="#222222", lw=0.8, zorder=1)
 
 
-def class_legend(target, counts: dict[str, int], threshold: float) -> None:
-    """Legend of the classes with their counts; `target` is an Axes (placed above it) or a
-    Figure (placed below its axes, clear of the suptitle)."""
+def class_legend(target, counts: dict[str, int], threshold: float, above: float = 0.0) -> None:
+    """Legend of the classes with their counts; `target` is an Axes (placed `above` points
+    over its top edge, clear of a ratio axis there) or a Figure (placed below its axes, clear of
+    the suptitle)."""
     handles = [Line2D([], [], marker="o", ls="-", color=CLASS_COLOURS[c], mec="black", mew=0.5,
                       label=f"{c.lower()} ({counts.get(c, 0)})") for c in CLASSES]
     handles += [Patch(facecolor=CLASS_COLOURS[c], edgecolor="black",
@@ -62,7 +63,9 @@ def class_legend(target, counts: dict[str, int], threshold: float) -> None:
     handles.append(Line2D([], [], color="#555555", ls="--", lw=0.8,
                           label=f"tie band 1/{1 + threshold:g} .. {1 + threshold:g}"))
     where = ({"loc": "outside lower center"} if isinstance(target, Figure)
-             else {"loc": "lower center", "bbox_to_anchor": (0.5, 1.0)})
+             else {"loc": "lower center", "bbox_to_anchor": (0.5, 1.0),
+                   "bbox_transform": offset_copy(target.transAxes, target.figure, y=above,
+                                                 units="points")})
     target.legend(handles=handles, ncols=min(len(handles), 4), frameon=False, fontsize=7, **where)
 
 
@@ -106,12 +109,32 @@ def draw_forest(ax, rows: pd.DataFrame, shape_ids: list[str], threshold: float,
         ax.text(1.01, y[i], text, transform=right, fontsize=6.5, va="center", ha="left",
                 color="black" if cls not in CLASSES else _text_colour(cls))
     ratio_rows_axes(ax, lo, hi, y, shape_ids, 6.5)
+    axis_at_top(ax)
     ax.tick_params(axis="y", labelleft=labels)
     ax.set_axisbelow(True)
     return {c: int(n) for c, n in classes.value_counts().items()}
 
 
-FOREST_TITLE_PAD = 34.0  # points between a forest's axes and its title: the legend sits there
+FOREST_TITLE_PAD = 34.0  # points between a forest's top axis and its title: the legend sits there
+
+
+def axis_at_top(ax) -> None:
+    """The x axis's ticks and labels at the top as well as the bottom: a figure of many rows
+    (or panels) is taller than a window, and its first screen then still shows the scale."""
+    ax.tick_params(axis="x", top=True, labeltop=True)
+
+
+def top_ticks_height(ax, renderer=None) -> float:
+    """Points the top axis's tick labels take above the axes (0 without them)."""
+    import matplotlib as mpl
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    if not ax.xaxis.get_tick_params(which="major").get("labeltop"):
+        return 0.0
+    renderer = renderer or RendererAgg(1, 1, ax.figure.dpi)
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    return (max((_text_size(t, renderer)[1] for t in ticks), default=0.0)
+            + mpl.rcParams["xtick.major.size"] + mpl.rcParams["xtick.major.pad"])
 MARGIN_PAD = 6.0  # points of white around a forest's outermost texts
 
 
@@ -151,7 +174,8 @@ def forest_margins(fig, ax) -> None:
     right_text = max((_text_size(t, renderer)[0] for t in beside), default=0.0) + MARGIN_PAD
     # the readings start 1% of the axes width right of it: right = text + 0.01 * (W - left - right)
     right = (right_text + 0.01 * (width_pt - left)) / 1.01
-    top = FOREST_TITLE_PAD + _text_size(ax.title, renderer)[1] + MARGIN_PAD
+    top = FOREST_TITLE_PAD + _text_size(ax.title, renderer)[1] + MARGIN_PAD \
+        + top_ticks_height(ax, renderer)
     ticks = [t for t in ax.get_xticklabels() if t.get_text()]
     xtick = max((_text_size(t, renderer)[1] for t in ticks), default=0.0)
     bottom = (xtick + mpl.rcParams["xtick.major.size"] + mpl.rcParams["xtick.major.pad"]
@@ -177,9 +201,11 @@ def _text_colour(cls: str) -> str:
     return "#8A7400" if cls == "INCONCLUSIVE" else CLASS_COLOURS[cls]
 
 
-def draw_interval_rows(ax, labels: list[str], series: list[dict], threshold: float) -> None:
+def draw_interval_rows(ax, labels: list[str], series: list[dict], threshold: float,
+                       fontsize: float = 7) -> list[float]:
     """Rows of (point, interval) readings, one marker per series, offset within a row; colour
-    by the class of the interval (stats.classify, the rule the per-shape cells use)."""
+    by the class of the interval (stats.classify, the rule the per-shape cells use). Returns
+    each series' offset within its row."""
     y = np.arange(len(labels))[::-1].astype(float)
     offsets = np.linspace(0.16, -0.16, len(series)) if len(series) > 1 else [0.0]
     values = [v for s in series for key in ("low", "high") for v in s[key]]
@@ -194,10 +220,14 @@ def draw_interval_rows(ax, labels: list[str], series: list[dict], threshold: flo
             ax.hlines(y[i] + off, low, high, color=colour, lw=2.0, zorder=2)
             ax.scatter([point], [y[i] + off], marker=s["marker"], s=30, color=colour,
                        edgecolor="black", lw=0.5, zorder=3)
-    ratio_rows_axes(ax, lo, hi, y, labels, 7)
+    ratio_rows_axes(ax, lo, hi, y, labels, fontsize)
+    return list(offsets)
 
 
-def boundary_marker_legend(ax, threshold: float, markers: dict[str, str]) -> None:
+def boundary_marker_legend(ax, threshold: float, markers: dict[str, str],
+                           above: float = 0.0) -> None:
+    """The markers of the boundaries and the colours of the classes, `above` points over the
+    axes' top edge (clear of a ratio axis there)."""
     handles = [Line2D([], [], marker=m, ls="", color="white", mec="black", label=b)
                for b, m in markers.items()]
     handles += [Line2D([], [], marker="s", ls="", color=CLASS_COLOURS[c], mec="black",
@@ -205,7 +235,8 @@ def boundary_marker_legend(ax, threshold: float, markers: dict[str, str]) -> Non
     handles.append(Line2D([], [], color="#555555", ls="--", lw=0.8,
                           label=f"tie band 1/{1 + threshold:g} .. {1 + threshold:g}"))
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4,
-              frameon=False, fontsize=7)
+              frameon=False, fontsize=7,
+              bbox_transform=offset_copy(ax.transAxes, ax.figure, y=above, units="points"))
 
 
 def boundary_panel(ax, wide: pd.DataFrame, classes: pd.DataFrame, lo: float, hi: float,

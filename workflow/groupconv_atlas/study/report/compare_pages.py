@@ -17,13 +17,15 @@ def share_text(value) -> str:
 
 
 def _cells_table(wide: pd.DataFrame, names: list[str]) -> str:
-    columns = ["shape", "candidate", "baseline", "boundary"]
+    # The comparison in one column: each record's verdict comes sooner across the pane.
+    columns = ["shape", "comparison", "boundary"]
     for name in names:
         columns += [f"{name} class", f"{name} ratio", f"{name} interval"]
     columns += ["classes agree", "intervals overlap", "same code by"]
     rows, classes = [], []
     for r in wide.to_dict("records"):
-        row, css = [r["shape_id"], r["candidate"], r["baseline"], r["boundary"]], [None] * 4
+        row = [r["shape_id"], f"{r['candidate']} vs {r['baseline']}", r["boundary"]]
+        css = [None] * 3
         for name in names:
             timed = r[f"{name}:class"] in CLASSES
             row += [r[f"{name}:class"], fmt_ratio(r[f"{name}:ratio"]) if timed else None,

@@ -15,8 +15,9 @@ from matplotlib.transforms import blended_transform_factory
 
 from ..mobilenet.config import empty_launch_words
 from ..stats import CLASSES, geometric_mean
-from .axes import (FOREST_TITLE_PAD, boundary_marker_legend, boundary_panel, class_legend,
-                   draw_forest, draw_interval_rows, forest_margins, ratio_axis, ratio_limits)
+from .axes import (FOREST_TITLE_PAD, axis_at_top, boundary_marker_legend, boundary_panel,
+                   class_legend, draw_forest, draw_interval_rows, forest_margins, ratio_axis,
+                   ratio_limits, top_ticks_height)
 from .frames import mobilenet_readings
 from .style import (BOUNDARIES, CLASS_COLOURS, fmt_ratio, interval_columns, new_figure, styled,
                     svg_bytes)
@@ -34,11 +35,12 @@ def forest_figure(comparisons: pd.DataFrame, shape_ids: list[str], candidate: st
     fig = Figure(figsize=(9.0, 1.9 + 0.24 * len(shape_ids)))
     ax = fig.subplots()
     counts = draw_forest(ax, rows, shape_ids, threshold)
+    over = top_ticks_height(ax)  # the ratio axis at the top: title and legend above it
     ax.set_title(f"{candidate} vs {baseline} at {boundary}: per-shape ratio with interval",
-                 fontsize=9, pad=FOREST_TITLE_PAD)
+                 fontsize=9, pad=FOREST_TITLE_PAD + over)
     ax.set_xlabel(f"ratio = {baseline} time / {candidate} time (log scale)\n"
                   f"< 1: {baseline} faster    |    > 1: {candidate} faster")
-    class_legend(ax, counts, threshold)
+    class_legend(ax, counts, threshold, above=over)
     forest_margins(fig, ax)
     return fig
 
@@ -117,6 +119,8 @@ def roofline_figure(roofline: pd.DataFrame, shapes_doc: dict, ceilings: dict,
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
     for ax in axes[len(impls):]:
         ax.set_visible(False)
+    for ax in axes[:cols]:  # the first row's axes: the intensity scale on the first screen too
+        axis_at_top(ax)
     axes[0].legend(fontsize=6.5, loc="lower right")
     fig.supxlabel("arithmetic intensity: FLOPs / minimal bytes (input + weights + output once)")
     fig.supylabel("achieved TFLOP/s")
@@ -163,11 +167,16 @@ def geomean_figure(summary: pd.DataFrame, threshold: float) -> Figure:
                     + (f" U{r['n_unsupported']}" if r["n_unsupported"] else "")
                     + (f" X{r['n_incorrect']}" if r["n_incorrect"] else ""))
             ax.text(1.01, y[i] + off, text, transform=right, fontsize=6.5, va="center")
+    # A row per comparison runs past a window's height: the ratio axis at the top too, the
+    # legend and title above it.
+    axis_at_top(ax)
+    over = top_ticks_height(ax)
     ax.set_title("Geometric mean ratio per comparison (o graph_device, s sync_api); "
-                 "W/T/L/I: per-shape wins, ties, losses, inconclusive", fontsize=9, pad=30)
+                 "W/T/L/I: per-shape wins, ties, losses, inconclusive", fontsize=9,
+                 pad=30 + over)
     ax.set_xlabel("geometric mean of baseline time / candidate time over verified shapes "
                   "(log scale); > 1: candidate faster")
-    boundary_marker_legend(ax, threshold, markers)
+    boundary_marker_legend(ax, threshold, markers, above=over)
     return fig
 
 

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from ..pass_stats import held_record_words
 from ..stats import CLASSES, TORCH_BEST
 from .html_blocks import Markup, esc, html_page, table_html
+from .axes import axis_at_top, ratio_axis, ratio_limits
 from .style import BOUNDARIES, CLASS_COLOURS, fmt_interval, fmt_ratio, styled, svg_bytes
 
 BEST_CUSTOM = "best_custom"  # study/pass_stats.BEST_CUSTOM (the report reads its tables only)
@@ -30,7 +31,9 @@ def best_rows(table: pd.DataFrame, pass_: str, boundary: str) -> pd.DataFrame:
 def pass_figure(table: pd.DataFrame) -> bytes:
     """Per pass (rows) and boundary (columns): each shape's ratio torch_best / best custom with
     its interval, coloured by class, on a log axis with 1 and the tie band marked; a shape with no
-    measured custom implementation is listed at the bottom, unplotted."""
+    measured custom implementation is listed at the bottom, unplotted. A panel of every shape is
+    taller than a window: its ratio axis is drawn at the top as well as the bottom, so the first
+    screen shows the scale."""
     passes = list(dict.fromkeys(table["pass"]))
     heights = [max(2.0, 0.22 * len(best_rows(table, p, BOUNDARIES[0])) + 1.2) for p in passes]
     fig = Figure(figsize=(11, sum(heights)))
@@ -50,11 +53,18 @@ def pass_figure(table: pd.DataFrame) -> bytes:
             ax.axvline(1.0, color="black", linewidth=0.8)
             ax.axvspan(1 / 1.05, 1.05, color="#EEEEEE", zorder=0)
             ax.set_xscale("log")
+            values = [*measured["ci_low"], *measured["ci_high"]]
+            lo, hi = ratio_limits(values, 0.05)
+            ax.set_xlim(lo, hi)
+            ratio_axis(ax.xaxis, lo, hi)
+            axis_at_top(ax)
             ax.set_yticks(y)
             ax.set_yticklabels([f"{s}" + ("" if c in CLASSES else f" ({c.lower()})")
                                 for s, c in zip(rows["shape_id"], rows["class"])], fontsize=6)
             ax.invert_yaxis()
-            ax.set_title(f"{pass_}, {boundary}", fontsize=9)
+            # The title says what the top axis reads, as the label does at the bottom.
+            ax.set_title(f"{pass_}, {boundary}: torch_best / best custom (log; above 1: "
+                         "custom faster)", fontsize=9)
             ax.set_xlabel("torch_best / best custom (above 1: custom faster)", fontsize=8)
     fig.tight_layout()
     return svg_bytes(fig)
@@ -102,14 +112,16 @@ def pass_page(section: dict, table: pd.DataFrame, evidence: dict) -> str:
             rows = best_rows(table, pass_, boundary)
             if rows.empty:
                 continue
-            body = [[r["shape_id"], r.get("best_custom_choice") or "—",
-                     r.get("torch_best_choice") or "—", fmt_ratio(r.get("ratio")),
-                     fmt_interval(r.get("ci_low"), r.get("ci_high")),
+            # The verdict (class, ratio, interval) next to the shape, who ran after it.
+            body = [[r["shape_id"],
                      Markup(f'<span style="color:{CLASS_COLOURS.get(r["class"], "#000")}">'
-                            f'{esc(r["class"])}</span>'), r.get("reason") or ""]
+                            f'{esc(r["class"])}</span>'), fmt_ratio(r.get("ratio")),
+                     fmt_interval(r.get("ci_low"), r.get("ci_high")),
+                     r.get("best_custom_choice") or "—", r.get("torch_best_choice") or "—",
+                     r.get("reason") or ""]
                     for r in rows.to_dict("records")]
             parts.append(f"<h3>{esc(pass_)} at {esc(boundary)}, every shape (worst first)</h3>")
-            parts.append(table_html(["shape", "best custom", "torch_best was", "ratio",
-                                     "interval", "class", "reason"], body))
+            parts.append(table_html(["shape", "class", "ratio", "interval", "best custom",
+                                     "torch_best was", "reason"], body))
     return html_page("Backward passes: input_grad and weight_grad against PyTorch",
                      "\n".join(parts))

@@ -42,8 +42,9 @@ def mobilenet_page(doc: dict) -> str:
     readings = mobilenet_readings(doc)
     layouts = doc.get("layouts", {})
     missing = [layout for layout, entry in layouts.items() if not entry.get("measured")]
-    columns = ["experiment", "size", "boundary", "layout", "baseline", "candidate",
-               "baseline median us", "candidate median us", "ratio", "interval", "class",
+    # The reading's key, then its verdict (class, ratio, interval), then what it was made of.
+    columns = ["experiment", "size", "boundary", "layout", "class", "ratio", "interval",
+               "baseline", "candidate", "baseline median us", "candidate median us",
                "batches", "clock-flagged batches"]
     rows, classes = [], []
     groups = readings.groupby(["experiment", "size", "boundary"], sort=False) \
@@ -51,17 +52,18 @@ def mobilenet_page(doc: dict) -> str:
     for (experiment, size, boundary), group in groups:
         for r in group.to_dict("records"):
             rows.append([experiment, size, boundary, _layout_label(layouts, r["layout"]),
+                         r.get("class"), fmt_ratio(r.get("ratio")),
+                         fmt_interval(r.get("ci_low"), r.get("ci_high")),
                          r.get("baseline"), r.get("candidate"),
                          _median_with_interval(r, "baseline"),
-                         _median_with_interval(r, "candidate"), fmt_ratio(r.get("ratio")),
-                         fmt_interval(r.get("ci_low"), r.get("ci_high")), r.get("class"),
+                         _median_with_interval(r, "candidate"),
                          int_or_none(r.get("batches")),
                          int_or_none(r.get("clock_flagged_batches"))])
-            classes.append([None] * 10 + [f"cls-{r.get('class')}"] + [None] * 2)
+            classes.append([None] * 4 + [f"cls-{r.get('class')}"] + [None] * 8)
         if set(group["layout"]) & set(layouts):  # a per-layout reading: name the others
             for layout in missing:
                 rows.append([experiment, size, boundary, _layout_label(layouts, layout),
-                             None, None, None, None, None, None, "not measured", None, None])
+                             "not measured", None, None, None, None, None, None, None, None])
                 classes.append([None] * 13)
     lines = "".join(f"<li><b>{esc(entry.get('title', layout))}</b>: "
                     f"{'measured' if entry.get('measured') else esc(entry.get('note'))}</li>"
@@ -72,7 +74,7 @@ def mobilenet_page(doc: dict) -> str:
         record += (f"<h3>{esc(_layout_label(layouts, layout))}</h3>"
                    + _json_html({k: v for k, v in entry.items() if k != "title"}))
     body = ((f"<h2>Layouts</h2><ul>{lines}</ul>" if lines else "")
-            + table_html(columns, rows, classes, numeric=columns[6:10] + columns[11:])
+            + table_html(columns, rows, classes, numeric=columns[5:7] + columns[9:])
             + "<h2>Probe record</h2>" + record
             + "<h2>Sources</h2>" + _json_html(doc.get("sources", {})))
     return html_page("MobileNetV2 probe", body, esc(doc.get("ratio_definition", "")))
@@ -83,6 +85,15 @@ def mobilenet_page(doc: dict) -> str:
 PROBE_TITLES = {"overhead": "Call overhead: g.conv2d against F.conv2d",
                 "unseen": "Unseen geometries: dispatch and autotune against PyTorch",
                 "networks": "Whole networks: original against converted"}
+
+
+def _first(order: list[int], columns: list[str], rows: list[list], classes: list[list]):
+    """The columns at positions `order` first (the row's key and its verdict), the rest after
+    them in their order: a table wider than the pane still shows its verdict on its first
+    screen."""
+    keep = order + [i for i in range(len(columns)) if i not in order]
+    return ([columns[i] for i in keep], [[r[i] for i in keep] for r in rows],
+            [[c[i] for i in keep] for c in classes])
 
 
 def _cls(value) -> str | None:
@@ -125,7 +136,9 @@ def _overhead_table(entry: dict) -> str:
                      f"{fmt_ratio(sync.get('torch_over_op'))} "
                      f"{fmt_interval(sync.get('ci_low'), sync.get('ci_high'))}", sync.get("class")])
         classes.append([None] * 11 + [_cls(sync.get("class"))])
-    return table_html(columns, rows, classes, numeric=columns[2:11])
+    numeric = columns[2:11]
+    columns, rows, classes = _first([0, 11, 10], columns, rows, classes)
+    return table_html(columns, rows, classes, numeric=numeric)
 
 
 def _unseen_table(entry: dict) -> str:
@@ -160,6 +173,7 @@ def _unseen_table(entry: dict) -> str:
         classes.append(cls)
     numeric = {"dispatch vs torch_best", "autotune vs torch_best", "autotune vs best",
                "dispatch vs best", "autotune vs torch_tuned_nhwc"}
+    columns, rows, classes = _first([0, 6, 7, 8, 9], columns, rows, classes)
     return table_html(columns, rows, classes, numeric=numeric)
 
 
@@ -183,7 +197,9 @@ def _networks_table(entry: dict) -> str:
                      f"{d['swapped']} of {d['convs']}" if "swapped" in d else None,
                      fmt_or_none(out.get("top1_agreement")), fmt_or_none(rel, "{:.2e}")])
         classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 6)
-    return table_html(columns, rows, classes, numeric=columns[5:6] + columns[7:10])
+    numeric = columns[5:6] + columns[7:10]
+    columns, rows, classes = _first([0, 4, 5, 6], columns, rows, classes)
+    return table_html(columns, rows, classes, numeric=numeric)
 
 
 def _check_cell(row: dict, passed_key: str, share_key: str, share_format: str) -> str | None:
@@ -266,8 +282,9 @@ def _training_table(entry: dict) -> str:
             "captured step; before that setting, through conv2d's autograd Function); op, the same layers through the op's registered "
             "autograd formula (the kernels in both modes), each call checked first. The targets "
             "read the conv2d rows.")
-    return ("<h3>Training</h3>" + table_html(columns, rows, classes,
-                                             numeric=columns[5:6] + columns[7:10])
+    numeric = columns[5:6] + columns[7:10]
+    columns, rows, classes = _first([0, 2, 4, 5, 6], columns, rows, classes)
+    return ("<h3>Training</h3>" + table_html(columns, rows, classes, numeric=numeric)
             + f'<p class="note">{esc(note)}</p>')
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import io
+import re
 
 import matplotlib
 import pandas as pd
@@ -78,6 +79,18 @@ def svg_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def responsive_svg(svg: bytes) -> bytes:
+    """The SVG as wide as whatever holds it (width 100%, height from its viewBox), in place of
+    matplotlib's fixed size in points: a page that shows it scales it, text included, to the
+    space it has."""
+    head, sep, rest = svg.partition(b"<svg ")
+    tag, close, body = rest.partition(b">")
+    if not sep or b"viewBox=" not in tag:
+        raise ValueError("not an SVG with a viewBox")
+    tag = re.sub(rb'\s(?:width|height)="[^"]*"', b"", tag)
+    return head + sep + b'width="100%" ' + tag.lstrip() + close + body
+
+
 def new_figure(width: float, height: float) -> Figure:
     """A blank figure, in inches, laid out so that labels are not clipped."""
     return Figure(figsize=(width, height), layout="constrained")
@@ -99,7 +112,15 @@ h1{font-size:18px}h2{font-size:15px;margin-top:22px}
 table{border-collapse:collapse;margin:8px 0 16px}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;white-space:nowrap}
 td.wrap{white-space:normal;min-width:24em}
-th{background:#f3f3f3;position:sticky;top:0}
+th{background:#f3f3f3;position:sticky;top:0;z-index:2}
+.table-box{overflow:auto;max-width:100%;max-height:85vh;width:max-content;margin:8px 0 16px}
+.table-box table{margin:0;border-collapse:separate;border-spacing:0}
+.table-box th,.table-box td{border-width:0 1px 1px 0}
+.table-box tr>:first-child{border-left-width:1px}
+.table-box thead th{border-top-width:1px}
+.table-box tbody td:first-child{position:sticky;left:0;z-index:1;background:#fff}
+.table-box thead th:first-child{position:sticky;left:0;z-index:3}
+th.verdict{background:#E8EEF7}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 .note{color:#555;max-width:62em}
