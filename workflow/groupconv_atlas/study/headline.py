@@ -3,9 +3,9 @@ strict-FP32 PyTorch reference, which implementation is fastest per shape, and ho
 
 Everything is computed from the comparison rows (with torch_best added, medians.with_torch_best),
 the shape table, the verification table and, when a cross-record comparison exists, its cells.
-The reference is torch_best (per shape and boundary the fastest strict-FP32 PyTorch path
-measured: torch_default and torch_tuned, and where the record timed them, the same on
-channels_last tensors) when the record timed torch_default and torch_tuned both, else
+The reference is torch_best (per candidate, shape and boundary the strict-FP32 PyTorch path
+the candidate gains least on in its paired comparisons: torch_default and torch_tuned, and where
+the record timed them, the same on channels_last tensors) when the record timed torch_default and torch_tuned both, else
 torch_tuned. Where channels_last references were timed, the NCHW-only reading (torch_best_nchw)
 stands beside it, labelled as such. The headline leads with the dispatcher in each layout timed
 as a candidate (DISPATCHERS), the single kernels after it; a record that timed no dispatcher
@@ -208,10 +208,12 @@ def reference_statement(reference: str, comparisons: pd.DataFrame) -> str:
     named = [r for r in among if r in timed]
     nhwc = [r for r in named if BASELINES[r]["layout"] == "nhwc"]
     if not nhwc and reference == TORCH_BEST:
-        return ("torch_best: per shape and boundary the faster (lower median over timing jobs) "
-                "of torch_default and torch_tuned")
-    words = (f"{reference}: per shape and boundary the fastest (lower median over timing jobs) "
-             f"of {', '.join(named)}")
+        return ("torch_best: per candidate, shape and boundary the stronger of torch_default "
+                "and torch_tuned against that candidate (its lower paired ratio, each read "
+                "inside the one job that timed both sides)")
+    words = (f"{reference}: per candidate, shape and boundary the strongest of "
+             f"{', '.join(named)} against that candidate (its lowest paired ratio, each read "
+             f"inside the one job that timed both sides)")
     if nhwc:
         words += (" (the _nhwc ones on channels_last input and weight, converted once outside "
                   "the timed region)")

@@ -31,9 +31,10 @@ def summary_lines(doc: dict, shape_count: int) -> list[str]:
     headline picked); single kernels come after, each labelled with its layout."""
     ref, cand = doc["reference"], doc["candidate"]
     nchw_only = doc.get("nchw_only")
-    ref_words = ("the fastest strict-FP32 PyTorch path per shape in either layout, NCHW or "
-                 "channels_last (torch_best)" if ref == TORCH_BEST and nchw_only else
-                 "the faster of PyTorch default and tuned per shape (torch_best)"
+    ref_words = ("the strongest strict-FP32 PyTorch path per shape in either layout, NCHW or "
+                 "channels_last, by each candidate's paired ratios (torch_best)"
+                 if ref == TORCH_BEST and nchw_only else
+                 "the stronger of PyTorch default and tuned per shape (torch_best)"
                  if ref == TORCH_BEST else "tuned PyTorch (torch_tuned)")
     if cand is None:
         return [f"No custom kernel was timed against {ref_words}."]
