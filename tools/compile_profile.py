@@ -1,0 +1,250 @@
+"""Why a converted network can run slower than the original under torch.compile, and what a
+fused epilogue could earn per block: two measurements on a GPU machine, inference, strict FP32.
+
+- Networks: per (model, layout, freezing) the original and the converted model (`convert`, the
+  package's tables), each compiled (inductor, default mode; `freezing` sets
+  torch._inductor.config.freezing), timed together at graph_device with the atlas's sampler
+  (runtime.timing.median_latencies), then one profiled forward each (torch.profiler): every CUDA
+  kernel's time, grouped into convolution (cuDNN and PyTorch's own), the custom kernels, Triton
+  layout copies (an inductor kernel that only moves a tensor to another layout), other Triton
+  kernels, and the rest. `flexible`: the converted model again with the op called through a
+  twin registered with torch.Tag.flexible_layout, so inductor may hand it the layout it chose.
+- Blocks: for depthwise shapes of the frozen set, conv -> BatchNorm -> activation (the network's
+  own), timed at graph_device: eager, compiled with freezing (BN folded into the convolution),
+  the custom conv alone, and the custom conv followed by the compiled BN + activation. The custom
+  conv alone is what a fused epilogue would cost at best.
+
+  python tools/compile_profile.py OUT [--nets model:layout:freeze ...] [--blocks SHAPE_ID ...]
+
+OUT gets compile-profile.json (settings, medians, the kernel tables) and prints a short table.
+A lead for the work that follows, not a record."""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+NETS = ("efficientnet_b0:nchw:0", "efficientnet_b0:nchw:1", "mobilenet_v3_large:nchw:1",
+        "mobilenet_v2:nchw:1", "regnet_y_400mf:nhwc:1", "efficientnet_b0:nhwc:1")
+BLOCKS = ("mobilenetv2-n32-c144-56x56-g144:relu6", "mobilenetv2-n32-c960-7x7-g960:relu6",
+          "mobilenetv2-n1-c144-56x56-g144:relu6", "efficientnet-b0-n32-c480-14x14-g480:silu",
+          "efficientnet-b3-n16-c192-75x75-g192:silu", "mobilenetv2-train-n128-c32-112x112-g32:relu6")
+# An inductor kernel whose name says it only reads one tensor and writes it elsewhere: the
+# layout copies around a layer whose input layout is fixed.
+COPY = re.compile(r"^triton_poi_fused_(clone|convolution|_to_copy|copy)_?\d*$")
+
+
+def kernel_group(name: str) -> str:
+    if COPY.match(name):
+        return "triton layout copy"
+    if name.startswith("triton"):
+        return "triton other"
+    if re.match(r"^k\d+_|^wg_", name):
+        return "custom conv"
+    if "conv" in name.lower() or "cudnn" in name.lower() or "xmma" in name or "sm90" in name:
+        return "cudnn/aten conv"
+    if "gemm" in name.lower() or "cutlass" in name.lower():
+        return "gemm"
+    return "other"
+
+
+def profile(torch, fn, runs: int = 5) -> list[dict]:
+    """Per CUDA kernel name: total device microseconds per forward and launches per forward."""
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    fn()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    table: dict[str, list[float]] = {}
+    for event in p.events():
+        if event.device_type.name != "CUDA":
+            continue
+        entry = table.setdefault(event.name, [0.0, 0])
+        entry[0] += event.device_time / runs
+        entry[1] += 1 / runs
+    return sorted(({"kernel": k, "group": kernel_group(k), "us": v[0], "launches": v[1]}
+                   for k, v in table.items()), key=lambda r: -r["us"])
+
+
+def grouped(rows: list[dict]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for r in rows:
+        g = out.setdefault(r["group"], {"us": 0.0, "launches": 0.0})
+        g["us"] += r["us"]
+        g["launches"] += r["launches"]
+    return out
+
+
+def flexible_twin(torch):
+    """conv2d registered again with torch.Tag.flexible_layout (inductor may pass any layout);
+    the CUDA kernel takes a layout it computes in (contiguous NCHW or channels_last) as it is."""
+    from groupconv_atlas.runtime import conv
+
+    lib = torch.library.Library("groupconv_profile", "DEF")
+    lib.define("conv2d(Tensor x, Tensor weight, int groups, str implementation) -> Tensor",
+               tags=(torch.Tag.flexible_layout,))
+
+    def run(x, weight, groups, implementation):
+        if conv.call_layout(x) is None:
+            x = x.contiguous()
+        return conv.runtime().forward(x, weight, groups, implementation)
+
+    lib.impl("conv2d", run, "CUDA")
+    torch.library.register_fake("groupconv_profile::conv2d", conv._conv2d_fake, lib=lib)
+    return lib, torch.ops.groupconv_profile.conv2d.default
+
+
+def main(argv: list[str]) -> int:
+    args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    args.add_argument("out")
+    args.add_argument("--nets", nargs="*", default=list(NETS))
+    args.add_argument("--blocks", nargs="*", default=list(BLOCKS))
+    args.add_argument("--n", type=int, default=32)
+    args.add_argument("--batches", type=int, default=4)
+    args.add_argument("--samples", type=int, default=10)
+    opts = args.parse_args(argv)
+
+    import numpy as np
+    import torch
+    import torch._inductor.config as inductor
+
+    from groupconv_atlas.runtime import conv
+    from groupconv_atlas.runtime.conversion import convert
+    from groupconv_atlas.runtime.sessions import GpuSession
+    from groupconv_atlas.runtime.timing import TimingConfig, median_latencies
+    from groupconv_atlas.study.networks import build_model
+    from groupconv_atlas.study.run_plan import timing_settings
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    timing = TimingConfig(**{**timing_settings(config["timing"]), "batches": opts.batches,
+                             "samples_per_batch": opts.samples})
+    session = GpuSession()
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _lib, flex_op = flexible_twin(torch)
+    doc = {"about": __doc__, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "timing": {"batches": opts.batches, "samples_per_batch": opts.samples},
+           "networks": [], "blocks": []}
+    lines = []
+
+    def save():
+        (out / "compile-profile.json").write_text(json.dumps(doc, indent=1, default=str))
+
+    for spec in opts.nets:
+        model_name, layout, freeze = spec.split(":")
+        inductor.freezing = freeze == "1"
+        torch._dynamo.reset()
+        fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+        original = build_model(model_name, 0).cuda().to(memory_format=fmt)
+        converted = copy.deepcopy(original)
+        with torch.no_grad(), session.on_stream():
+            x = torch.randn((opts.n, 3, 224, 224), device="cuda").to(memory_format=fmt)
+            report = convert(converted, x)
+            flexible = copy.deepcopy(converted)
+            for module in flexible.modules():
+                if isinstance(module, conv.GroupConv2d):
+                    module.forward = (lambda m: lambda t: flex_op(
+                        t, m.weight, m.groups, m.implementation))(module)
+            variants = {"original": original, "converted": converted, "flexible": flexible}
+            compiled, compile_s = {}, {}
+            for name, model in variants.items():
+                t0 = time.perf_counter()
+                compiled[name] = torch.compile(model)
+                ref = compiled[name](x)
+                torch.cuda.synchronize()
+                compile_s[name] = time.perf_counter() - t0
+                if name == "original":
+                    reference = ref
+                else:
+                    diff = float((ref - reference).abs().max() / reference.abs().max())
+                    compile_s[name + "_max_rel_difference"] = diff
+            runs = {name: (lambda f=f: f(x)) for name, f in compiled.items()}
+            medians, _ = median_latencies(session, runs, timing, np.random.default_rng(0),
+                                          shape_id=spec)
+            kernels = {name: profile(torch, f) for name, f in runs.items()}
+        entry = {"spec": spec, "model": model_name, "layout": layout, "freezing": freeze == "1",
+                 "n": opts.n, "swapped": sum(r["replaced"] for r in report),
+                 "convs": len(report), "compile_s": compile_s, "median_us": medians,
+                 "groups": {k: grouped(v) for k, v in kernels.items()},
+                 "kernels": {k: v[:40] for k, v in kernels.items()}}
+        doc["networks"].append(entry)
+        save()
+        base = medians["original"]
+        lines.append(f"{spec}: original {base:.0f} us; converted {medians['converted']:.0f} "
+                     f"({base / medians['converted']:.3f}x); flexible {medians['flexible']:.0f} "
+                     f"({base / medians['flexible']:.3f}x); swapped {entry['swapped']}/"
+                     f"{entry['convs']}")
+        for name in variants:
+            g = entry["groups"][name]
+            lines.append("    " + name + ": " + ", ".join(
+                f"{k} {v['us']:.0f} us/{v['launches']:.0f}" for k, v in sorted(g.items())))
+        print("\n".join(lines[-4:]), flush=True)
+        del original, converted, flexible, compiled, runs, variants
+        torch.cuda.empty_cache()
+
+    shapes = {s["id"]: s for s in yaml.safe_load((ROOT / "config" / "shapes.yaml").read_text())
+              ["shapes"]}
+    acts = {"relu": torch.nn.ReLU, "relu6": torch.nn.ReLU6, "silu": torch.nn.SiLU,
+            "hardswish": torch.nn.Hardswish}
+    inductor.freezing = True
+    for spec in opts.blocks:
+        shape_id, act = spec.split(":")
+        s = shapes[shape_id]
+        for layout in ("nchw", "nhwc"):
+            torch._dynamo.reset()
+            fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+            torch.manual_seed(0)
+            block = torch.nn.Sequential(
+                torch.nn.Conv2d(s["c_in"], s["c_out"], 3, 1, 1, groups=s["groups"], bias=False),
+                torch.nn.BatchNorm2d(s["c_out"]), acts[act]()).cuda().eval()
+            with torch.no_grad():
+                block[1].running_mean.uniform_(-0.5, 0.5)
+                block[1].running_var.uniform_(0.5, 2.0)
+                block[1].weight.uniform_(0.5, 1.5)
+                block[1].bias.uniform_(-0.5, 0.5)
+            block = block.to(memory_format=fmt)
+            tail = torch.compile(torch.nn.Sequential(block[1], block[2]))
+            frozen = torch.compile(copy.deepcopy(block))
+            with torch.no_grad(), session.on_stream():
+                x = torch.randn((s["n"], s["c_in"], s["h"], s["w"]), device="cuda"
+                                ).to(memory_format=fmt)
+                w = block[0].weight
+                runs = {"eager": lambda: block(x), "compiled_frozen": lambda: frozen(x),
+                        "custom_conv": lambda: conv.conv2d(x, w, s["groups"]),
+                        "custom_conv_then_compiled_tail":
+                            lambda: tail(conv.conv2d(x, w, s["groups"]))}
+                for f in runs.values():
+                    f()
+                torch.cuda.synchronize()
+                medians, _ = median_latencies(session, runs, timing, np.random.default_rng(0),
+                                              shape_id=shape_id)
+            doc["blocks"].append({"shape": shape_id, "activation": act, "layout": layout,
+                                  "median_us": medians})
+            save()
+            best_torch = min(medians["eager"], medians["compiled_frozen"])
+            lines.append(f"{shape_id} {act} {layout}: eager {medians['eager']:.1f}, compiled "
+                         f"frozen {medians['compiled_frozen']:.1f}, custom conv "
+                         f"{medians['custom_conv']:.1f}, + compiled tail "
+                         f"{medians['custom_conv_then_compiled_tail']:.1f} us; best torch / "
+                         f"custom conv alone {best_torch / medians['custom_conv']:.2f}x")
+            print(lines[-1], flush=True)
+    doc["lines"] = lines
+    save()
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
