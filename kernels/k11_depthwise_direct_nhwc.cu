@@ -22,6 +22,8 @@
 //   then loaded (ROWS + 2) / ROWS times per thread instead of three. The z index is a block of
 //   ROWS rows of one image: one division per block, the same for all its threads.
 // The tuning stage picks VEC, PIX, ROWS and the block size per shape.
+// EPI (epilogue.cuh): every unflipped entry also comes with each fused epilogue
+// (`<entry>_ep_<activation>`: y = act(conv + bias[c]) before the store; bias may be null).
 // FLIP: every entry also comes turned 180 degrees (`<entry>_flip`: tap t read as tap 8 - t,
 // w[c][2 - kh][2 - kw]). For a depthwise weight that turned weight is the input gradient's
 // w' (dX = conv(dY, w'); its transposition between input and output channels is the identity
@@ -31,6 +33,7 @@
 // index, so the unflipped entries' machine code is the kernel's before FLIP.
 #include "channel_vec.cuh"
 #include "common.cuh"
+#include "epilogue.cuh"
 // K11_TILES: the (VEC, PIX, ROWS) table, written in Python (nhwc_direct_kernels.K11_TABLE),
 // generated.
 #include "k11_depthwise_direct_nhwc_table.cuh"
@@ -76,7 +79,8 @@ __device__ __forceinline__ ChannelVec<1> k11_tap<1>(const float (&tw)[9], int t)
 }
 
 // Assumptions at the signature (the host's support predicate and launch refuse the rest):
-// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; depthwise with channel multiplier 1:
+// - FP32; 3x3, stride 1, padding 1, dilation 1; a bias only in the fused entries (bias: C
+//   floats or null); depthwise with channel multiplier 1:
 //   groups == C_in == C_out.
 // - x: N x H x W x C, y: N x H x W x C, both contiguous channels_last; w: C x 3 x 3 (a (C, 1, 3,
 //   3) depthwise weight has this memory in either layout).
@@ -85,11 +89,13 @@ __device__ __forceinline__ ChannelVec<1> k11_tap<1>(const float (&tw)[9], int t)
 // - grid = (ceil(C / VEC / blockDim.x), ceil(W / (PIX * blockDim.y)), N * ceil(H / ROWS)):
 //   the z blocks and the pixel-group blocks each at most 65535 (gridDim.y and z), W * C < 2**31
 //   (a row's offsets are 32-bit; a row's start is 64-bit).
-template <int VEC, int PIX, int ROWS, bool FLIP>
+template <int VEC, int PIX, int ROWS, bool FLIP, class EPI>
 __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
                                                    const float* __restrict__ wt,
-                                                   float* __restrict__ y, int N, int C_in,
-                                                   int C_out, int H, int W, int groups) {
+                                                   float* __restrict__ y,
+                                                   const float* __restrict__ bias, int N,
+                                                   int C_in, int C_out, int H, int W,
+                                                   int groups) {
     if (C_in != groups || C_out != groups || C_in % VEC) return;  // the host refuses these first
     const int C = C_in;
     const int vector = blockIdx.x * blockDim.x + threadIdx.x;
@@ -128,6 +134,11 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
     for (int dh = 0; dh < 3; ++dh) load_row(in[dh], dh);
     float tw[9 * VEC];
     k11_load_taps<VEC>(wt, c, tw);
+    float b[VEC];
+    if constexpr (EPI::fused) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) b[j] = epilogue_bias(bias, c + j);
+    }
 
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -148,6 +159,7 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
                     acc.fma(in[kh][q + kw], k11_tap<VEC>(tw, FLIP ? 8 - t : t));
                 }
             }
+            if constexpr (EPI::fused) apply_epilogue<EPI>(acc, b);
             if (w0 + q < W) acc.store(out + (w0 + q) * C);
         }
         if (r + 1 < ROWS) {
@@ -161,22 +173,35 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
     }
 }
 
-// Two entries per (vector width, pixels per thread, rows per thread) of the table (K11_TILES):
-// the convolution and, after it, the same turned 180 degrees (_flip); each allows up to 256
-// threads per block. ROWS = 1 keeps the entry names of the kernel before ROWS.
+// Seven entries per (vector width, pixels per thread, rows per thread) of the table (K11_TILES):
+// the convolution, the same turned 180 degrees (_flip), and the convolution with each fused
+// epilogue (_ep_<activation>, a fourth pointer: the bias); each allows up to 256 threads per
+// block. ROWS = 1 keeps the entry names of the kernel before ROWS.
 #define K11_NAME_1(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX
 #define K11_NAME_2(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r2
 #define K11_NAME_4(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r4
 #define K11_FLIPPED(NAME) K11_PASTE(NAME, _flip)  // NAME expanded first, then _flip appended
 #define K11_PASTE(NAME, SUFFIX) NAME##SUFFIX
+#define K11_EPILOGUE(NAME, ACT) K11_PASTE3(NAME, _ep_, ACT)
+#define K11_PASTE3(NAME, INFIX, ACT) NAME##INFIX##ACT
 #define K11_KERNEL(NAME, VEC, PIX, ROWS, FLIP)                                                 \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                     \
         const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
         int N, int C_in, int C_out, int H, int W, int groups) {                                 \
-        k11_depthwise_nhwc<VEC, PIX, ROWS, FLIP>(x, wt, y, N, C_in, C_out, H, W, groups);       \
+        k11_depthwise_nhwc<VEC, PIX, ROWS, FLIP, NoEpilogue>(x, wt, y, nullptr, N, C_in, C_out, \
+                                                             H, W, groups);                     \
+    }
+#define K11_FUSED(VEC, PIX, ROWS, ACT, EPI)                                                    \
+    extern "C" __global__ void __launch_bounds__(256) K11_EPILOGUE(K11_NAME_##ROWS(VEC, PIX),   \
+                                                                   ACT)(                        \
+        const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
+        const float* __restrict__ bias, int N, int C_in, int C_out, int H, int W, int groups) { \
+        k11_depthwise_nhwc<VEC, PIX, ROWS, false, EPI>(x, wt, y, bias, N, C_in, C_out, H, W,    \
+                                                       groups);                                 \
     }
 #define K11_ENTRY(VEC, PIX, ROWS)                                                              \
     K11_KERNEL(K11_NAME_##ROWS(VEC, PIX), VEC, PIX, ROWS, false)                                \
-    K11_KERNEL(K11_FLIPPED(K11_NAME_##ROWS(VEC, PIX)), VEC, PIX, ROWS, true)
+    K11_KERNEL(K11_FLIPPED(K11_NAME_##ROWS(VEC, PIX)), VEC, PIX, ROWS, true)                    \
+    EPILOGUE_ACTIVATIONS(K11_FUSED, VEC, PIX, ROWS)
 
 K11_TILES(K11_ENTRY)

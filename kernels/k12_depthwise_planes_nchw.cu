@@ -15,11 +15,14 @@
 // - A window row's PIX middle floats are loaded as 16- or 8-byte vectors when W and the tensors'
 //   addresses allow it (checked here, uniformly for the launch), and the outputs stored likewise.
 // The tuning stage picks ROWS, PIX and the block size per shape.
+// EPI (epilogue.cuh): every unflipped entry also comes with each fused epilogue
+// (`<entry>_ep_<activation>`: y = act(conv + bias[c]) before the store; bias may be null).
 // FLIP: every entry also comes turned 180 degrees (`<entry>_flip`: tap t read as tap 8 - t), the
 // depthwise input gradient's weight w' read from the weight as it is, as in k11 (see there).
 #include <stdint.h>
 
 #include "common.cuh"
+#include "epilogue.cuh"
 // K12_TILES: the (ROWS, PIX) table, written in Python (nchw_plane_kernels.K12_TABLE), generated.
 #include "k12_depthwise_planes_nchw_table.cuh"
 
@@ -84,18 +87,21 @@ __device__ __forceinline__ void k12_store_row(float* __restrict__ row, int w0, i
 }
 
 // Assumptions at the signature (the host's support predicate and launch refuse the rest):
-// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; depthwise with channel multiplier 1:
+// - FP32; 3x3, stride 1, padding 1, dilation 1; a bias only in the fused entries (bias: C
+//   floats or null); depthwise with channel multiplier 1:
 //   groups == C_in == C_out.
 // - x: N x C x H x W, y: N x C x H x W, both contiguous NCHW; w: C x 3 x 3. Any float pointer:
 //   16- and 8-byte vectors are used only where W and both tensors' addresses allow them.
 // - grid = (ceil(N * C / blockDim.z), ceil(H / (ROWS * blockDim.y)), ceil(W / (PIX *
 //   blockDim.x))): N * C < 2**31 planes (a plane's index and channel are 32-bit; its offset is
 //   64-bit), the row and column groups at most 65535 blocks each (gridDim.y and z).
-template <int ROWS, int PIX, bool FLIP>
+template <int ROWS, int PIX, bool FLIP, class EPI>
 __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
                                                    const float* __restrict__ wt,
-                                                   float* __restrict__ y, int N, int C_in,
-                                                   int C_out, int H, int W, int groups) {
+                                                   float* __restrict__ y,
+                                                   const float* __restrict__ bias, int N,
+                                                   int C_in, int C_out, int H, int W,
+                                                   int groups) {
     if (C_in != groups || C_out != groups) return;  // the host refuses these first
     const int plane = blockIdx.x * blockDim.z + threadIdx.z;  // n * C + c
     const int h0 = (blockIdx.y * blockDim.y + threadIdx.y) * ROWS;
@@ -120,6 +126,8 @@ __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
     float k[9];
 #pragma unroll
     for (int t = 0; t < 9; ++t) k[t] = __ldg(taps + (FLIP ? 8 - t : t));
+    float b = 0.0f;
+    if constexpr (EPI::fused) b = epilogue_bias(bias, plane % C_in);
 
     float* yp = y + plane * plane_floats;
 #pragma unroll
@@ -134,23 +142,35 @@ __device__ __forceinline__ void k12_depthwise_nchw(const float* __restrict__ x,
 #pragma unroll
                 for (int kw = 0; kw < 3; ++kw) acc = fmaf(in[r + kh][q + kw], k[kh * 3 + kw], acc);
             }
+            if constexpr (EPI::fused) acc = EPI::apply(acc + b);
             out[q] = acc;
         }
         k12_store_row<PIX>(yp + (long long)(h0 + r) * W, w0, W, vec, out);
     }
 }
 
-// Two entries per (output rows, output columns) per thread of the table (K12_TILES): the
-// convolution and, after it, the same turned 180 degrees (_flip); each allows up to 256 threads
-// per block.
+// Seven entries per (output rows, output columns) per thread of the table (K12_TILES): the
+// convolution, the same turned 180 degrees (_flip), and the convolution with each fused
+// epilogue (_ep_<activation>, a fourth pointer: the bias); each allows up to 256 threads per
+// block.
 #define K12_KERNEL(NAME, ROWS, PIX, FLIP)                                                      \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                     \
         const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
         int N, int C_in, int C_out, int H, int W, int groups) {                                 \
-        k12_depthwise_nchw<ROWS, PIX, FLIP>(x, wt, y, N, C_in, C_out, H, W, groups);            \
+        k12_depthwise_nchw<ROWS, PIX, FLIP, NoEpilogue>(x, wt, y, nullptr, N, C_in, C_out, H,   \
+                                                        W, groups);                             \
+    }
+#define K12_FUSED(ROWS, PIX, UNUSED, ACT, EPI)                                                 \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        k12_depthwise_planes_nchw_r##ROWS##_p##PIX##_ep_##ACT(                                  \
+            const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,   \
+            const float* __restrict__ bias, int N, int C_in, int C_out, int H, int W,           \
+            int groups) {                                                                       \
+        k12_depthwise_nchw<ROWS, PIX, false, EPI>(x, wt, y, bias, N, C_in, C_out, H, W, groups); \
     }
 #define K12_ENTRY(ROWS, PIX)                                                                   \
     K12_KERNEL(k12_depthwise_planes_nchw_r##ROWS##_p##PIX, ROWS, PIX, false)                    \
-    K12_KERNEL(k12_depthwise_planes_nchw_r##ROWS##_p##PIX##_flip, ROWS, PIX, true)
+    K12_KERNEL(k12_depthwise_planes_nchw_r##ROWS##_p##PIX##_flip, ROWS, PIX, true)              \
+    EPILOGUE_ACTIVATIONS(K12_FUSED, ROWS, PIX, 0)
 
 K12_TILES(K12_ENTRY)

@@ -10,9 +10,12 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
   kernels, and the rest. `flexible`: the converted model again with the op called through a
   twin registered with torch.Tag.flexible_layout, so inductor may hand it the layout it chose.
 - Blocks: for depthwise shapes of the frozen set, conv -> BatchNorm -> activation (the network's
-  own), timed at graph_device: eager, compiled with freezing (BN folded into the convolution),
-  the custom conv alone, and the custom conv followed by the compiled BN + activation. The custom
-  conv alone is what a fused epilogue would cost at best.
+  own: ACTIVATION_OF_NETWORK), timed at graph_device: eager, compiled with freezing (BN folded
+  into the convolution; the strongest a user can choose), the custom conv alone, the fused layer
+  convert(fuse=True) makes (GroupConv2d.from_conv_bn: conv + bias + activation in one call), and
+  with --tail the custom conv followed by the compiled BN + activation (what an unfused
+  converted model runs). The custom conv alone is what a fused epilogue would cost at best.
+  `--blocks depthwise`: every depthwise shape of the frozen set.
 
   python tools/compile_profile.py OUT [--nets model:layout:freeze ...] [--blocks SHAPE_ID ...]
 
@@ -38,6 +41,18 @@ NETS = ("efficientnet_b0:nchw:0", "efficientnet_b0:nchw:1", "mobilenet_v3_large:
 BLOCKS = ("mobilenetv2-n32-c144-56x56-g144:relu6", "mobilenetv2-n32-c960-7x7-g960:relu6",
           "mobilenetv2-n1-c144-56x56-g144:relu6", "efficientnet-b0-n32-c480-14x14-g480:silu",
           "efficientnet-b3-n16-c192-75x75-g192:silu", "mobilenetv2-train-n128-c32-112x112-g32:relu6")
+# The activation after each network's depthwise 3x3 convolution (by the shape id's network);
+# the stress shapes take ReLU. MobileNetV3-Large's later stages (the frozen shapes') use
+# Hardswish, PicoDet's ESNet too.
+ACTIVATION_OF_NETWORK = (("mobilenetv2", "relu6"), ("mobilenetv3", "hardswish"),
+                         ("efficientnet", "silu"), ("yolo-picodet", "hardswish"))
+
+
+def network_activation(shape_id: str) -> str:
+    return next((act for prefix, act in ACTIVATION_OF_NETWORK if shape_id.startswith(prefix)),
+                "relu")
+
+
 # An inductor kernel whose name says it only reads one tensor and writes it elsewhere: the
 # layout copies around a layer whose input layout is fixed.
 COPY = re.compile(r"^triton_poi_fused_(clone|convolution|_to_copy|copy)_?\d*$")
@@ -114,6 +129,9 @@ def main(argv: list[str]) -> int:
     args.add_argument("--n", type=int, default=32)
     args.add_argument("--batches", type=int, default=4)
     args.add_argument("--samples", type=int, default=10)
+    args.add_argument("--tail", action="store_true")
+    args.add_argument("--fuse", action="store_true",
+                      help="networks: a converted model with convert(fuse=True) beside the others")
     opts = args.parse_args(argv)
 
     import numpy as np
@@ -151,6 +169,7 @@ def main(argv: list[str]) -> int:
         converted = copy.deepcopy(original)
         with torch.no_grad(), session.on_stream():
             x = torch.randn((opts.n, 3, 224, 224), device="cuda").to(memory_format=fmt)
+            plain = copy.deepcopy(original)
             report = convert(converted, x)
             flexible = copy.deepcopy(converted)
             for module in flexible.modules():
@@ -158,6 +177,10 @@ def main(argv: list[str]) -> int:
                     module.forward = (lambda m: lambda t: flex_op(
                         t, m.weight, m.groups, m.implementation))(module)
             variants = {"original": original, "converted": converted, "flexible": flexible}
+            if opts.fuse:
+                fused_model = plain
+                fused_report = convert(fused_model, x, fuse=True)
+                variants["fused"] = fused_model
             compiled, compile_s = {}, {}
             for name, model in variants.items():
                 t0 = time.perf_counter()
@@ -182,16 +205,18 @@ def main(argv: list[str]) -> int:
         doc["networks"].append(entry)
         save()
         base = medians["original"]
-        lines.append(f"{spec}: original {base:.0f} us; converted {medians['converted']:.0f} "
-                     f"({base / medians['converted']:.3f}x); flexible {medians['flexible']:.0f} "
-                     f"({base / medians['flexible']:.3f}x); swapped {entry['swapped']}/"
-                     f"{entry['convs']}")
+        if opts.fuse:
+            entry["fused_layers"] = sum(bool(r.get("fused")) for r in fused_report)
+        lines.append(f"{spec}: original {base:.0f} us; " + "; ".join(
+            f"{k} {v:.0f} ({base / v:.3f}x)" for k, v in medians.items() if k != "original")
+            + f"; swapped {entry['swapped']}/{entry['convs']}"
+            + (f", fused {entry['fused_layers']}" if opts.fuse else ""))
         for name in variants:
             g = entry["groups"][name]
             lines.append("    " + name + ": " + ", ".join(
                 f"{k} {v['us']:.0f} us/{v['launches']:.0f}" for k, v in sorted(g.items())))
-        print("\n".join(lines[-4:]), flush=True)
-        del original, converted, flexible, compiled, runs, variants
+        print("\n".join(lines[-1 - len(variants):]), flush=True)
+        del original, converted, flexible, compiled, runs, variants, plain
         torch.cuda.empty_cache()
 
     shapes = {s["id"]: s for s in yaml.safe_load((ROOT / "config" / "shapes.yaml").read_text())
@@ -199,6 +224,9 @@ def main(argv: list[str]) -> int:
     acts = {"relu": torch.nn.ReLU, "relu6": torch.nn.ReLU6, "silu": torch.nn.SiLU,
             "hardswish": torch.nn.Hardswish}
     inductor.freezing = True
+    if opts.blocks == ["depthwise"]:
+        opts.blocks = [f"{i}:{network_activation(i)}" for i, s in shapes.items()
+                       if s["groups"] == s["c_in"] == s["c_out"]]
     for spec in opts.blocks:
         shape_id, act = spec.split(":")
         s = shapes[shape_id]
@@ -215,30 +243,39 @@ def main(argv: list[str]) -> int:
                 block[1].weight.uniform_(0.5, 1.5)
                 block[1].bias.uniform_(-0.5, 0.5)
             block = block.to(memory_format=fmt)
-            tail = torch.compile(torch.nn.Sequential(block[1], block[2]))
+            tail = torch.compile(torch.nn.Sequential(block[1], block[2])) if opts.tail else None
             frozen = torch.compile(copy.deepcopy(block))
+            fused = conv.GroupConv2d.from_conv_bn(block[0], block[1], act)
             with torch.no_grad(), session.on_stream():
                 x = torch.randn((s["n"], s["c_in"], s["h"], s["w"]), device="cuda"
                                 ).to(memory_format=fmt)
                 w = block[0].weight
                 runs = {"eager": lambda: block(x), "compiled_frozen": lambda: frozen(x),
                         "custom_conv": lambda: conv.conv2d(x, w, s["groups"]),
-                        "custom_conv_then_compiled_tail":
-                            lambda: tail(conv.conv2d(x, w, s["groups"]))}
-                for f in runs.values():
-                    f()
+                        "custom_fused": lambda: fused(x)}
+                if tail is not None:
+                    runs["custom_conv_then_compiled_tail"] = \
+                        lambda: tail(conv.conv2d(x, w, s["groups"]))
+                outputs = {k: f() for k, f in runs.items() if k != "custom_conv"}
                 torch.cuda.synchronize()
+                ref = outputs["eager"]
+                differences = {k: float((v - ref).abs().max() / ref.abs().max())
+                               for k, v in outputs.items()}
+                runs_fused = conv.runtime().describe_fused(x, fused.weight, s["groups"], act,
+                                                           "dispatch")
                 medians, _ = median_latencies(session, runs, timing, np.random.default_rng(0),
                                               shape_id=shape_id)
             doc["blocks"].append({"shape": shape_id, "activation": act, "layout": layout,
-                                  "median_us": medians})
+                                  "median_us": medians, "max_rel_difference": differences,
+                                  "fused_runs": runs_fused})
             save()
             best_torch = min(medians["eager"], medians["compiled_frozen"])
             lines.append(f"{shape_id} {act} {layout}: eager {medians['eager']:.1f}, compiled "
                          f"frozen {medians['compiled_frozen']:.1f}, custom conv "
-                         f"{medians['custom_conv']:.1f}, + compiled tail "
-                         f"{medians['custom_conv_then_compiled_tail']:.1f} us; best torch / "
-                         f"custom conv alone {best_torch / medians['custom_conv']:.2f}x")
+                         f"{medians['custom_conv']:.1f}, fused {medians['custom_fused']:.1f} us "
+                         f"({runs_fused['implementation']}, {runs_fused['epilogue']}); best "
+                         f"torch / fused {best_torch / medians['custom_fused']:.2f}x, fused / "
+                         f"conv alone {medians['custom_fused'] / medians['custom_conv']:.2f}")
             print(lines[-1], flush=True)
     doc["lines"] = lines
     save()

@@ -116,3 +116,26 @@ def check_call(x, weight, groups: int, implementation: str):
     if not ok:
         raise UnsupportedConv(f"implementation: {implementation} does not support {shape.id}: {why}")
     return shape
+
+
+def check_epilogue(x, weight, bias, activation: str | None) -> None:
+    """A fused call's own fields (conv2d's bias= and activation=), after check_call: the
+    activation one the kernels fuse, the bias None or a contiguous FP32 vector of C_out floats
+    on x's GPU; UnsupportedConv names the first that does not fit."""
+    from .epilogues import check_activation
+
+    check_activation(activation)
+    if bias is None:
+        return
+    c_out = int(weight.shape[0])
+    if not isinstance(bias, torch.Tensor):
+        raise UnsupportedConv(f"bias: {type(bias).__name__}, must be a torch.Tensor or None")
+    if tuple(bias.shape) != (c_out,):
+        raise UnsupportedConv(f"bias: shape {tuple(bias.shape)}, must be ({c_out},), one per "
+                              "output channel")
+    if bias.dtype != torch.float32:
+        raise UnsupportedConv(f"bias: dtype {bias.dtype}, must be torch.float32")
+    if not bias.is_contiguous():
+        raise UnsupportedConv(f"bias: stride {bias.stride()}, must be contiguous")
+    if bias.device != x.device:
+        raise UnsupportedConv(f"bias: on {bias.device}, x on {x.device}: must be one GPU")

@@ -168,3 +168,64 @@ def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict 
     checks = bool(x_mask or w_mask)
     calls = (run_aligned if checks else run_checked, into_aligned if checks else into_checked)
     return CallPlan(impl, layout, calls[0], calls[1], details)
+
+
+def plan_fused_call(launcher, impl: str, shape, layout: str, x, weight, activation: str | None,
+                    variant: dict | None = None, requested: str | None = None) -> CallPlan:
+    """The plan of y = act(conv(x, weight) + bias[c]) with `impl` (already chosen): `call(x,
+    weight, bias) -> y`, bias an FP32 vector of C_out floats or None. A kernel with fused entries
+    (KernelSpec.epilogues) applies the bias and activation in registers before its one store; any
+    other implementation computes its plain call (plan_call), then PyTorch's bias add and
+    activation (epilogues.torch_epilogue), and its details say so. `activation` None: the bias
+    alone (the `identity` entry)."""
+    from .epilogues import torch_epilogue
+    from .kernels import KERNELS
+
+    requested = requested or impl
+    act = activation or "identity"
+    if impl in BASELINES or not KERNELS[impl].epilogues:
+        plain = plan_call(launcher, impl, shape, layout, x, weight, variant, requested)
+        run_plain = plain.call
+
+        def run_unfused(x, weight, bias):
+            return torch_epilogue(torch, run_plain(x, weight), bias, activation)
+
+        return CallPlan(impl, layout, run_unfused, None,
+                        {**plain.details, "epilogue": "PyTorch's, after the convolution"})
+    device, index = x.device, x.device.index
+    with torch.cuda.device(device):
+        plan, origin = launcher.kernel_plan(impl, shape, variant, activation=act)
+    enqueue = plan.launch_pointers
+    details = {"entry": plan.entry, "grid": list(plan.grid), "block": list(plan.block),
+               "epilogue": "fused"}
+    if origin is not None:
+        details["variant_from"] = origin
+    if tuple(x.shape) != (shape.n, shape.c_out, shape.h_out, shape.w_out):
+        raise ValueError(f"{impl}'s fused entries are depthwise: the output has x's size")
+    # As plan_call: an NHWC kernel reads the weight's channels_last memory (a depthwise (C, 1, 3,
+    # 3) weight has it in either layout, so this converts nothing in practice), and the pointers
+    # its vector loads need aligned are checked; a misaligned call computes PyTorch's reference
+    # and epilogue where `dispatch` asked, and refuses a named kernel.
+    convert = layout == "nhwc" and not weight.is_contiguous(memory_format=torch.channels_last)
+    x_align, w_align = pointer_alignment(impl, shape)
+    x_mask = x_align - 1 if x_align > 4 else 0
+    w_mask = w_align - 1 if w_align > 4 and not convert else 0
+    fallback = baseline_call(MISALIGNED_FALLBACK, shape.groups)
+
+    def run_fused(x, weight, bias):
+        if _current_device() != index:
+            with torch.cuda.device(device):
+                return run_fused(x, weight, bias)
+        if convert:
+            weight = weight.contiguous(memory_format=torch.channels_last)
+        if x.data_ptr() & x_mask or (w_mask and weight.data_ptr() & w_mask):
+            if requested != DISPATCH:
+                raise UnsupportedConv(f"x or weight: a data pointer is not {max(x_align, w_align)}"
+                                      f"-byte aligned, which {impl} needs on {shape.id}")
+            return torch_epilogue(torch, fallback(x, weight), bias, activation)
+        y = torch.empty_like(x)
+        enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr(),
+                0 if bias is None else bias.data_ptr())
+        return y
+
+    return CallPlan(impl, layout, run_fused, None, details)

@@ -37,8 +37,9 @@ from pathlib import Path
 import torch
 
 # support: the public face (groupconv_atlas.support) serves it from here.
-from .call_checks import (UnsupportedConv, call_layout, check_call, implementations,  # noqa: F401
-                          support)
+from .call_checks import (UnsupportedConv, call_layout, check_call, check_epilogue,  # noqa: F401
+                          implementations, support)
+from .epilogues import check_activation, torch_epilogue
 from .backward_plans import configure_backward, routed_backward, use_wgrad_tunings
 from .launcher import Launcher
 from .op_runtime import _Runtime
@@ -210,6 +211,62 @@ torch.library.register_fake("groupconv_atlas::conv2d", _conv2d_fake, lib=_LIB)
 torch.library.register_autograd("groupconv_atlas::conv2d", _conv2d_backward,
                                 setup_context=_conv2d_setup, lib=_LIB)
 _OP = torch.ops.groupconv_atlas.conv2d.default
+
+# The fused op: y = act(conv(x, weight) + bias), the bias and activation applied in registers by
+# kernels with fused entries (KernelSpec.epilogues), else by PyTorch after the convolution
+# (call_plan.plan_fused_call). Its backward recomputes conv + bias with F.conv2d (the forward
+# keeps no pre-activation tensor: inference, the case fusing serves, stores one output), takes
+# the activation's derivative with aten's own backward op, then the convolution's backward.
+_LIB.define("conv2d_fused(Tensor x, Tensor weight, Tensor? bias, int groups, str? activation, "
+            "str implementation) -> Tensor")
+
+
+def _fused_cuda(x, weight, bias, groups, activation, implementation):
+    return runtime().forward_fused(x, weight, bias, groups, activation, implementation)
+
+
+def _fused_elsewhere(x, weight, bias, groups, activation, implementation):
+    check_call(x, weight, groups, implementation)
+    check_epilogue(x, weight, bias, activation)
+    raise UnsupportedConv("x: must be on a CUDA GPU")
+
+
+def _fused_fake(x, weight, bias, groups, activation, implementation):
+    return _conv2d_fake(x, weight, groups, implementation)
+
+
+def _fused_setup(ctx, inputs, output):
+    x, weight, bias, groups, activation, _ = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.groups, ctx.activation = groups, activation
+
+
+_ACTIVATION_BACKWARD = {
+    "relu": lambda grad, pre: torch.ops.aten.threshold_backward(grad, pre, 0.0),
+    "relu6": lambda grad, pre: torch.ops.aten.hardtanh_backward(grad, pre, 0.0, 6.0),
+    "silu": torch.ops.aten.silu_backward,
+    "hardswish": torch.ops.aten.hardswish_backward,
+}
+
+
+def _fused_backward(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    derivative = _ACTIVATION_BACKWARD.get(ctx.activation)
+    if derivative is not None:
+        grad = derivative(grad, _F_CONV2D(x, weight, bias, 1, 1, 1, ctx.groups))
+    grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,
+                                       ctx.groups, [needs[0], needs[1], False])
+    grad_b = grad.sum((0, 2, 3)) if bias is not None and needs[2] else None
+    return grad_x, grad_w, grad_b, None, None, None
+
+
+_LIB.impl("conv2d_fused", _fused_cuda, "CUDA")
+_LIB.impl("conv2d_fused", _fused_elsewhere, "CPU")
+torch.library.register_fake("groupconv_atlas::conv2d_fused", _fused_fake, lib=_LIB)
+torch.library.register_autograd("groupconv_atlas::conv2d_fused", _fused_backward,
+                                setup_context=_fused_setup, lib=_LIB)
+_FUSED_OP = torch.ops.groupconv_atlas.conv2d_fused.default
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _capturing = torch.cuda.is_current_stream_capturing
@@ -217,9 +274,12 @@ _F_CONV2D = torch.nn.functional.conv2d
 _function_modes = torch._C._is_torch_function_mode_enabled
 
 
-def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
+def conv2d(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
+           activation: str | None = None):
     """y = conv2d(x, weight, groups, implementation="dispatch"): a 3x3 grouped convolution,
-    stride 1, padding 1, dilation 1, no bias. Its backward is PyTorch's convolution backward
+    stride 1, padding 1, dilation 1, no bias. With `bias` (C_out FP32 floats) or `activation`
+    (one of epilogues.ACTIVATIONS: "identity", "relu", "relu6", "silu", "hardswish"):
+    y = activation(conv + bias), one fused call (conv2d_fused below). Its backward is PyTorch's convolution backward
     (unless configure(backward_dispatch=...) routes a pass to a custom one). With "dispatch", an
     eager call that records a gradient (grad mode on, x or weight requiring it) outside a CUDA
     graph capture is F.conv2d, checked as any call, under the caller's precision settings as the
@@ -240,6 +300,8 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     "x: dtype torch.float16, must be torch.float32"; `support(...)` answers the same without a
     GPU. It is the custom op torch.ops.groupconv_atlas.conv2d: CUDA graphs capture it (the
     kernel runs on the caller's current stream) and torch.compile(fullgraph=True) traces it."""
+    if bias is not None or activation is not None:
+        return conv2d_fused(x, weight, groups, implementation, bias, activation)
     if torch.compiler.is_compiling():
         # While tracing, sizes and groups may be symbolic: the op checks the call when it runs,
         # so the trace has no Python branch on them (no graph break).
@@ -270,11 +332,37 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH):
     return _OP(x, weight, groups, implementation)
 
 
+def conv2d_fused(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
+                 activation: str | None = None):
+    """y = activation(conv2d(x, weight, groups, implementation) + bias[c]): the custom op
+    torch.ops.groupconv_atlas.conv2d_fused. The implementation is the one the plain call would
+    run (dispatch: the fastest convolution of the geometry and layout); a kernel with fused
+    entries (k11, k12: the depthwise kernels) adds the bias and applies the activation in
+    registers before its one store, any other implementation runs PyTorch's bias add and
+    activation after it (Runtime.describe_fused says which). `activation`: None (the bias alone)
+    or one of epilogues.ACTIVATIONS; another raises UnsupportedConv naming it. Autograd: the
+    activation's derivative (aten's), then the convolution's backward and the bias's sum."""
+    if torch.compiler.is_compiling():
+        return _FUSED_OP(x, weight, bias, groups, activation, implementation)
+    if type(x) is torch.Tensor and x.is_cuda and type(weight) in _PLAIN_TENSORS \
+            and not _dispatch_modes() and not _function_modes() \
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
+                bias is not None and bias.requires_grad))):
+        return (_RUNTIME or runtime()).forward_fused(x, weight, bias, groups, activation,
+                                                     implementation)
+    check_call(x, weight, groups, implementation)
+    check_epilogue(x, weight, bias, activation)
+    return _FUSED_OP(x, weight, bias, groups, activation, implementation)
+
+
 class GroupConv2d(torch.nn.Module):
-    """A 3x3, stride 1, padding 1 grouped convolution without bias, computed by `conv2d`."""
+    """A 3x3, stride 1, padding 1 grouped convolution computed by `conv2d`: without bias, or
+    (from_conv_bn: a Conv2d and the BatchNorm2d after it folded into one weight and bias, and the
+    activation after them) y = activation(conv + bias) in one fused call."""
 
     def __init__(self, in_channels: int, out_channels: int, groups: int = 1,
-                 implementation: str = DISPATCH, device=None):
+                 implementation: str = DISPATCH, device=None, bias: bool = False,
+                 activation: str | None = None):
         super().__init__()
         if implementation not in implementations():
             raise UnsupportedConv(f"implementation: unknown {implementation!r}; known: "
@@ -282,41 +370,86 @@ class GroupConv2d(torch.nn.Module):
         if in_channels % groups or out_channels % groups:
             raise UnsupportedConv(f"groups: {groups} does not divide in_channels={in_channels} "
                                   f"and out_channels={out_channels}")
+        check_activation(activation)
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.implementation = implementation
+        self.implementation, self.activation = implementation, activation
         self.weight = torch.nn.Parameter(torch.empty(
             (out_channels, in_channels // groups, 3, 3), device=device, dtype=torch.float32))
         torch.nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)  # as torch.nn.Conv2d
+        self.bias = torch.nn.Parameter(torch.zeros(out_channels, device=device)) if bias else None
 
     @classmethod
     def from_conv(cls, conv: torch.nn.Conv2d, implementation: str = DISPATCH) -> "GroupConv2d":
         """Replace a Conv2d that fits the experiment, sharing its weight Parameter (state_dict
         keys and values unchanged)."""
+        cls._check_conv(conv)
+        if conv.bias is not None:
+            raise UnsupportedConv("bias: present, must be None")
+        module = cls.__new__(cls)
+        torch.nn.Module.__init__(module)
+        module.in_channels, module.out_channels = conv.in_channels, conv.out_channels
+        module.groups, module.implementation, module.activation = conv.groups, implementation, None
+        module.weight = conv.weight
+        module.bias = None
+        return module
+
+    @classmethod
+    def from_conv_bn(cls, conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d | None,
+                     activation: str | None, implementation: str = DISPATCH) -> "GroupConv2d":
+        """One fused layer for conv -> bn -> activation in inference: the BatchNorm's running
+        statistics and affine folded into the convolution's weight and a bias (in FP64, then
+        rounded once to FP32), the activation applied before the kernel's store. New Parameters:
+        the folded values are not the originals, and a model fused this way is for inference."""
+        cls._check_conv(conv)
+        check_activation(activation)
+        weight = conv.weight.detach().double()
+        bias = conv.bias.detach().double() if conv.bias is not None else \
+            torch.zeros(conv.out_channels, dtype=torch.float64, device=weight.device)
+        if bn is not None:
+            scale = bn.weight.detach().double() if bn.weight is not None else \
+                torch.ones_like(bias)
+            shift = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(bias)
+            inv = scale / torch.sqrt(bn.running_var.detach().double() + bn.eps)
+            weight = weight * inv.view(-1, 1, 1, 1)
+            bias = (bias - bn.running_mean.detach().double()) * inv + shift
+        module = cls.__new__(cls)
+        torch.nn.Module.__init__(module)
+        module.in_channels, module.out_channels = conv.in_channels, conv.out_channels
+        module.groups, module.implementation = conv.groups, implementation
+        module.activation = activation
+        fmt = torch.channels_last if conv.weight.is_contiguous(
+            memory_format=torch.channels_last) and not conv.weight.is_contiguous() \
+            else torch.contiguous_format
+        module.weight = torch.nn.Parameter(weight.float().contiguous(memory_format=fmt),
+                                           requires_grad=conv.weight.requires_grad)
+        module.bias = torch.nn.Parameter(bias.float(), requires_grad=conv.weight.requires_grad)
+        return module
+
+    @staticmethod
+    def _check_conv(conv) -> None:
         for name, value, wanted in (("kernel_size", conv.kernel_size, (3, 3)),
                                     ("stride", conv.stride, (1, 1)),
                                     ("padding", conv.padding, (1, 1)),
                                     ("dilation", conv.dilation, (1, 1))):
             if tuple(value) != wanted:
                 raise UnsupportedConv(f"{name}: {tuple(value)}, must be {wanted}")
-        if conv.bias is not None:
-            raise UnsupportedConv("bias: present, must be None")
         if conv.padding_mode != "zeros":
             raise UnsupportedConv(f"padding_mode: {conv.padding_mode!r}, must be 'zeros'")
-        module = cls.__new__(cls)
-        torch.nn.Module.__init__(module)
-        module.in_channels, module.out_channels = conv.in_channels, conv.out_channels
-        module.groups, module.implementation = conv.groups, implementation
-        module.weight = conv.weight
-        return module
 
     def extra_repr(self) -> str:
+        fused = "" if self.bias is None and self.activation is None else \
+            f", bias={self.bias is not None}, activation={self.activation}"
         return (f"{self.in_channels}, {self.out_channels}, kernel_size=(3, 3), "
-                f"groups={self.groups}, implementation={self.implementation}")
+                f"groups={self.groups}, implementation={self.implementation}{fused}")
 
     def forward(self, x):
         if self.implementation != DISPATCH and call_layout(x) is not None \
                 and call_layout(x) != layout_of(self.implementation):
             # A named implementation computes in one layout; an input in the other runs
             # PyTorch's convolution, as the layer it replaced did (dispatch chooses per layout).
-            return torch.nn.functional.conv2d(x, self.weight, None, 1, 1, 1, self.groups)
-        return conv2d(x, self.weight, self.groups, self.implementation)
+            y = torch.nn.functional.conv2d(x, self.weight, None, 1, 1, 1, self.groups)
+            return torch_epilogue(torch, y, self.bias, self.activation)
+        if self.bias is None and self.activation is None:
+            return conv2d(x, self.weight, self.groups, self.implementation)
+        return conv2d_fused(x, self.weight, self.groups, self.implementation, self.bias,
+                            self.activation)

@@ -22,8 +22,9 @@ def _pair_text(value) -> str:
     return str(value[0]) if len(set(value)) == 1 else str(tuple(value))
 
 
-def conv_skip_reason(conv) -> str | None:
-    """None if the atlas's kernels compute exactly this Conv2d, else every reason they do not."""
+def conv_skip_reason(conv, fused: bool = False) -> str | None:
+    """None if the atlas's kernels compute exactly this Conv2d, else every reason they do not.
+    `fused`: the conv heads a chain fused into one layer, whose bias the fused call adds."""
     import torch
 
     reasons = []
@@ -39,7 +40,7 @@ def conv_skip_reason(conv) -> str | None:
         reasons.append(f"dilation {_pair_text(conv.dilation)}")
     if conv.groups == 1:
         reasons.append("groups 1 (dense)")
-    if conv.bias is not None:
+    if conv.bias is not None and not fused:
         reasons.append("has bias")
     if conv.padding_mode != "zeros":
         reasons.append(f"padding_mode {conv.padding_mode}")
@@ -71,14 +72,82 @@ def _set_submodule(model, name: str, module) -> None:
     setattr(parent, child, module)
 
 
+# The activation modules a fused layer applies, by exact type, as epilogues.ACTIVATIONS names them.
+def _activation_name(module) -> tuple[bool, str | None]:
+    """(True, name) for an activation module the kernels fuse (name None: nn.Identity, nothing to
+    apply), else (False, None)."""
+    import torch
+
+    names = {torch.nn.ReLU: "relu", torch.nn.ReLU6: "relu6", torch.nn.SiLU: "silu",
+             torch.nn.Hardswish: "hardswish", torch.nn.Identity: None}
+    if type(module) in names:
+        return True, names[type(module)]
+    return False, None
+
+
+def _epilogue_where(kernel: str) -> str:
+    from .kernels import KERNELS
+
+    if kernel in KERNELS and KERNELS[kernel].epilogues:
+        return f"in {kernel}'s registers, before its store"
+    return f"PyTorch's bias add and activation after {kernel} (it has no fused entries)"
+
+
+def fusable_chains(model) -> dict[int, dict]:
+    """Conv2d -> BatchNorm2d -> activation chains of `model` in inference, keyed by id(conv):
+    consecutive children of one nn.Sequential (torchvision's Conv2dNormActivation is one), the
+    BatchNorm with running statistics and the activation optional; timm's BatchNormAct2d (a
+    BatchNorm with its activation inside and no dropout) counts as both. Each value: the parent
+    Sequential, the names of the children fused after the conv, the BatchNorm and the
+    activation's name."""
+    import torch
+
+    chains: dict[int, dict] = {}
+    for parent in model.modules():
+        if not isinstance(parent, torch.nn.Sequential):
+            continue
+        children = list(parent.named_children())
+        for i, (_, conv) in enumerate(children):
+            if type(conv) is not torch.nn.Conv2d:
+                continue
+            after, bn, activation = [], None, None
+            rest = children[i + 1:i + 3]
+            if rest and type(rest[0][1]) is torch.nn.BatchNorm2d \
+                    and rest[0][1].track_running_stats:
+                bn = rest[0][1]
+                after.append(rest[0][0])
+                rest = rest[1:]
+            elif rest and type(rest[0][1]).__name__ == "BatchNormAct2d" \
+                    and rest[0][1].track_running_stats:
+                fusable, name = _activation_name(getattr(rest[0][1], "act", None))
+                if fusable and isinstance(getattr(rest[0][1], "drop", None), torch.nn.Identity):
+                    bn, activation = rest[0][1], name
+                    after.append(rest[0][0])
+                rest = []
+            if rest:
+                fusable, name = _activation_name(rest[0][1])
+                if fusable and name is not None:
+                    activation = name
+                    after.append(rest[0][0])
+            if after:
+                chains[id(conv)] = {"parent": parent, "after": after, "bn": bn,
+                                    "activation": activation}
+    return chains
+
+
 def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str | None, str]],
-                     make_module: Callable, describe: Callable | None = None) -> list[dict]:
+                     make_module: Callable, describe: Callable | None = None,
+                     chains: dict[int, dict] | None = None) -> list[dict]:
     """Replace, in place, each eligible Conv2d of `model` with make_module(conv, kernel), the
     kernel from choose(runtime shape) -> (kernel or None, reason); shapes come from one forward
     pass on `example_input`. Every other layer stays. Returns one record per Conv2d (each name
     under which it is reachable): layer, conv, input_shape, replaced, kernel, reason, and where
-    `describe(shape, kernel)` is given, the launch the replacement makes (entry, origin)."""
+    `describe(shape, kernel)` is given, the launch the replacement makes (entry, origin).
+    `chains` (fusable_chains): a conv heading one is replaced by make_module(conv, kernel,
+    chain) and the children fused after it by nn.Identity; its record says what was fused."""
     import torch
+
+    chains = chains or {}
 
     convs = [(name, m) for name, m in model.named_modules(remove_duplicate=False)
              if isinstance(m, torch.nn.Conv2d)]
@@ -90,7 +159,8 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
         record = {"layer": name, "conv": repr(conv),
                   "input_shape": list(shapes[0]) if shapes else None,
                   "replaced": False, "kernel": None, "reason": None}
-        reason = conv_skip_reason(conv)
+        chain = chains.get(id(conv))
+        reason = conv_skip_reason(conv, fused=chain is not None)
         if reason is None and not name:
             reason = "the model itself: there is no parent to put a replacement in"
         if reason is None and not shapes:
@@ -110,9 +180,16 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
             record["reason"] = reason
         else:
             if id(conv) not in made:
-                made[id(conv)] = make_module(conv, kernel)
+                made[id(conv)] = make_module(conv, kernel, chain) if chain else \
+                    make_module(conv, kernel)
             _set_submodule(model, name, made[id(conv)])
             record.update(replaced=True, kernel=kernel, reason=why)
+            if chain:
+                for child in chain["after"]:
+                    setattr(chain["parent"], child, torch.nn.Identity())
+                record["fused"] = {"batchnorm": chain["bn"] is not None,
+                                   "activation": chain["activation"],
+                                   "epilogue": _epilogue_where(kernel)}
             if describe is not None:
                 record["launch"] = describe(shape, kernel)
         records.append(record)
@@ -120,13 +197,19 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
 
 
 def convert(model, example_input, implementation: str = "dispatch",
-            only_faster: bool = True) -> list[dict]:
+            only_faster: bool = True, fuse: bool = False) -> list[dict]:
     """Swap `model`'s eligible Conv2d layers for GroupConv2d in place (see the module's
     docstring); `implementation` is what the new layers call. With `only_faster` (the default)
     and `dispatch`, a layer whose geometry the launch tables give to PyTorch (in the example
     input's layout: pass a channels_last input for a channels_last model) stays a Conv2d.
+    `fuse=True` on a model in eval mode: each swapped conv that heads a Conv2d -> BatchNorm2d ->
+    activation chain (fusable_chains) becomes one fused layer (GroupConv2d.from_conv_bn: the
+    BatchNorm folded into its weight and a bias, the activation applied before the kernel's
+    store where the kernel has fused entries), the BatchNorm and activation replaced by
+    nn.Identity. In train mode nothing is fused (folding uses the running statistics, which
+    training updates and does not normalise with) and the records say so.
     Returns one record per Conv2d: layer, input_shape, replaced, kernel (what dispatch resolves
-    to), reason."""
+    to), reason, and for a fused layer `fused` (batchnorm, activation, where the epilogue runs)."""
     from .conv import GroupConv2d, call_layout, implementations, runtime, support
     from .kernels import BASELINES, DISPATCH
 
@@ -151,5 +234,16 @@ def convert(model, example_input, implementation: str = "dispatch",
             return None, f"kept: PyTorch ({impl}) is the faster choice here ({why})"
         return impl, f"dispatch runs {impl} here ({why})"
 
-    return substitute_convs(model, example_input, choose,
-                            lambda conv, kernel: GroupConv2d.from_conv(conv, implementation))
+    def make(conv, kernel, chain=None):
+        if chain is None:
+            return GroupConv2d.from_conv(conv, implementation)
+        return GroupConv2d.from_conv_bn(conv, chain["bn"], chain["activation"], implementation)
+
+    chains = fusable_chains(model) if fuse and not model.training else {}
+    records = substitute_convs(model, example_input, choose, make, chains=chains)
+    if fuse and model.training:
+        for record in records:
+            record["fused"] = None
+            record["fuse_note"] = ("not fused: the model is in train mode, where BatchNorm "
+                                   "normalises with batch statistics; call model.eval() first")
+    return records

@@ -59,6 +59,10 @@ class KernelSpec:
     # (source_tables.flipped_entry): the depthwise input gradient's weight read as it is, with no
     # gather before the launch (backward_plans; entry_names lists both).
     flips: bool = False
+    # A kernel whose cubin also exports each unflipped entry with every fused epilogue
+    # (epilogues.epilogue_entry: y = act(conv + bias) before the store, a fourth pointer for the
+    # bias): what a fused call (conv2d's bias= and activation=) launches.
+    epilogues: bool = False
 
     @property
     def headers(self) -> tuple[str, ...]:
@@ -145,7 +149,7 @@ KERNELS: dict[str, KernelSpec] = {
                       variant_keys=("vec", "pix", "rows", "threads"),
                       default_variant=nhwc_direct.k11_default_variant, layout="nhwc",
                       alignment=nhwc_direct.k11_alignment, entry_names=nhwc_direct.k11_entries,
-                      table=nhwc_direct.K11_TABLE, flips=True),
+                      table=nhwc_direct.K11_TABLE, flips=True, epilogues=True),
     "k12": KernelSpec("k12", "kernels/k12_depthwise_planes_nchw.cu",
                       "depthwise on NCHW: one thread per tile of rows x columns of a plane, its "
                       "input window in registers, a 3-D grid with no index division, tuned per "
@@ -154,7 +158,7 @@ KERNELS: dict[str, KernelSpec] = {
                       variant_keys=("rows", "pix", "threads"),
                       default_variant=nchw_plane.k12_default_variant,
                       entry_names=nchw_plane.k12_entries, table=nchw_plane.K12_TABLE,
-                      flips=True),
+                      flips=True, epilogues=True),
 }
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it
@@ -267,6 +271,21 @@ def flipped_launch(kernel: str, launch: Launch) -> Launch:
         raise ValueError(f"{kernel} exports no entries with flipped taps; kernels that do: "
                          f"{', '.join(k for k, spec in KERNELS.items() if spec.flips)}")
     return dataclasses.replace(launch, entry=flipped_entry(launch.entry))
+
+
+def fused_launch(kernel: str, launch: Launch, activation: str) -> Launch:
+    """The same launch of a kernel with fused epilogues (KernelSpec.epilogues) computing
+    act(conv + bias): its `_ep_<activation>` entry, the bias pointer after the output's."""
+    from .epilogues import epilogue_entry
+
+    if not KERNELS[kernel].epilogues:
+        raise ValueError(f"{kernel} exports no entries with a fused epilogue; kernels that do: "
+                         f"{', '.join(k for k, spec in KERNELS.items() if spec.epilogues)}")
+    if not launch.arg_format.startswith("PPP"):
+        raise ValueError(f"{launch.entry}: argument format {launch.arg_format!r} does not start "
+                         "with the three pointers x, weight, y")
+    return dataclasses.replace(launch, entry=epilogue_entry(launch.entry, activation),
+                               arg_format="PPPP" + launch.arg_format[3:])
 
 
 def _probe_shape() -> Shape:

@@ -196,7 +196,9 @@ class LaunchPlan:
             struct.pack_into(self._format, self._buffer, 0, *([0] * self._pointers),
                              *self.scalars)
             self._head = "@" + "Q" * self._pointers
-            if self.arg_format.startswith("PPP") and shim() is not None:
+            # The shim fills three pointers: a plan with a fourth (a fused entry's bias)
+            # launches through `launch_pointers`.
+            if self._pointers == 3 and shim() is not None:
                 self._use_shim(driver().lib.cuLaunchKernel)
 
     def _use_shim(self, launch_entry) -> None:
@@ -236,16 +238,25 @@ class LaunchPlan:
         if result:
             self._check(result, f"cuLaunchKernel({self.entry})")
 
-    def launch3(self, stream: int, x: int, w: int, y: int) -> None:
-        """`launch` with the scalars given when the plan was made: only the pointers change."""
+    def launch_pointers(self, stream: int, *pointers: int) -> None:
+        """`launch` with the scalars given when the plan was made: every pointer argument (a
+        fused entry's four: x, weight, y, bias; 0 for a null bias)."""
+        if len(pointers) != self._pointers:
+            raise TypeError(f"{self.entry}: {len(pointers)} pointers for format "
+                            f"{self.arg_format!r}")
         with self._lock:
-            struct.pack_into(self._head, self._buffer, 0, x, w, y)
+            struct.pack_into(self._head, self._buffer, 0, *pointers)
             result = self._call(self.function, *self._dims, 0, stream, self._params, None)
             if result == INVALID_CONTEXT:  # a thread without the context bound: bind, again
                 driver().bind_primary_context()
                 result = self._call(self.function, *self._dims, 0, stream, self._params, None)
         if result:
             self._check(result, f"cuLaunchKernel({self.entry})")
+
+    def launch3(self, stream: int, x: int, w: int, y: int) -> None:
+        """`launch` with the scalars given when the plan was made: only the pointers change (the
+        C shim's launch3 stands in for this where it is built)."""
+        self.launch_pointers(stream, x, w, y)
 
 
 MODULES = Modules()

@@ -17,7 +17,7 @@ from typing import Callable
 
 from . import call_plan
 from .kernels import (BASELINES, DISPATCHERS, KERNELS, base_implementation, flipped_launch,
-                      launch_for, layout_of)
+                      fused_launch, launch_for, layout_of)
 from .launch import plan_for
 from .launch_tables import Geometry, dispatch_table, tuning_table
 from .shapes import Shape
@@ -82,15 +82,19 @@ class Launcher:
         return launch_for(kernel, shape, variant, sm_count=self.session.sm_count), origin
 
     def kernel_plan(self, kernel: str, shape: Shape, variant: dict | None = None,
-                    handle: str = "main", flip: bool = False):
+                    handle: str = "main", flip: bool = False, activation: str | None = None):
         """(LaunchPlan, where its configuration came from) of a kernel on this geometry, its
         function loaded in the current context: what `bind` and the public conv2d launch.
-        flip: the same launch's entry with the taps turned 180 degrees (kernels.flipped_launch)."""
+        flip: the same launch's entry with the taps turned 180 degrees (kernels.flipped_launch).
+        activation: the same launch's fused entry (kernels.fused_launch; its bias pointer fourth,
+        so the plan launches with `launch_pointers`)."""
         if kernel not in self.cubins:
             raise KeyError(f"no cubin for {kernel}: this launcher holds {sorted(self.cubins)}")
         launch, origin = self.kernel_launch(kernel, shape, variant)
         if flip:
             launch = flipped_launch(kernel, launch)
+        if activation is not None:
+            launch = fused_launch(kernel, launch, activation)
         return plan_for(self.cubins[kernel], launch, handle), origin
 
     def bind(self, impl: str, shape: Shape, x, w, y, variant: dict | None = None,

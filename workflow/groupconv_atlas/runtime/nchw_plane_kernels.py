@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .shapes import Shape
 from .source_tables import (INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div,
-                            not_depthwise, with_flipped)
+                            not_depthwise, with_flipped_and_fused)
 
 # (rows, pix): output rows and adjacent output columns per thread. 8 x 4 holds a 10 x 6 input
 # window, 9 taps and 4 outputs at a time in registers.
@@ -90,7 +90,8 @@ def launch_k12(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 
 
 def k12_entries() -> list[str]:
-    """Every entry k12's cubin exports: two per (rows, columns) of its table, the convolution and
-    the same with its taps turned 180 degrees (source_tables.flipped_entry)."""
-    return with_flipped([k12_entry(*tile) for tile in K12_TILES])
+    """Every entry k12's cubin exports: seven per (rows, columns) of its table, the convolution,
+    the same with its taps turned 180 degrees (source_tables.flipped_entry) and the convolution with
+    each fused epilogue (epilogues.epilogue_names)."""
+    return with_flipped_and_fused([k12_entry(*tile) for tile in K12_TILES])
 

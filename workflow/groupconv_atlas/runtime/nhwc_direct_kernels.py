@@ -9,7 +9,7 @@ from __future__ import annotations
 from .nhwc_row_kernels import k10_widths
 from .shapes import Shape
 from .source_tables import (INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div,
-                            not_depthwise, with_flipped)
+                            not_depthwise, with_flipped_and_fused)
 
 # (vec, pix, rows): channels per load, adjacent output pixels of a row and consecutive rows per
 # thread. 4 x 4 holds three rows of six 16-byte vectors and 36 taps in 128 registers without
@@ -102,7 +102,8 @@ def launch_k11(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launc
 
 
 def k11_entries() -> list[str]:
-    """Every entry k11's cubin exports: two per (vector width, pixels, rows) of its table, the
-    convolution and the same with its taps turned 180 degrees (source_tables.flipped_entry)."""
-    return with_flipped([k11_entry(*tile) for tile in K11_TILES])
+    """Every entry k11's cubin exports: seven per (vector width, pixels, rows) of its table, the
+    convolution, the same with its taps turned 180 degrees (source_tables.flipped_entry) and the
+    convolution with each fused epilogue (epilogues.epilogue_names)."""
+    return with_flipped_and_fused([k11_entry(*tile) for tile in K11_TILES])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .call_checks import call_layout, check_call
+from .call_checks import call_layout, check_call, check_epilogue
 from .choice_source import (AUTOTUNE, CONFIGURED, STAGE, TABLE_HIT, UNTUNED, TableSource,
                             gpu_tables, planned_choice, record_source, with_tables)
 from . import call_plan
@@ -179,6 +179,46 @@ class _Runtime:
         if run is None:
             run = self._plans[key] = self._plan(x, weight, groups, implementation)
         return run(x, weight)
+
+    def forward_fused(self, x, weight, bias, groups: int, activation: str | None,
+                      implementation: str):
+        """y = act(conv(x, weight) + bias): forward's plan cache for a fused call, keyed also by
+        the activation and the bias's presence, size, dtype, device and contiguity (checked once
+        per key, as the call's other fields)."""
+        key = ("fused", activation, implementation, groups, x.shape, weight.shape, x.dtype,
+               weight.dtype, x.get_device(), weight.get_device(),
+               x.is_contiguous() or call_layout(x), weight.is_contiguous() or call_layout(weight),
+               None if bias is None else (bias.shape, bias.dtype, bias.get_device(),
+                                          bias.is_contiguous()))
+        run = self._plans.get(key)
+        if run is None:
+            run = self._plans[key] = self._plan_fused(x, weight, bias, groups, activation,
+                                                      implementation)
+        return run(x, weight, bias)
+
+    def _plan_fused(self, x, weight, bias, groups: int, activation: str | None,
+                    implementation: str):
+        """A fused call checked once, its implementation chosen as for the plain call (the same
+        dispatch table: the fastest convolution of the geometry and layout) and its plan made
+        (call_plan.plan_fused_call): a function (x, weight, bias) -> y."""
+        shape = check_call(x, weight, groups, implementation)
+        check_epilogue(x, weight, bias, activation)
+        layout = call_layout(x, implementation=implementation)
+        impl, variant, _ = self.choice_for(implementation, shape, layout)
+        return call_plan.plan_fused_call(self.launcher, impl, shape, layout, x, weight,
+                                         activation, variant, requested=implementation).call
+
+    def describe_fused(self, x, weight, groups: int, activation: str | None,
+                       implementation: str) -> dict:
+        """What a fused call on tensors like these runs: the implementation, and whether its
+        epilogue is fused in the kernel or PyTorch's after it (nothing launched)."""
+        shape = check_call(x, weight, groups, implementation)
+        check_epilogue(x, weight, None, activation)
+        layout = call_layout(x, implementation=implementation)
+        impl, variant, why = self.choice_for(implementation, shape, layout)
+        plan = call_plan.plan_fused_call(self.launcher, impl, shape, layout, x, weight,
+                                         activation, variant, requested=implementation)
+        return {"implementation": impl, "why": why, **plan.details}
 
     def plan(self, x, weight, groups: int, implementation: str):
         """The call's plan from the cache (forward's key and lookup), made the first time its key

@@ -105,9 +105,13 @@ def flipped_entry(entry: str) -> str:
     return entry + FLIP_SUFFIX
 
 
-def with_flipped(names: list[str]) -> list[str]:
-    """Each entry followed by its flipped twin: the order the sources export them in."""
-    return [name for entry in names for name in (entry, flipped_entry(entry))]
+def with_flipped_and_fused(names: list[str]) -> list[str]:
+    """Each entry, its flipped twin, then its fused epilogues (epilogues.epilogue_names): the
+    order the depthwise sources with epilogues export them in."""
+    from .epilogues import epilogue_names
+
+    return [name for entry in names
+            for name in (entry, flipped_entry(entry), *epilogue_names(entry))]
 
 
 def _ceil_div(a: int, b: int) -> int:
