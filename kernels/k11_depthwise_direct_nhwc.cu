@@ -176,7 +176,10 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
 // Seven entries per (vector width, pixels per thread, rows per thread) of the table (K11_TILES):
 // the convolution, the same turned 180 degrees (_flip), and the convolution with each fused
 // epilogue (_ep_<activation>, a fourth pointer: the bias); each allows up to 256 threads per
-// block. ROWS = 1 keeps the entry names of the kernel before ROWS.
+// block. ROWS = 1 keeps the entry names of the kernel before ROWS. The fused entries ask for two
+// blocks of 256 threads per SM (at most 128 registers): SiLU's and Hardswish's arithmetic took
+// the widest tiles past 128 (v4_p2_r4: 124 registers plain, 142 fused), which halved their
+// occupancy and doubled their time on the maps they were tuned for (an H100, 2026-12-06).
 #define K11_NAME_1(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX
 #define K11_NAME_2(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r2
 #define K11_NAME_4(VEC, PIX) k11_depthwise_direct_nhwc_v##VEC##_p##PIX##_r4
@@ -192,8 +195,8 @@ __device__ __forceinline__ void k11_depthwise_nhwc(const float* __restrict__ x,
                                                              H, W, groups);                     \
     }
 #define K11_FUSED(VEC, PIX, ROWS, ACT, EPI)                                                    \
-    extern "C" __global__ void __launch_bounds__(256) K11_EPILOGUE(K11_NAME_##ROWS(VEC, PIX),   \
-                                                                   ACT)(                        \
+    extern "C" __global__ void __launch_bounds__(256, 2) K11_EPILOGUE(K11_NAME_##ROWS(VEC, PIX),\
+                                                                      ACT)(                     \
         const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
         const float* __restrict__ bias, int N, int C_in, int C_out, int H, int W, int groups) { \
         k11_depthwise_nhwc<VEC, PIX, ROWS, false, EPI>(x, wt, y, bias, N, C_in, C_out, H, W,    \

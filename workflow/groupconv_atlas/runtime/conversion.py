@@ -85,14 +85,6 @@ def _activation_name(module) -> tuple[bool, str | None]:
     return False, None
 
 
-def _epilogue_where(kernel: str) -> str:
-    from .kernels import KERNELS
-
-    if kernel in KERNELS and KERNELS[kernel].epilogues:
-        return f"in {kernel}'s registers, before its store"
-    return f"PyTorch's bias add and activation after {kernel} (it has no fused entries)"
-
-
 def fusable_chains(model) -> dict[int, dict]:
     """Conv2d -> BatchNorm2d -> activation chains of `model` in inference, keyed by id(conv):
     consecutive children of one nn.Sequential (torchvision's Conv2dNormActivation is one), the
@@ -137,14 +129,16 @@ def fusable_chains(model) -> dict[int, dict]:
 
 def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str | None, str]],
                      make_module: Callable, describe: Callable | None = None,
-                     chains: dict[int, dict] | None = None) -> list[dict]:
+                     chains: dict[int, dict] | None = None,
+                     describe_fused: Callable | None = None) -> list[dict]:
     """Replace, in place, each eligible Conv2d of `model` with make_module(conv, kernel), the
     kernel from choose(runtime shape) -> (kernel or None, reason); shapes come from one forward
     pass on `example_input`. Every other layer stays. Returns one record per Conv2d (each name
     under which it is reachable): layer, conv, input_shape, replaced, kernel, reason, and where
     `describe(shape, kernel)` is given, the launch the replacement makes (entry, origin).
     `chains` (fusable_chains): a conv heading one is replaced by make_module(conv, kernel,
-    chain) and the children fused after it by nn.Identity; its record says what was fused."""
+    chain) and the children fused after it by nn.Identity; its record says what was fused and,
+    with `describe_fused(shape)`, what the fused call runs."""
     import torch
 
     chains = chains or {}
@@ -159,7 +153,18 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
         record = {"layer": name, "conv": repr(conv),
                   "input_shape": list(shapes[0]) if shapes else None,
                   "replaced": False, "kernel": None, "reason": None}
-        chain = chains.get(id(conv))
+        chain, fused_run = chains.get(id(conv)), None
+        if chain is not None and describe_fused is not None and shapes \
+                and len(set(shapes)) == 1 and len(shapes[0]) == 4:
+            n, c_in, h, w = shapes[0]
+            fused_run = describe_fused(Shape(id=name, source=f"runtime input of {name}", n=n,
+                                             c_in=c_in, c_out=conv.out_channels, h=h, w=w,
+                                             groups=conv.groups))
+            if not fused_run["in_kernel"]:
+                # No kernel fuses this geometry's epilogue: the BatchNorm and activation stay
+                # modules, which a compiler fuses into one pass of its own, where PyTorch's ops
+                # inside the fused call would be two.
+                chain = None
         reason = conv_skip_reason(conv, fused=chain is not None)
         if reason is None and not name:
             reason = "the model itself: there is no parent to put a replacement in"
@@ -188,8 +193,12 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
                 for child in chain["after"]:
                     setattr(chain["parent"], child, torch.nn.Identity())
                 record["fused"] = {"batchnorm": chain["bn"] is not None,
-                                   "activation": chain["activation"],
-                                   "epilogue": _epilogue_where(kernel)}
+                                   "activation": chain["activation"]}
+                if describe_fused is not None:
+                    record["fused"].update(fused_run)
+        elif chains.get(id(conv)) is not None and record["replaced"]:
+            record["fused"] = None
+            record["fuse_note"] = "not fused: no kernel with fused entries takes this geometry"
             if describe is not None:
                 record["launch"] = describe(shape, kernel)
         records.append(record)
@@ -239,8 +248,19 @@ def convert(model, example_input, implementation: str = "dispatch",
             return GroupConv2d.from_conv(conv, implementation)
         return GroupConv2d.from_conv_bn(conv, chain["bn"], chain["activation"], implementation)
 
+    def describe_fused(shape: Shape) -> dict:
+        from .kernels import KERNELS
+
+        impl, _, why = runtime().fused_choice(implementation, shape, layout)
+        where = (f"in {impl}'s registers, before its store" if impl in KERNELS
+                 and KERNELS[impl].epilogues else "not fused: no kernel with fused entries "
+                 "takes this geometry")
+        in_kernel = impl in KERNELS and KERNELS[impl].epilogues
+        return {"runs": impl, "epilogue": where, "why": why, "in_kernel": in_kernel}
+
     chains = fusable_chains(model) if fuse and not model.training else {}
-    records = substitute_convs(model, example_input, choose, make, chains=chains)
+    records = substitute_convs(model, example_input, choose, make, chains=chains,
+                               describe_fused=describe_fused)
     if fuse and model.training:
         for record in records:
             record["fused"] = None

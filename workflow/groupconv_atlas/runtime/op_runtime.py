@@ -204,9 +204,28 @@ class _Runtime:
         shape = check_call(x, weight, groups, implementation)
         check_epilogue(x, weight, bias, activation)
         layout = call_layout(x, implementation=implementation)
-        impl, variant, _ = self.choice_for(implementation, shape, layout)
+        impl, variant, _ = self.fused_choice(implementation, shape, layout)
         return call_plan.plan_fused_call(self.launcher, impl, shape, layout, x, weight,
                                          activation, variant, requested=implementation).call
+
+    def fused_choice(self, implementation: str, shape, layout: str
+                     ) -> tuple[str, dict | None, str]:
+        """choice_for of a fused call: the plain call's choice, except that `dispatch` takes the
+        layout's kernel with fused entries (k12 on NCHW, k11 on channels_last, with its tuned
+        launch) where the plain choice has none. PyTorch's bias add and activation after an
+        unfused kernel are two more passes over the output: on the NCHW maps where dispatch
+        picks k5 or k6 they cost 1.6 to 2.1 times the convolution (an H100, 2026-12-06,
+        tools/compile_profile.py), more than k12's convolution loses to theirs."""
+        impl, variant, why = self.choice_for(implementation, shape, layout)
+        if implementation != DISPATCH or (impl in KERNELS and KERNELS[impl].epilogues):
+            return impl, variant, why
+        fused = next((k for k, spec in KERNELS.items()
+                      if spec.epilogues and spec.layout == layout
+                      and k in self.launcher.cubins and spec.supports(shape)[0]), None)
+        if fused is None:
+            return impl, variant, why
+        return fused, None, (f"{fused}, whose entries fuse the epilogue, in place of {impl} "
+                             f"({why}), which has none")
 
     def describe_fused(self, x, weight, groups: int, activation: str | None,
                        implementation: str) -> dict:
@@ -215,7 +234,7 @@ class _Runtime:
         shape = check_call(x, weight, groups, implementation)
         check_epilogue(x, weight, None, activation)
         layout = call_layout(x, implementation=implementation)
-        impl, variant, why = self.choice_for(implementation, shape, layout)
+        impl, variant, why = self.fused_choice(implementation, shape, layout)
         plan = call_plan.plan_fused_call(self.launcher, impl, shape, layout, x, weight,
                                          activation, variant, requested=implementation)
         return {"implementation": impl, "why": why, **plan.details}
