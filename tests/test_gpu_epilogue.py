@@ -168,3 +168,32 @@ def test_a_fused_converted_network_stays_near_the_original_in_fp64(layout):
     # The folded weights are rounded once more than the original's: the same order of error.
     assert ours_err < max(10 * plain_err, 1e-5), (ours_err, plain_err)
     assert bool((ours.argmax(1) == ref64.argmax(1)).all())
+
+
+@pytest.mark.gpu
+def test_convert_fuse_leaves_train_mode_and_unfusable_chains_alone():
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, 1, 1, groups=32, bias=False),
+                                torch.nn.BatchNorm2d(32), torch.nn.ReLU6()),
+            torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, 1, 1, groups=4, bias=False),
+                                torch.nn.BatchNorm2d(64), torch.nn.ReLU())).cuda()
+
+    x = torch.randn(8, 32, 28, 28, device="cuda")
+    trained = model().train()
+    records = convert(trained, x, fuse=True)
+    assert all(r.get("fused") is None and "train mode" in r["fuse_note"] for r in records)
+    assert isinstance(trained[0][1], torch.nn.BatchNorm2d)
+
+    inference = model().eval()
+    reference = copy.deepcopy(inference)
+    records = {r["layer"]: r for r in convert(inference, x, fuse=True, only_faster=False)}
+    depthwise, grouped = records["0.0"], records["1.0"]
+    assert depthwise["fused"]["activation"] == "relu6" and depthwise["fused"]["in_kernel"]
+    assert isinstance(inference[0][1], torch.nn.Identity)
+    # No kernel fuses a grouped epilogue: its BatchNorm and ReLU stay modules.
+    assert grouped["replaced"] and grouped["fused"] is None, grouped
+    assert isinstance(inference[1][1], torch.nn.BatchNorm2d)
+    with torch.no_grad():
+        assert torch.allclose(inference(x), reference(x), rtol=1e-4, atol=1e-4)

@@ -194,11 +194,12 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
                     setattr(chain["parent"], child, torch.nn.Identity())
                 record["fused"] = {"batchnorm": chain["bn"] is not None,
                                    "activation": chain["activation"]}
-                if describe_fused is not None:
+                if fused_run is not None:
                     record["fused"].update(fused_run)
-        elif chains.get(id(conv)) is not None and record["replaced"]:
-            record["fused"] = None
-            record["fuse_note"] = "not fused: no kernel with fused entries takes this geometry"
+            elif chains.get(id(conv)) is not None:
+                record["fused"] = None
+                record["fuse_note"] = ("not fused: no kernel with fused entries takes this "
+                                       "geometry")
             if describe is not None:
                 record["launch"] = describe(shape, kernel)
         records.append(record)
