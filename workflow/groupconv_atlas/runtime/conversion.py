@@ -154,8 +154,9 @@ def substitute_convs(model, example_input, choose: Callable[[Shape], tuple[str |
                   "input_shape": list(shapes[0]) if shapes else None,
                   "replaced": False, "kernel": None, "reason": None}
         chain, fused_run = chains.get(id(conv)), None
-        if chain is not None and describe_fused is not None and shapes \
-                and len(set(shapes)) == 1 and len(shapes[0]) == 4:
+        if chain is not None and describe_fused is not None and shapes and name \
+                and len(set(shapes)) == 1 and len(shapes[0]) == 4 \
+                and conv_skip_reason(conv, fused=True) is None:
             n, c_in, h, w = shapes[0]
             fused_run = describe_fused(Shape(id=name, source=f"runtime input of {name}", n=n,
                                              c_in=c_in, c_out=conv.out_channels, h=h, w=w,
