@@ -7,8 +7,7 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
   (runtime.timing.median_latencies), then one profiled forward each (torch.profiler): every CUDA
   kernel's time, grouped into convolution (cuDNN and PyTorch's own), the custom kernels, Triton
   layout copies (an inductor kernel that only moves a tensor to another layout), other Triton
-  kernels, and the rest. `flexible`: the converted model again with the op called through a
-  twin registered with torch.Tag.flexible_layout, so inductor may hand it the layout it chose.
+  kernels, and the rest. `--fuse`: a model converted with convert(fuse=True) beside them.
 - Blocks: for depthwise shapes of the frozen set, conv -> BatchNorm -> activation (the network's
   own: ACTIVATION_OF_NETWORK), timed at graph_device: eager, compiled with freezing (BN folded
   into the convolution; the strongest a user can choose), the custom conv alone, the fused layer
@@ -102,25 +101,6 @@ def grouped(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def flexible_twin(torch):
-    """conv2d registered again with torch.Tag.flexible_layout (inductor may pass any layout);
-    the CUDA kernel takes a layout it computes in (contiguous NCHW or channels_last) as it is."""
-    from groupconv_atlas.runtime import conv
-
-    lib = torch.library.Library("groupconv_profile", "DEF")
-    lib.define("conv2d(Tensor x, Tensor weight, int groups, str implementation) -> Tensor",
-               tags=(torch.Tag.flexible_layout,))
-
-    def run(x, weight, groups, implementation):
-        if conv.call_layout(x) is None:
-            x = x.contiguous()
-        return conv.runtime().forward(x, weight, groups, implementation)
-
-    lib.impl("conv2d", run, "CUDA")
-    torch.library.register_fake("groupconv_profile::conv2d", conv._conv2d_fake, lib=lib)
-    return lib, torch.ops.groupconv_profile.conv2d.default
-
-
 def main(argv: list[str]) -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     args.add_argument("out")
@@ -151,7 +131,6 @@ def main(argv: list[str]) -> int:
     session = GpuSession()
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    _lib, flex_op = flexible_twin(torch)
     doc = {"about": __doc__, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "timing": {"batches": opts.batches, "samples_per_batch": opts.samples},
            "networks": [], "blocks": []}
@@ -171,12 +150,7 @@ def main(argv: list[str]) -> int:
             x = torch.randn((opts.n, 3, 224, 224), device="cuda").to(memory_format=fmt)
             plain = copy.deepcopy(original)
             report = convert(converted, x)
-            flexible = copy.deepcopy(converted)
-            for module in flexible.modules():
-                if isinstance(module, conv.GroupConv2d):
-                    module.forward = (lambda m: lambda t: flex_op(
-                        t, m.weight, m.groups, m.implementation))(module)
-            variants = {"original": original, "converted": converted, "flexible": flexible}
+            variants = {"original": original, "converted": converted}
             if opts.fuse:
                 fused_model = plain
                 fused_report = convert(fused_model, x, fuse=True)
@@ -216,7 +190,7 @@ def main(argv: list[str]) -> int:
             lines.append("    " + name + ": " + ", ".join(
                 f"{k} {v['us']:.0f} us/{v['launches']:.0f}" for k, v in sorted(g.items())))
         print("\n".join(lines[-1 - len(variants):]), flush=True)
-        del original, converted, flexible, compiled, runs, variants, plain
+        del original, converted, compiled, runs, variants, plain
         torch.cuda.empty_cache()
 
     shapes = {s["id"]: s for s in yaml.safe_load((ROOT / "config" / "shapes.yaml").read_text())
