@@ -195,5 +195,7 @@ def test_convert_fuse_leaves_train_mode_and_unfusable_chains_alone():
     # No kernel fuses a grouped epilogue: its BatchNorm and ReLU stay modules.
     assert grouped["replaced"] and grouped["fused"] is None, grouped
     assert isinstance(inference[1][1], torch.nn.BatchNorm2d)
-    with torch.no_grad():
-        assert torch.allclose(inference(x), reference(x), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():  # against FP64: the original's cuDNN convolutions may use TF32
+        ref64 = reference.double()(x.double())
+        err = float((inference(x).double() - ref64).abs().max() / ref64.abs().max())
+    assert err < 1e-5, err
