@@ -260,6 +260,9 @@ PYTHON_STATEMENTS = {
     "y = g.conv2d(x, w, groups=144)": GPU,
     "report = g.convert(model, example_input)": GPU, "g.configure(autotune=True)": GPU,
     "g.convert(model, example_input)": GPU,
+    'y = g.conv2d(x, w, groups=144, bias=b, activation="relu6")': GPU, "model.eval()": GPU,
+    "report = g.convert(model, example_input, fuse=True)": GPU,
+    '[r["fused"] for r in report if r.get("fused")]': GPU,
     "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)": GPU,
     "for inputs in [example_input] * 3:  # your data loader\n"
     "    optimizer.zero_grad(set_to_none=True)\n"
@@ -273,7 +276,8 @@ PYTHON_STATEMENTS = {
 # The free names of a fragment, bound when the blocks run on a GPU.
 PYTHON_PRELUDE = {
     "model": "torch.nn.Sequential(torch.nn.Conv2d(144, 144, 3, padding=1, groups=144, "
-             "bias=False), torch.nn.ReLU()).cuda()",
+             "bias=False), torch.nn.BatchNorm2d(144), torch.nn.ReLU()).cuda()",
+    "b": 'torch.randn(144, device="cuda")',
     "example_input": 'torch.randn(8, 144, 56, 56, device="cuda")',
 }
 

@@ -1,12 +1,16 @@
 """Every kernel compiles for sm_90 with nvcc (CI has no GPU but has nvcc), exports its entry
-points with no spills, stack frame or local memory, and the resource report is parsed."""
+points with no spills (a fused entry at most FUSED_SPILL_BYTES, below), and the resource report
+is parsed."""
 import shutil
 
 import pytest
 
 from groupconv_atlas.runtime.build import compile_kernel, nvcc_flags, parse_resource_usage
+from groupconv_atlas.runtime.epilogues import EPILOGUE_INFIX
 from groupconv_atlas.runtime.kernels import KERNELS, entries
 
+FUSED_SPILL_BYTES = 8
+FUSED_STACK_BYTES = 64  # the frame those spills live in
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
 
@@ -19,10 +23,17 @@ def test_kernel_compiles_for_sm90(kernel, tmp_path):
     assert set(entries(kernel)) <= set(record["functions"])
     for name, res in record["functions"].items():
         assert res["registers"] and res["registers"] <= 255, name
-        assert res["spill_store_bytes"] == 0, f"{name} spills"
+        # A fused entry bounded to two blocks per SM may spill a few bytes (k11's widest tiles
+        # with SiLU: 4 to 8 bytes): on an H100 that cost less than the half occupancy of the
+        # unbounded entry (worst fused / plain time 1.56 against 2.22, records/h100-2026-12-06/
+        # device-logs/after-the-record/fused-epilogues/NOTES.md). Every other entry spills none.
+        allowed = FUSED_SPILL_BYTES if EPILOGUE_INFIX in name else 0
+        assert res["spill_store_bytes"] <= allowed, f"{name} spills"
+        assert res["spill_load_bytes"] <= allowed, f"{name} spills: {res}"
+        assert res["stack_frame_bytes"] <= (FUSED_STACK_BYTES if allowed else 0), \
+            f"{name} has a stack frame: {res}"
         # no local memory at all: register arrays indexed only by compile-time constants
-        assert (res["stack_frame_bytes"], res["spill_load_bytes"], res["local_bytes"]) == \
-            (0, 0, 0), f"{name} uses local memory: {res}"
+        assert res["local_bytes"] == 0, f"{name} uses local memory: {res}"
 
 
 def test_parse_resource_usage_reads_ptxas_lines():

@@ -13,6 +13,7 @@ from gpu_helpers import SHAPES, SHAPE_BY_ID
 
 torch = pytest.importorskip("torch")
 g = pytest.importorskip("groupconv_atlas.runtime.conv")
+layers = pytest.importorskip("groupconv_atlas.runtime.layers")
 
 def test_unsupported_conv_is_a_value_error():
     assert issubclass(g.UnsupportedConv, ValueError)
@@ -220,7 +221,7 @@ def test_op_compiles_without_a_graph_break_on_fake_cuda_tensors(backend):
 
 def test_group_conv_module_exports_as_one_custom_op():
     """torch.export traces GroupConv2d to a graph holding the custom op (no decomposition)."""
-    layer = g.GroupConv2d(32, 64, 32, implementation="k5")
+    layer = layers.GroupConv2d(32, 64, 32, implementation="k5")
     with _fake_cuda():
         # Fake CUDA weights (initialising them on a fake GPU would need a real one).
         layer.weight = torch.nn.Parameter(torch.empty(64, 1, 3, 3, device="cuda"),
@@ -233,7 +234,7 @@ def test_group_conv_module_exports_as_one_custom_op():
 
 
 def test_group_conv_module_compiles_without_a_graph_break_on_fake_cuda_tensors():
-    layer = g.GroupConv2d(32, 64, 32, implementation="k5")
+    layer = layers.GroupConv2d(32, 64, 32, implementation="k5")
     compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend="aot_eager")
     with _fake_cuda():
         layer.weight = torch.nn.Parameter(torch.empty(64, 1, 3, 3, device="cuda"),

@@ -183,7 +183,7 @@ def test_fusable_chains_find_conv_bn_activation_and_leave_the_rest():
 
 
 def test_folding_a_batchnorm_matches_the_chain_in_fp64():
-    g = pytest.importorskip("groupconv_atlas.runtime.conv")
+    layers = pytest.importorskip("groupconv_atlas.runtime.layers")
     torch.manual_seed(0)
     block = _block(16, torch.nn.SiLU()).eval().double()
     bn = block[1]
@@ -192,7 +192,7 @@ def test_folding_a_batchnorm_matches_the_chain_in_fp64():
         bn.running_var.uniform_(0.5, 2)
         bn.weight.uniform_(0.5, 1.5)
         bn.bias.uniform_(-1, 1)
-    fused = g.GroupConv2d.from_conv_bn(block[0], bn, "silu")
+    fused = layers.GroupConv2d.from_conv_bn(block[0], bn, "silu")
     x = torch.randn(2, 16, 7, 7, dtype=torch.float64)
     want = block(x)
     got = torch.nn.functional.silu(torch.nn.functional.conv2d(

@@ -15,6 +15,7 @@ from gpu_helpers import TOLERANCE_FACTOR
 
 torch = pytest.importorskip("torch")
 conv = pytest.importorskip("groupconv_atlas.runtime.conv")
+layers = pytest.importorskip("groupconv_atlas.runtime.layers")
 from groupconv_atlas.runtime.conversion import convert, substitute_convs  # noqa: E402
 from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call  # noqa: E402
 from groupconv_atlas.study import gradient_check  # noqa: E402
@@ -67,7 +68,7 @@ def _converted(model, x, layout: str, implementation: str):
             ok, why = conv.support(kernel, *shape.geometry)
             return (kernel, f"named {kernel}") if ok else (None, why)
         report = substitute_convs(copied, x, choose,
-                                  lambda c, kernel: conv.GroupConv2d.from_conv(c, kernel))
+                                  lambda c, kernel: layers.GroupConv2d.from_conv(c, kernel))
     assert any(r["replaced"] for r in report), report
     return copied
 
@@ -266,7 +267,7 @@ def test_the_probe_s_op_path_copy_calls_the_op_and_its_registered_formula():
     copied = op_path_copy(converted)
     assert [k for k, _ in copied.named_parameters()] == [k for k, _ in converted.named_parameters()]
     for name, m in (("conv2d", converted), ("op", copied)):
-        layer = next(c for c in m.modules() if isinstance(c, conv.GroupConv2d))
+        layer = next(c for c in m.modules() if isinstance(c, layers.GroupConv2d))
         y = layer(torch.randn(2, layer.in_channels, 8, 8, device="cuda", requires_grad=True))
         expected = "_Conv2dFunctionBackward" if name == "conv2d" else "GeneratedBackwardFor"
         assert expected in type(y.grad_fn).__name__, (name, type(y.grad_fn).__name__)
@@ -292,7 +293,7 @@ def test_a_converted_train_step_captures_in_a_cuda_graph(layout, benchmark_on):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    swapped = [m for m in converted.modules() if isinstance(m, conv.GroupConv2d)]
+    swapped = [m for m in converted.modules() if isinstance(m, layers.GroupConv2d)]
     before = swapped[0].weight.detach().clone()
     graph.replay()
     torch.cuda.synchronize()
@@ -339,7 +340,7 @@ def test_a_converted_model_trains_under_torch_compile_through_the_op(layout, str
     assert counter.frame_count == 1, counter.frame_count
     ops = [n for g in counter.graphs for n in g.graph.nodes
            if n.op == "call_function" and "groupconv_atlas" in str(n.target)]
-    swapped = sum(isinstance(m, conv.GroupConv2d) for m in converted.modules())
+    swapped = sum(isinstance(m, layers.GroupConv2d) for m in converted.modules())
     assert len(ops) == swapped, (ops, swapped)
     compiled_grads = {k: p.grad.clone() for k, p in converted.named_parameters()}
     converted.zero_grad(set_to_none=True)
@@ -365,7 +366,7 @@ def test_the_mobilenet_block_s_training_step_passes_the_probe_s_gradient_check(l
     upstream = mobilenet.random_input(mobilenet.BLOCK_INPUT_CHW, 4, 2, "cuda", layout)
     substituted = copy.deepcopy(block)
     records = mobilenet.substitute_convs(substituted, x, mobilenet.named_kernel(kernel),
-                                         lambda c, k: conv.GroupConv2d.from_conv(c, k))
+                                         lambda c, k: layers.GroupConv2d.from_conv(c, k))
     assert [r["layer"] for r in records if r["replaced"]] == [mobilenet.BLOCK_DEPTHWISE_LAYER]
     original, substituted = copy.deepcopy(block).train(), substituted.train()
     check = mobilenet.check_block_gradients(original, substituted, x, upstream)

@@ -12,6 +12,7 @@ import pytest
 from groupconv_atlas.runtime import backward_plans
 from groupconv_atlas.runtime.kernels import KERNELS, entries, flipped_launch, launch_for
 from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv_atlas.runtime.epilogues import EPILOGUE_INFIX
 from groupconv_atlas.runtime.source_tables import FLIP_SUFFIX
 
 DEPTHWISE = geometry_shape(1, 576, 576, 14, 14, 576)
@@ -81,9 +82,13 @@ def test_a_flipped_launch_is_the_same_launch_on_its_twin_entry(kernel):
     assert flipped.entry == launch.entry + FLIP_SUFFIX and flipped.entry in entries(kernel)
     assert (flipped.grid, flipped.block, flipped.arg_format, flipped.scalars) == \
         (launch.grid, launch.block, launch.arg_format, launch.scalars)
-    # every entry has its twin, next to it in the order the source exports them
+    # every plain entry has its twin right after it in the order the source exports them (the
+    # fused entries, with their epilogue infix, have none)
     names = entries(kernel)
-    assert names[1::2] == [n + FLIP_SUFFIX for n in names[0::2]]
+    plain = [i for i, n in enumerate(names) if EPILOGUE_INFIX not in n and
+             not n.endswith(FLIP_SUFFIX)]
+    assert plain and all(names[i + 1] == names[i] + FLIP_SUFFIX for i in plain)
+    assert sum(n.endswith(FLIP_SUFFIX) for n in names) == len(plain)
 
 
 def test_only_kernels_with_flipped_entries_take_a_flip():

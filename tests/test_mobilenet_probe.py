@@ -338,6 +338,7 @@ def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_ses
     that layout, agrees with the original, eagerly and replayed from a CUDA graph."""
     pytest.importorskip("torchvision")
     from groupconv_atlas.runtime import conv as public
+    from groupconv_atlas.runtime.layers import GroupConv2d
     from groupconv_atlas.runtime.build import compile_kernel
     from groupconv_atlas.runtime.launcher import Launcher
 
@@ -363,7 +364,7 @@ def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_ses
                 substituted = copy.deepcopy(block)
                 records = mobilenet.substitute_convs(
                     substituted, x, mobilenet.named_kernel(kernel),
-                    lambda conv, kernel: public.GroupConv2d.from_conv(conv, kernel))
+                    lambda conv, kernel: GroupConv2d.from_conv(conv, kernel))
                 assert [r["layer"] for r in records if r["replaced"]] == [
                     mobilenet.BLOCK_DEPTHWISE_LAYER]
                 # The kernel runs: its layer gets its layout (else PyTorch would take the call).

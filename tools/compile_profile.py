@@ -17,9 +17,13 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
   `--blocks depthwise`: every depthwise shape of the frozen set.
 
   python tools/compile_profile.py OUT [--nets model:layout:freeze ...] [--blocks SHAPE_ID ...]
+  python tools/compile_profile.py --read FILE [FILE ...]     (no GPU)
 
-OUT gets compile-profile.json (settings, medians, the kernel tables) and prints a short table.
-A lead for the work that follows, not a record."""
+OUT gets compile-profile.json (settings, medians, the kernel tables) and prints a short table;
+--read prints the figures of written files again: per layout, over the blocks, the fused layer
+against compiled-with-freezing and against the custom conv alone (geometric mean, worst, count
+below 1.0), and each network's lines. Medians of a few batches, not the atlas's paired
+intervals: a lead for the work that follows, not a record."""
 from __future__ import annotations
 
 import argparse
@@ -101,7 +105,47 @@ def grouped(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
+def read(paths: list[str]) -> int:
+    """Print the figures of written compile-profile.json files (no GPU, no torch)."""
+    import math
+
+    def geomean(values):
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        print(f"{path}: {doc['gpu']}, torch {doc['torch']}, {doc['timing']}")
+        for layout in ("nchw", "nhwc"):
+            rows = [b for b in doc["blocks"] if b["layout"] == layout]
+            if not rows or "custom_fused" not in rows[0]["median_us"]:
+                continue
+            vs_frozen = [b["median_us"]["compiled_frozen"] / b["median_us"]["custom_fused"]
+                         for b in rows]
+            vs_best = [min(b["median_us"]["compiled_frozen"], b["median_us"]["eager"])
+                       / b["median_us"]["custom_fused"] for b in rows]
+            cost = [b["median_us"]["custom_fused"] / b["median_us"]["custom_conv"] for b in rows]
+            worst = rows[vs_frozen.index(min(vs_frozen))]["shape"]
+            kernels = sorted({b["fused_runs"]["implementation"] for b in rows})
+            fused = sum(b["fused_runs"]["epilogue"] == "fused" for b in rows)
+            print(f"  blocks {layout}: {len(rows)} shapes, {fused} fused in the kernel "
+                  f"({', '.join(kernels)}); compiled with freezing / fused: geomean "
+                  f"{geomean(vs_frozen):.3f}, worst {min(vs_frozen):.3f} ({worst}), "
+                  f"{sum(v < 1 for v in vs_frozen)} below 1.0; best of eager and compiled / "
+                  f"fused: geomean {geomean(vs_best):.3f}; fused / conv alone: geomean "
+                  f"{geomean(cost):.3f}, worst {max(cost):.3f}")
+        for net in doc["networks"]:
+            medians = net["median_us"]
+            base = medians["original"]
+            print(f"  network {net['spec']} (N = {net['n']}): original {base:.0f} us; " + "; ".join(
+                f"{k} {v:.0f} us ({base / v:.3f}x)" for k, v in medians.items()
+                if k != "original") + f"; {net['swapped']} of {net['convs']} convs swapped"
+                + (f", {net['fused_layers']} fused" if "fused_layers" in net else ""))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--read"]:
+        return read(argv[1:])
     args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     args.add_argument("out")
     args.add_argument("--nets", nargs="*", default=list(NETS))
@@ -120,6 +164,7 @@ def main(argv: list[str]) -> int:
 
     from groupconv_atlas.runtime import conv
     from groupconv_atlas.runtime.conversion import convert
+    from groupconv_atlas.runtime.layers import GroupConv2d
     from groupconv_atlas.runtime.sessions import GpuSession
     from groupconv_atlas.runtime.timing import TimingConfig, median_latencies
     from groupconv_atlas.study.networks import build_model
@@ -219,7 +264,7 @@ def main(argv: list[str]) -> int:
             block = block.to(memory_format=fmt)
             tail = torch.compile(torch.nn.Sequential(block[1], block[2])) if opts.tail else None
             frozen = torch.compile(copy.deepcopy(block))
-            fused = conv.GroupConv2d.from_conv_bn(block[0], block[1], act)
+            fused = GroupConv2d.from_conv_bn(block[0], block[1], act)
             with torch.no_grad(), session.on_stream():
                 x = torch.randn((s["n"], s["c_in"], s["h"], s["w"]), device="cuda"
                                 ).to(memory_format=fmt)

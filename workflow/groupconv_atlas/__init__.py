@@ -30,6 +30,10 @@ def __getattr__(name):
         from .runtime.conversion import convert
 
         return convert
+    if name == "GroupConv2d":
+        from .runtime.layers import GroupConv2d
+
+        return GroupConv2d
     if name in _PUBLIC:
         from .runtime import conv
 

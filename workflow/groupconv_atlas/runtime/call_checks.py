@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .epilogues import ACTIVATIONS
 from .kernels import BASELINES, DISPATCH, KERNELS, layout_of
 from .kernels import support as implementation_support
 from .shapes import geometry_shape
@@ -118,12 +119,19 @@ def check_call(x, weight, groups: int, implementation: str):
     return shape
 
 
+def check_activation(activation: str | None) -> str | None:
+    """The activation as a fused call names it (None: no activation), or UnsupportedConv naming
+    it and the ones there are."""
+    if activation is None or activation in ACTIVATIONS:
+        return activation
+    raise UnsupportedConv(f"activation: {activation!r} is not one the kernels fuse; supported: "
+                          f"None, {', '.join(map(repr, ACTIVATIONS))}")
+
+
 def check_epilogue(x, weight, bias, activation: str | None) -> None:
     """A fused call's own fields (conv2d's bias= and activation=), after check_call: the
     activation one the kernels fuse, the bias None or a contiguous FP32 vector of C_out floats
     on x's GPU; UnsupportedConv names the first that does not fit."""
-    from .epilogues import check_activation
-
     check_activation(activation)
     if bias is None:
         return

@@ -221,7 +221,8 @@ def convert(model, example_input, implementation: str = "dispatch",
     training updates and does not normalise with) and the records say so.
     Returns one record per Conv2d: layer, input_shape, replaced, kernel (what dispatch resolves
     to), reason, and for a fused layer `fused` (batchnorm, activation, where the epilogue runs)."""
-    from .conv import GroupConv2d, call_layout, implementations, runtime, support
+    from .conv import call_layout, implementations, runtime, support
+    from .layers import GroupConv2d
     from .kernels import BASELINES, DISPATCH
 
     # The layers see the example input's layout (a channels_last model passes channels_last

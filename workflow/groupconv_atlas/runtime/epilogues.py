@@ -20,17 +20,6 @@ SLOPE = {"identity": 1.0, "relu": 1.0, "relu6": 1.0, "silu": 1.1, "hardswish": 1
 OWN_ROUNDINGS = {"identity": 0, "relu": 0, "relu6": 0, "silu": 6, "hardswish": 4}
 
 
-def check_activation(activation: str | None) -> str | None:
-    """The activation as a fused call names it (None: no activation), or UnsupportedConv naming
-    it and the ones there are."""
-    if activation is None or activation in ACTIVATIONS:
-        return activation
-    from .call_checks import UnsupportedConv
-
-    raise UnsupportedConv(f"activation: {activation!r} is not one the kernels fuse; supported: "
-                          f"None, {', '.join(map(repr, ACTIVATIONS))}")
-
-
 def epilogue_entry(entry: str, activation: str) -> str:
     """The fused twin of a plain entry: the same launch, a fourth pointer (the bias, or null)."""
     if activation not in ACTIVATIONS:

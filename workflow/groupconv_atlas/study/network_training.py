@@ -57,7 +57,8 @@ def op_path_copy(converted):
 
     import torch
 
-    from ..runtime.conv import GroupConv2d, check_call
+    from ..runtime.conv import check_call
+    from ..runtime.layers import GroupConv2d
 
     def forward(self, x):
         check_call(x, self.weight, self.groups, self.implementation)

@@ -282,6 +282,7 @@ def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFr
     import torch
 
     from ...runtime import conv as public
+    from ...runtime.layers import GroupConv2d
     from ...runtime.launcher import Launcher
     from ...runtime.sessions import GpuSession
     from ..provenance import gpu_environment, software_environment
@@ -303,7 +304,7 @@ def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFr
         if kernel not in launcher.cubins:
             raise KeyError(f"no cubin for {kernel}: the rule's inputs hold "
                            f"{', '.join(launcher.cubins)}")
-        return public.GroupConv2d.from_conv(conv, kernel)
+        return GroupConv2d.from_conv(conv, kernel)
 
     # Every layout's block kernel has its cubin, checked before any GPU work.
     block_kernels = [cfg.kernels_for(layout)[0] for layout in LAYOUTS]
