@@ -27,9 +27,10 @@ CL = torch.channels_last
 # empty kernel (the launch overhead itself, launched as a plan launches).
 OTHER_LAUNCH3 = {"runtime/backward_plans.py", "study/mobilenet/probe.py"}
 # F.conv2d outside the PyTorch path: verification's FP32/FP64 references (checked against, never
-# timed) and GroupConv2d on an input in the other layout than its named kernel's (the layer it
-# replaced, as it was).
-OTHER_CONV2D = {"runtime/verify.py", "runtime/conv.py"}
+# timed), the op's eager training path (dispatch computes F.conv2d there) and the fused op's
+# backward (conv + bias recomputed for the activation's derivative), and GroupConv2d on an input
+# in the other layout than its named kernel's (the layer it replaced, as it was).
+OTHER_CONV2D = {"runtime/verify.py", "runtime/conv.py", "runtime/layers.py"}
 FUNCTIONAL = ("functional", "F")
 
 
