@@ -227,12 +227,19 @@ _FUNCTION_APPLY = super(torch.autograd.Function, _Conv2dFunction).apply
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
-_LIB.impl("conv2d", _conv2d_cuda, "CUDA")
-_LIB.impl("conv2d", _conv2d_elsewhere, "CPU")
-torch.library.register_fake("groupconv_atlas::conv2d", _conv2d_fake, lib=_LIB)
-torch.library.register_autograd("groupconv_atlas::conv2d", _conv2d_backward,
-                                setup_context=_conv2d_setup, lib=_LIB)
-_OP = torch.ops.groupconv_atlas.conv2d.default
+def _register(name: str, cuda, elsewhere, fake, backward, setup):
+    """An op of _LIB: its CUDA kernel, its CPU kernel (which only explains what is wrong), its
+    fake and its autograd formula; returns its overload."""
+    _LIB.impl(name, cuda, "CUDA")
+    _LIB.impl(name, elsewhere, "CPU")
+    torch.library.register_fake(f"groupconv_atlas::{name}", fake, lib=_LIB)
+    torch.library.register_autograd(f"groupconv_atlas::{name}", backward, setup_context=setup,
+                                    lib=_LIB)
+    return getattr(torch.ops.groupconv_atlas, name).default
+
+
+_OP = _register("conv2d", _conv2d_cuda, _conv2d_elsewhere, _conv2d_fake, _conv2d_backward,
+                _conv2d_setup)
 
 # The fused op: y = act(conv(x, weight) + bias), the bias and activation applied in registers by
 # kernels with fused entries (KernelSpec.epilogues), else by PyTorch after the convolution
@@ -284,12 +291,8 @@ def _fused_backward(ctx, grad):
     return grad_x, grad_w, grad_b, None, None, None
 
 
-_LIB.impl("conv2d_fused", _fused_cuda, "CUDA")
-_LIB.impl("conv2d_fused", _fused_elsewhere, "CPU")
-torch.library.register_fake("groupconv_atlas::conv2d_fused", _fused_fake, lib=_LIB)
-torch.library.register_autograd("groupconv_atlas::conv2d_fused", _fused_backward,
-                                setup_context=_fused_setup, lib=_LIB)
-_FUSED_OP = torch.ops.groupconv_atlas.conv2d_fused.default
+_FUSED_OP = _register("conv2d_fused", _fused_cuda, _fused_elsewhere, _fused_fake,
+                      _fused_backward, _fused_setup)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _capturing = torch.cuda.is_current_stream_capturing
