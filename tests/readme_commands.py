@@ -216,8 +216,6 @@ COMMANDS: dict[str, How] = {
     # The test targets: never run here (the whole suite, inside itself).
     "make test": How(SUITE, 'make -n: pytest -m "not integration"; collected via the target',
                      expect='-m "not integration"'),
-    "time make test": How(SUITE, "as make test (time only times it)",
-                          expect='-m "not integration"'),
     "make test-integration": How(SUITE, "make -n: pytest -m integration; collected via the "
                                  "target", expect="-m integration"),
     "make test-all": How(SUITE, "make -n: pytest without -m; collected via the target"),
