@@ -22,7 +22,7 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
 OUT gets compile-profile.json (settings, medians, the kernel tables) and prints a short table;
 --read prints the figures of written files again: per layout, over the blocks, the fused layer
 against compiled-with-freezing and against the custom conv alone (geometric mean, worst, count
-below 1.0), and each network's lines. Medians of a few batches, not the atlas's paired
+below 1.0), and each network's medians and profile (CUDA time per kind of kernel). Medians of a few batches, not the atlas's paired
 intervals: a lead for the work that follows, not a record."""
 from __future__ import annotations
 
@@ -140,6 +140,9 @@ def read(paths: list[str]) -> int:
                 f"{k} {v:.0f} us ({base / v:.3f}x)" for k, v in medians.items()
                 if k != "original") + f"; {net['swapped']} of {net['convs']} convs swapped"
                 + (f", {net['fused_layers']} fused" if "fused_layers" in net else ""))
+            for name, groups in net["groups"].items():  # the profile: CUDA time per kind
+                print(f"    {name}: " + ", ".join(f"{kind} {g['us']:.0f} us in {g['launches']:.0f}"
+                                                  for kind, g in sorted(groups.items())))
     return 0
 
 

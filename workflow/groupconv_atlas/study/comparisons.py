@@ -128,6 +128,19 @@ def replication_units(rows: pd.DataFrame) -> list[np.ndarray]:
     return units
 
 
+def worst_shape(rows: pd.DataFrame, **columns: str) -> dict | None:
+    """The timed row with the lowest ratio (the candidate's worst shape): its shape, ratio,
+    interval and class, and each `columns` key from the row's column of that name; None if no
+    row was timed."""
+    timed = rows[rows["class"].isin(CLASSES)]
+    if timed.empty:
+        return None
+    row = timed.loc[timed["ratio"].astype(float).idxmin()]
+    return {"shape_id": row["shape_id"], "ratio": float(row["ratio"]),
+            "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
+            "class": row["class"], **{key: row[column] for key, column in columns.items()}}
+
+
 def geomean_block(rows: pd.DataFrame, cfg: StatsConfig) -> dict:
     """Geometric mean, both intervals and the class counts of some comparison rows (one
     candidate, reference and boundary; any subset of shapes)."""

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..runtime.kernels import BASELINES, DISPATCH, KERNELS, layout_of
 from ..runtime.timing import BOUNDARIES
-from .comparisons import GROUP_KEYS, geomean_block, group_entries
+from .comparisons import GROUP_KEYS, geomean_block, group_entries, worst_shape
 # the kinds of shape and their bins: shapes_table's (the passes split by them too)
 from .shapes_table import (CHANNEL_BINS, FOOTPRINT_BINS, KINDS, channel_bin,  # noqa: F401
                            footprint_bin, shape_groups, shape_kind)
@@ -274,17 +274,6 @@ def _boundary_block(comparisons, summary, verification, reference, candidate, gr
         "fastest_by_region": _fastest_by_region(fastest, groups),
         "fastest_per_shape": fastest,
     }
-
-
-def worst_shape(rows: pd.DataFrame) -> dict | None:
-    """The timed row with the lowest ratio (the candidate's worst shape), None if none was."""
-    timed = rows[rows["class"].isin(CLASSES)]
-    if timed.empty:
-        return None
-    row = timed.loc[timed["ratio"].astype(float).idxmin()]
-    return {"shape_id": row["shape_id"], "ratio": float(row["ratio"]),
-            "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
-            "class": row["class"]}
 
 
 def _fastest_by_region(fastest: list[dict], groups: pd.DataFrame) -> dict[str, dict[str, int]]:

@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..runtime.dispatch import fastest_verified
 from ..runtime.timing import BOUNDARIES, batch_medians, pooled_medians
-from .comparisons import comparisons_for_job, geomean_block, group_entries, summarize
+from .comparisons import (comparisons_for_job, geomean_block, group_entries, summarize,
+                          worst_shape)
 from .medians import with_torch_best
 from .reference_algorithms import algorithm_table
 from .shapes_table import KINDS, shape_groups
@@ -95,17 +96,6 @@ def pass_tables(stats: list[pd.DataFrame], timing_meta: dict[str, dict], cfg: St
     return table, pd.concat(summaries, ignore_index=True)
 
 
-def worst_shape(rows: pd.DataFrame) -> dict | None:
-    """The measured row with the lowest ratio (the custom side's worst shape)."""
-    measured = rows[rows["class"].isin(CLASSES)]
-    if measured.empty:
-        return None
-    row = measured.loc[measured["ratio"].astype(float).idxmin()]
-    return {"shape_id": row["shape_id"], "ratio": float(row["ratio"]),
-            "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
-            "class": row["class"], "implementation": row["best_custom_choice"]}
-
-
 def passes_section(table: pd.DataFrame, verification: pd.DataFrame, cfg: StatsConfig,
                    shapes_doc: dict | None = None) -> dict:
     """atlas.json's `passes`: per pass and boundary, the best custom implementation against
@@ -139,7 +129,7 @@ def passes_section(table: pd.DataFrame, verification: pd.DataFrame, cfg: StatsCo
                                          "noise_ci_low", "noise_ci_high", "shapes_compared")},
                 "counts": {c: block[f"n_{c.lower()}"]
                            for c in (*CLASSES, "UNSUPPORTED", "INCORRECT", "UNMEASURED")},
-                "worst_shape": worst_shape(part),
+                "worst_shape": worst_shape(part, implementation="best_custom_choice"),
                 "torch_best_was": chosen["torch_best_choice"].value_counts().sort_index()
                 .to_dict(),
                 "best_custom_was": measured["best_custom_choice"].value_counts().sort_index()
