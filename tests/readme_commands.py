@@ -162,6 +162,8 @@ COMMANDS: dict[str, How] = {
     "snakemake mobilenet_probe": How(RUN, "after make atlas: succeeds"),
     "snakemake nsight": How(RUN, "after make atlas: succeeds"),
     "snakemake compare_records": How(RUN, "after make atlas: succeeds"),
+    "snakemake compare_devices": How(RUN, "after make atlas: succeeds (atlas made it: nothing "
+                                     "to do)"),
     # The probes of the public op: they replay what the newest record holds.
     **{command: _probe(command) for command in (
         "make overhead_probe", "make unseen_probe", "make network_probe",
@@ -243,7 +245,7 @@ TARGET_SEQUENCE = [
     "make verify", "make report", "snakemake --report reports/atlas.html", "snakemake --report",
     "snakemake verify_provenance", "snakemake mobilenet_probe", "snakemake nsight",
     "snakemake overhead_probe", "snakemake unseen_probe", "snakemake network_probe",
-    "snakemake compare_records", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
+    "snakemake compare_records", "snakemake compare_devices", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
     "time_job=1 tune_kernel=1 ceilings=1",
     f"make replay RECORD={NEWEST.name}", "make export_tables",

@@ -137,6 +137,7 @@ def test_the_smoke_replay_plans_the_report_and_the_atlas_provenance(smoke):
     assert smoke.atlas.optional_report_assets() == [f"{report}/machine-code.html"]
     # The smoke config leaves the cross-record page out of `atlas`.
     assert smoke.atlas.comparison_assets() == [] and smoke.atlas.session_agreement_input() == []
+    assert smoke.atlas.device_assets() == []
     assert smoke.atlas.complete_targets() == [*smoke.atlas.tables, *assets,
                                               f"{report}/machine-code.html"]
     jobs = smoke.atlas.all_jobs_provenance()
@@ -208,6 +209,10 @@ def test_a_full_record_replays_with_its_captures_probes_and_tunings():
     assert plan.atlas.comparison_assets() == ["results/comparisons/records.html"]
     assert plan.atlas.compare_inputs()["manifests"] == [
         f"records/{n}/record.json" for n in config_of()["compare"]["records"]]
+    # Two GPUs hold forward records: the map on each joins `atlas`, from their newest.
+    assert plan.atlas.device_assets() == ["results/comparisons/devices.html"]
+    assert plan.atlas.device_inputs()["manifests"] == [
+        f"records/{newest_record(d)}/record.json" for d in ("h100", "h200")]
 
 
 def test_a_replay_of_newest_without_captures_borrows_them_from_the_newest_that_has_them(tmp_path):

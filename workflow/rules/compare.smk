@@ -47,3 +47,25 @@ rule session_agreement:
         "../../envs/cpu.yaml"
     script:
         "../scripts/session_agreement.py"
+
+
+rule compare_devices:
+    """Each GPU's newest forward record, re-classified from its raw layer as its replay is, each
+    layout's dispatcher against torch_best side by side per shape: how the map changes with the
+    GPU (study/device_comparison; its page report/device_pages)."""
+    input:
+        unpack(PLAN.atlas.device_inputs),
+        code=code("device_comparison", "report/device_pages", "jobs", "provenance"),
+    output:
+        table=f"{COMPARISONS}/devices.parquet",
+        page=report(f"{COMPARISONS}/devices.html", caption="../report/compare_devices.rst",
+                    category="Sessions"),
+        prov=f"{COMPARISONS}/provenance/compare_devices.json",
+    params:
+        statistics=config["statistics"],
+    log:
+        f"{COMPARISONS}/logs/compare_devices.log",
+    conda:
+        "../../envs/cpu.yaml"
+    script:
+        "../scripts/compare_devices.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..runtime.kernels import BASELINES
 from ..runtime.timing import BOUNDARIES
 from . import plan
-from .records import nearest_same_code
+from .records import forward_records, nearest_same_code
 
 # The probes of the public op (overhead.smk, networks.smk) that join atlas.json's `probes` section
 # where there is something to read: a replay takes each probe whose raw samples its record holds,
@@ -273,11 +273,31 @@ class AtlasPlan:
             return []
         return [f"{COMPARISONS}/records.html"]
 
+    def device_records(self) -> dict[str, Path]:
+        """{device: its newest forward record}, for the map on each GPU (compare_devices)."""
+        return forward_records(self.run.at("records"))
+
+    def device_inputs(self, wildcards=None) -> dict[str, list[str]]:
+        """compare_devices' inputs: each device's newest forward record's manifest and raw files;
+        refuses (LookupError) fewer than two devices."""
+        names = [Path(r).name for r in self.device_records().values()]
+        if len(names) < 2:
+            raise LookupError("compare_devices needs committed forward records of two or more "
+                              f"GPUs; found {', '.join(names) or 'none'}")
+        return plan.compare_inputs(names, str(self.run.at("records")))
+
+    def device_assets(self, wildcards=None) -> list[str]:
+        """The map on each GPU joins `atlas` (and the report) where two or more GPUs have a
+        forward record: how the map changes with the GPU."""
+        if not (self.run.config.get("compare") or {}).get("with_atlas", True):
+            return []
+        return [f"{COMPARISONS}/devices.html"] if len(self.device_records()) >= 2 else []
+
     def complete_targets(self, wildcards=None) -> list[str]:
         """Everything `atlas` makes besides provenance-complete.json: its tables, the report's
         pages and figures, the optional stages' pages and the cross-record page. The jobs behind
         them (tables, SASS, Nsight, tuning records) are found from their job records."""
         passes = self.run.passes  # the backward passes' tables, pages and dispatch table
         return [*self.tables, *self.report_assets, *self.optional_report_assets(),
-                *self.comparison_assets(), *passes.artifacts(), *passes.report_assets(),
+                *self.comparison_assets(), *self.device_assets(), *passes.artifacts(), *passes.report_assets(),
                 *passes.backward_dispatch()]

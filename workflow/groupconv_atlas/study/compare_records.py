@@ -20,12 +20,11 @@ import pandas as pd
 from ..runtime import record_formats
 from ..runtime.files import RecordError
 from ..runtime.kernels import DISPATCH, DISPATCH_NHWC, DISPATCHERS, base_implementation
-from .comparisons import comparisons_for_job
+from .medians import job_comparisons
 from .record_check import check
 from .reference_algorithms import algorithm_table, session_changes  # noqa: F401  (the job's)
 from .records import build_records, checked_files, kernel_sources, machine_code_vouch
 from .stats import CLASSES, StatsConfig
-from ..runtime.timing import BOUNDARIES, batch_medians
 
 KEY = ["shape_id", "candidate", "baseline", "boundary"]
 # What each record contributes per cell; in the side-by-side table as "<record>:<column>".
@@ -128,23 +127,11 @@ def record_cells(record_dir: str | Path, cfg: StatsConfig,
     build hashes; `source`: the build hashes alone), a dispatcher's target on the shape and the
     cuDNN kernels the baseline ran, so that a cell whose kernel changed between records is not
     counted as the same measurement taken again and a reversal can be traced to its cause."""
-    raw = Path(record_dir) / "raw"
     own = kernel_sources(record_dir)
     sources = sources if sources is not None else own
     table_targets = dispatch_targets(record_dir)
-    verification = pd.concat([pd.read_parquet(p)
-                              for p in checked_files(sorted(raw.glob("verification/*.parquet")))],
-                             ignore_index=True)
-    status = {(r.shape_id, r.implementation): (r.status, r.reason)
-              for r in verification.itertuples(index=False)}
-    shape_ids = list(dict.fromkeys(verification["shape_id"]))
     frames = []
-    for meta_path in checked_files(sorted(raw.glob("timing/*.json"))):
-        meta = record_formats.read_timing_meta(meta_path)
-        samples = record_formats.read_samples(*checked_files([meta_path.with_suffix(".parquet")]))
-        table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
-                                    shape_ids, BOUNDARIES, cfg, meta)
-        table["job"] = meta_path.stem
+    for meta_path, meta, table in job_comparisons(record_dir, cfg):
         table = with_code(table, sources, own, _job_targets(meta, table_targets,
                                                             Path(record_dir).name),
                           _reference_algorithms(meta_path.stem, meta))

@@ -2,12 +2,21 @@
 (job_medians) and over every job that timed it (measured_medians, for display and for ranking
 runs that the same jobs timed), the spread between those jobs (cross_job_spread), and the
 derived references (torch_best, torch_best_nchw: with_torch_best), chosen from each candidate's
-paired, same-job comparisons, never from medians of different jobs."""
+paired, same-job comparisons, never from medians of different jobs; and a committed record's
+comparisons read from its raw layer as its replay derives them (job_comparisons,
+record_comparisons)."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
-from .reference_algorithms import strongest_readings
+from ..runtime import record_formats
+from ..runtime.timing import BOUNDARIES, batch_medians
+from .comparisons import comparisons_for_job
+from .records import checked_files
+from .reference_algorithms import algorithm_table, strongest_readings
 from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST, TORCH_BEST_FROM, TORCH_BEST_NCHW,
                     TORCH_BEST_NCHW_FROM, StatsConfig)
 
@@ -125,3 +134,36 @@ def cross_job_spread(comparisons: pd.DataFrame) -> pd.DataFrame:
     spread = spread[spread["count"] >= 2]
     return spread.assign(spread=spread["max"] / spread["min"]).rename(
         columns={"min": "fastest_job_median_us", "max": "slowest_job_median_us", "count": "jobs"})
+
+
+def job_comparisons(record_dir: str | Path, cfg: StatsConfig
+                    ) -> Iterator[tuple[Path, dict, pd.DataFrame]]:
+    """Each timing job of a record, checked against its manifest: the job's metadata file, the
+    metadata, and its cells as the statistics stage makes them (comparisons_for_job over the
+    job's batch medians, with every verification status of the record), with `job` named."""
+    raw = Path(record_dir) / "raw"
+    verification = pd.concat([pd.read_parquet(p)
+                              for p in checked_files(sorted(raw.glob("verification/*.parquet")))],
+                             ignore_index=True)
+    status = {(r.shape_id, r.implementation): (r.status, r.reason)
+              for r in verification.itertuples(index=False)}
+    shape_ids = list(dict.fromkeys(verification["shape_id"]))
+    for meta_path in checked_files(sorted(raw.glob("timing/*.json"))):
+        meta = record_formats.read_timing_meta(meta_path)
+        samples = record_formats.read_samples(*checked_files([meta_path.with_suffix(".parquet")]))
+        table = comparisons_for_job(batch_medians(samples), meta["implementations"], status,
+                                    shape_ids, BOUNDARIES, cfg, meta)
+        table["job"] = meta_path.stem
+        yield meta_path, meta, table
+
+
+def record_comparisons(record_dir: str | Path, cfg: StatsConfig) -> pd.DataFrame:
+    """Every cell of a record with the derived references added as its replay's atlas adds them
+    (medians.with_torch_best, each reference read on its fastest cuDNN algorithm where the record
+    names them): the comparisons.parquet a replay of the record writes, from records/ alone."""
+    tables, metas = [], {}
+    for meta_path, meta, table in job_comparisons(record_dir, cfg):
+        tables.append(table)
+        metas[meta_path.stem] = meta
+    return with_torch_best(pd.concat(tables, ignore_index=True),
+                           algorithms=algorithm_table(metas), cfg=cfg)

@@ -1,5 +1,6 @@
 """Committed records, found and read: the record a replay uses (find_record, runtime/files.py:
-by name, or the newest of a device by its creation stamp), the files a manifest lists, every
+by name, or the newest of a device by its creation stamp; forward_records: each device's newest
+that timed the dispatchers), the files a manifest lists, every
 read of a record's file checked against its manifest first (checked_files), and the snakemake
 arguments records/INDEX.json holds for replaying one. As a program:
 
@@ -164,6 +165,25 @@ def nearest_same_code(records_dir: str | Path, name: str) -> dict | None:
         return None
     *_, record, same = min(ranked)
     return {"record": record, "same_code": same, "kernels": list(mine)}
+
+
+# A forward record that timed the dispatchers holds their table; a record of the backward passes
+# alone, or a check of a few kernels (a smoke run, a cuDNN check), does not.
+DISPATCHED = "raw/dispatch/table.json"
+
+
+def forward_records(records_dir: str | Path) -> dict[str, Path]:
+    """{device: its newest committed forward record that timed the dispatchers}, devices in name
+    order; a device without one is left out."""
+    devices = sorted({json.loads(m.read_text()).get("device")
+                      for m in Path(records_dir).glob(f"*/{MANIFEST}")} - {None})
+    found = {}
+    for device in devices:
+        try:
+            found[device] = find_record(records_dir, "newest", device, having=DISPATCHED)
+        except LookupError:
+            continue
+    return found
 
 
 def _main(argv: list[str]) -> int:

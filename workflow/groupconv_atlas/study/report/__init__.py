@@ -6,7 +6,8 @@ replay renders the same bytes as the run it replays.
 Modules: style (colours, labels, formats, SVG settings, page CSS), axes (drawing blocks),
 figures, frames (nested records as tables), html_blocks (page building blocks), the pages
 (atlas_pages: the atlas's own; kernel_pages: Nsight, tuning, machine code; probe_pages: the
-probes; pass_pages: the backward passes; compare_pages: records side by side), landing (the
+probes; pass_pages: the backward passes; compare_pages: records side by side; device_pages: the
+map on each GPU), landing (the
 landing page's headline), glance (the first screen's figure), atlas_map.
 The names below are re-exported so `from groupconv_atlas.study.report import X` keeps working;
 importing this package imports every module, so a job that imports it lists them all as code
@@ -16,6 +17,7 @@ from .atlas_pages import (evidence_page, latency_page, per_shape_page, provenanc
                           session_page, shapes_page, summary_page, verification_page)
 from .axes import ratio_ticks
 from .compare_pages import comparison_page
+from .device_pages import device_page
 from .figures import (aa_figure, boundary_figure, forest_figure, forest_svgs, geomean_figure,
                       mobilenet_figure, note_figure, roofline_figure)
 from .frames import mobilenet_readings, tuning_frame
@@ -33,7 +35,7 @@ from .style import (BASELINE_LABELS, BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, PA
 __all__ = [
     "BASELINE_LABELS", "BOUNDARIES", "CLASS_COLOURS", "CLASS_GLYPHS", "MAP_DATA_MARKER",
     "Markup", "PAGE_CSS", "SVG_RC", "UNTIMED", "aa_figure", "atlas_map_html", "baseline_label",
-    "boundary_figure", "comparison_page", "esc", "evidence_page", "figure_stem", "fmt_interval",
+    "boundary_figure", "comparison_page", "device_page", "esc", "evidence_page", "figure_stem", "fmt_interval",
     "fmt_number",
     "fmt_ratio", "forest_figure", "forest_svgs", "frame_html", "geomean_figure", "glance_figure", "html_page",
     "landing_headline", "latency_page", "machine_code_page", "map_payload", "markdown_html",
