@@ -186,13 +186,17 @@ def test_python_blocks_run_on_a_gpu(tmp_path):
     free = set()
     for source in statements:
         tree = ast.parse(source)
+        # A statement's own bindings first (a loop's target, a comprehension's variable, an
+        # imported name): only a name no statement so far binds comes from the prelude.
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.alias):
+                defined.add((node.asname or node.name).split(".")[0])
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
                     node.id not in defined and not hasattr(builtins, node.id):
                 free.add(node.id)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                defined.add(node.id)
     assert free <= set(PYTHON_PRELUDE), f"fragment names to bind in PYTHON_PRELUDE: {free}"
     prelude = "\n".join(f"{name} = {PYTHON_PRELUDE[name]}" for name in sorted(free))
     script = "\n".join([statements[0], prelude, *statements[1:],
