@@ -18,10 +18,13 @@ RECORD ?=
 WITH_RECORD = args="$$(if [ -n "$(RECORD)" ]; then PYTHONPATH=workflow $(PY) -m groupconv_atlas.study.records replay-args $(RECORD); fi)" && \
 	{ [ -z "$$args" ] || echo "snakemake ... $$args"; } &&
 
-$(VENV)/.installed: pyproject.toml
+# Two distributions, both editable: the op (groupconv, workflow/groupconv) first, from its folder
+# (it is on no index), then the study (groupconv-atlas, this folder), which depends on it.
+$(VENV)/.installed: pyproject.toml workflow/groupconv/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e workflow/groupconv
 	$(PY) -m pip install -q -e ".[evidence,test]"
 	touch $@
 
@@ -66,7 +69,7 @@ mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe
 	@$(WITH_RECORD) $(SNAKEMAKE) $@ $$args $(QUIET)
 
 # The op's launch tables from a record (default: the newest of the device that has tables) into
-# workflow/groupconv_atlas/runtime/tables/<GPU name>.json, the package data an installed conv2d
+# workflow/groupconv/tables/<GPU name>.json, the package data an installed conv2d
 # reads; rerun whatever the files' times (a record is older than the file it replaces). Commit it.
 export_tables: $(VENV)/.installed
 	@$(WITH_RECORD) $(SNAKEMAKE) export_tables --forcerun export_table $$args $(QUIET)

@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def gpu_session():
-    from groupconv_atlas.runtime.sessions import GpuSession
+    from groupconv.sessions import GpuSession
 
     return GpuSession()
 

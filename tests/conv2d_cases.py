@@ -8,10 +8,10 @@ import re
 import pytest
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
+g = pytest.importorskip("groupconv.conv")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from groupconv_atlas.runtime.kernels import KERNELS, layout_of  # noqa: E402
+from groupconv.kernels import KERNELS, layout_of  # noqa: E402
 
 # The custom kernels that compute on channels_last tensors (k8, k9), from the registry.
 NHWC_KERNELS = [k for k in KERNELS if layout_of(k) == "nhwc"]
@@ -24,7 +24,7 @@ SMALL = ("stress-tiny-n1-c32-7x7-g32", "stress-depth-multiplier-n16-c32to64-56x5
 
 
 def op(x, w, groups, implementation):
-    return torch.ops.groupconv_atlas.conv2d(x, w, groups, implementation)
+    return torch.ops.groupconv.conv2d(x, w, groups, implementation)
 
 
 def _shape_ids(shapes):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import yaml
-from groupconv_atlas.runtime.shapes import Shape, geometry_shape
+from groupconv.shapes import Shape, geometry_shape
 
 REPO = Path(__file__).resolve().parents[1]
 # What a shared-memory word holds when it holds no element of x: a zero-filled or masked word, or

@@ -6,9 +6,9 @@ import zlib
 
 import yaml
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study.shapes_table import load_shapes
-from groupconv_atlas.runtime.verify import bound_scale
+from groupconv.verify import bound_scale
 
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
 SHAPE_BY_ID = {s.id: s for s in SHAPES}
@@ -74,8 +74,8 @@ def assert_matches_fp64(torch, y, x, w, groups: int, what: str) -> float:
 def compiled_launcher(session, folder, kernels):
     """A launcher over `kernels` compiled for this GPU into `folder`, without tuning tables (a
     tuned kernel takes its untuned rule unless a test names a variant)."""
-    from groupconv_atlas.runtime.build import compile_kernel
-    from groupconv_atlas.runtime.launcher import Launcher
+    from groupconv.build import compile_kernel
+    from groupconv.launcher import Launcher
 
     for k in kernels:
         compile_kernel(k, folder / f"{k}.cubin")

@@ -76,27 +76,43 @@ def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = Non
     return res
 
 
-# Reading the package's imports (tests/test_architecture.py, tests/test_rule_code_inputs.py).
+# Reading the packages' imports (tests/test_architecture.py, tests/test_rule_code_inputs.py): the
+# op (groupconv) and the study with its public face (groupconv_atlas), both folders of workflow/.
 PACKAGE = "groupconv_atlas"
-PACKAGE_DIR = ROOT / "workflow" / PACKAGE
+OP = "groupconv"
+PACKAGES = (OP, PACKAGE)
+SOURCE_DIR = ROOT / "workflow"
+PACKAGE_DIR = SOURCE_DIR / PACKAGE
+OP_DIR = SOURCE_DIR / OP
 
 
 def module_file(dotted: str) -> Path | None:
-    """The file a dotted groupconv_atlas module name runs, or None if it names no module."""
+    """The file a dotted module name of either package runs, or None if it names no module."""
     parts = dotted.split(".")
-    if parts[0] != PACKAGE:
+    if parts[0] not in PACKAGES:
         return None
-    base = PACKAGE_DIR.joinpath(*parts[1:])
+    base = SOURCE_DIR.joinpath(*parts)
     for candidate in (base / "__init__.py", base.with_suffix(".py")):
         if candidate.is_file():
             return candidate
     return None
 
 
+def package_files() -> list[Path]:
+    """Every module of both packages."""
+    return sorted([*OP_DIR.rglob("*.py"), *PACKAGE_DIR.rglob("*.py")])
+
+
+def dotted_name(path: Path) -> tuple[str, bool]:
+    """(dotted module name, is a package __init__) of a file of either package."""
+    dotted = ".".join(path.relative_to(SOURCE_DIR).with_suffix("").parts)
+    return dotted.removesuffix(".__init__"), path.name == "__init__.py"
+
+
 def import_from_base(node, module: str | None, is_package: bool) -> str | None:
-    """The absolute dotted module a `from ... import` node imports from, when it is the package's;
-    relative imports resolve against `module`, the file's own dotted name (None outside the
-    package: its relative imports are not the package's)."""
+    """The absolute dotted module a `from ... import` node imports from, when it is one of the
+    packages'; relative imports resolve against `module`, the file's own dotted name (None
+    outside the packages: its relative imports are not theirs)."""
     if node.level:
         if module is None:
             return None
@@ -105,7 +121,7 @@ def import_from_base(node, module: str | None, is_package: bool) -> str | None:
         base = ".".join([*anchor, *([node.module] if node.module else [])])
     else:
         base = node.module or ""
-    return base if base.split(".")[0] == PACKAGE else None
+    return base if base.split(".")[0] in PACKAGES else None
 
 
 # The opening of a script a fresh interpreter runs to read the workflow through Snakemake's API

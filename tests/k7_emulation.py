@@ -4,7 +4,7 @@ by 16-byte copies with the head and tail 4 bytes at a time, its computation over
 thread), and the checks of what each output was computed from. It tracks *which element of x*
 each shared-memory word holds (emulation.ZERO, emulation.UNSTAGED for the others), so a wrong
 offset shows as a wrong index. The kernel's constants, tile table and tile sizing are the host's
-(runtime.nchw_row_kernels), not copied here."""
+(groupconv.nchw_row_kernels), not copied here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from emulation import REPO, UNSTAGED, ZERO, Geometry
 
-from groupconv_atlas.runtime import nchw_row_kernels
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv import nchw_row_kernels
+from groupconv.kernels import KERNELS
 
 K7_SOURCE = REPO / KERNELS["k7"].source
 # The kernel's #defines: the registry's table

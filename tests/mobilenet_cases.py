@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from groupconv_atlas.runtime.shapes import Shape  # noqa: E402
+from groupconv.shapes import Shape  # noqa: E402
 
 
 class TaggedConv(nn.Module):

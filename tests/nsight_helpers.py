@@ -7,7 +7,7 @@ shared/fixtures/h200-probe): cap.ncu-rep is one launch of PyTorch's conv_depthwi
 depthwise convolutions."""
 from pathlib import Path
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"

@@ -12,7 +12,7 @@ Other shape ids (a committed record's, for a replay) take these answers in turn 
 import numpy as np
 import pandas as pd
 
-from groupconv_atlas.runtime.timing import BOUNDARIES
+from groupconv.timing import BOUNDARIES
 
 PASS_CUSTOMS = {"input_grad": ("ig_nchw", "ig_nhwc"), "weight_grad": ("wg_nchw", "wg_nhwc")}
 GROUPS = {"tuned": ["torch_tuned", "torch_tuned_nhwc"],

@@ -67,7 +67,7 @@ from pathlib import Path
 import yaml
 from helpers import make, snakemake
 
-from groupconv_atlas.runtime.files import find_record
+from groupconv.files import find_record
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -268,7 +268,7 @@ PYTHON_STATEMENTS = {
     "    optimizer.zero_grad(set_to_none=True)\n"
     "    model(inputs).square().mean().backward()  # your loss\n"
     "    optimizer.step()": GPU,
-    "from groupconv_atlas.runtime.launch_tables import backward_dispatch_table": CPU,
+    "from groupconv.launch_tables import backward_dispatch_table": CPU,
     "g.configure(backward_dispatch=backward_dispatch_table(\n"
     '    "records/h200-2026-12-03-passes/raw/dispatch/backward.json"), eager_training="kernels")':
         GPU,

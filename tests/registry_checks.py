@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from groupconv_atlas.runtime import source_tables
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.kernels import KERNELS, KernelSpec, entries, launch_for, support
-from groupconv_atlas.runtime.verify import SEED_SLOT_LIMIT, seed_slot
+from groupconv import source_tables
+from groupconv.files import REPO_ROOT
+from groupconv.kernels import KERNELS, KernelSpec, entries, launch_for, support
+from groupconv.verify import SEED_SLOT_LIMIT, seed_slot
 from groupconv_atlas.study.shapes_table import load_shapes
 
 SM_COUNT = 132  # an H200's; the rules take the count from the device at run time

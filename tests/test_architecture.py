@@ -1,6 +1,6 @@
-"""The house drawn in workflow/ARCHITECTURE.md, checked: every import of the package (inside
-functions too, read with ast) goes where the page's layer table allows, nothing in the runtime
-imports the study, there are no import cycles, and every import of the package anywhere in the
+"""The house drawn in workflow/ARCHITECTURE.md, checked: every import of the two packages (inside
+functions too, read with ast) goes where the page's layer table allows, nothing in the op
+(groupconv) imports the study, there are no import cycles, and every import of the package anywhere in the
 tree (job scripts, tests, tools, code run in subprocesses) names a module and a name that exist,
 so a path only a GPU machine runs cannot import what moved away. The table is read from the page
 itself: moving a module is an edit of the page, and a module the page does not place fails."""
@@ -9,10 +9,14 @@ import re
 import subprocess
 from pathlib import Path
 
-from helpers import PACKAGE, PACKAGE_DIR, ROOT, import_from_base, module_file
+from helpers import (OP, OP_DIR, PACKAGE, PACKAGE_DIR, PACKAGES, ROOT, dotted_name,
+                     import_from_base, module_file, package_files)
 
 PAGE = ROOT / "workflow" / "ARCHITECTURE.md"
-HALVES = ("runtime", "study")
+# The page's halves: the op, its own package (groupconv), and the study (groupconv_atlas.study).
+HALVES = ("groupconv", "study")
+HALF_PACKAGES = {"groupconv": OP, "study": f"{PACKAGE}.study"}
+HALF_DIRS = {"groupconv": OP_DIR, "study": PACKAGE_DIR / "study"}
 FACE = "the public face"  # groupconv_atlas/__init__.py
 
 
@@ -32,23 +36,19 @@ LAYERS = layer_table(PAGE.read_text())
 
 
 def place(module: str) -> tuple[str, float] | None:
-    """(half, layer) of a dotted module of the package: (FACE, 0) for the package itself, (half,
-    inf) for a half's own __init__ (it may gather its half), None where the page places nothing."""
-    parts = module.split(".")[1:]
-    if not parts:
+    """(half, layer) of a dotted module of the packages: (FACE, 0) for groupconv_atlas itself,
+    (half, inf) for a half's own __init__ (it may gather its half), None where the page places
+    nothing."""
+    if module == PACKAGE:
         return FACE, 0
-    if parts[0] not in HALVES:
-        return None
-    if len(parts) == 1:
-        return parts[0], float("inf")
-    layer = LAYERS.get((parts[0], parts[1]))
-    return None if layer is None else (parts[0], layer)
-
-
-def dotted_name(path: Path) -> tuple[str, bool]:
-    """(dotted module name, is a package __init__) of a file of the package."""
-    dotted = ".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
-    return dotted.removesuffix(".__init__"), path.name == "__init__.py"
+    for half, package in HALF_PACKAGES.items():
+        if module == package:
+            return half, float("inf")
+        if module.startswith(package + "."):
+            name = module[len(package) + 1:].split(".")[0]
+            layer = LAYERS.get((half, name))
+            return None if layer is None else (half, layer)
+    return None
 
 
 def package_imports(source: str, module: str | None,
@@ -60,7 +60,7 @@ def package_imports(source: str, module: str | None,
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name, []) for a in node.names
-                      if a.name.split(".")[0] == PACKAGE]
+                      if a.name.split(".")[0] in PACKAGES]
         elif isinstance(node, ast.ImportFrom):
             base = import_from_base(node, module, is_package)
             if base is None:
@@ -90,34 +90,31 @@ def violations(module: str, source: str, is_package: bool = False, where: str = 
         if to is None:
             problems.append(f"{what}, which {PAGE.name}'s layer table does not place")
         elif me[0] == FACE:
-            if to[0] != "runtime":
-                problems.append(f"{what}: the public face loads the runtime alone")
+            if to[0] != "groupconv":
+                problems.append(f"{what}: the public face loads the op alone")
         elif to[0] == FACE:
             problems.append(f"{what}: nothing inside the package imports its public face")
-        elif me[0] == "runtime" and to[0] == "study":
-            problems.append(f"{what}: the runtime imports nothing of the study")
+        elif me[0] == "groupconv" and to[0] == "study":
+            problems.append(f"{what}: the op imports nothing of the study")
         elif me[0] == to[0] and to[1] > me[1]:
             problems.append(f"{what}: {me[0]} layer {me[1]} imports layer {to[1]}, above it")
     return problems
 
 
-def package_files() -> list[Path]:
-    return sorted(PACKAGE_DIR.rglob("*.py"))
-
-
 def test_the_page_places_every_module_and_only_modules():
     placed = {(half, name) for half, name in LAYERS}
     present = set()
-    for path in package_files():
-        parts = path.relative_to(PACKAGE_DIR).parts
-        if len(parts) >= 2 and parts[0] in HALVES:
-            present.add((parts[0], Path(parts[1]).stem))
+    for half, folder in HALF_DIRS.items():
+        for path in folder.rglob("*.py"):
+            present.add((half, Path(path.relative_to(folder).parts[0]).stem))
     present -= {(half, "__init__") for half in HALVES}
     assert not present - placed, f"modules {PAGE.name} does not place: {sorted(present - placed)}"
     assert not placed - present, \
         f"{PAGE.name} places modules that do not exist: {sorted(placed - present)}"
     assert {p.name for p in PACKAGE_DIR.iterdir() if p.suffix == ".py"} == {"__init__.py"}, \
-        "a module beside the halves: put it in runtime/ or study/"
+        "a module beside the study: put it in groupconv/ (the op) or study/"
+    assert {p.name for p in PACKAGE_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"} \
+        == {"study"}, "groupconv_atlas holds the study alone; the op is workflow/groupconv"
 
 
 def test_every_import_goes_where_the_page_allows():
@@ -129,30 +126,31 @@ def test_every_import_goes_where_the_page_allows():
     assert not problems, "\n".join(problems)
 
 
-def test_the_runtime_imports_nothing_of_the_study():
+def test_the_op_imports_nothing_of_the_study():
     problems = [f"{path.relative_to(ROOT)}:{line}: imports {target}"
-                for path in sorted((PACKAGE_DIR / "runtime").rglob("*.py"))
+                for path in sorted(OP_DIR.rglob("*.py"))
                 for line, target, _ in package_imports(path.read_text(), *dotted_name(path))
-                if not target.startswith(f"{PACKAGE}.runtime")]
-    assert not problems, "the runtime imports the study:\n" + "\n".join(problems)
+                if target.split(".")[0] != OP]
+    assert not problems, "the op imports the study:\n" + "\n".join(problems)
 
 
 def test_a_planted_import_against_the_page_is_reported():
-    # Inside a function, as a GPU-only path would have it: the runtime reaching for the study.
-    planted = "import json\n\n\ndef autotune():\n    from ..study.stats import compare\n"
-    found = violations(f"{PACKAGE}.runtime.unseen", planted, where="runtime/unseen.py")
-    assert found == [f"runtime/unseen.py:5: {PACKAGE}.runtime.unseen imports "
-                     f"{PACKAGE}.study.stats: the runtime imports nothing of the study"], found
+    # Inside a function, as a GPU-only path would have it: the op reaching for the study.
+    planted = ("import json\n\n\ndef autotune():\n"
+               "    from groupconv_atlas.study.stats import compare\n")
+    found = violations(f"{OP}.unseen", planted, where="groupconv/unseen.py")
+    assert found == [f"groupconv/unseen.py:5: {OP}.unseen imports "
+                     f"{PACKAGE}.study.stats: the op imports nothing of the study"], found
     # An import that runs back up a half's layers, and the public face loading the study.
-    assert violations(f"{PACKAGE}.runtime.kernels", "from .conv import conv2d\n")[0].endswith(
-        "runtime layer 4 imports layer 9, above it")
+    assert violations(f"{OP}.kernels", "from .conv import conv2d\n")[0].endswith(
+        "groupconv layer 4 imports layer 9, above it")
     assert violations(f"{PACKAGE}.study.stats", "from . import artifacts\n")[0].endswith(
         "study layer 3 imports layer 6, above it")
-    assert "the public face loads the runtime alone" in violations(
+    assert "the public face loads the op alone" in violations(
         PACKAGE, "def __getattr__(name):\n    from .study import records\n", True)[0]
     # A module the page does not place, and one it does, importing within the rules.
     assert "is not placed in ARCHITECTURE.md" in violations(f"{PACKAGE}.study.new_stage", "")[0]
-    assert violations(f"{PACKAGE}.study.artifacts", "from ..runtime.conv import conv2d\n"
+    assert violations(f"{PACKAGE}.study.artifacts", "from groupconv.conv import conv2d\n"
                       "from .stats import compare\nfrom .report import esc\n") == []
 
 
@@ -181,15 +179,15 @@ def test_no_import_cycles():
 
 def test_no_module_name_is_in_both_halves():
     # The rules' code(...) finds a module's half by its name (study/code_inputs.py).
-    names = {half: {p.relative_to(PACKAGE_DIR / half).with_suffix("").as_posix()
-                    for p in (PACKAGE_DIR / half).rglob("*.py")} - {"__init__"}
-             for half in HALVES}
-    assert not names["runtime"] & names["study"], names["runtime"] & names["study"]
+    names = {half: {p.relative_to(folder).with_suffix("").as_posix()
+                    for p in folder.rglob("*.py")} - {"__init__"}
+             for half, folder in HALF_DIRS.items()}
+    assert not names["groupconv"] & names["study"], names["groupconv"] & names["study"]
 
 
 def defined_names(dotted: str) -> set[str]:
-    """Names a module of the package binds at its top level (star imports followed), and those
-    its __getattr__ serves (its _PUBLIC tuple)."""
+    """Names a module of the packages binds at its top level (star imports followed), and those
+    its __getattr__ serves (the op's PUBLIC tuple, which groupconv_atlas's face serves too)."""
     path = module_file(dotted)
     names = set()
     for node in ast.parse(path.read_text()).body:
@@ -198,7 +196,7 @@ def defined_names(dotted: str) -> set[str]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if any(isinstance(t, ast.Name) and t.id == "_PUBLIC" for t in targets):
+            if any(isinstance(t, ast.Name) and t.id == "PUBLIC" for t in targets):
                 names |= set(ast.literal_eval(node.value))
         elif isinstance(node, ast.Import):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
@@ -208,6 +206,11 @@ def defined_names(dotted: str) -> set[str]:
                 names |= defined_names(target)
         elif isinstance(node, ast.ImportFrom):
             names |= {a.asname or a.name for a in node.names}
+    if dotted == PACKAGE:  # the public face serves the op's public names (its __getattr__)
+        names |= set(ast.literal_eval(next(
+            n.value for n in ast.parse(module_file(OP).read_text()).body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "PUBLIC"
+                                                 for t in n.targets))))
     return names
 
 
@@ -218,7 +221,7 @@ def import_lines(text: str) -> str:
     for line in text.splitlines():
         for piece in re.sub(r"^.*?-c '", "", line).split(";"):
             piece = piece.split("#")[0].strip()
-            if re.match(rf"(from|import) .*\b{PACKAGE}\b", piece):
+            if re.match(rf"(from|import) .*\b({OP}|{PACKAGE})\b", piece):
                 try:
                     ast.parse(piece)
                 except SyntaxError:
@@ -239,16 +242,20 @@ def tree_sources() -> list[tuple[str, str, str | None, bool, str]]:
         path = ROOT / rel
         if not path.is_file() or path == Path(__file__).resolve():  # this file plants faults
             continue
+        # Committed records keep the scripts as they ran, naming the modules of their day; the
+        # code_inputs test writes a package of its own in strings.
+        if rel.startswith("records/") or rel == "tests/test_code_inputs.py":
+            continue
         text = path.read_text()
         if path.suffix != ".py":
             sources.append((rel, import_lines(text), None, False, text))
             continue
-        inside = PACKAGE_DIR in path.parents
+        inside = PACKAGE_DIR in path.parents or OP_DIR in path.parents
         module, is_package = dotted_name(path) if inside else (None, False)
         sources.append((rel, text, module, is_package, text))
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and PACKAGE in node.value:
+                    and OP in node.value:
                 program = import_lines(node.value)
                 if program:
                     sources.append((f"{rel}:{node.lineno} (a program in a string)", program, None,
@@ -267,18 +274,18 @@ def test_every_import_of_the_package_names_what_exists():
             if missing:
                 problems.append(f"{where}:{line}: {target} defines no {', '.join(missing)}")
         # `python -m groupconv_atlas.x` in the Makefile, tools and subprocess calls.
-        for found in re.findall(rf"-m\"?,?\s*\"?({PACKAGE}[\w.]*)", text):
+        for found in re.findall(rf"-m\"?,?\s*\"?({OP}[\w.]*)", text):
             if module_file(found) is None:
                 problems.append(f"{where}: `-m {found}` names no module")
     assert not problems, "\n".join(problems)
 
 
 def test_the_reference_check_sees_a_moved_name():
-    source = "def on_the_gpu():\n    from groupconv_atlas.runtime.timing import tune_kernel\n"
+    source = "def on_the_gpu():\n    from groupconv.timing import tune_kernel\n"
     (line, target, names), = package_imports(source, None, False)
-    assert (line, target, names) == (2, f"{PACKAGE}.runtime.timing", ["tune_kernel"])
+    assert (line, target, names) == (2, f"{OP}.timing", ["tune_kernel"])
     assert "tune_kernel" not in defined_names(target)
-    assert "tune_kernel" in defined_names(f"{PACKAGE}.runtime.tuning")
+    assert "tune_kernel" in defined_names(f"{OP}.tuning")
     assert {"conv2d", "convert", "GroupConv2d"} <= defined_names(PACKAGE)
 
 
@@ -286,8 +293,8 @@ def test_the_reference_check_sees_a_moved_name():
 def test_shared_constants_are_defined_once():
     # One definition each, in the lowest layer that needs it; everything else imports it. A
     # module-level name bound to the same value elsewhere (a HEADLINE_BOUNDARIES) is a copy too.
-    once = {"BOUNDARIES": "runtime/timing.py", "DISPATCH": "runtime/kernels.py",
-            "REPO_ROOT": "runtime/files.py"}
+    once = {"BOUNDARIES": "groupconv/timing.py", "DISPATCH": "groupconv/kernels.py",
+            "REPO_ROOT": "groupconv/files.py"}
     values = {"('graph_device', 'sync_api')": "BOUNDARIES", "'dispatch'": "DISPATCH"}
     found = {name: set() for name in once}
     for path in package_files():
@@ -296,7 +303,7 @@ def test_shared_constants_are_defined_once():
                 for target in (t for t in node.targets if isinstance(t, ast.Name)):
                     name = target.id if target.id in once else values.get(ast.unparse(node.value))
                     if name:
-                        found[name].add(f"{path.relative_to(PACKAGE_DIR).as_posix()} ({target.id})")
+                        found[name].add(f"{path.relative_to(OP_DIR.parent).as_posix()} ({target.id})")
     assert found == {name: {f"{where} ({name})"} for name, where in once.items()}, found
 
 
@@ -312,7 +319,7 @@ def oversized(paths, limit: int, root: Path = ROOT) -> list[str]:
 
 
 def test_no_package_module_is_over_the_limit_and_common_smk_stays_small():
-    modules = sorted(PACKAGE_DIR.rglob("*.py"))
+    modules = package_files()
     assert len(modules) > 50
     assert oversized(modules, MODULE_LINE_LIMIT) == []
     assert oversized([ROOT / "workflow" / "rules" / "common.smk"], COMMON_SMK_LINE_LIMIT - 1) == []

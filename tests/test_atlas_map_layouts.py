@@ -1,7 +1,7 @@
 """The atlas map's payload carries each candidate's and baseline's memory layout, as
-groupconv_atlas.runtime.kernels.layout_of gives it, and the layouts the record measured: what the page's
+groupconv.kernels.layout_of gives it, and the layouts the record measured: what the page's
 layout switch reads. CPU only, on synthetic inputs (no replay)."""
-from groupconv_atlas.runtime.kernels import layout_of
+from groupconv.kernels import layout_of
 from groupconv_atlas.study.report.atlas_map import map_payload
 from groupconv_atlas.study.stats import TORCH_BEST, TORCH_BEST_NCHW
 

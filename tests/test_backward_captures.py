@@ -6,7 +6,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from nsight_helpers import CAPTURE, DEPTHWISE
 
 

@@ -7,10 +7,10 @@ from mutants import BACKWARD_MUTANTS, MUTANTS, verdicts_of
 
 from gpu_helpers import TOLERANCE_FACTOR
 
-from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, cut_keywords,
+from groupconv.backward_kernels import (BACKWARD_KERNELS, cut_keywords,
                                                       reduce_lanes, wgrad_plan)
-from groupconv_atlas.runtime.build import compile_kernel_source
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.build import compile_kernel_source
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
@@ -70,9 +70,9 @@ def test_backward_mutant_shapes_have_what_the_fault_needs(mutant):
 # Each mutant is verified in a process of its own (mutants.verdicts_of).
 VERIFY_PROGRAM = r"""
 import json, sys
-from groupconv_atlas.runtime import backward_plans
-from groupconv_atlas.runtime.sessions import GpuSession
-from groupconv_atlas.runtime.shapes import Shape
+from groupconv import backward_plans
+from groupconv.sessions import GpuSession
+from groupconv.shapes import Shape
 from groupconv_atlas.study.pass_runs import backward_module
 from groupconv_atlas.study.pass_verify import verify_pass_one
 

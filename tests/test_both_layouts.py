@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
+g = pytest.importorskip("groupconv.conv")
 
-from groupconv_atlas.runtime.call_checks import call_layout, check_call  # noqa: E402
-from groupconv_atlas.runtime.kernels import BASELINES, KERNELS, layout_of  # noqa: E402
+from groupconv.call_checks import call_layout, check_call  # noqa: E402
+from groupconv.kernels import BASELINES, KERNELS, layout_of  # noqa: E402
 
 CL = torch.channels_last
 # (N, C, H, W) of tensors contiguous in both formats: a 1x1 map; one channel.

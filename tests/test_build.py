@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from groupconv_atlas.runtime.build import compile_kernel, nvcc_flags, parse_resource_usage
-from groupconv_atlas.runtime.epilogues import EPILOGUE_INFIX
-from groupconv_atlas.runtime.kernels import KERNELS, entries
+from groupconv.build import compile_kernel, nvcc_flags, parse_resource_usage
+from groupconv.epilogues import EPILOGUE_INFIX
+from groupconv.kernels import KERNELS, entries
 
 FUSED_SPILL_BYTES = 8
 FUSED_STACK_BYTES = 64  # the frame those spills live in

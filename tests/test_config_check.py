@@ -8,8 +8,8 @@ import sys
 
 import yaml
 
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv.files import REPO_ROOT
+from groupconv.kernels import KERNELS
 from groupconv_atlas.study.config_check import config_errors, resolve_kernel_lists
 
 BASE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
@@ -105,7 +105,7 @@ def test_snakemake_refuses_an_unknown_key_before_any_job():
 
 
 def test_kernels_left_out_narrow_all_and_name_an_unknown_kernel():
-    from groupconv_atlas.runtime.kernels import KERNELS
+    from groupconv.kernels import KERNELS
     from groupconv_atlas.study.config_check import registry_errors, resolve_kernel_lists
 
     config = resolve_kernel_lists({"kernels": "all", "kernels_left_out": ["k1", "k4"],

@@ -12,8 +12,8 @@ from conv2d_cases import (IMPLEMENTATIONS, NHWC_KERNELS, SMALL, _fake_cuda, _rai
 from gpu_helpers import SHAPES, SHAPE_BY_ID
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
-layers = pytest.importorskip("groupconv_atlas.runtime.layers")
+g = pytest.importorskip("groupconv.conv")
+layers = pytest.importorskip("groupconv.layers")
 
 def test_unsupported_conv_is_a_value_error():
     assert issubclass(g.UnsupportedConv, ValueError)
@@ -201,7 +201,7 @@ def test_opcheck_on_fake_cuda_tensors(shape_id, implementation):
     with _fake_cuda():
         x = torch.empty(shape.n, shape.c_in, shape.h, shape.w, device="cuda")
         w = torch.empty(shape.c_out, shape.cin_per_group, 3, 3, device="cuda")
-        torch.library.opcheck(torch.ops.groupconv_atlas.conv2d.default,
+        torch.library.opcheck(torch.ops.groupconv.conv2d.default,
                               (x, w, shape.groups, implementation))
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
-plans = pytest.importorskip("groupconv_atlas.runtime.op_runtime")
-call_plan = pytest.importorskip("groupconv_atlas.runtime.call_plan")
+g = pytest.importorskip("groupconv.conv")
+plans = pytest.importorskip("groupconv.op_runtime")
+call_plan = pytest.importorskip("groupconv.call_plan")
 
-from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
+from groupconv.shapes import geometry_shape  # noqa: E402
 from launch_fakes import CALLER_STREAM, RecordingPlan, plan_on_cpu  # noqa: E402
 
 CL = torch.channels_last

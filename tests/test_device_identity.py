@@ -3,7 +3,7 @@ configured device that names another GPU refused before anything is measured (th
 calls check_device first). CPU only: the names are the strings the driver reports."""
 import pytest
 
-from groupconv_atlas.runtime.sessions import check_device, device_key
+from groupconv.sessions import check_device, device_key
 
 
 @pytest.mark.parametrize("name, key", [

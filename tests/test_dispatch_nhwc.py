@@ -5,9 +5,9 @@ import pandas as pd
 import torch
 import yaml
 
-from groupconv_atlas.runtime.dispatch import choose, verification_rows
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.kernels import DISPATCH_NHWC, layout_of, support
+from groupconv_atlas.study.dispatch import choose, verification_rows
+from groupconv.files import REPO_ROOT
+from groupconv.kernels import DISPATCH_NHWC, layout_of, support
 from groupconv_atlas.study import plan
 from groupconv_atlas.study.config_check import resolve_kernel_lists
 from groupconv_atlas.study.timing_workers import public_call
@@ -17,7 +17,7 @@ CONFIG = resolve_kernel_lists(yaml.safe_load((REPO_ROOT / "config" / "config.yam
 
 def test_the_channels_last_dispatcher_computes_in_channels_last():
     assert layout_of(DISPATCH_NHWC) == "nhwc" and layout_of("dispatch") == "nchw"
-    from groupconv_atlas.runtime.shapes import Shape
+    from groupconv.shapes import Shape
 
     assert support(DISPATCH_NHWC, Shape("s", "", 1, 8, 8, 8, 8, 8))[0]
 

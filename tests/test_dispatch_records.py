@@ -4,8 +4,8 @@ import json
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.dispatch import choose, verification_rows
-from groupconv_atlas.runtime.files import RecordError
+from groupconv_atlas.study.dispatch import choose, verification_rows
+from groupconv.files import RecordError
 from groupconv_atlas.study.record_check import check
 from groupconv_atlas.study.record_writing import add_caveat, amend, snapshot
 
@@ -72,7 +72,7 @@ def test_caveats_travel_with_the_record(tmp_path):
 
 
 def test_committed_full_record_is_intact_and_states_its_caveat():
-    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv.files import REPO_ROOT
 
     result = check(REPO_ROOT / "records" / "h200-2026-11-29")
     assert result["files_checked"] > 100
@@ -89,7 +89,7 @@ def _job_samples(times: dict[str, float], shape_id: str = "a", batches: int = 3)
 
 
 def test_runs_timed_in_different_jobs_are_ranked_in_one_jobs_conditions():
-    from groupconv_atlas.runtime.timing import JOB_ADJUSTED, job_adjusted_medians
+    from groupconv_atlas.study.timing_frames import JOB_ADJUSTED, job_adjusted_medians
 
     # The tuned job runs everything 2x slower (fewer launches per replay); torch_default is
     # timed only in the fast job, torch_tuned only in the slow one, the kernel k12 in both. Within
@@ -112,7 +112,7 @@ def test_runs_timed_in_different_jobs_are_ranked_in_one_jobs_conditions():
 
 
 def test_a_job_sharing_no_run_with_the_others_leaves_the_choice_to_the_medians():
-    from groupconv_atlas.runtime.timing import JOB_ADJUSTED, job_adjusted_medians
+    from groupconv_atlas.study.timing_frames import JOB_ADJUSTED, job_adjusted_medians
 
     samples = {"default": _job_samples({"k12": 2.0, "torch_default": 2.6}),
                "tuned": _job_samples({"torch_tuned": 2.2})}

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from groupconv_atlas.runtime import epilogues
-from groupconv_atlas.runtime.kernels import KERNELS, entries, fused_launch, launch_for
-from groupconv_atlas.runtime.shapes import geometry_shape
-from groupconv_atlas.runtime.verify import bound_scale
+from groupconv import epilogues
+from groupconv.kernels import KERNELS, entries, fused_launch, launch_for
+from groupconv.shapes import geometry_shape
+from groupconv.verify import bound_scale
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def _fake(shape_x, shape_w, bias_shape=(32,), dtype=None):
 
 
 def test_an_unsupported_activation_is_named():
-    g = pytest.importorskip("groupconv_atlas.runtime.conv")
+    g = pytest.importorskip("groupconv.conv")
     mode, x, w, b = _fake((2, 32, 8, 8), (32, 1, 3, 3))
     with mode, pytest.raises(g.UnsupportedConv, match=r"activation: 'gelu' is not one"):
         g.conv2d(x, w, 32, bias=b, activation="gelu")
@@ -138,7 +138,7 @@ def test_an_unsupported_activation_is_named():
     ((16,), None, r"bias: shape \(16,\), must be \(32,\)"),
     ((32,), "float64", r"bias: dtype torch.float64, must be torch.float32")])
 def test_a_bad_bias_is_named(bias_shape, dtype, pattern):
-    g = pytest.importorskip("groupconv_atlas.runtime.conv")
+    g = pytest.importorskip("groupconv.conv")
     mode, x, w, b = _fake((2, 32, 8, 8), (32, 1, 3, 3), bias_shape,
                           getattr(torch, dtype) if dtype else None)
     with mode, pytest.raises(g.UnsupportedConv, match=pattern):
@@ -146,13 +146,13 @@ def test_a_bad_bias_is_named(bias_shape, dtype, pattern):
 
 
 def test_the_fused_ops_fake_keeps_the_inputs_layout():
-    pytest.importorskip("groupconv_atlas.runtime.conv")
+    pytest.importorskip("groupconv.conv")
     mode, x, w, b = _fake((2, 32, 8, 8), (32, 1, 3, 3))
     with mode:
-        y = torch.ops.groupconv_atlas.conv2d_fused(x, w, b, 32, "silu", "dispatch")
+        y = torch.ops.groupconv.conv2d_fused(x, w, b, 32, "silu", "dispatch")
         assert tuple(y.shape) == (2, 32, 8, 8) and y.is_contiguous()
         xl = torch.empty((2, 32, 8, 8), device="cuda", memory_format=torch.channels_last)
-        yl = torch.ops.groupconv_atlas.conv2d_fused(xl, w, b, 32, "silu", "dispatch")
+        yl = torch.ops.groupconv.conv2d_fused(xl, w, b, 32, "silu", "dispatch")
         assert yl.is_contiguous(memory_format=torch.channels_last)
 
 
@@ -168,7 +168,7 @@ def _block(c, act, groups=None, bn=True):
 
 
 def test_fusable_chains_find_conv_bn_activation_and_leave_the_rest():
-    from groupconv_atlas.runtime.conversion import fusable_chains
+    from groupconv.conversion import fusable_chains
 
     model = torch.nn.Sequential(
         _block(8, torch.nn.ReLU6(inplace=True)), _block(8, None, groups=4),
@@ -183,7 +183,7 @@ def test_fusable_chains_find_conv_bn_activation_and_leave_the_rest():
 
 
 def test_folding_a_batchnorm_matches_the_chain_in_fp64():
-    layers = pytest.importorskip("groupconv_atlas.runtime.layers")
+    layers = pytest.importorskip("groupconv.layers")
     torch.manual_seed(0)
     block = _block(16, torch.nn.SiLU()).eval().double()
     bn = block[1]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
-from groupconv_atlas.runtime.kernels import layout_of
+from groupconv.files import ATLAS_RECORD, find_record
+from groupconv.kernels import layout_of
 from groupconv_atlas.study.evidence import LINE_LIMIT, cut_line, evidence_markdown
 from groupconv_atlas.study.evidence_facts import NOT_MEASURED
 from groupconv_atlas.study.records import replay_arguments

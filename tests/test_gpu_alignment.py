@@ -9,10 +9,10 @@ import re
 import pytest
 from gpu_helpers import SHAPE_BY_ID, assert_matches_fp64, check_seed, poison_free_memory
 
-from groupconv_atlas.runtime.kernels import KERNELS, layout_of, pointer_alignment
+from groupconv.kernels import KERNELS, layout_of, pointer_alignment
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
+g = pytest.importorskip("groupconv.conv")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 INT32_LIMIT = 2**31

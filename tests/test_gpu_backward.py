@@ -1,4 +1,4 @@
-"""The backward passes on the GPU (runtime/backward.py): on every atlas shape and small odd ones,
+"""The backward passes on the GPU (groupconv/backward.py): on every atlas shape and small odd ones,
 in both layouts, each custom input and weight gradient against FP64 on fresh seeded inputs with
 NaN-poisoned free memory (outputs and workspaces come from it), within the verification bound
 with K the pass's reduction length (9 * C_out/groups for the input gradient, N * H * W for the
@@ -14,9 +14,9 @@ import sys
 import pytest
 from gpu_helpers import SHAPES, TOLERANCE_FACTOR, check_seed, poison_free_memory
 
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.shapes import geometry_shape
-from groupconv_atlas.runtime.verify import bound_scale
+from groupconv.files import REPO_ROOT
+from groupconv.shapes import geometry_shape
+from groupconv.verify import bound_scale
 
 pytestmark = pytest.mark.gpu
 
@@ -69,7 +69,7 @@ def assert_within_bound(got, ref, scale, k, what):
 
 
 def _workspace_floats(shape, layout):
-    from groupconv_atlas.runtime.backward_kernels import wgrad_plan
+    from groupconv.backward_kernels import wgrad_plan
     torch = _torch()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     return wgrad_plan(shape, layout, sm_count).workspace_floats
@@ -77,7 +77,7 @@ def _workspace_floats(shape, layout):
 
 @pytest.fixture(autouse=True)
 def strict_fp32():
-    from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call
+    from groupconv.torch_fallback import _strict_fp32_call
     with _strict_fp32_call():
         yield
 
@@ -85,7 +85,7 @@ def strict_fp32():
 @pytest.mark.parametrize("layout", FORMATS)
 @pytest.mark.parametrize("shape", CASES, ids=lambda s: s.id)
 def test_weight_grad_matches_fp64_and_is_bit_identical(shape, layout):
-    from groupconv_atlas.runtime import backward
+    from groupconv import backward
     torch = _torch()
     x, w, dy = _inputs(shape, check_seed("wgrad", shape.id, layout), layout)
     impl = f"wg_{layout}"
@@ -104,7 +104,7 @@ def test_weight_grad_matches_fp64_and_is_bit_identical(shape, layout):
 @pytest.mark.parametrize("layout", FORMATS)
 @pytest.mark.parametrize("shape", CASES, ids=lambda s: s.id)
 def test_input_grad_matches_fp64(shape, layout):
-    from groupconv_atlas.runtime import backward
+    from groupconv import backward
     torch = _torch()
     x, w, dy = _inputs(shape, check_seed("igrad", shape.id, layout), layout)
     impl = f"ig_{layout}"
@@ -125,9 +125,9 @@ def test_the_depthwise_input_gradient_is_one_flipped_launch_where_a_kernel_flips
     weight as it is (no gather): the dispatcher's choice where it flips, the layout's flipping
     kernel where the dispatcher chose PyTorch, the gather and the dispatcher's kernel otherwise
     (backward_plans._flipped_plan). Its values are test_input_grad_matches_fp64's."""
-    from groupconv_atlas.runtime import backward, backward_plans
-    from groupconv_atlas.runtime.conv import runtime
-    from groupconv_atlas.runtime.kernels import DISPATCH, KERNELS
+    from groupconv import backward, backward_plans
+    from groupconv.conv import runtime
+    from groupconv.kernels import DISPATCH, KERNELS
     flipped = 0
     for shape in DEPTHWISE:
         _, w, dy = _inputs(shape, 3, layout)
@@ -154,7 +154,7 @@ def test_a_misaligned_grad_y_takes_the_turned_weights_reference(shape, layout):
     """grad_y 4 bytes past a 16-byte boundary: a flipped channels_last entry cannot load its
     vectors, so the call computes PyTorch's convolution with the weight turned around instead;
     the gradient stays right (an NCHW flipped entry takes its scalar path)."""
-    from groupconv_atlas.runtime import backward
+    from groupconv import backward
     torch = _torch()
     x, w, dy = _inputs(shape, 21, layout)
     impl = f"ig_{layout}"
@@ -173,7 +173,7 @@ def test_a_misaligned_grad_y_takes_the_turned_weights_reference(shape, layout):
 @pytest.mark.parametrize("shape", ODD[:4] + [s for s in SHAPES if s.n == 1][:2],
                          ids=lambda s: s.id)
 def test_each_pass_is_captured_in_a_cuda_graph(shape, layout, pass_):
-    from groupconv_atlas.runtime import backward
+    from groupconv import backward
     torch = _torch()
     x, w, dy = _inputs(shape, 11, layout)
     impl = ("ig_" if pass_ == "input_grad" else "wg_") + layout
@@ -201,7 +201,7 @@ def test_a_pass_planned_and_launched_on_a_fresh_thread_finds_pytorch_s_context(l
     driver's primary context) instead of failing (launch._Driver.bind_primary_context)."""
     import threading
 
-    from groupconv_atlas.runtime import backward
+    from groupconv import backward
     torch = _torch()
     shape = geometry_shape(2, 24, 24, 9, 11, 24)  # a geometry no other test plans
     x, w, dy = _inputs(shape, 31, layout)
@@ -228,7 +228,7 @@ def test_a_pass_planned_and_launched_on_a_fresh_thread_finds_pytorch_s_context(l
 @pytest.mark.parametrize("layout", FORMATS)
 def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
     import groupconv_atlas as g
-    from groupconv_atlas.runtime import conv
+    from groupconv import conv
     torch = _torch()
     shapes = [s for s in CASES if s.n * s.c_in * s.h * s.w <= 2_000_000][:12]
     table = {}
@@ -264,8 +264,8 @@ SANITIZED = ((2, 8, 8, 19, 37, 8), (1, 9, 6, 7, 11, 3), (1, 16, 32, 9, 14, 4), (
 PROGRAM = r'''
 import json, sys
 import torch
-from groupconv_atlas.runtime import backward, backward_plans
-from groupconv_atlas.runtime.backward_kernels import NHWC_SMEM, SMEM_MIN_CIG
+from groupconv import backward, backward_plans
+from groupconv.backward_kernels import NHWC_SMEM, SMEM_MIN_CIG
 gen = torch.Generator(device="cuda").manual_seed(1)
 for n, c_in, c_out, h, w, groups in json.loads(sys.argv[1]):
     for layout, fmt in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
@@ -292,7 +292,7 @@ def test_the_backward_kernels_run_clean_under_the_sanitizer(tool, tmp_path):
     import os
 
     from test_gpu_sanitizer import TIMEOUT_S, reported_errors, sanitizer
-    from groupconv_atlas.runtime import backward
+    from groupconv import backward
     torch = _torch()
     backward.weight_grad(torch.zeros(1, 8, 4, 4, device="cuda"),
                          torch.zeros(1, 8, 4, 4, device="cuda"), 8, "wg_nchw")  # cubins built

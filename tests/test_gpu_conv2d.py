@@ -1,4 +1,4 @@
-"""The public custom op `torch.ops.groupconv_atlas.conv2d` on every atlas shape, under CUDA graph
+"""The public custom op `torch.ops.groupconv.conv2d` on every atlas shape, under CUDA graph
 capture and replay and under torch.compile(fullgraph=True), against float64 F.conv2d at the
 verification tolerance (GPU); its launch on the caller's stream, its gradients, `convert` on a
 network (GPU); its errors and its fake implementation (CPU: fake CUDA tensors need no GPU)."""
@@ -12,7 +12,7 @@ from gpu_helpers import (SHAPES, SHAPE_BY_ID, assert_matches_fp64, check_seed, f
                          poison_free_memory)
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
+g = pytest.importorskip("groupconv.conv")
 
 
 # ------------------------------------------------------------------ the GPU: every atlas shape
@@ -29,7 +29,7 @@ def dynamo_recompiles():
 @functools.cache
 def compiled_op(implementation: str):
     def conv(x, w, groups):
-        return torch.ops.groupconv_atlas.conv2d(x, w, groups, implementation)
+        return torch.ops.groupconv.conv2d(x, w, groups, implementation)
 
     return torch.compile(conv, fullgraph=True, dynamic=True)
 
@@ -73,7 +73,7 @@ def test_op_under_torch_compile_matches_fp64(shape, implementation, dynamo_recom
 def test_opcheck_on_the_gpu(shape_id, implementation):
     """torch.library's checks with the real implementation: no input mutated or aliased."""
     x, w = fresh_inputs(torch, SHAPE_BY_ID[shape_id], check_seed(shape_id, implementation, "opcheck"))
-    torch.library.opcheck(torch.ops.groupconv_atlas.conv2d.default,
+    torch.library.opcheck(torch.ops.groupconv.conv2d.default,
                           (x, w, SHAPE_BY_ID[shape_id].groups, implementation))
 
 
@@ -166,7 +166,7 @@ def test_op_runs_on_the_callers_stream_in_order(implementation):
 
 @pytest.mark.gpu
 def test_a_refused_launch_raises_naming_the_entry():
-    from groupconv_atlas.runtime.launch import CudaError, LaunchPlan, MODULES
+    from groupconv.launch import CudaError, LaunchPlan, MODULES
 
     runtime = g.runtime()
     shape = SHAPE_BY_ID["mobilenetv2-n1-c384-14x14-g384"]
@@ -190,7 +190,7 @@ def test_op_gradients_match_fp64(shape_id, implementation):
                            generator=torch.Generator(device="cuda").manual_seed(3))
     from test_gpu_backward import _fp64, assert_within_bound
 
-    from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call
+    from groupconv.torch_fallback import _strict_fp32_call
 
     # Strict FP32 for the test: an eager "dispatch" training call is F.conv2d under the caller's
     # precision settings (PyTorch's default lets cuDNN's weight gradient use TF32, about 1e-3

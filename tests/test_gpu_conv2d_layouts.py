@@ -9,11 +9,11 @@ from conv2d_cases import NHWC_KERNELS, g_convert, op
 from gpu_helpers import SHAPES, SHAPE_BY_ID, assert_matches_fp64, check_seed, fresh_inputs
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
+g = pytest.importorskip("groupconv.conv")
 
-from groupconv_atlas.runtime.kernels import BASELINES, pointer_alignment  # noqa: E402
-from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
-from groupconv_atlas.runtime.torch_fallback import baseline_call  # noqa: E402
+from groupconv.kernels import BASELINES, pointer_alignment  # noqa: E402
+from groupconv.shapes import geometry_shape  # noqa: E402
+from groupconv.torch_fallback import baseline_call  # noqa: E402
 
 
 # ------------------------------------------------------------ channels_last (NHWC) calls, GPU

@@ -13,13 +13,13 @@ from gpu_helpers import (SHAPES, TOLERANCE_FACTOR, check_seed, fresh_inputs,
                          poison_free_memory)
 
 torch = pytest.importorskip("torch")
-g = pytest.importorskip("groupconv_atlas.runtime.conv")
+g = pytest.importorskip("groupconv.conv")
 
-from groupconv_atlas.runtime import epilogues  # noqa: E402
-from groupconv_atlas.runtime.conversion import convert  # noqa: E402
-from groupconv_atlas.runtime.kernels import KERNELS  # noqa: E402
-from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
-from groupconv_atlas.runtime.verify import bound_scale, fp64_references  # noqa: E402
+from groupconv import epilogues  # noqa: E402
+from groupconv.conversion import convert  # noqa: E402
+from groupconv.kernels import KERNELS  # noqa: E402
+from groupconv.shapes import geometry_shape  # noqa: E402
+from groupconv.verify import bound_scale, fp64_references  # noqa: E402
 
 DEPTHWISE = [s for s in SHAPES if s.is_depthwise and s.c_in == s.c_out]
 FUSED_KERNELS = [k for k, spec in KERNELS.items() if spec.epilogues]

@@ -10,7 +10,7 @@ from mutants import MUTANTS
 from test_gpu_kernels import ODD_DEPTHWISE, SHAPES
 from test_mutants import verification_marks_incorrect
 
-from groupconv_atlas.runtime.kernels import KERNELS, support
+from groupconv.kernels import KERNELS, support
 
 
 FLIPPING = [k for k, spec in KERNELS.items() if spec.flips]
@@ -35,8 +35,8 @@ def test_every_flipped_variant_is_the_convolution_with_the_weight_turned_around(
     verified by the one verifier against the convolution with the weight turned 180 degrees (a
     weight that is not symmetric, so the unflipped taps fail it), every output written; and the
     same verdict twice (a moving error is a race)."""
-    from groupconv_atlas.runtime.shapes import geometry_shape
-    from groupconv_atlas.runtime.verify import verify_one
+    from groupconv.shapes import geometry_shape
+    from groupconv.verify import verify_one
 
     shapes = [geometry_shape(*g) for g in ODD_DEPTHWISE] + [SHAPES[s] for s in FLIP_ATLAS]
     supported = [s for s in shapes if support(kernel, s)[0]]

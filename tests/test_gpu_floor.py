@@ -4,7 +4,7 @@ offset pointer, a depth multiplier's larger output, a smaller output), and timed
 import numpy as np
 import pytest
 
-from groupconv_atlas.runtime.shapes import Shape
+from groupconv.shapes import Shape
 
 pytestmark = pytest.mark.gpu
 
@@ -17,8 +17,8 @@ SHAPES = [Shape("aligned", "", 2, 64, 64, 14, 14, 64),
 
 @pytest.fixture(scope="module")
 def floor_cubin(tmp_path_factory):
-    from groupconv_atlas.runtime.build import compile_kernel_source
-    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv.build import compile_kernel_source
+    from groupconv.files import REPO_ROOT
     from groupconv_atlas.study.floors import FLOOR_SOURCE
 
     cubin = tmp_path_factory.mktemp("floor") / "floor_copy.cubin"
@@ -27,7 +27,7 @@ def floor_cubin(tmp_path_factory):
 
 
 def _cfg():
-    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv.timing import TimingConfig
 
     return TimingConfig(batches=2, samples_per_batch=3, seed=1, warmup_launches=1,
                         graph_min_replay_us=20.0, graph_max_replay_us=1e4, graph_max_launches=50,
@@ -36,7 +36,7 @@ def _cfg():
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.id)
 def test_every_entry_is_exact_and_the_floor_is_timed(gpu_session, floor_cubin, shape):
-    from groupconv_atlas.runtime.timing import ClockReader, median_latencies
+    from groupconv.timing import ClockReader, median_latencies
     from groupconv_atlas.study.floors import FLOOR_COPY, FLOOR_LAUNCH, bind_floor, copy_sizes
 
     x, _ = gpu_session.random_inputs(shape, 5)
@@ -55,7 +55,7 @@ def test_every_entry_is_exact_and_the_floor_is_timed(gpu_session, floor_cubin, s
 
 
 def test_an_offset_input_takes_the_scalar_entry(gpu_session, floor_cubin):
-    from groupconv_atlas.runtime.timing import ClockReader
+    from groupconv.timing import ClockReader
     from groupconv_atlas.study.floors import FLOOR_COPY, bind_floor
 
     shape = SHAPES[0]

@@ -3,8 +3,8 @@ tolerance; and a verification outcome that does not move between runs (a moving 
 import pytest
 from gpu_helpers import TOLERANCE_FACTOR, compiled_launcher
 
-from groupconv_atlas.runtime.kernels import KERNELS, support
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.kernels import KERNELS, support
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
@@ -23,7 +23,7 @@ def launcher(tmp_path_factory, gpu_session):
 @pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("shape_id", STRESS)
 def test_kernel_correct_on_stress_shape(kernel, shape_id, launcher):
-    from groupconv_atlas.runtime.verify import verify_one
+    from groupconv.verify import verify_one
 
     shape = SHAPES[shape_id]
     if not support(kernel, shape)[0]:
@@ -38,8 +38,8 @@ def test_kernel_correct_on_stress_shape(kernel, shape_id, launcher):
 
 @pytest.mark.gpu
 def test_every_k5_variant_is_correct_and_the_tuner_chooses_one(launcher):
-    from groupconv_atlas.runtime.timing import TimingConfig
-    from groupconv_atlas.runtime.tuning import tune_kernel
+    from groupconv.timing import TimingConfig
+    from groupconv.tuning import tune_kernel
 
     # A short timing plan: this checks the tuner's choice, not the measurement.
     cfg = TimingConfig(batches=2, samples_per_batch=3, seed=3, warmup_launches=2,
@@ -76,9 +76,9 @@ def test_every_variant_of_a_tuned_kernel_is_correct_or_refused_on_odd_geometries
     """Each variant the tuning stage would measure, verified (fresh seeded inputs, poisoned
     output, FP32 and FP64 references) by the tuner itself on depthwise and depth-multiplier
     geometries no table holds; a geometry the kernel refuses is skipped by name, never run."""
-    from groupconv_atlas.runtime.shapes import geometry_shape
-    from groupconv_atlas.runtime.timing import TimingConfig
-    from groupconv_atlas.runtime.tuning import tune_kernel
+    from groupconv.shapes import geometry_shape
+    from groupconv.timing import TimingConfig
+    from groupconv.tuning import tune_kernel
 
     shapes = [geometry_shape(*g) for g in ODD_DEPTHWISE + ODD_MULTIPLIERS]
     supported = [s for s in shapes if support(kernel, s)[0]]
@@ -97,7 +97,7 @@ def test_every_variant_of_a_tuned_kernel_is_correct_or_refused_on_odd_geometries
     assert tuned and set(tuning["choices"]) == tuned
     # The untuned rule too, on every geometry the kernel supports: what a geometry no table holds
     # runs (this launcher has no tuning tables).
-    from groupconv_atlas.runtime.verify import verify_one
+    from groupconv.verify import verify_one
 
     for shape in supported:
         row = verify_one(launcher, kernel, shape, 5, TOLERANCE_FACTOR, 64)

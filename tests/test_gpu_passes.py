@@ -1,11 +1,11 @@
 """The backward passes on the GPU (study/pass_verify, study/pass_runs through the timing workers):
-every implementation of runtime/backward.py and PyTorch's references verified against FP64 on two
+every implementation of groupconv/backward.py and PyTorch's references verified against FP64 on two
 shapes in both layouts, a planted wrong result caught, and a pass's timing job sampled by the
 forward's worker loop at both boundaries."""
 import numpy as np
 import pytest
 
-from groupconv_atlas.runtime.shapes import Shape
+from groupconv.shapes import Shape
 
 pytestmark = pytest.mark.gpu
 
@@ -58,8 +58,8 @@ def test_a_wrong_result_is_caught(gpu_session, pass_, monkeypatch):
 
 
 def test_a_pass_job_samples_both_boundaries_in_its_processes():
-    from groupconv_atlas.runtime.launcher import launcher_inputs
-    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv.launcher import launcher_inputs
+    from groupconv.timing import TimingConfig
     from groupconv_atlas.study.pass_runs import backward_module
     from groupconv_atlas.study.timing_workers import time_job
 

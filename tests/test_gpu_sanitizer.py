@@ -17,10 +17,10 @@ import pytest
 from helpers import run_guarded
 from mutants import MUTANTS
 
-from groupconv_atlas.runtime.build import compile_kernel
-from groupconv_atlas.runtime.kernels import KERNELS, support
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv.build import compile_kernel
+from groupconv.kernels import KERNELS, support
+from groupconv.files import REPO_ROOT
+from groupconv.shapes import geometry_shape
 
 # (N, C_in, C_out, H, W, groups), small because racecheck is slow: depthwise with W % 4 != 0 and
 # a W spanning two of k2's 32-wide tiles; 4 and 2 input channels per group (k2's other entries);
@@ -43,9 +43,9 @@ import sys
 import torch
 
 import groupconv_atlas as g
-from groupconv_atlas.runtime.conv import configure, runtime
-from groupconv_atlas.runtime.kernels import layout_of
-from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv.conv import configure, runtime
+from groupconv.kernels import layout_of
+from groupconv.shapes import geometry_shape
 
 plan = json.loads(sys.argv[1])
 if plan["cubins"]:
@@ -143,7 +143,7 @@ def warm_cubins():
     never runs under the sanitizer's clock."""
     import torch
 
-    from groupconv_atlas.runtime.cubin_cache import built_cubins
+    from groupconv.cubin_cache import built_cubins
 
     major, minor = torch.cuda.get_device_capability()
     cubins = built_cubins(f"sm_{major}{minor}")  # the cache the program's conv2d reads
@@ -203,7 +203,7 @@ def test_geometries_cover_every_k2_entry_and_every_access_width():
 
 
 def test_geometries_cover_every_vector_width_of_k9():
-    from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
+    from groupconv.nhwc_strip_kernels import k9_vectors
 
     shapes = [geometry_shape(*gm) for gm in GEOMETRIES]
     k9 = [s for s in shapes if support("k9", s)[0]]

@@ -14,10 +14,10 @@ import pytest
 from gpu_helpers import TOLERANCE_FACTOR
 
 torch = pytest.importorskip("torch")
-conv = pytest.importorskip("groupconv_atlas.runtime.conv")
-layers = pytest.importorskip("groupconv_atlas.runtime.layers")
-from groupconv_atlas.runtime.conversion import convert, substitute_convs  # noqa: E402
-from groupconv_atlas.runtime.torch_fallback import _strict_fp32_call  # noqa: E402
+conv = pytest.importorskip("groupconv.conv")
+layers = pytest.importorskip("groupconv.layers")
+from groupconv.conversion import convert, substitute_convs  # noqa: E402
+from groupconv.torch_fallback import _strict_fp32_call  # noqa: E402
 from groupconv_atlas.study import gradient_check  # noqa: E402
 from groupconv_atlas.study.network_training import (dropout_off,  # noqa: E402
                                                     op_path_copy, step_function)
@@ -247,7 +247,7 @@ def test_conv2d_records_its_function_and_the_op_its_formula_with_equal_gradients
     upstream = torch.randn(2, 32, 9, 11, device="cuda", generator=gen)
     grads = []
     for call, node in ((conv.conv2d, "_Conv2dFunctionBackward"),
-                       (torch.ops.groupconv_atlas.conv2d, "GeneratedBackwardFor")):
+                       (torch.ops.groupconv.conv2d, "GeneratedBackwardFor")):
         a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
         y = call(a, b, 4, "dispatch")
         assert node in type(y.grad_fn).__name__, type(y.grad_fn).__name__
@@ -386,7 +386,7 @@ def test_the_mobilenet_block_s_training_step_passes_the_probe_s_gradient_check(l
     torch.cuda.synchronize()
     # The replay computes the eager step: each gradient within FP32's rounding of a sum of
     # N x H x W terms (cuDNN's weight gradient may sum in another order from call to call).
-    from groupconv_atlas.runtime.verify import bound_scale
+    from groupconv.verify import bound_scale
 
     tolerance = bound_scale(x.shape[0] * x.shape[2] * x.shape[3], 1.0)
     for got, want in zip(captured, eager, strict=True):

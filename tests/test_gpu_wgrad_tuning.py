@@ -11,7 +11,7 @@ import json
 import pytest
 from gpu_helpers import TOLERANCE_FACTOR
 
-from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv.shapes import geometry_shape
 
 pytestmark = pytest.mark.gpu
 
@@ -28,8 +28,8 @@ GEOMETRIES = [(4, 64, 64, 14, 14, 2), (2, 48, 48, 9, 13, 48), (3, 12, 24, 5, 3, 
 def _cfg():
     import yaml
 
-    from groupconv_atlas.runtime.files import REPO_ROOT
-    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv.files import REPO_ROOT
+    from groupconv.timing import TimingConfig
     from groupconv_atlas.study.run_plan import timing_settings
 
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
@@ -40,9 +40,9 @@ def _cfg():
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_the_stage_chooses_the_fastest_correct_cut_and_the_backward_launches_it(
         gpu_session, layout, tmp_path):
-    from groupconv_atlas.runtime import backward_plans
-    from groupconv_atlas.runtime.backward_kernels import cut_keywords, wgrad_plan
-    from groupconv_atlas.runtime.launch_tables import wgrad_tuning_table
+    from groupconv import backward_plans
+    from groupconv.backward_kernels import cut_keywords, wgrad_plan
+    from groupconv.launch_tables import wgrad_tuning_table
     from groupconv_atlas.study.pass_runs import grad_output, in_pass_layout
     from groupconv_atlas.study.wgrad_tuning import check_cut, references, tune_weight_grad
 

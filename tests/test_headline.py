@@ -76,7 +76,7 @@ def test_the_depth_multiplier_shape_is_a_kind_of_its_own():
 
 
 def test_the_shape_sets_depthwise_shapes_are_those_with_groups_equal_to_both_channel_counts():
-    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv.files import REPO_ROOT
     from groupconv_atlas.study.shapes_table import load_shapes
 
     shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")

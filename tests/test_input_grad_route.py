@@ -9,11 +9,11 @@ import types
 
 import pytest
 
-from groupconv_atlas.runtime import backward_plans
-from groupconv_atlas.runtime.kernels import KERNELS, entries, flipped_launch, launch_for
-from groupconv_atlas.runtime.shapes import geometry_shape
-from groupconv_atlas.runtime.epilogues import EPILOGUE_INFIX
-from groupconv_atlas.runtime.source_tables import FLIP_SUFFIX
+from groupconv import backward_plans
+from groupconv.kernels import KERNELS, entries, flipped_launch, launch_for
+from groupconv.shapes import geometry_shape
+from groupconv.epilogues import EPILOGUE_INFIX
+from groupconv.source_tables import FLIP_SUFFIX
 
 DEPTHWISE = geometry_shape(1, 576, 576, 14, 14, 576)
 
@@ -101,8 +101,8 @@ def test_only_kernels_with_flipped_entries_take_a_flip():
 
 
 def test_a_flip_asked_of_pytorch_is_refused_by_name():
-    from groupconv_atlas.runtime.call_plan import plan_call
-    from groupconv_atlas.runtime.launcher import Launcher
+    from groupconv.call_plan import plan_call
+    from groupconv.launcher import Launcher
 
     with pytest.raises(ValueError, match="^flip: torch_tuned_nhwc is a PyTorch reference"):
         plan_call(None, "torch_tuned_nhwc", DEPTHWISE, "nhwc", None, None, flip=True)

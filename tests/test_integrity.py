@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from groupconv_atlas.runtime.files import RecordError, sha256_file
+from groupconv.files import RecordError, sha256_file
 from groupconv_atlas.study.record_check import check
 from groupconv_atlas.study.record_writing import index_record
 

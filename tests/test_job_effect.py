@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.timing import batch_medians, pooled_medians
+from groupconv_atlas.study.timing_frames import batch_medians, pooled_medians
 from groupconv_atlas.study.comparisons import comparisons_for_job
 from groupconv_atlas.study.floors import (FLOOR_COPY, FLOOR_LAUNCH, floor_table,
                                           over_floor_by_implementation)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from emulation import frozen_geometries
 
-from groupconv_atlas.runtime.kernels import KERNELS
-from groupconv_atlas.runtime.nhwc_direct_kernels import launch_k11
-from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv.kernels import KERNELS
+from groupconv.nhwc_direct_kernels import launch_k11
+from groupconv.shapes import geometry_shape
 
 ODD = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (3, 6, 6, 2, 3, 6), (2, 8, 8, 5, 2, 8),
        (1, 4, 4, 7, 7, 4), (4, 12, 12, 9, 1, 12), (2, 2, 2, 3, 17, 2)]

@@ -10,7 +10,7 @@ or masked word, UNSTAGED for a word no copy wrote), so a wrong offset shows as a
 not as a numerically small error.
 
 The kernel's constants (the pad) and tile tables are the host's: the registry's table
-(runtime.nchw_row_kernels.K6_TABLE), which the kernel includes as a generated header, not copied
+(groupconv.nchw_row_kernels.K6_TABLE), which the kernel includes as a generated header, not copied
 here. So is the tile sizing (rows per tile): the host's function, which mirrors the kernel's and
 sizes the grid; the emulation runs it through the kernel's index logic, so a sizing the kernel's
 layout cannot hold shows here as an access outside the tile."""
@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from emulation import REPO, UNSTAGED, ZERO, Geometry, frozen_geometries, ptxas_report
 
-from groupconv_atlas.runtime import nchw_row_kernels
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv import nchw_row_kernels
+from groupconv.kernels import KERNELS
 
 SOURCE = REPO / KERNELS["k6"].source
 PAD = nchw_row_kernels.K6_PAD  # the kernel's K6_PAD

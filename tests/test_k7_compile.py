@@ -16,9 +16,9 @@ from emulation import REPO, Geometry, frozen_geometries, ptxas_report
 from k7_emulation import (K7_BLOCKS, K7_PAD, K7_SOURCE, K7_TILES, K7_WEIGHT_FLOATS,
                           k7_check_writes, k7_fits, k7_layout, k7_reference, k7_run, k7_tile)
 
-from groupconv_atlas.runtime import nchw_row_kernels
-from groupconv_atlas.runtime.kernels import KERNELS, launch_for
-from groupconv_atlas.runtime.source_tables import MAX_GRID_X
+from groupconv import nchw_row_kernels
+from groupconv.kernels import KERNELS, launch_for
+from groupconv.source_tables import MAX_GRID_X
 
 
 K7_SMALL = {

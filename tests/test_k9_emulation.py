@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from groupconv_atlas.runtime.kernels import KERNELS, launch_for, support
-from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
-from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv.kernels import KERNELS, launch_for, support
+from groupconv.nhwc_strip_kernels import k9_vectors
+from groupconv.shapes import geometry_shape
 
 SM_COUNT = 132
 ENTRY = re.compile(r"k9_grouped_nhwc_o(\d+)_i(\d+)_r(\d+)_c(\d+)$")

@@ -13,8 +13,8 @@ from helpers import ROOT, SKIP, snakemake
 from readme_commands import dag_jobs, output, rules_of
 from snakemake.utils import update_config, validate
 
-from groupconv_atlas.runtime.kernels import KERNELS
-from groupconv_atlas.runtime.timing import BOUNDARIES
+from groupconv.kernels import KERNELS
+from groupconv.timing import BOUNDARIES
 from groupconv_atlas.study.bench import (bench_table, committed_tables, document, kernel_evidence,
                                          markdown)
 from groupconv_atlas.study.config_check import config_errors

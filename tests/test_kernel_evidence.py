@@ -7,7 +7,7 @@ import json
 
 from helpers import ROOT
 
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv.kernels import KERNELS
 from groupconv_atlas.study.bench import FORMAT, kernel_evidence
 
 
@@ -20,7 +20,7 @@ def test_every_kernel_of_the_registry_has_measured_evidence():
         "Measure it on a GPU with `snakemake kernel_bench --config mode=live "
         "bench_kernel=<kernel> bench_shapes=<subset>` and commit results/<device>/bench/"
         "<kernel>-<subset>.json and .md under kernels/bench/<device>/, or take it out of "
-        "runtime/kernels.KERNELS until it is measured")
+        "groupconv/kernels.KERNELS until it is measured")
 
 
 def test_a_kernel_is_found_by_a_record_or_by_its_committed_bench_table_alone(tmp_path):

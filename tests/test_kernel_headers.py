@@ -2,8 +2,8 @@
 headers too: they are what an edit must rebuild (the build rule's inputs) and what a build record
 hashes (header_sha256, read by a replay's source-drift warning), so a header the source includes
 and the registry omitted would be an edit neither noticed."""
-from groupconv_atlas.runtime.kernels import KERNELS
-from groupconv_atlas.runtime.source_tables import included_headers
+from groupconv.kernels import KERNELS
+from groupconv.source_tables import included_headers
 
 
 def test_includes_are_followed_through_headers(tmp_path):

@@ -1,4 +1,4 @@
-"""The kernel list is written once, in the registry (groupconv_atlas.runtime.kernels.KERNELS):
+"""The kernel list is written once, in the registry (groupconv.kernels.KERNELS):
 no text file of the workflow, its configuration, tools or docs spells out a run of three or more
 kernel names (the list, or a slice of it: `[k4, k5, k6]`, `"k0", "k1", "k2"`, a YAML list, `k1, k2
 and k3`), except the registry and the few lists below that are data of their own. records/ and
@@ -10,13 +10,13 @@ from pathlib import Path
 
 from helpers import ROOT
 
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv.kernels import KERNELS
 
 SCOPES = ("workflow", "config", "tools", "Snakefile", "Makefile", "README.md")
-REGISTRY = "workflow/groupconv_atlas/runtime/kernels.py"
+REGISTRY = "workflow/groupconv/kernels.py"
 # (file, the run of names) -> why that list is not a copy of the registry's.
 DATA = {
-    ("workflow/groupconv_atlas/runtime/verify.py", ("k0", "k1", "k2", "k3", "k4")):
+    ("workflow/groupconv/verify.py", ("k0", "k1", "k2", "k3", "k4")):
         "SEED_ORDER: the seed slots of the implementations measured before slots followed the "
         "registry, so an older record's seeds stay valid; it is history, not the registry's order",
     ("config/config.yaml", ("k1", "k2", "k3")):
@@ -70,7 +70,7 @@ def copies_in(root: Path, files: list[str]) -> list[str]:
 
 def test_no_file_copies_the_kernel_list():
     copies = copies_in(ROOT, scanned_files())
-    assert not copies, ("the kernel list spelled out outside the registry (runtime/kernels.py "
+    assert not copies, ("the kernel list spelled out outside the registry (groupconv/kernels.py "
                         "KERNELS; config: `kernels: all`):\n" + "\n".join(copies))
 
 

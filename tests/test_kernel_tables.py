@@ -1,5 +1,5 @@
 """The integers a kernel source shares with its launch rule (#defines, tile tables) are written
-once, in the registry's tables (KernelSpec.table, runtime.source_tables.SourceTable), and reach
+once, in the registry's tables (KernelSpec.table, groupconv.source_tables.SourceTable), and reach
 the source as a generated header it includes: each header on disk is its table's, no source
 defines a table's name itself, a real preprocessor pass of every source exports exactly the
 entries the registry names, and the build refuses a header that is not its table's."""
@@ -10,11 +10,11 @@ import sys
 import pytest
 from registry_checks import preprocessed_entries, use_kernels_folder
 
-from groupconv_atlas.runtime.build import BuildError, compile_kernel
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR, entries
-from groupconv_atlas.runtime.nchw_row_kernels import K7_WEIGHT_FLOATS
-from groupconv_atlas.runtime.source_tables import SourceTable
+from groupconv.build import BuildError, compile_kernel
+from groupconv.files import REPO_ROOT
+from groupconv.kernels import KERNELS, KERNELS_DIR, entries
+from groupconv.nchw_row_kernels import K7_WEIGHT_FLOATS
+from groupconv.source_tables import SourceTable
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 TABLED = [name for name, spec in KERNELS.items() if spec.table is not None]

@@ -4,11 +4,11 @@ and k2 declines what it cannot hold with a reason."""
 import pytest
 from registry_checks import SHAPES, SM_COUNT, check_kernel
 
-from groupconv_atlas.runtime.kernels import (IMPLEMENTATIONS, KERNELS, base_implementation, entries,
+from groupconv.kernels import (IMPLEMENTATIONS, KERNELS, base_implementation, entries,
                                              launch_for, support, twin_name)
-from groupconv_atlas.runtime.nchw_tile_kernels import (K4_TILES, K5_BLOCKS, K5_TILES, k4_tile,
+from groupconv.nchw_tile_kernels import (K4_TILES, K5_BLOCKS, K5_TILES, k4_tile,
                                                        k5_variants)
-from groupconv_atlas.runtime.nhwc_strip_kernels import K9_TILES, k9_entry, k9_vectors
+from groupconv.nhwc_strip_kernels import K9_TILES, k9_entry, k9_vectors
 
 
 def test_k2_supports_exactly_1_2_4_channels_per_group():
@@ -175,7 +175,7 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_depth_multipliers():
                                     else (2, 2)), s.id
     assert any(s.cin_per_group == 1 and s.cout_per_group == 2 for s in SHAPES)
     # groups the atlas does not have: odd sizes take single floats, never a wrong vector
-    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv.shapes import geometry_shape
 
     for geometry, vectors in (((1, 6, 9, 7, 11, 3), (1, 1)), ((1, 9, 6, 7, 11, 3), (1, 1)),
                               ((1, 8, 4, 7, 11, 2), (2, 2)), ((1, 8, 16, 5, 5, 2), (4, 4)),
@@ -214,7 +214,7 @@ def test_k9_refuses_a_variant_that_does_not_fit_the_shape():
 
 
 def test_nhwc_kernels_state_the_pointer_alignment_their_vectors_need():
-    from groupconv_atlas.runtime.kernels import pointer_alignment
+    from groupconv.kernels import pointer_alignment
 
     by_id = {s.id: s for s in SHAPES}
     assert pointer_alignment("k9", by_id["resnext50-32x4d-n32-c128-56x56-g32"]) == (16, 16)
@@ -226,8 +226,8 @@ def test_nhwc_kernels_state_the_pointer_alignment_their_vectors_need():
 def test_the_unseen_fallback_never_refuses_a_geometry_and_computes_on_nchw():
     # unseen.nearest_choice runs it when no measured geometry can stand in for a call's: the
     # frozen shapes and a few no table would hold (1x1 maps, odd widths, wide groups).
-    from groupconv_atlas.runtime.kernels import UNSEEN_FALLBACK
-    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv.kernels import UNSEEN_FALLBACK
+    from groupconv.shapes import geometry_shape
 
     spec = KERNELS[UNSEEN_FALLBACK]
     assert spec.layout == "nchw"
@@ -254,7 +254,7 @@ ODD_GEOMETRIES = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (1, 6, 6, 2, 1, 6), (3
 def test_a_kernel_that_claims_an_odd_geometry_can_launch_it(kernel):
     """Support is a promise: every odd geometry a kernel claims has its untuned launch and one
     launch per tuning variant (k8 once claimed a 1x1 map with one channel and had no tile)."""
-    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv.shapes import geometry_shape
 
     spec = KERNELS[kernel]
     for g in ODD_GEOMETRIES:

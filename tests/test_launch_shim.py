@@ -8,7 +8,7 @@ import ctypes
 
 import pytest
 
-from groupconv_atlas.runtime import launch
+from groupconv import launch
 
 VP, UINT = ctypes.c_void_p, ctypes.c_uint
 LAUNCH_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, VP, UINT, UINT, UINT, UINT, UINT, UINT, UINT, VP,

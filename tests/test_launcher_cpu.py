@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from groupconv_atlas.runtime import call_plan, launcher as launcher_module  # noqa: E402
-from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
+from groupconv import call_plan, launcher as launcher_module  # noqa: E402
+from groupconv.shapes import geometry_shape  # noqa: E402
 from launch_fakes import STAGE_STREAM, RecordingPlan, StageSession, plan_on_cpu  # noqa: E402
 
 

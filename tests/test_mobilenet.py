@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
-from groupconv_atlas.runtime.shapes import Shape  # noqa: E402
+from groupconv.shapes import Shape  # noqa: E402
 from mobilenet_cases import (ATLAS, KERNEL_NAMES, MEDIANS, MEDIANS_NHWC, VERIFICATION,  # noqa: E402
                              VERIFICATION_NHWC, TaggedConv)
 

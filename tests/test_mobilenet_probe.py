@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from groupconv_atlas.runtime import record_formats  # noqa: E402
+from groupconv import record_formats  # noqa: E402
 from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
 from groupconv_atlas.study.stats import StatsConfig  # noqa: E402
 from helpers import CpuSession  # noqa: E402
@@ -66,7 +66,7 @@ def test_the_channels_last_keys_have_defaults_for_older_configs():
 def test_timing_config_takes_the_atlas_settings_with_the_probes_batches():
     import yaml
 
-    from groupconv_atlas.runtime.timing import TimingConfig
+    from groupconv.timing import TimingConfig
 
     root = Path(__file__).resolve().parents[1]
     timing = yaml.safe_load((root / "config" / "config.yaml").read_text())["timing"]
@@ -268,7 +268,7 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
     stand-in network, stand-in replacements (TaggedConv) and a stand-in timer that runs each
     timed callable once: which kernels each layout takes, that every layer and input is in the
     reading's layout, and that the NCHW network is left as it was."""
-    from groupconv_atlas.runtime.conv import call_layout
+    from groupconv.conv import call_layout
 
     probe = importlib.import_module("groupconv_atlas.study.mobilenet.probe")
     timed = []
@@ -337,10 +337,10 @@ def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_ses
     channels_last reading) with its depthwise conv on that layout's block kernel, fed inputs in
     that layout, agrees with the original, eagerly and replayed from a CUDA graph."""
     pytest.importorskip("torchvision")
-    from groupconv_atlas.runtime import conv as public
-    from groupconv_atlas.runtime.layers import GroupConv2d
-    from groupconv_atlas.runtime.build import compile_kernel
-    from groupconv_atlas.runtime.launcher import Launcher
+    from groupconv import conv as public
+    from groupconv.layers import GroupConv2d
+    from groupconv.build import compile_kernel
+    from groupconv.launcher import Launcher
 
     kernels = {"nchw": "k3", "nhwc": "k8"}
     cubins = {}

@@ -7,14 +7,14 @@ from mutants import MUTANTS, verdicts_of
 
 from gpu_helpers import TOLERANCE_FACTOR
 
-from groupconv_atlas.runtime.build import compile_kernel
-from groupconv_atlas.runtime.kernels import KERNELS, support
-from groupconv_atlas.runtime.nchw_row_kernels import k7_chunk, k7_default_variant, k7_images
-from groupconv_atlas.runtime.nchw_tile_kernels import k4_tile
-from groupconv_atlas.runtime.nhwc_strip_kernels import k9_vectors
-from groupconv_atlas.runtime.source_tables import THREADS_PER_BLOCK
+from groupconv.build import compile_kernel
+from groupconv.kernels import KERNELS, support
+from groupconv.nchw_row_kernels import k7_chunk, k7_default_variant, k7_images
+from groupconv.nchw_tile_kernels import k4_tile
+from groupconv.nhwc_strip_kernels import k9_vectors
+from groupconv.source_tables import THREADS_PER_BLOCK
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 # SM counts the default register tile is checked under: every GPU up to 256 SMs (H200: 132).
@@ -94,10 +94,10 @@ def test_mutant_names_are_unique():
 # kills the CUDA context, which must not take the other mutants' verdicts (or tests) with it.
 VERIFY_PROGRAM = r"""
 import json, sys
-from groupconv_atlas.runtime.launcher import Launcher
-from groupconv_atlas.runtime.sessions import GpuSession
-from groupconv_atlas.runtime.shapes import Shape
-from groupconv_atlas.runtime.verify import verify_one
+from groupconv.launcher import Launcher
+from groupconv.sessions import GpuSession
+from groupconv.shapes import Shape
+from groupconv.verify import verify_one
 
 kernel, cubin, shapes, factor, variant, flip = json.loads(sys.argv[1])
 launcher = Launcher(GpuSession(), {kernel: cubin})

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from helpers import CpuSession
 
-from groupconv_atlas.runtime.files import REPO_ROOT, find_record
-from groupconv_atlas.runtime.record_formats import read_samples
-from groupconv_atlas.runtime.timing import batch_medians
+from groupconv.files import REPO_ROOT, find_record
+from groupconv.record_formats import read_samples
+from groupconv_atlas.study.timing_frames import batch_medians
 from groupconv_atlas.study import network_training as nt
 from groupconv_atlas.study.config_check import config_errors
 from groupconv_atlas.study.networks import network_lines, summarize_networks
@@ -251,9 +251,9 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     autograd Function (its forward F.conv2d here), the step's capture fails and is recorded as
     unsupported, every detail is finite JSON and the statistics read the samples back."""
     torch = pytest.importorskip("torch")
-    conv = pytest.importorskip("groupconv_atlas.runtime.conv")
-    from groupconv_atlas.runtime.conversion import substitute_convs
-    from groupconv_atlas.runtime.timing import ClockReader, TimingConfig
+    conv = pytest.importorskip("groupconv.conv")
+    from groupconv.conversion import substitute_convs
+    from groupconv.timing import ClockReader, TimingConfig
 
     class TorchForward:
         def forward(self, x, weight, groups, implementation):

@@ -18,8 +18,8 @@ from groupconv_atlas.study.nsight_table import nsight_table
 from helpers import run_guarded
 from nsight_helpers import BY_ID, CAPTURE, CPG8, DEPTHWISE, SHAPES
 
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.verify import check_seed
+from groupconv.files import REPO_ROOT
+from groupconv.verify import check_seed
 
 
 # --- pairs ---------------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_capture_script_refuses_before_touching_the_gpu(tmp_path, extra, message
 def test_real_capture_of_one_pair(tmp_path, impl):
     import json
 
-    from groupconv_atlas.runtime.build import compile_kernel
+    from groupconv.build import compile_kernel
     from groupconv_atlas.study.shapes_table import frozen_shapes
 
     shape = BY_ID["cpg4-oddw-n32-c128-19x19-g32"]
@@ -322,7 +322,7 @@ def test_a_replay_tables_every_capture_its_record_holds(tmp_path):
     table, every one of them, not only the configured pairs it happens to share."""
     from helpers import copy_checkout, snakemake
 
-    from groupconv_atlas.runtime.files import find_record
+    from groupconv.files import find_record
 
     record = find_record(REPO_ROOT / "records", "newest", "h200", having="raw/nsight/*.ncu-rep")
     captured = {tuple(p.stem.split("__", 1)) for p in (record / "raw" / "nsight").glob("*.ncu-rep")}

@@ -13,8 +13,8 @@ from groupconv_atlas.study.nsight_reports import NsightError
 from groupconv_atlas.study.nsight_table import TABLE_COLUMNS, nsight_table
 from nsight_helpers import BY_ID, CAPTURE, CPG8, DEPTHWISE, FIXTURES, SHAPES
 
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.kernels import support
+from groupconv.files import REPO_ROOT
+from groupconv.kernels import support
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.timing_workers import RAW_COLUMNS
 

@@ -1,4 +1,4 @@
-"""One call plan (runtime/call_plan.py) for the op and for every pipeline stage, on a machine
+"""One call plan (groupconv/call_plan.py) for the op and for every pipeline stage, on a machine
 without a GPU: the launcher's bound runs (what verification, tuning, timing, the cross-check and the
 probes run) and conv2d's calls are both made by call_plan.plan_call, for custom kernels, their A/A
 twins, the dispatchers and PyTorch's references; a reference's bound run is the op's PyTorch path
@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from groupconv_atlas.runtime import call_plan, op_runtime  # noqa: E402
-from groupconv_atlas.runtime import launcher as launcher_module  # noqa: E402
-from groupconv_atlas.runtime.shapes import geometry_shape  # noqa: E402
+from groupconv import call_plan, op_runtime  # noqa: E402
+from groupconv import launcher as launcher_module  # noqa: E402
+from groupconv.shapes import geometry_shape  # noqa: E402
 from launch_fakes import (CALLER_STREAM, STAGE_STREAM, RecordingPlan, StageSession,  # noqa: E402
                           plan_on_cpu)
 
@@ -25,12 +25,12 @@ CL = torch.channels_last
 # Launches of other kernels than a forward convolution's, each with its reason: the weight
 # gradient's own two-stage kernels (their plans are the backward's), and the MobileNet probe's
 # empty kernel (the launch overhead itself, launched as a plan launches).
-OTHER_LAUNCH3 = {"runtime/backward_plans.py", "study/mobilenet/probe.py"}
+OTHER_LAUNCH3 = {"groupconv/backward_plans.py", "study/mobilenet/probe.py"}
 # F.conv2d outside the PyTorch path: verification's FP32/FP64 references (checked against, never
 # timed), the op's eager training path (dispatch computes F.conv2d there) and the fused op's
 # backward (conv + bias recomputed for the activation's derivative), and GroupConv2d on an input
 # in the other layout than its named kernel's (the layer it replaced, as it was).
-OTHER_CONV2D = {"runtime/verify.py", "runtime/conv.py", "runtime/layers.py"}
+OTHER_CONV2D = {"groupconv/verify.py", "groupconv/conv.py", "groupconv/layers.py"}
 FUNCTIONAL = ("functional", "F")
 
 
@@ -130,8 +130,8 @@ def test_the_op_s_call_is_made_by_the_same_call_plan(planned, monkeypatch, imple
 def test_a_reference_s_call_restores_the_caller_s_settings(planned):
     """The TF32 reference allows TF32 for its own call only; a tuned reference's cudnn.benchmark
     is the caller's again afterwards (the pipeline's stages and a user's program alike)."""
-    from groupconv_atlas.runtime.precision import conv_tf32_value
-    from groupconv_atlas.runtime.torch_fallback import _GET_B, _GET_P, _STRICT_P
+    from groupconv.precision import conv_tf32_value
+    from groupconv.torch_fallback import _GET_B, _GET_P, _STRICT_P
 
     launcher = launcher_module.Launcher(StageSession(), {})
     x, w, y = _tensors(DEPTHWISE)
@@ -170,12 +170,12 @@ def _modules():
 
 def test_only_the_call_plan_launches_a_convolution_kernel():
     launching = {name for name, tree in _modules() if _uses(tree, "launch3")}
-    assert launching == {"runtime/call_plan.py", "runtime/launch.py"} | OTHER_LAUNCH3, launching
+    assert launching == {"groupconv/call_plan.py", "groupconv/launch.py"} | OTHER_LAUNCH3, launching
 
 
 def test_only_the_pytorch_path_calls_f_conv2d_as_an_implementation():
     calling = {name for name, tree in _modules() if _uses(tree, "conv2d", FUNCTIONAL)}
-    assert calling == {"runtime/torch_fallback.py"} | OTHER_CONV2D, calling
+    assert calling == {"groupconv/torch_fallback.py"} | OTHER_CONV2D, calling
 
 
 def test_the_checks_see_a_planted_launch(tmp_path):
@@ -192,7 +192,7 @@ def test_only_the_pytorch_path_calls_pytorch_s_convolution_backward():
     verification, its FP64 reference among them) is torch_fallback's one call of
     aten.convolution_backward."""
     calling = {name for name, tree in _modules() if _uses(tree, "convolution_backward")}
-    assert calling == {"runtime/torch_fallback.py"}, calling
+    assert calling == {"groupconv/torch_fallback.py"}, calling
 
 
 def _python_calls(fn, *args) -> list[str]:

@@ -46,7 +46,7 @@ def test_overhead_summary_pairs_the_op_with_pytorch_and_its_bare_kernel():
 def test_the_launch_module_imports_without_a_gpu_and_names_a_missing_driver(monkeypatch):
     import ctypes
 
-    from groupconv_atlas.runtime import launch
+    from groupconv import launch
 
     def no_driver(name, *args, **kwargs):
         raise OSError(f"{name}: cannot open shared object file")
@@ -58,8 +58,8 @@ def test_the_launch_module_imports_without_a_gpu_and_names_a_missing_driver(monk
 
 
 def test_an_unseen_geometry_takes_the_nearest_measured_geometrys_choice():
-    from groupconv_atlas.runtime.shapes import geometry_shape
-    from groupconv_atlas.runtime.unseen import nearest_choice
+    from groupconv.shapes import geometry_shape
+    from groupconv.unseen import nearest_choice
 
     # Depthwise geometries ran k6, 8 channels per group k7, 24 per group PyTorch.
     table = {(32, 144, 144, 56, 56, 144): "k6", (32, 256, 256, 28, 28, 32): "k7",
@@ -74,7 +74,7 @@ def test_an_unseen_geometry_takes_the_nearest_measured_geometrys_choice():
 
 
 def test_the_autotune_cache_keeps_entries_of_several_writers(tmp_path, monkeypatch):
-    from groupconv_atlas.runtime.unseen import AutotuneCache, autotune_enabled
+    from groupconv.unseen import AutotuneCache, autotune_enabled
 
     cache = AutotuneCache(tmp_path / "autotune.json")
     a = AutotuneCache.key("NVIDIA H200", "abc", "nchw", (1, 8, 8, 5, 5, 8))
@@ -158,7 +158,7 @@ def test_unseen_summary_compares_dispatch_and_autotune_with_the_best():
 def test_the_unseen_geometries_are_not_in_the_atlas():
     import yaml
 
-    from groupconv_atlas.runtime.files import REPO_ROOT
+    from groupconv.files import REPO_ROOT
     from groupconv_atlas.study.shapes_table import load_shapes
 
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())

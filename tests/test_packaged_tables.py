@@ -1,4 +1,4 @@
-"""The launch tables the package carries (runtime/tables/<GPU name>.json, `make export_tables`):
+"""The launch tables the package carries (groupconv/tables/<GPU name>.json, `make export_tables`):
 each file is a fresh export of the newest committed record of its device that has tables (a
 record committed without a re-export, or a file edited by hand, fails here, naming the command
 that fixes it); the export carries every table launch_tables loads, under its name, so a new
@@ -15,10 +15,10 @@ import logging
 import pytest
 import yaml
 
-from groupconv_atlas.runtime import choice_source, packaged_tables
-from groupconv_atlas.runtime.files import REPO_ROOT
-from groupconv_atlas.runtime.files import sha256_file
-from groupconv_atlas.runtime.launch_tables import (BACKWARD_TABLE, TABLE_NAMES,
+from groupconv import choice_source, packaged_tables
+from groupconv.files import REPO_ROOT
+from groupconv.files import sha256_file
+from groupconv.launch_tables import (BACKWARD_TABLE, TABLE_NAMES,
                                                    record_backward_dispatch, record_tables)
 from groupconv_atlas.study import table_export
 from groupconv_atlas.study.pass_plan import newest_passes_over
@@ -136,7 +136,7 @@ def test_table_source_says_whether_the_kernels_here_are_the_ones_measured(tmp_pa
     # A kernel edited since: its source no longer hashes to what the record built or vouches.
     import shutil
 
-    from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR
+    from groupconv.kernels import KERNELS, KERNELS_DIR
     shutil.copytree(KERNELS_DIR, tmp_path / "kernels")
     source = tmp_path / "kernels" / KERNELS["k5"].source.split("/")[-1]
     source.write_text(source.read_text() + "\n// edited\n")
@@ -194,7 +194,7 @@ def test_without_a_device_name_or_a_gpu_the_public_names_ask_for_one(monkeypatch
 def cpu_runtime(monkeypatch, tmp_path):
     """op_runtime._Runtime built on the CPU: a faked GPU name, no session, no cubins."""
     pytest.importorskip("torch")
-    from groupconv_atlas.runtime import op_runtime
+    from groupconv import op_runtime
 
     class Session:
         capability = (9, 0)
@@ -216,7 +216,7 @@ def cpu_runtime(monkeypatch, tmp_path):
 
 def test_the_runtime_takes_the_packaged_table_by_the_gpus_name(cpu_runtime):
     op_runtime, make = cpu_runtime
-    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv.shapes import geometry_shape
 
     runtime = make(H200)
     doc = packaged_tables.load_packaged(H200)
@@ -246,14 +246,14 @@ def test_a_backward_table_given_alone_keeps_the_packaged_forward_tables(cpu_runt
 def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_runtime, caplog,
                                                                            monkeypatch):
     op_runtime, make = cpu_runtime
-    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv.shapes import geometry_shape
 
     measured = []
     monkeypatch.setattr(op_runtime, "autotune", lambda shape, cubins, **kw: measured.append(
         shape.geometry) or {"implementation": "k5", "variant": None, "median_us": 1.0})
     runtime = make("NVIDIA Unknown GPU")
     assert runtime.tables_source.kind == choice_source.AUTOTUNE and runtime.autotune
-    with caplog.at_level(logging.INFO, logger="groupconv_atlas"):
+    with caplog.at_level(logging.INFO, logger="groupconv"):
         for geometry in [(8, 32, 32, 56, 56, 32), (4, 64, 64, 28, 28, 64), (8, 32, 32, 56, 56, 32)]:
             assert runtime.choice_for("dispatch", geometry_shape(*geometry))[0] == "k5"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -274,14 +274,14 @@ def test_a_gpu_without_tables_autotunes_with_one_line_and_keeps_the_choice(cpu_r
 def test_a_failed_autotuning_takes_the_untuned_rule_and_keeps_nothing(cpu_runtime, monkeypatch,
                                                                       caplog):
     op_runtime, make = cpu_runtime
-    from groupconv_atlas.runtime.shapes import geometry_shape
+    from groupconv.shapes import geometry_shape
 
     def broken(shape, cubins, **kwargs):
         raise RuntimeError("no PyTorch CUDA here")
 
     monkeypatch.setattr(op_runtime, "autotune", broken)
     runtime = make("NVIDIA Unknown GPU")
-    with caplog.at_level(logging.WARNING, logger="groupconv_atlas"):
+    with caplog.at_level(logging.WARNING, logger="groupconv"):
         impl, _, why = runtime.choice_for("dispatch", geometry_shape(8, 32, 32, 56, 56, 32))
     assert impl == "k5" and "untuned rule" in why
     assert any("autotuning (8, 32, 32, 56, 56, 32) (nchw) failed" in r.getMessage()
@@ -298,7 +298,7 @@ def test_the_weight_gradients_tuned_cuts_come_from_the_record_of_the_backward_ta
     """A record of the passes made after the tuning stage holds raw/passes/tuning/wg_<layout>.json:
     the export takes the cuts from the same record as the backward table (their choices were
     measured with them), never from the forward record's own, and never as a forward kernel's."""
-    from groupconv_atlas.runtime.launch_tables import wgrad_tuning_files, wgrad_tuning_table
+    from groupconv.launch_tables import wgrad_tuning_files, wgrad_tuning_table
 
     timing, table = "raw/passes/timing/weight_grad-default.json", "raw/dispatch/backward.json"
     _manifest(tmp_path, "fwd", "2026-01-02T00:00:00+00:00", ["a"], [timing, table])
@@ -317,7 +317,7 @@ def test_the_weight_gradients_tuned_cuts_come_from_the_record_of_the_backward_ta
 
 def test_record_tables_read_the_weight_gradients_cuts_apart_from_the_forward_tunings(
         monkeypatch, tmp_path):
-    from groupconv_atlas.runtime import launch_tables
+    from groupconv import launch_tables
 
     record = tmp_path / "rec"
     (record / "raw" / "tuning").mkdir(parents=True)
@@ -336,7 +336,7 @@ def test_record_tables_read_the_weight_gradients_cuts_apart_from_the_forward_tun
 
 def test_the_runtime_hands_the_tables_cuts_to_the_backward(cpu_runtime, monkeypatch):
     op_runtime, make = cpu_runtime
-    from groupconv_atlas.runtime import backward_plans, choice_source as source
+    from groupconv import backward_plans, choice_source as source
 
     cuts = {("nhwc", (32, 64, 64, 14, 14, 16)): {"tile": [2, 2], "rows": 2, "blocks_per_sm": 2}}
     packaged = source.gpu_tables

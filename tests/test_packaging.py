@@ -27,7 +27,7 @@ study = sorted(m for m in sys.modules if m.startswith("groupconv_atlas.study"))
 modules = [m.name for m in pkgutil.walk_packages(groupconv_atlas.__path__, "groupconv_atlas.")]
 for name in modules:
     importlib.import_module(name)
-from groupconv_atlas.runtime import kernels, launch
+from groupconv import kernels, launch
 print(json.dumps({"file": groupconv_atlas.__file__, "loaded_by_import": loaded,
                   "study_after_conv2d": study, "conv2d": conv2d.__module__, "modules": modules,
                   "kernels_dir": str(kernels.KERNELS_DIR),
@@ -100,7 +100,7 @@ def test_a_wheel_in_a_fresh_environment_holds_and_imports_every_module(installed
     assert Path(found["file"]).is_relative_to(venv), found["file"]
     assert found["loaded_by_import"] == ["groupconv_atlas"], found["loaded_by_import"]
     assert found["study_after_conv2d"] == [], found["study_after_conv2d"]
-    assert found["conv2d"] == "groupconv_atlas.runtime.conv"
+    assert found["conv2d"] == "groupconv.conv"
     assert set(found["modules"]) == checkout_modules(), \
         sorted(set(found["modules"]) ^ checkout_modules())
     assert Path(found["kernels_dir"]).is_relative_to(venv)
@@ -119,7 +119,7 @@ sys.addaudithook(lambda event, args: opened.add(str(args[0]))
                  if event in ("open", "os.listdir", "os.scandir") and args else None)
 import torch
 import groupconv_atlas as g
-from groupconv_atlas.runtime import op_runtime
+from groupconv import op_runtime
 torch.cuda.get_device_name = lambda *args: sys.argv[1]
 class Session:
     capability = (9, 0)

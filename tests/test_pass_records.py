@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from groupconv_atlas.runtime.files import ATLAS_RECORD, PASS_RECORD, find_record
+from groupconv.files import ATLAS_RECORD, PASS_RECORD, find_record
 from groupconv_atlas.study.headline_lines import pass_lines
 from groupconv_atlas.study.pass_plan import passes_record
 from groupconv_atlas.study.plan import PlanError

@@ -145,7 +145,7 @@ def test_the_section_splits_each_boundary_by_kind_of_shape(built):
 
 
 def test_the_backward_dispatch_table_is_the_fastest_verified_per_layout(built, tmp_path):
-    from groupconv_atlas.runtime.launch_tables import backward_dispatch_table
+    from groupconv.launch_tables import backward_dispatch_table
 
     jobs, verification = pw.world(("input_grad",))
     samples = pd.concat([s for s, _ in jobs.values()], ignore_index=True)
@@ -168,7 +168,7 @@ def test_the_backward_dispatch_table_is_the_fastest_verified_per_layout(built, t
 
 
 def test_a_record_without_a_backward_table_loads_none(tmp_path):
-    from groupconv_atlas.runtime.launch_tables import record_backward_dispatch
+    from groupconv.launch_tables import record_backward_dispatch
 
     assert record_backward_dispatch(tmp_path) is None
 

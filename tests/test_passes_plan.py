@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
-from groupconv_atlas.runtime.shapes import Shape
+from groupconv.files import ATLAS_RECORD, find_record
+from groupconv.shapes import Shape
 from groupconv_atlas.study.config_check import config_errors
 from groupconv_atlas.study.pass_plan import configured_pass_jobs
 from groupconv_atlas.study.run_plan import RunPlan

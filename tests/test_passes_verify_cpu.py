@@ -1,14 +1,14 @@
 """The backward passes' runs and their verification's arithmetic on the CPU (study/pass_runs,
 study/pass_verify): PyTorch's reference of each pass is the gradient autograd computes, a custom
-implementation (a fake runtime/backward here) gets its layout's tensors, and the forward's bound
+implementation (a fake groupconv/backward here) gets its layout's tensors, and the forward's bound
 with the pass's reduction length passes PyTorch's own FP32 result and fails a wrong one."""
 import types
 
 import pytest
 import torch
 
-from groupconv_atlas.runtime.shapes import Shape
-from groupconv_atlas.runtime.verify import bound_scale, full_output_errors, full_output_failures
+from groupconv.shapes import Shape
+from groupconv.verify import bound_scale, full_output_errors, full_output_failures
 from groupconv_atlas.study import pass_runs
 from groupconv_atlas.study.pass_verify import fp64_reference
 
@@ -24,7 +24,7 @@ def tensors(seed=0):
 
 
 def fake_backward(seen: list):
-    """A runtime/backward stand-in computing each pass with PyTorch, recording its tensors."""
+    """A groupconv/backward stand-in computing each pass with PyTorch, recording its tensors."""
     def compute(pass_, gy, other, groups, impl):
         seen.append((impl, gy.is_contiguous(memory_format=torch.channels_last)))
         x, w = (torch.empty(SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w), other) \
@@ -116,7 +116,7 @@ def test_a_one_row_maps_weight_gradient_passes_with_its_padding_taps_exactly_zer
 def test_a_checkout_without_the_backward_module_says_so(monkeypatch):
     import importlib
 
-    name = "groupconv_atlas.runtime.backward"
+    name = "groupconv.backward"
 
     def missing(module):
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)

@@ -6,7 +6,7 @@ import os
 import pytest
 import yaml
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study import plan
 from groupconv_atlas.study.config_check import resolve_kernel_lists
 from groupconv_atlas.study.pass_plan import recorded_pass_jobs

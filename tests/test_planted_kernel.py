@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from registry_checks import SHAPES, SM_COUNT, check_kernel, plant_kernel, preprocessed_entries
 
-from groupconv_atlas.runtime import nchw_tile_kernels
-from groupconv_atlas.runtime.build import compile_kernel
-from groupconv_atlas.runtime.kernels import (KERNELS, KERNELS_DIR, KernelSpec, entries, launch_for,
+from groupconv import nchw_tile_kernels
+from groupconv.build import compile_kernel
+from groupconv.kernels import (KERNELS, KERNELS_DIR, KernelSpec, entries, launch_for,
                                              support)
-from groupconv_atlas.runtime.verify import SEED_ORDER, check_seed, seed_slot
+from groupconv.verify import SEED_ORDER, check_seed, seed_slot
 from groupconv_atlas.study.config_check import registry_errors
 
 NAME = "k3x"

@@ -1,4 +1,4 @@
-"""The one precision switch (runtime/precision.py), on the CPU: strict_fp32 switches TF32 off and
+"""The one precision switch (groupconv/precision.py), on the CPU: strict_fp32 switches TF32 off and
 records the API it used, set_conv_tf32 turns it on and off through the same API, the C-level
 accessors the op's PyTorch path uses read what the switch wrote; and no other module of the
 package writes a TF32 setting (the switch is written once)."""
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from groupconv_atlas.runtime import precision  # noqa: E402
+from groupconv import precision  # noqa: E402
 
 PACKAGE = Path(precision.__file__).resolve().parents[1]
 # An assignment to a TF32 setting: the properties of either API, or PyTorch's C-level setters.
@@ -54,4 +54,4 @@ def test_the_accessors_read_what_the_switch_wrote(restored):
 def test_no_other_module_writes_a_tf32_setting():
     writers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
                      if WRITES_TF32.search(path.read_text()))
-    assert writers == ["runtime/precision.py"], writers
+    assert writers == ["groupconv/precision.py"], writers

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from groupconv_atlas.study import artifacts
 from groupconv_atlas.study.probe_summaries import network_targets, probes_block
-from groupconv_atlas.runtime.files import find_record, sha256_file
+from groupconv.files import find_record, sha256_file
 from groupconv_atlas.study.records import replay_arguments
 from groupconv_atlas.study.report import probes_page
 from groupconv_atlas.study.report.html_blocks import unpacked_page

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.files import sha256_file
+from groupconv.files import sha256_file
 from groupconv_atlas.study.provenance import atomic_path, job_record, write_json, write_parquet
 from groupconv_atlas.study.provenance_index import (ProvenanceMismatch, build_complete_index,
                                                     build_index, producing_jobs, verify_index)

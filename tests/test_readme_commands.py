@@ -21,7 +21,7 @@ from readme_commands import (COMMANDS, CPU, DRY, GPU, PLACEHOLDER, PROBE, PYTHON
                              python_blocks, python_statements, repo_env, run_command, split,
                              unknown_blocks)
 
-from groupconv_atlas.runtime.files import load_index
+from groupconv.files import load_index
 
 
 # ---------------------------------------------------------------- fast: the table

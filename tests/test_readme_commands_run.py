@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import copy_checkout, copy_replayed, run_guarded
 
-from groupconv_atlas.runtime.files import sha256_file
+from groupconv.files import sha256_file
 from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW,
                              PROBE_RECORD, REPLAY, ROOT, SMOKE_RECORD, SUITE, TARGET_SEQUENCE,
                              atlas_of, output, repo_env, run_command, split)
@@ -74,7 +74,7 @@ def _after(command: str, repo: Path, res, atlas_before: dict[str, str]) -> None:
     elif command == "make verify":
         assert "files match" in log, log[-2000:]
     elif command == "make export_tables":
-        table = Path("workflow/groupconv_atlas/runtime/tables/nvidia-h200.json")
+        table = Path("workflow/groupconv/tables/nvidia-h200.json")
         assert "export_table[nvidia-h200]" in log, log[-2000:]
         assert (repo / table).read_bytes() == (ROOT / table).read_bytes(), \
             "make export_tables wrote another file than the committed one"

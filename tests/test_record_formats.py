@@ -1,4 +1,4 @@
-"""runtime/record_formats: each upgrade takes an old-format document or frame to the current shape
+"""groupconv/record_formats: each upgrade takes an old-format document or frame to the current shape
 (and leaves a current one as it is), the committed records read in the current shape, and no
 package module but the adapter branches on a record's format (read with ast, so the check
 cannot pass by finding nothing: it is shown to catch the branches that were moved)."""
@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from helpers import PACKAGE_DIR, ROOT
 
-from groupconv_atlas.runtime import record_formats as rf
-from groupconv_atlas.runtime.launch_tables import dispatch_table, tuning_table
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv import record_formats as rf
+from groupconv.launch_tables import dispatch_table, tuning_table
+from groupconv.kernels import KERNELS
 
 RECORDS = ROOT / "records"
 
@@ -140,7 +140,7 @@ FORMAT_NAMES = {"process", "layout", "candidates", "references", "table_nhwc", "
 # The same names where no record is read, each with why.
 NOT_RECORDS = {
     # the registry's own default layout for a PyTorch baseline
-    ("workflow/groupconv_atlas/runtime/kernels.py",
+    ("workflow/groupconv/kernels.py",
      "BASELINES.get(base, {}).get('layout', 'nchw')"),
     # the configuration's timing section, checked before any job runs
     ("workflow/groupconv_atlas/study/config_check.py", "'candidates' not in timing"),
@@ -186,5 +186,5 @@ def test_no_module_but_the_adapter_branches_on_a_record_format(folder):
                     if (name, b.split(": ", 1)[1]) not in NOT_RECORDS]
         if branches:
             found[name] = branches
-    assert found == {}, ("a format branch outside runtime/record_formats.py (upgrade the "
+    assert found == {}, ("a format branch outside groupconv/record_formats.py (upgrade the "
                          f"document where it is read instead): {found}")

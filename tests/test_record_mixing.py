@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, SMOKE, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, copy_replayed, snakemake
 
-from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
+from groupconv.files import ATLAS_RECORD, find_record
 from groupconv_atlas.study.record_mixing import NSIGHT_RECORD_CHECK, RECORD_CHECK, mixing_error
 from groupconv_atlas.study.record_writing import index_record
 from groupconv_atlas.study.records import replay_arguments

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
                                 reason="needs git and a git checkout")

@@ -1,4 +1,4 @@
-"""The algorithm cuDNN ran per timing process for each PyTorch reference (runtime/cudnn_choice,
+"""The algorithm cuDNN ran per timing process for each PyTorch reference (groupconv/cudnn_choice,
 kept in the timing job's metadata as `reference_kernels`) and what the study makes of it
 (study/reference_algorithms): the cells whose reference changed algorithm, named in the
 evidence, and torch_best read on the reference's fastest algorithm. On synthetic metadata and
@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study.comparisons import compare
 from groupconv_atlas.study.medians import with_torch_best
 from groupconv_atlas.study.reference_algorithms import (algorithm_changes, algorithm_table,
@@ -133,7 +133,7 @@ def test_the_evidence_names_the_cells_and_says_what_torch_best_takes():
 def test_the_kernels_a_convolution_launches_are_named():
     import torch
 
-    from groupconv_atlas.runtime.cudnn_choice import gpu_kernels
+    from groupconv.cudnn_choice import gpu_kernels
 
     x = torch.randn(8, 64, 28, 28, device="cuda").contiguous(memory_format=torch.channels_last)
     w = torch.randn(64, 4, 3, 3, device="cuda").contiguous(memory_format=torch.channels_last)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from groupconv_atlas.study import report
 from groupconv_atlas.study.evidence import evidence_markdown
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from helpers import SMOKE, copy_replayed, snakemake
 from helpers import SMOKE_DEVICE as DEVICE
 

@@ -13,7 +13,7 @@ import pytest
 from report_view import VIEWPORTS, size_name
 from report_walk import ARTIFACTS, walk, walk_report  # noqa: F401  (walk: the fixture)
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

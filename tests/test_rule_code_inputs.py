@@ -2,8 +2,8 @@
 
 The rules are read with Snakemake's own parser (its API, in a separate process), in replay mode
 and in live mode (the GPU stages' rules exist only there; parsing needs no GPU); each rule's
-script is then read with `ast`, and its imports of groupconv_atlas are followed through the
-package, imports inside functions included (they run when the job calls them). A
+script is then read with `ast`, and its imports of groupconv and groupconv_atlas are followed
+through the packages, imports inside functions included (they run when the job calls them). A
 module that runs but is not listed means an edit to it would leave the job's outputs stale."""
 import ast
 import json
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import (OPEN_WORKFLOW, PACKAGE, PACKAGE_DIR, ROOT, import_from_base, module_file,
-                     run_guarded)
+from helpers import (OP_DIR, OPEN_WORKFLOW, PACKAGE_DIR, PACKAGES, ROOT, SOURCE_DIR, dotted_name,
+                     import_from_base, module_file, run_guarded)
 
 # Run by a fresh interpreter (helpers.OPEN_WORKFLOW): each rule's script and code inputs.
 _DUMP_RULES = OPEN_WORKFLOW + r"""
@@ -52,13 +52,13 @@ def modules_run_by_import(name: str) -> list[Path]:
 
 
 def _imports_in(nodes, module: str | None, is_package: bool) -> set[str]:
-    """Dotted names of the groupconv_atlas modules imported anywhere in `nodes` (function
+    """Dotted names of the groupconv and groupconv_atlas modules imported anywhere in `nodes` (function
     bodies too); `from pkg import x` names pkg.x as well, which counts when x is a submodule.
     `module` is the file's own dotted name (None for a script), for relative imports."""
     names = set()
     for node in (n for top in nodes for n in ast.walk(top)):
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
+            names.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
         elif isinstance(node, ast.ImportFrom):
             base = import_from_base(node, module, is_package)
             if base is None:
@@ -79,8 +79,7 @@ def file_imports(path: Path, module: str | None, is_package: bool) -> tuple[set[
 
 
 def _dotted(file: Path) -> str:
-    return ".".join(file.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(
-        ".__init__")
+    return dotted_name(file)[0]
 
 
 def package_modules_run(script: Path) -> set[Path]:
@@ -89,7 +88,7 @@ def package_modules_run(script: Path) -> set[Path]:
     todo = [script]
     while todo:
         path = todo.pop()
-        inside = PACKAGE_DIR in path.parents
+        inside = PACKAGE_DIR in path.parents or OP_DIR in path.parents
         eager, _lazy = file_imports(path, _dotted(path) if inside else None,
                                     path.name == "__init__.py")
         names = list(eager)
@@ -113,9 +112,11 @@ def test_the_import_walk_follows_packages_relative_and_lazy_imports(tmp_path):
     # __init__ imports, and those modules' own relative imports (..stats) too.
     script = tmp_path / "job.py"
     script.write_text("def main():\n    from groupconv_atlas.study.report import esc\n")
-    run = {f.relative_to(PACKAGE_DIR).as_posix() for f in package_modules_run(script)}
-    assert {"__init__.py", "study/__init__.py", "study/report/__init__.py",
-            "study/report/html_blocks.py", "study/report/figures.py", "study/stats.py"} <= run, run
+    run = {f.relative_to(SOURCE_DIR).as_posix() for f in package_modules_run(script)}
+    study = "groupconv_atlas/study"
+    assert {"groupconv_atlas/__init__.py", f"{study}/__init__.py", f"{study}/report/__init__.py",
+            f"{study}/report/html_blocks.py", f"{study}/report/figures.py",
+            f"{study}/stats.py"} <= run, run
     script.write_text("import json\n")
     assert package_modules_run(script) == set()
 

@@ -12,7 +12,7 @@ from snakemake.utils import update_config, validate
 
 from groupconv_atlas.study.plan import PlanError
 from groupconv_atlas.study.run_plan import RunPlan
-from groupconv_atlas.runtime.kernels import KERNELS
+from groupconv.kernels import KERNELS
 from helpers import OPEN_WORKFLOW, ROOT, SMOKE_RECORD, run_guarded
 
 SMOKE_PAIRS_CONFIGURED = 4  # config/smoke.yaml: one shape, the four nsight implementations

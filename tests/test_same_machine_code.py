@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import machine_code_tools_missing
 
-from groupconv_atlas.runtime import build
+from groupconv import build
 from groupconv_atlas.study import machine_code_identity as smc
 from groupconv_atlas.study import sass
 
@@ -181,7 +181,7 @@ def test_the_tree_compiles_to_the_newest_records_machine_code():
 
 def _drift_fixture(tmp_path):
     """A tree with k0's source and a record whose k0 build hashed an older source and header."""
-    from groupconv_atlas.runtime.files import sha256_file
+    from groupconv.files import sha256_file
     from groupconv_atlas.study.record_writing import snapshot
 
     tree = tmp_path / "tree"
@@ -201,7 +201,7 @@ def _drift_fixture(tmp_path):
 
 
 def _identical(tree, files):
-    from groupconv_atlas.runtime.files import sha256_file
+    from groupconv.files import sha256_file
     return [{"kernel": "k0", "verdict": "identical", "detail": "", "functions": 1,
              "files": {rel: sha256_file(tree / rel) for rel in files}}]
 

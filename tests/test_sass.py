@@ -1,7 +1,7 @@
 """SASS parsing on committed dumps, and the machine-code table.
 
 tests/fixtures/sass/<kernel>.sass is `cuobjdump -sass` (pip nvidia-cuda-cuobjdump 13.5 with
-nvidia-cuda-nvdisasm) of the cubin that groupconv_atlas.runtime.build.compile_kernel made with nvcc 13.0
+nvidia-cuda-nvdisasm) of the cubin that groupconv.build.compile_kernel made with nvcc 13.0
 for sm_90; <kernel>.build.json is that build's record. Regenerate both together after a kernel
 edit: compile_kernel(k, "k.cubin"), json.dump(record), `cuobjdump -sass k.cubin > k.sass`.
 """
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from helpers import machine_code_tools_missing
 from groupconv_atlas.study import sass
-from groupconv_atlas.runtime.kernels import entries
+from groupconv.kernels import entries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sass"
 FIXTURE_KERNELS = ("k0", "k1", "k2", "k3")  # the kernels whose dumps are committed
@@ -123,7 +123,7 @@ def test_record_of_another_build_is_refused(tmp_path):
 @pytest.mark.skipif(machine_code_tools_missing() is not None,
                     reason=str(machine_code_tools_missing()))
 def test_cuobjdump_of_a_fresh_build_parses_like_the_fixture(tmp_path):
-    from groupconv_atlas.runtime.build import compile_kernel
+    from groupconv.build import compile_kernel
 
     record = compile_kernel("k2", tmp_path / "k2.cubin")
     sass.check_record_matches("k2", tmp_path / "k2.cubin", record)

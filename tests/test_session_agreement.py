@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.files import ATLAS_RECORD, REPO_ROOT
+from groupconv.files import ATLAS_RECORD, REPO_ROOT
 from groupconv_atlas.study.records import (build_files, kernel_sources, nearest_same_code,
                                            vouched_sources)
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from groupconv_atlas.runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 from groupconv_atlas.study.shapes_table import ShapeError, load_shapes, shape_set_sha256, validate_document
 
 SHAPES_PATH = REPO_ROOT / "config" / "shapes.yaml"

@@ -5,8 +5,8 @@ import pytest
 
 from groupconv_atlas.study.comparisons import comparisons_for_job, summarize
 from groupconv_atlas.study.stats import StatsConfig, classify, hierarchical_geomean, paired_interval
-from groupconv_atlas.runtime import record_formats
-from groupconv_atlas.runtime.timing import batch_medians
+from groupconv import record_formats
+from groupconv_atlas.study.timing_frames import batch_medians
 
 CFG = StatsConfig(seed=3)
 
@@ -269,7 +269,7 @@ def test_torch_best_spans_both_layouts_and_keeps_the_nchw_reading_beside_it():
 
 
 def test_the_dispatcher_never_chooses_a_channels_last_reference():
-    from groupconv_atlas.runtime.dispatch import choose
+    from groupconv_atlas.study.dispatch import choose
 
     medians = pd.DataFrame([
         {"shape_id": "a", "implementation": impl, "boundary": "graph_device", "median_us": us}

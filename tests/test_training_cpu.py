@@ -10,7 +10,7 @@ import types
 import pytest
 
 torch = pytest.importorskip("torch")
-conv = pytest.importorskip("groupconv_atlas.runtime.conv")
+conv = pytest.importorskip("groupconv.conv")
 
 # (N, C_in, C_out, H, W, groups): depthwise, a depth multiplier, 4 channels per group, odd W.
 GEOMETRIES = [(2, 6, 6, 5, 7, 6), (1, 4, 8, 4, 5, 4), (2, 8, 8, 5, 3, 2)]

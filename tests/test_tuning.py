@@ -1,5 +1,5 @@
 """The tuning stage's choice (CPU): only correct, timed variants compete; fastest wins."""
-from groupconv_atlas.runtime.tuning import choose
+from groupconv.tuning import choose
 
 
 def _trial(entry, threads, status, median):

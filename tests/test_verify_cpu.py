@@ -3,9 +3,9 @@ against an independent direct convolution on random data."""
 import numpy as np
 import pytest
 
-from groupconv_atlas.runtime.kernels import BASELINES, IMPLEMENTATIONS, KERNELS
-from groupconv_atlas.runtime.shapes import Shape
-from groupconv_atlas.runtime.verify import (LATER_BASELINE_SLOTS, SEED_ORDER, UNIT_ROUNDOFF_FP32,
+from groupconv.kernels import BASELINES, IMPLEMENTATIONS, KERNELS
+from groupconv.shapes import Shape
+from groupconv.verify import (LATER_BASELINE_SLOTS, SEED_ORDER, UNIT_ROUNDOFF_FP32,
                                             bound_scale, check_seed, fp64_points, gather_indices,
                                             sample_points, seed_slot)
 

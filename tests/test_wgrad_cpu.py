@@ -3,7 +3,7 @@ wgrad_nhwc.cu) compile for sm_90 with every entry, no spills and no local memory
 headers are the registry's; a numpy emulation of their index and reduction logic
 (tests/wgrad_emulation.py) shows that every dW element receives each (n, h, w) contribution
 exactly once, from the right X element, and that every workspace element is written once per
-slice; the input gradient's weight gather matches the formula; and runtime/backward.py's
+slice; the input gradient's weight gather matches the formula; and groupconv/backward.py's
 interface (support, layouts, argument errors naming the field, conv2d's backward routing, which
 falls back to aten where its table lacks a geometry) on CPU objects."""
 from __future__ import annotations
@@ -17,15 +17,15 @@ import pytest
 import torch
 from wgrad_emulation import check, check_reduce, emulate_nchw, emulate_nhwc, emulate_reduce
 
-from groupconv_atlas.runtime import backward, backward_plans, conv
-from groupconv_atlas.runtime.backward_kernels import (BACKWARD_KERNELS, BLOCKS_PER_SM,
+from groupconv import backward, backward_plans, conv
+from groupconv.backward_kernels import (BACKWARD_KERNELS, BLOCKS_PER_SM,
                                                       DW_ROWS, DW_VEC, NHWC_BLOCKS_PER_SM,
                                                       REDUCE_CHAINS, REDUCE_MAX_Y, REDUCE_X,
                                                       transposed_weight_index, wgrad_plan)
-from groupconv_atlas.runtime.build import compile_kernel_source
-from groupconv_atlas.runtime.call_checks import UnsupportedConv
-from groupconv_atlas.runtime.shapes import geometry_shape
-from groupconv_atlas.runtime.source_tables import KERNELS_DIR
+from groupconv.build import compile_kernel_source
+from groupconv.call_checks import UnsupportedConv
+from groupconv.shapes import geometry_shape
+from groupconv.source_tables import KERNELS_DIR
 
 from emulation import Geometry, frozen_geometries  # noqa: E402  (tests/emulation.py)
 
@@ -194,7 +194,7 @@ def test_names_and_layouts_of_the_interface():
 
 
 def test_support_answers_and_names_the_field():
-    from groupconv_atlas.runtime.shapes import Shape
+    from groupconv.shapes import Shape
 
     shape = Shape("s", "", 2, 8, 16, 9, 13, 8)
     for given in (shape, Geometry(2, 8, 16, 9, 13, 8), (2, 8, 16, 9, 13, 8)):
@@ -351,7 +351,7 @@ def test_knobs_outside_the_tables_are_refused_by_name():
 def test_every_tile_a_group_holds_still_takes_every_contribution_once(geometry):
     """A grouped geometry's every (COB, CIB) tile within its group (what tools/wgrad_sweep.py
     times), in both layouts: each contribution once; depthwise channels_last refuses a tile."""
-    from groupconv_atlas.runtime.backward_kernels import TILES
+    from groupconv.backward_kernels import TILES
 
     shape = geometry_shape(*geometry)
     cig, cog = shape.cin_per_group, shape.cout_per_group
@@ -378,7 +378,7 @@ def test_a_tile_the_kernels_lack_or_the_group_cannot_hold_is_refused_by_name():
 
 
 def test_the_cuts_tried_are_the_rule_first_then_every_cut_the_tables_hold():
-    from groupconv_atlas.runtime.backward_kernels import cut_keywords, wgrad_cuts
+    from groupconv.backward_kernels import cut_keywords, wgrad_cuts
     from groupconv_atlas.study.wgrad_tuning import cut_name
 
     grouped, dw = geometry_shape(32, 64, 64, 14, 14, 16), geometry_shape(4, 32, 32, 9, 9, 32)
@@ -404,7 +404,7 @@ def test_the_cuts_tried_are_the_rule_first_then_every_cut_the_tables_hold():
 
 
 def test_a_tuned_cut_is_taken_for_its_geometry_and_the_rule_elsewhere_or_where_ruled_out():
-    from groupconv_atlas.runtime.backward_plans import tuned_wgrad_plan
+    from groupconv.backward_plans import tuned_wgrad_plan
 
     grouped, dw = geometry_shape(32, 64, 64, 14, 14, 16), geometry_shape(4, 32, 32, 9, 9, 32)
     tunings = {("nhwc", tuple(grouped.geometry)): {"tile": [2, 2], "rows": 2, "blocks_per_sm": 2},
@@ -439,7 +439,7 @@ def test_a_cut_that_fails_to_run_stops_the_tuning_stage_naming_it(monkeypatch):
     import contextlib
     import types
 
-    from groupconv_atlas.runtime import backward_plans
+    from groupconv import backward_plans
     from groupconv_atlas.study import wgrad_tuning
 
     tensor = types.SimpleNamespace(device="cuda:0")

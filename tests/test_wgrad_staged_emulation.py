@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from wgrad_emulation import check, emulate_nhwc_staged
 
-from groupconv_atlas.runtime.backward_kernels import NHWC_SMEM, wgrad_cuts, wgrad_plan
-from groupconv_atlas.runtime.shapes import geometry_shape
+from groupconv.backward_kernels import NHWC_SMEM, wgrad_cuts, wgrad_plan
+from groupconv.shapes import geometry_shape
 
 # (N, C_in, C_out, H, W, groups): 3 in / 2 out a group; 16 by 32 on an odd map; 36 by 18 over two
 # lane chunks, a part-empty output chunk and two column segments (W = 35); a one-row map; a

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from groupconv_atlas.runtime.files import ATLAS_RECORD, find_record
+from groupconv.files import ATLAS_RECORD, find_record
 
 from helpers import SMOKE, copy_checkout, copy_replayed, snakemake
 

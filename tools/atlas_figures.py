@@ -6,17 +6,17 @@ compared, probes; summary.parquet: each candidate against each reference; compar
 per-shape rows; roofline.parquet; nsight.parquet; mobilenet/mobilenet.json), and no statistic is
 computed here. No implementation is named here either: the artifacts name them. The one file
 read from the record itself, its stage times, is first checked against the record's manifest
-(runtime.files.check_inputs), as every job that reads a record checks it."""
+(groupconv.files.check_inputs), as every job that reads a record checks it."""
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.runtime.files import REPO_ROOT, check_inputs
-from groupconv_atlas.runtime.kernels import DISPATCH
-from groupconv_atlas.runtime.timing import BOUNDARIES
-from groupconv_atlas.runtime.record_formats import read_stage_times
+from groupconv.files import REPO_ROOT, check_inputs
+from groupconv.kernels import DISPATCH
+from groupconv.timing import BOUNDARIES
+from groupconv.record_formats import read_stage_times
 from groupconv_atlas.study.stage_times import summary_lines
 
 pd.set_option("display.width", 250)

@@ -4,7 +4,7 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
 - Networks: per (model, layout, freezing) the original and the converted model (`convert`, the
   package's tables), each compiled (inductor, default mode; `freezing` sets
   torch._inductor.config.freezing), timed together at graph_device with the atlas's sampler
-  (runtime.timing.median_latencies), then one profiled forward each (torch.profiler): every CUDA
+  (groupconv.timing.median_latencies), then one profiled forward each (torch.profiler): every CUDA
   kernel's time, grouped into convolution (cuDNN and PyTorch's own), the custom kernels, Triton
   layout copies (an inductor kernel that only moves a tensor to another layout), other Triton
   kernels, and the rest. `--fuse`: a model converted with convert(fuse=True) beside them.
@@ -165,11 +165,11 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._inductor.config as inductor
 
-    from groupconv_atlas.runtime import conv
-    from groupconv_atlas.runtime.conversion import convert
-    from groupconv_atlas.runtime.layers import GroupConv2d
-    from groupconv_atlas.runtime.sessions import GpuSession
-    from groupconv_atlas.runtime.timing import TimingConfig, median_latencies
+    from groupconv import conv
+    from groupconv.conversion import convert
+    from groupconv.layers import GroupConv2d
+    from groupconv.sessions import GpuSession
+    from groupconv.timing import TimingConfig, median_latencies
     from groupconv_atlas.study.networks import build_model
     from groupconv_atlas.study.run_plan import timing_settings
 

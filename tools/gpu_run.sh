@@ -51,11 +51,11 @@ mkdir -p "$out" "$work"
 # (a caller polls with `wait`), so they spend no time installing.
 setup() { if [ -n "${ENV_SETUP:-}" ]; then source "$ENV_SETUP" || exit 1; fi; }
 export PYTHONPATH=$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# The results folder and the record are named for the GPU that is here (runtime.sessions.
+# The results folder and the record are named for the GPU that is here (groupconv.sessions.
 # device_key of its own name), unless DEVICE names it; the ceilings job refuses a DEVICE that
 # names another GPU.
 gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p; }
-device=${DEVICE:-$(python3 -c 'import sys; from groupconv_atlas.runtime.sessions import device_key
+device=${DEVICE:-$(python3 -c 'import sys; from groupconv.sessions import device_key
 print(device_key(sys.argv[1]))' "$(gpu_name)" 2>/dev/null || echo unknown-gpu)}
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 list() { local IFS=,; echo "[$*]"; }  # words as a YAML list, one --config value

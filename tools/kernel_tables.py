@@ -3,7 +3,7 @@ registry entry's table (KERNELS[kernel].table, and BACKWARD_KERNELS[kernel].tabl
 weight-gradient kernels: the #defines and tile tables the source shares with its launch rule):
     python tools/kernel_tables.py [--check]
 With --check nothing is written: it prints each header that differs and exits 1. The build
-refuses a kernel whose header differs (runtime/build), and tests/test_kernel_tables.py checks
+refuses a kernel whose header differs (groupconv/build), and tests/test_kernel_tables.py checks
 them all, so an edit of a table reaches the kernel only through this tool."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 # This checkout's package, whatever else is installed: the headers go to this tree's kernels/.
 sys.path.insert(0, str(REPO / "workflow"))
 
-from groupconv_atlas.runtime.backward_kernels import BACKWARD_KERNELS  # noqa: E402
-from groupconv_atlas.runtime.kernels import KERNELS, KERNELS_DIR  # noqa: E402
+from groupconv.backward_kernels import BACKWARD_KERNELS  # noqa: E402
+from groupconv.kernels import KERNELS, KERNELS_DIR  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

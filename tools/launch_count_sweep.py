@@ -5,7 +5,7 @@ times (each job used to choose its own L from the runs it holds).
 For each named shape, binds the floor's copy and empty launch, PyTorch's default references in
 both layouts and the named custom kernels (each at its untuned launch), then for each L in turn
 captures every run L times in one graph and samples it with the atlas's sampler
-(runtime.timing.PairedSampler with a fixed count). Prints a table of per-launch medians relative
+(groupconv.timing.PairedSampler with a fixed count). Prints a table of per-launch medians relative
 to the largest L, and writes every sample to OUT/launch-count-sweep.parquet.
 
     PYTHONPATH=workflow python3 tools/launch_count_sweep.py OUT --shapes ID [ID ...] \\
@@ -24,11 +24,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from groupconv_atlas.runtime.build import compile_kernel, compile_kernel_source  # noqa: E402
-from groupconv_atlas.runtime.launcher import Launcher  # noqa: E402
-from groupconv_atlas.runtime.sessions import GpuSession  # noqa: E402
-from groupconv_atlas.runtime.timing import (ClockReader, PairedSampler, TimingConfig,  # noqa: E402
-                                            batch_order, pooled_medians, samples_frame)
+from groupconv.build import compile_kernel, compile_kernel_source  # noqa: E402
+from groupconv.launcher import Launcher  # noqa: E402
+from groupconv.sessions import GpuSession  # noqa: E402
+from groupconv.timing import ClockReader, PairedSampler, TimingConfig, batch_order  # noqa: E402
+from groupconv_atlas.study.timing_frames import pooled_medians, samples_frame  # noqa: E402
 from groupconv_atlas.study.floors import bind_floor  # noqa: E402
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id  # noqa: E402
 

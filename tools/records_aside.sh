@@ -25,7 +25,7 @@ case "${1:?usage: tools/records_aside.sh hide [KEEP] | restore | size}" in
 hide)
   if grep -qxF "$marker" "$exclude"; then echo "records already set aside: restore first" >&2; exit 1; fi
   py=python3 && [ -x .venv/bin/python ] && py=.venv/bin/python
-  keep=${2:-$(PYTHONPATH=workflow $py -c 'from groupconv_atlas.runtime.files import find_record
+  keep=${2:-$(PYTHONPATH=workflow $py -c 'from groupconv.files import find_record
 print(find_record("records", "newest", "'"${DEVICE:-h200}"'", having="raw/tuning/*.json").name)')}
   mapfile -t aside < <(git ls-files records | cut -d/ -f2 | grep -v INDEX.json | sort -u | grep -vxF "$keep")
   [ "${#aside[@]}" -gt 0 ] || { echo "nothing to set aside"; exit 0; }

@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 # This checkout's package, whatever else is installed: KERNELS_DIR must be this tree's kernels/.
 sys.path.insert(0, str(REPO / "workflow"))
 
-from groupconv_atlas.runtime import kernels  # noqa: E402
-from groupconv_atlas.runtime.files import find_record, nvcc_version  # noqa: E402
+from groupconv import kernels  # noqa: E402
+from groupconv.files import find_record, nvcc_version  # noqa: E402
 from groupconv_atlas.study import machine_code_identity as identity  # noqa: E402
 
 

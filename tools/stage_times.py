@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from groupconv_atlas.runtime.record_formats import read_stage_times
+from groupconv.record_formats import read_stage_times
 from groupconv_atlas.study.stage_times import summary_lines
 
 

@@ -46,13 +46,14 @@ def main(argv: list[str]) -> int:
     import numpy as np
     import pandas as pd
 
-    from groupconv_atlas.runtime import conv
-    from groupconv_atlas.runtime.conversion import convert
-    from groupconv_atlas.runtime.files import check_inputs
-    from groupconv_atlas.runtime.launch_tables import (BACKWARD_TABLE, backward_dispatch_table,
+    from groupconv import conv
+    from groupconv.conversion import convert
+    from groupconv.files import check_inputs
+    from groupconv.launch_tables import (BACKWARD_TABLE, backward_dispatch_table,
                                                        record_wgrad_tunings)
-    from groupconv_atlas.runtime.sessions import GpuSession
-    from groupconv_atlas.runtime.timing import ClockReader, TimingConfig, batch_medians
+    from groupconv.sessions import GpuSession
+    from groupconv.timing import ClockReader, TimingConfig
+    from groupconv_atlas.study.timing_frames import batch_medians
     from groupconv_atlas.study.network_training import measure_all_training, summarize_training
     from groupconv_atlas.study.networks import build_model
     from groupconv_atlas.study.run_plan import timing_settings

@@ -8,7 +8,7 @@ rule that ships).
 Per shape and layout, every cut the weight gradient's tuning stage tries
 (backward_kernels.wgrad_cuts), launched and checked as that stage checks it
 (study/wgrad_tuning.check_cut), then the correct ones and the strict-FP32 references of the pass
-timed together by the atlas's sampler at graph_device (runtime/timing.median_latencies): what
+timed together by the atlas's sampler at graph_device (groupconv/timing.median_latencies): what
 the stage does, with PyTorch beside it. Writes OUT_DIR/wgrad-sweep.csv and prints, per
 shape and layout, the rule's cut, the fastest cut and the fastest reference."""
 from __future__ import annotations
@@ -38,10 +38,10 @@ def main(argv: list[str]) -> int:
     import numpy as np
     import pandas as pd
 
-    from groupconv_atlas.runtime import backward_plans
-    from groupconv_atlas.runtime.backward_kernels import wgrad_cuts, wgrad_plan
-    from groupconv_atlas.runtime.sessions import GpuSession
-    from groupconv_atlas.runtime.timing import TimingConfig, median_latencies, warm_up
+    from groupconv import backward_plans
+    from groupconv.backward_kernels import wgrad_cuts, wgrad_plan
+    from groupconv.sessions import GpuSession
+    from groupconv.timing import TimingConfig, median_latencies, warm_up
     from groupconv_atlas.study.pass_runs import (STRICT_REFERENCES, WEIGHT_GRAD, grad_output,
                                                  in_pass_layout, reference_call)
     from groupconv_atlas.study.run_plan import timing_settings

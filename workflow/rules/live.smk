@@ -1,4 +1,4 @@
-from groupconv_atlas.runtime.kernels import KERNELS as _KERNELS
+from groupconv.kernels import KERNELS as _KERNELS
 from groupconv_atlas.study import live_run as _live_run
 from groupconv_atlas.study import rerun_check as _rerun_check
 

@@ -7,7 +7,8 @@ rule compare_job:
         meta=PLAN.raw("timing/{job}.json"),
         verification=PLAN.job_verification,
         check=PLAN.record_check(),
-        code=code("jobs", "provenance", "record_formats", "stats", "comparisons", "timing"),
+        code=code("jobs", "provenance", "record_formats", "stats", "comparisons", "timing",
+             "timing_frames"),
     output:
         table=f"{PLAN.results}/stats/{{job}}.parquet",
         prov=PLAN.prov("compare_job", "{job}"),

@@ -1,6 +1,6 @@
 # The op's launch tables into the package (CPU, either mode): the tuned launches and both dispatch
 # tables of a committed record (config `record`: its name, or newest: the newest record of the
-# configured device that has tables), written to workflow/groupconv_atlas/runtime/tables/<the
+# configured device that has tables), written to workflow/groupconv/tables/<the
 # GPU's name>.json, which a wheel carries and an installed conv2d reads by the GPU's name
 # (study/table_export). Target: `snakemake export_tables` (`make export_tables RECORD=<name>`,
 # which reruns it whatever the files' times); commit the file it writes. Reads config, PLAN and
@@ -23,7 +23,7 @@ def exported_record() -> Path:
 
 
 def exported_table(wildcards) -> str:
-    return str(_export_path(exported_record(), "workflow/groupconv_atlas/runtime/tables"))
+    return str(_export_path(exported_record(), "workflow/groupconv/tables"))
 
 
 def exported_record_param(wildcards) -> str:
@@ -48,7 +48,7 @@ rule export_table:
         unpack(export_inputs),
         code=code("table_export", "jobs", "provenance"),
     output:
-        table="workflow/groupconv_atlas/runtime/tables/{gpu_slug}.json",
+        table="workflow/groupconv/tables/{gpu_slug}.json",
         prov=f"{EXPORTS}/provenance/export_table-{{gpu_slug}}.json",
     params:
         record=exported_record_param,

@@ -126,7 +126,7 @@ if PLAN.measures_on_gpu:
     rule backward_dispatch_table:
         """Per pass, layout and geometry, the fastest implementation verified there (PyTorch
         included), from the passes' raw timings; beside the forward's table.json, where the op's
-        launch tables are read from (runtime/launch_tables.record_backward_dispatch)."""
+        launch tables are read from (groupconv/launch_tables.record_backward_dispatch)."""
         input:
             samples=PLAN.passes.all_raw_timing("parquet"),
             meta=PLAN.passes.all_raw_timing("json"),

@@ -25,7 +25,7 @@ if PLAN.measures_on_gpu:
 
     rule verify_pass:
         """A backward pass (input_grad, weight_grad) of every implementation on every shape, both
-        layouts (study/pass_verify): the custom ones of runtime/backward.py and PyTorch's four
+        layouts (study/pass_verify): the custom ones of groupconv/backward.py and PyTorch's four
         strict-FP32 references run as that pass, against FP64, poisoned, unsupported cases kept
         with their reason."""
         input:

@@ -9,8 +9,8 @@ from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_blo
 from groupconv_atlas.study.headline_lines import with_passes
 from groupconv_atlas.study.floors import floor_table, read_floor_samples
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.runtime import record_formats
-from groupconv_atlas.runtime.files import sha256_file
+from groupconv import record_formats
+from groupconv.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
 from groupconv_atlas.study.medians import with_torch_best
 from groupconv_atlas.study.probe_summaries import probes_block

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study.bench import bench_table, document, markdown
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import (file_entries, git_state, now_utc, write_json,

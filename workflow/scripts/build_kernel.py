@@ -2,7 +2,7 @@
 with PyCUDA and record it (registers, spills, shared and local memory, driver attributes)."""
 import pycuda.autoprimaryctx  # noqa: F401  (a context for reading the driver's attributes)
 
-from groupconv_atlas.runtime.build import compile_kernel, load_attributes
+from groupconv.build import compile_kernel, load_attributes
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import atomic_path, write_json
 

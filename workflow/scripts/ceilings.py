@@ -1,9 +1,9 @@
 """Snakemake job (GPU machine): measure DRAM bandwidth and FP32 FMA throughput."""
 from pathlib import Path
 
-from groupconv_atlas.runtime.build import compile_kernel_source
+from groupconv.build import compile_kernel_source
 from groupconv_atlas.study.ceilings import measure
-from groupconv_atlas.runtime.sessions import GpuSession, check_device
+from groupconv.sessions import GpuSession, check_device
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 

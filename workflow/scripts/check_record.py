@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.runtime.files import REPO_ROOT, RecordError
+from groupconv.files import REPO_ROOT, RecordError
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.record_check import check, drift_warning, source_drift
 

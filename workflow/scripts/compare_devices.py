@@ -3,7 +3,7 @@ torch_best side by side per shape (devices.parquet) and as a page (devices.html)
 import json
 from pathlib import Path
 
-from groupconv_atlas.runtime.files import RecordError
+from groupconv.files import RecordError
 from groupconv_atlas.study.device_comparison import compare_devices
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet, write_text

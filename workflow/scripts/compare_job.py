@@ -1,12 +1,13 @@
 """Snakemake job (CPU): batch medians, paired ratios, intervals and classes for one timing job."""
 import pandas as pd
 
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.comparisons import comparisons_for_job
 from groupconv_atlas.study.stats import StatsConfig
-from groupconv_atlas.runtime.timing import BOUNDARIES, batch_medians
+from groupconv.timing import BOUNDARIES
+from groupconv_atlas.study.timing_frames import batch_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_job.py")

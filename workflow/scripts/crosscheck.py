@@ -1,12 +1,12 @@
 """Snakemake job (GPU machine): tuned PyTorch under triton's do_bench_cudagraph vs the atlas."""
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study.crosscheck import atlas_medians, compare, measure
-from groupconv_atlas.runtime.launcher import Launcher
-from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv.launcher import Launcher
+from groupconv.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
-from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv.timing import TimingConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "crosscheck.py")

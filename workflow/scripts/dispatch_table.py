@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.runtime import record_formats
-from groupconv_atlas.runtime.dispatch import choose, verification_rows
-from groupconv_atlas.runtime.kernels import DISPATCH_NHWC
-from groupconv_atlas.runtime.timing import job_adjusted_medians
+from groupconv import record_formats
+from groupconv_atlas.study.dispatch import choose, verification_rows
+from groupconv.kernels import DISPATCH_NHWC
+from groupconv_atlas.study.timing_frames import job_adjusted_medians
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen
@@ -14,13 +14,13 @@ from groupconv_atlas.study.shapes_table import load_frozen
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")
 # Each job's samples apart: the choice ranks runs of different jobs by their medians adjusted
-# for the job (runtime.timing.job_adjusted_medians).
+# for the job (timing_frames.job_adjusted_medians).
 samples = {Path(p).stem: record_formats.read_samples(p) for p in smk.input.samples}
 samples = {name: frame[~frame["implementation"].str.endswith("_twin")]
            for name, frame in samples.items()}
 verification = pd.concat([pd.read_parquet(p) for p in smk.input.verification], ignore_index=True)
 medians = job_adjusted_medians(samples)
-# Launches are looked up by geometry, not by shape name (groupconv_atlas.runtime.launch_tables.dispatch_table).
+# Launches are looked up by geometry, not by shape name (groupconv.launch_tables.dispatch_table).
 geometry = {s.id: list(s.geometry) for s in load_frozen(smk.input.shapes)}
 table, table_nhwc = ({shape_id: {**choice, "geometry": geometry[shape_id]}
                       for shape_id, choice in choose(medians, verification, layout=layout).items()}

@@ -1,5 +1,5 @@
 """Snakemake job (CPU): a committed record's launch tables into the package
-(runtime/tables/<GPU name>.json), with the record and the hashes they came from
+(groupconv/tables/<GPU name>.json), with the record and the hashes they came from
 (study/table_export)."""
 import json
 import sys

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.runtime import record_formats
-from groupconv_atlas.runtime.build import compile_kernel_source
+from groupconv import record_formats
+from groupconv.build import compile_kernel_source
 from groupconv_atlas.study import mobilenet
-from groupconv_atlas.runtime.launcher import launcher_inputs
+from groupconv.launcher import launcher_inputs
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen

@@ -4,10 +4,10 @@ the record did not measure is named in the log and in mobilenet.json."""
 import json
 from pathlib import Path
 
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study import mobilenet
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.runtime.files import sha256_file
+from groupconv.files import sha256_file
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.stats import StatsConfig
 

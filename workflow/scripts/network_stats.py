@@ -4,11 +4,11 @@ where its samples hold one, as `training_summary` beside the inference `summary`
 import json
 from pathlib import Path
 
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study import network_training, networks
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.runtime.files import sha256_file
-from groupconv_atlas.runtime.timing import batch_medians
+from groupconv.files import sha256_file
+from groupconv_atlas.study.timing_frames import batch_medians
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.stats import StatsConfig
 

@@ -6,17 +6,17 @@ seed). Warm-up launches run first, outside the profiler range (for torch_tuned t
 cudnn.benchmark's search); then exactly one call runs between cudaProfilerStart and Stop.
 `--pass input_grad|weight_grad` captures that backward pass instead of the forward: the pass's
 call as its timing job binds it (study/pass_runs.bind_pass: a custom implementation of
-runtime/backward.py, or PyTorch's aten.convolution_backward with the pass's output mask), the op
+groupconv/backward.py, or PyTorch's aten.convolution_backward with the pass's output mask), the op
 left as a user gets it (the package's tables), as in that job.
 """
 from __future__ import annotations
 
 import argparse
 import json
-from groupconv_atlas.runtime.launch_tables import tuning_table
-from groupconv_atlas.runtime.launcher import Launcher
-from groupconv_atlas.runtime.sessions import GpuSession
-from groupconv_atlas.runtime.kernels import KERNELS, base_implementation
+from groupconv.launch_tables import tuning_table
+from groupconv.launcher import Launcher
+from groupconv.sessions import GpuSession
+from groupconv.kernels import KERNELS, base_implementation
 from groupconv_atlas.study.pass_runs import bind_pass
 from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
 

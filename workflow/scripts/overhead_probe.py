@@ -1,12 +1,12 @@
 """Snakemake job (GPU machine): the call-overhead benchmark (groupconv_atlas.study.overhead) on the
 configured shapes: raw samples, host cost per call, and what each op call resolved to."""
-from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
-from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv.launcher import Launcher, launcher_inputs
+from groupconv.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.overhead import measure
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv.timing import TimingConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "overhead_probe.py")

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.overhead import summarize, summary_lines
-from groupconv_atlas.runtime.files import sha256_file
+from groupconv.files import sha256_file
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.stats import StatsConfig
 

@@ -1,7 +1,7 @@
 """Snakemake job (CPU): the tuned kernels' per-shape launch choices as a readable page."""
 from pathlib import Path
 
-from groupconv_atlas.runtime import record_formats
+from groupconv import record_formats
 from groupconv_atlas.study import report
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_text

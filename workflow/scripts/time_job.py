@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.runtime.build import compile_kernel_source
-from groupconv_atlas.runtime.launcher import launcher_inputs
+from groupconv.build import compile_kernel_source
+from groupconv.launcher import launcher_inputs
 from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.runtime.kernels import base_implementation
+from groupconv.kernels import base_implementation
 from groupconv_atlas.study.provenance import write_json, write_parquet
 from groupconv_atlas.study.floors import launch_counts
 from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv.timing import TimingConfig
 from groupconv_atlas.study.timing_workers import time_job
 
 smk = snakemake  # noqa: F821

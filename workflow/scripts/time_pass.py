@@ -5,8 +5,8 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.runtime.launcher import launcher_inputs
-from groupconv_atlas.runtime.timing import TimingConfig
+from groupconv.launcher import launcher_inputs
+from groupconv.timing import TimingConfig
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.pass_runs import backward_module, layout_of
 from groupconv_atlas.study.provenance import write_json, write_parquet
@@ -27,7 +27,7 @@ correct = set(zip(status.loc[status.status == "correct", "shape_id"],
                   status.loc[status.status == "correct", "implementation"]))
 impls_for = {s.id: [i for i in impls if (s.id, i) in correct] for s in shapes}
 t0 = time.perf_counter()
-# No forward kernel is launched: the worker's launcher holds no cubins (runtime/backward.py
+# No forward kernel is launched: the worker's launcher holds no cubins (groupconv/backward.py
 # brings its own kernels).
 # The weight gradient's tuned cuts (this run's tuning stage), which every worker launches.
 tunings = job.input_files("tunings")
@@ -40,7 +40,7 @@ info["launch_counts"] = counts
 wall_s = time.perf_counter() - t0
 write_parquet(smk.output.samples, samples)
 flagged = samples.groupby(["shape_id", "batch"])["clock_flagged"].max()
-info["sync_api_call"] = {"custom implementations": f"groupconv_atlas.runtime.backward.{pass_} "
+info["sync_api_call"] = {"custom implementations": f"groupconv.backward.{pass_} "
                                                    "(on the current stream)",
                          "PyTorch references": "torch.ops.aten.convolution_backward with the "
                                                "pass's output mask"}

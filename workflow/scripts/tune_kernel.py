@@ -1,13 +1,13 @@
 """Snakemake job (GPU machine): the tuning stage of one tuned kernel on every frozen shape."""
 import time
 
-from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
-from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv.launcher import Launcher, launcher_inputs
+from groupconv.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.floors import launch_counts
 from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.runtime.tuning import tune_kernel, tuning_timing
+from groupconv.tuning import tune_kernel, tuning_timing
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "tune_kernel.py")

@@ -2,8 +2,8 @@
 shape (study/wgrad_tuning)."""
 import time
 
-from groupconv_atlas.runtime.sessions import GpuSession
-from groupconv_atlas.runtime.tuning import tuning_timing
+from groupconv.sessions import GpuSession
+from groupconv.tuning import tuning_timing
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_json
 from groupconv_atlas.study.floors import launch_counts

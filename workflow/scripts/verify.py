@@ -5,12 +5,12 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.runtime.launcher import Launcher, launcher_inputs
-from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv.launcher import Launcher, launcher_inputs
+from groupconv.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.runtime.verify import verify_implementation
+from groupconv.verify import verify_implementation
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "verify.py")

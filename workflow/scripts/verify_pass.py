@@ -5,9 +5,9 @@ import time
 
 import pandas as pd
 
-from groupconv_atlas.runtime.backward_plans import configure_backward
-from groupconv_atlas.runtime.launch_tables import wgrad_tuning_table
-from groupconv_atlas.runtime.sessions import GpuSession
+from groupconv.backward_plans import configure_backward
+from groupconv.launch_tables import wgrad_tuning_table
+from groupconv.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
 from groupconv_atlas.study.pass_verify import verify_pass
 from groupconv_atlas.study.provenance import write_parquet

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..runtime.kernels import DISPATCHERS, layout_of
+from groupconv.kernels import DISPATCHERS, layout_of
 
 
 def agreement_lines(agreement: dict, cand: str) -> list[str]:

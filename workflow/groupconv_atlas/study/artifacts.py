@@ -241,7 +241,7 @@ def atlas_document(shapes_doc, comparisons, verification, timing_meta, builds, e
                           "a candidate is read on the batches of its fastest algorithm's "
                           "processes before torch_best chooses and copies it"}
     if measured_floor:
-        from ..runtime.kernels import BASELINES, KERNELS
+        from groupconv.kernels import BASELINES, KERNELS
 
         doc["floor"] = floor_block(roofline, shapes_doc, session.get("l2_bytes"), list(KERNELS),
                                    [b for b, spec in BASELINES.items() if not spec["tf32"]])

@@ -7,8 +7,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from ..runtime.kernels import BASELINES
-from ..runtime.timing import BOUNDARIES
+from groupconv.kernels import BASELINES
+from groupconv.timing import BOUNDARIES
 from . import plan
 from .records import forward_records, nearest_same_code
 

@@ -2,7 +2,7 @@
 shape of the subset and boundary, the kernel's tuned median, each reference's median, each over
 the floor timed in the same job, and the kernel's paired ratio against the strongest strict-FP32
 reference with its interval and class. Every figure comes from the atlas's own statistics on the
-bench jobs' raw samples: medians of batch medians (runtime.timing.pooled_medians), the floor per
+bench jobs' raw samples: medians of batch medians (timing_frames.pooled_medians), the floor per
 job (floors.floor_table, floors.with_floor), paired ratios, intervals and classes
 (comparisons.comparisons_for_job), the strongest reference as torch_best chooses it, per shape
 from the kernel's own paired rows (medians.strongest_reference_rows).
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime import record_formats
-from ..runtime.kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation
-from ..runtime.timing import BOUNDARIES, batch_medians, pooled_medians
+from groupconv import record_formats
+from groupconv.kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation
+from groupconv.timing import BOUNDARIES
+from .timing_frames import batch_medians, pooled_medians
 from .comparisons import comparisons_for_job
 from .floors import floor_table, with_floor
 from .medians import strongest_reference_rows

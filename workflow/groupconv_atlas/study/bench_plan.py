@@ -17,7 +17,7 @@ import difflib
 import hashlib
 import re
 
-from ..runtime.kernels import BASELINES, KERNELS
+from groupconv.kernels import BASELINES, KERNELS
 from .plan import PlanError, cache_clash
 from .shapes_table import KINDS, shape_kind, shape_row
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime.files import REPO_ROOT
+from groupconv.files import REPO_ROOT
 
 CEILINGS_SOURCE = "kernels/ceilings.cu"
 STREAM_BYTES = 4 * 2**30  # per buffer: ~70x the H200's 60 MB L2
@@ -33,7 +33,7 @@ CEILING_TIMING = {"batches": 4, "samples_per_batch": 5, "seed": 3, "warmup_launc
 
 
 def _median_ms(session, launch) -> float:
-    from ..runtime.timing import TimingConfig, median_latencies
+    from groupconv.timing import TimingConfig, median_latencies
 
     medians, _ = median_latencies(session, {"ceiling": launch}, TimingConfig(**CEILING_TIMING),
                                   np.random.default_rng(CEILING_TIMING["seed"]), "ceiling")
@@ -43,8 +43,8 @@ def _median_ms(session, launch) -> float:
 def _launch_floor_us(session, cubin: str | Path) -> float:
     """Per-launch time of an empty kernel replayed in a CUDA graph: no kernel launched as the
     atlas's graph_device boundary launches it can take less."""
-    from ..runtime.launch import kernel_plan
-    from ..runtime.timing import TimingConfig, median_latencies
+    from groupconv.launch import kernel_plan
+    from groupconv.timing import TimingConfig, median_latencies
 
     empty = kernel_plan(cubin, "empty_launch", (1, 1, 1), (1, 1, 1), "").launch
     stream = session.stream.handle
@@ -60,7 +60,7 @@ def _launch_floor_us(session, cubin: str | Path) -> float:
 
 
 def measure(session, cubin: str | Path, progress=print) -> dict:
-    from ..runtime.launch import kernel_plan
+    from groupconv.launch import kernel_plan
 
     torch = session.torch
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -1,7 +1,8 @@
 """The package files a job runs, for the rules' `code(...)` inputs (editing one reruns the job).
 
-A rule names the modules its script imports, each inside its half ("kernels", "report/figures",
-"mobilenet/__init__"); the files are those modules and every module of the package they import,
+A rule names the modules its script imports, each inside its half (the op, groupconv: "kernels";
+the study, groupconv_atlas.study: "report/figures", "mobilenet/__init__"); the files are those
+modules and every module of either package they import,
 transitively, read with ast: imports inside functions count (a job runs them when it calls them),
 relative imports are resolved, and importing `a.b.c` runs a/__init__.py and a/b/__init__.py too.
 A module-level `__getattr__` (PEP 562, the package's public face) runs only when an importer asks
@@ -16,50 +17,55 @@ from pathlib import Path
 
 from .plan import PlanError
 
-PACKAGE = "groupconv_atlas"
-# The package's two halves (workflow/ARCHITECTURE.md); no module name appears in both.
-HALVES = ("runtime", "study")
-# Where the package sits in a checkout, as the rules name its files.
-PACKAGE_PATH = f"workflow/{PACKAGE}"
+# The two packages a job's code comes from, both top-level folders of workflow/ (the op, and
+# the study with its public face), and the folder a rule's `code(...)` name is looked up in for
+# each: "kernels" is groupconv.kernels, "report/figures" groupconv_atlas.study.report.figures.
+PACKAGES = ("groupconv", "groupconv_atlas")
+HALVES = ("groupconv", "groupconv_atlas.study")
+# Where the packages sit in a checkout, as the rules name their files.
+SOURCE_PATH = "workflow"
 
 Import = tuple[str, tuple[str, ...]]  # (dotted module, names taken from it)
 
 
 def code_files(root: str | Path, *modules: str) -> list[str]:
     """The files (paths from the checkout `root`, as rules list them) that importing `modules`
-    runs: the package's __init__ first, then each named module's half __init__ and file, then
-    what they import, once each."""
-    package_dir = Path(root) / PACKAGE_PATH
-    files = [f"{PACKAGE_PATH}/__init__.py"]
+    runs: each named module's package __init__ files and its file first, then what they
+    import, once each."""
+    source = Path(root) / SOURCE_PATH
+    files = []
     for name in modules:
-        dotted = module_name(package_dir, name)
-        named = _module_file(package_dir, dotted)
-        half = package_dir / dotted.split(".")[1] / "__init__.py"
-        files += [_listed(package_dir, f) for f in (half, named)]
-        files += [_listed(package_dir, f) for f in _closure(package_dir, dotted)]
+        dotted = module_name(source, name)
+        parts = dotted.split(".")
+        opened = [_module_file(source, ".".join(parts[:depth]))
+                  for depth in range(1, len(parts) + 1)]
+        files += [_listed(source, f) for f in opened]
+        files += [_listed(source, f) for f in _closure(source, dotted)]
     return list(dict.fromkeys(files))
 
 
-def module_name(package_dir: Path, name: str) -> str:
-    """The dotted module of a name given inside its half: "kernels" is
-    groupconv_atlas.runtime.kernels, "mobilenet/__init__" groupconv_atlas.study.mobilenet."""
-    found = [h for h in HALVES if (package_dir / h / f"{name}.py").is_file()]
+def module_name(source: Path, name: str) -> str:
+    """The dotted module of a name given inside its half: "kernels" is groupconv.kernels,
+    "mobilenet/__init__" groupconv_atlas.study.mobilenet."""
+    found = [h for h in HALVES
+             if (source.joinpath(*h.split(".")) / f"{name}.py").is_file()]
     if len(found) != 1:
+        folders = ",".join(h.replace(".", "/") for h in HALVES)
         raise PlanError(f"code({name!r}): {len(found)} modules of that name in "
-                        f"{PACKAGE_PATH}/{{{','.join(HALVES)}}}/, not one")
-    return ".".join([PACKAGE, found[0], *name.split("/")]).removesuffix(".__init__")
+                        f"{SOURCE_PATH}/{{{folders}}}/, not one")
+    return ".".join([found[0], *name.split("/")]).removesuffix(".__init__")
 
 
-def _listed(package_dir: Path, path: Path) -> str:
-    return f"{PACKAGE_PATH}/{path.relative_to(package_dir).as_posix()}"
+def _listed(source: Path, path: Path) -> str:
+    return f"{SOURCE_PATH}/{path.relative_to(source).as_posix()}"
 
 
-def _module_file(package_dir: Path, dotted: str) -> Path | None:
-    """The file a dotted module of the package runs, or None when it names no module."""
+def _module_file(source: Path, dotted: str) -> Path | None:
+    """The file a dotted module of the packages runs, or None when it names no module."""
     parts = dotted.split(".")
-    if parts[0] != PACKAGE:
+    if parts[0] not in PACKAGES:
         return None
-    base = package_dir.joinpath(*parts[1:])
+    base = source.joinpath(*parts)
     for candidate in (base / "__init__.py", base.with_suffix(".py")):
         if candidate.is_file():
             return candidate
@@ -67,7 +73,7 @@ def _module_file(package_dir: Path, dotted: str) -> Path | None:
 
 
 @lru_cache(maxsize=None)
-def _closure(package_dir: Path, dotted: str) -> tuple[Path, ...]:
+def _closure(source: Path, dotted: str) -> tuple[Path, ...]:
     """Every file of the package that importing `dotted` runs, calls into its functions included,
     sorted."""
     seen: set[Path] = set()
@@ -81,30 +87,30 @@ def _closure(package_dir: Path, dotted: str) -> tuple[Path, ...]:
         parts = module.split(".")
         for depth in range(1, len(parts) + 1):  # a.b.c runs a, a.b and a.b.c
             prefix = ".".join(parts[:depth])
-            path = _module_file(package_dir, prefix)
+            path = _module_file(source, prefix)
             if path is None or path in seen:
                 continue
             seen.add(path)
             eager, _lazy, _defined = _parsed(path, prefix)
-            todo += _targets(package_dir, eager)
+            todo += _targets(source, eager)
     return tuple(sorted(seen))
 
 
-def _targets(package_dir: Path, imports: tuple[Import, ...]) -> list[str]:
+def _targets(source: Path, imports: tuple[Import, ...]) -> list[str]:
     """The modules a file's imports run: each module imported from, the submodules among the
     names taken, and, for a name its module neither defines nor holds as a submodule, what that
     module's __getattr__ imports to serve it."""
     targets = []
     for module, names in imports:
         targets.append(module)
-        path = _module_file(package_dir, module)
+        path = _module_file(source, module)
         for name in names:
-            if _module_file(package_dir, f"{module}.{name}") is not None:
+            if _module_file(source, f"{module}.{name}") is not None:
                 targets.append(f"{module}.{name}")
             elif path is not None:
                 _eager, lazy, defined = _parsed(path, module)
                 if name not in defined:
-                    targets += _targets(package_dir, lazy)
+                    targets += _targets(source, lazy)
     return targets
 
 
@@ -133,7 +139,7 @@ def _imports(nodes: list[ast.AST], dotted: str, is_package: bool) -> tuple[Impor
     found = []
     for node in (n for top in nodes for n in ast.walk(top)):
         if isinstance(node, ast.Import):
-            found += [(a.name, ()) for a in node.names if a.name.split(".")[0] == PACKAGE]
+            found += [(a.name, ()) for a in node.names if a.name.split(".")[0] in PACKAGES]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: from the module's own package (or the module, if one)
                 anchor = dotted.split(".")
@@ -141,6 +147,6 @@ def _imports(nodes: list[ast.AST], dotted: str, is_package: bool) -> tuple[Impor
                 base = ".".join([*anchor, *([node.module] if node.module else [])])
             else:
                 base = node.module or ""
-            if base.split(".")[0] == PACKAGE:
+            if base.split(".")[0] in PACKAGES:
                 found.append((base, tuple(a.name for a in node.names if a.name != "*")))
     return tuple(found)

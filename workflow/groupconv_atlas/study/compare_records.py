@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime import record_formats
-from ..runtime.files import RecordError
-from ..runtime.kernels import DISPATCH, DISPATCH_NHWC, DISPATCHERS, base_implementation
+from groupconv import record_formats
+from groupconv.files import RecordError
+from groupconv.kernels import DISPATCH, DISPATCH_NHWC, DISPATCHERS, base_implementation
 from .medians import job_comparisons
 from .record_check import check
 from .reference_algorithms import algorithm_table, session_changes  # noqa: F401  (the job's)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..runtime import record_formats
+from groupconv import record_formats
 from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST_NCHW_FROM, StatsConfig, classify,
                     hierarchical_geomean, interval_method, paired_interval, process_means,
                     two_stage_geomean)
@@ -64,7 +64,7 @@ def comparisons_for_job(medians: pd.DataFrame, implementations: list[str],
     """Every (candidate, reference) pair of the job (job_pairs) on every shape: measured
     comparisons, and UNSUPPORTED / INCORRECT rows where either side was not verified correct.
     `status` maps (shape_id, implementation) to (status, reason)."""
-    from ..runtime.kernels import base_implementation
+    from groupconv.kernels import base_implementation
 
     frames = []
     for candidate, baseline in job_pairs(implementations, meta):

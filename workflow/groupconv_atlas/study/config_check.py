@@ -4,7 +4,7 @@ unknown or misspelled key with the nearest known one, a kernel the registry does
 the names it does. jsonschema finds the schema's errors (it is what Snakemake's own `validate`
 uses, which then fills the schema's defaults); this module only words them. And what the kernel
 lists mean: `kernels: all` is the registry's list, an absent `timing.candidates` the configured
-kernels (resolve_kernel_lists), so the kernel list is written once, in runtime.kernels."""
+kernels (resolve_kernel_lists), so the kernel list is written once, in groupconv.kernels."""
 from __future__ import annotations
 
 import difflib
@@ -78,9 +78,9 @@ ALL_KERNELS = "all"  # `kernels: all`: every kernel of the registry, in its orde
 
 
 def registry_errors(config: dict) -> list[str]:
-    """Each kernel or baseline the configuration lists that the registry (runtime.kernels) does
+    """Each kernel or baseline the configuration lists that the registry (groupconv.kernels) does
     not hold, with the names it does."""
-    from ..runtime.kernels import BASELINES, KERNELS
+    from groupconv.kernels import BASELINES, KERNELS
 
     lines = []
     for key, known in (("kernels", KERNELS), ("kernels_left_out", KERNELS),
@@ -149,7 +149,7 @@ def resolve_kernel_lists(config: dict) -> dict:
     registry's kernels in its order (less `kernels_left_out`), an absent `timing.candidates` as
     the configured kernels.
     Every stage reads these lists, as older configurations (and records' replays) write them."""
-    from ..runtime.kernels import KERNELS
+    from groupconv.kernels import KERNELS
 
     if config.get("kernels") == ALL_KERNELS:
         left_out = config.get("kernels_left_out") or []  # names checked by registry_errors

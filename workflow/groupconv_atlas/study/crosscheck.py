@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..runtime.shapes import Shape
+from groupconv.shapes import Shape
 
 
 def atlas_medians(samples: pd.DataFrame, implementation: str) -> dict[str, float]:
     """The atlas's median (timing.pooled_medians: median of batch medians) per shape."""
-    from ..runtime.timing import pooled_medians
+    from .timing_frames import pooled_medians
 
     medians = pooled_medians(samples)
     sub = medians[(medians["implementation"] == implementation)
@@ -25,7 +25,9 @@ def measure(launcher, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> 
     do_bench_cudagraph(return_mode='median'), same process, same inputs, same algorithm."""
     import triton.testing
 
-    from ..runtime.timing import ClockReader, median_latencies
+    from groupconv.timing import ClockReader, median_latencies
+
+    from .timing_frames import samples_frame
 
     session = launcher.session
     clocks = ClockReader(session.torch)
@@ -40,7 +42,7 @@ def measure(launcher, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> 
         medians, samples = median_latencies(session, {"torch_tuned": bound.run}, cfg, rng,
                                             shape.id, clocks)
         ours = medians["torch_tuned"]
-        launches = int(samples["launches_per_replay"].iloc[0])
+        launches = int(samples_frame(samples, shape.id)["launches_per_replay"].iloc[0])
         runs = [float(triton.testing.do_bench_cudagraph(bound.run, rep=50, return_mode="median"))
                 * 1000.0 for _ in range(repeats)]
         rows.append({"shape_id": shape.id, "harness_graph_device_median_us": ours,

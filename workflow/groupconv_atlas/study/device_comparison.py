@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.kernels import DISPATCHERS
+from groupconv.kernels import DISPATCHERS
 from .compare_records import cell_code, dispatch_targets, shared_code
 from .comparisons import geomean_block
 from .medians import record_comparisons

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ..runtime.kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation, layout_of
+from groupconv.kernels import BASELINES, DISPATCHERS, KERNELS, base_implementation, layout_of
 
 # How many names a summarised list shows before "and N more".
 FIRST = 5

@@ -50,7 +50,7 @@ def copy_sizes(shape) -> tuple[int, int]:
 def launch_counts(shapes, ceilings: dict, cfg) -> dict[str, int]:
     """{shape id: its one graph_device launch count} (timing.shape_launch_count over the bytes
     of the shape's floor copy), for every job that times these shapes."""
-    from ..runtime.timing import shape_launch_count
+    from groupconv.timing import shape_launch_count
 
     return {s.id: shape_launch_count(4 * sum(copy_sizes(s)), ceilings, cfg) for s in shapes}
 
@@ -75,8 +75,8 @@ def bind_floor(session, cubin: str | Path, shape, x, cfg, clocks) -> tuple[dict,
     """({run name: enqueue one launch}, details) of the shape's two floor runs, on the session's
     stream, reading `x` (the shape's input) into a buffer of the output's size. The copy is
     verified exact before it is returned; its variant is the fastest single-launch estimate."""
-    from ..runtime.launch import kernel_plan
-    from ..runtime.timing import PairedSampler
+    from groupconv.launch import kernel_plan
+    from groupconv.timing import PairedSampler
 
     torch = session.torch
     n_in, n_out = copy_sizes(shape)
@@ -146,9 +146,9 @@ def _check_copy(src, dst, entry: str, shape_id: str) -> None:
 def floor_table(samples: pd.DataFrame) -> pd.DataFrame:
     """(job, shape_id, boundary, floor_copy_us, floor_launch_us, measured_floor_us) from raw
     samples (every job's, concatenated, with their `job`): each run's median of batch medians
-    within each job (runtime.timing.pooled_medians of that job's samples, the atlas's one
+    within each job (timing_frames.pooled_medians of that job's samples, the atlas's one
     median). Empty for samples without floor runs (records made before the floor)."""
-    from ..runtime.timing import pooled_medians
+    from .timing_frames import pooled_medians
 
     rows = samples[samples["implementation"].isin(FLOOR_RUNS)]
     if rows.empty:
@@ -204,7 +204,7 @@ def geomean_over_floor(values) -> float:
 
 def read_floor_samples(paths) -> pd.DataFrame:
     """The floor runs' raw samples of every timing job (only those rows are read)."""
-    from ..runtime.record_formats import read_samples
+    from groupconv.record_formats import read_samples
 
     frames = [read_samples(p, filters=[("implementation", "in", list(FLOOR_RUNS))])
               .assign(job=Path(p).stem) for p in paths]

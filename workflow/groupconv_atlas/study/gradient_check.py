@@ -20,7 +20,7 @@ more, which is why the reference is FP64.
 
 Each substituted layer (`layer_errors`): on the step's own tensors (the input it was given, the
 output gradient it received), its output, input gradient and weight gradient against FP64 with
-the atlas verifier's elementwise bound (runtime/verify, study/pass_verify: factor x K x 2^-24 x the
+the atlas verifier's elementwise bound (groupconv/verify, study/pass_verify: factor x K x 2^-24 x the
 operation on absolute values, K the reduction length). It is the sharp part: a layer that computes
 a wrong element is caught there whatever the step's conditioning.
 
@@ -174,7 +174,7 @@ def rounding_control(model, layers: Sequence[str], seed: int):
 
     import torch
 
-    from ..runtime.verify import fp64_references
+    from groupconv.verify import fp64_references
 
     control = copy.deepcopy(model)
     device = next(control.parameters()).device
@@ -236,7 +236,7 @@ class LayerCapture:
     def _layer_errors(self, name: str, factor: float) -> dict:
         import torch
 
-        from ..runtime.verify import bound_scale, fp64_references, full_output_errors
+        from groupconv.verify import bound_scale, fp64_references, full_output_errors
         from .pass_verify import fp64_reference
 
         module, seen = self.model.get_submodule(name), self.seen.get(name)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..runtime.kernels import BASELINES, DISPATCH, KERNELS, layout_of
-from ..runtime.timing import BOUNDARIES
+from groupconv.kernels import BASELINES, DISPATCH, KERNELS, layout_of
+from groupconv.timing import BOUNDARIES
 from .comparisons import GROUP_KEYS, geomean_block, group_entries, worst_shape
 # the kinds of shape and their bins: shapes_table's (the passes split by them too)
 from .shapes_table import (CHANNEL_BINS, FOOTPRINT_BINS, KINDS, channel_bin,  # noqa: F401

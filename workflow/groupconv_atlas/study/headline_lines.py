@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..runtime.kernels import DISPATCH, KERNELS, layout_of
-from ..runtime.timing import BOUNDARIES
+from groupconv.kernels import DISPATCH, KERNELS, layout_of
+from groupconv.timing import BOUNDARIES
 from .agreement_lines import agreement_lines
 from .pass_stats import held_record_words
 from .stats import TORCH_BEST

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..runtime.files import RecordError, check_inputs
+from groupconv.files import RecordError, check_inputs
 from .provenance import now_utc, snakemake_job_provenance
 
 # The GPUs of this host that GPU jobs may use, as CUDA_VISIBLE_DEVICES entries (indices or

@@ -23,8 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..runtime import build, kernels
-from ..runtime.files import nvcc_version, sha256_file
+from groupconv import build, kernels
+from groupconv.files import nvcc_version, sha256_file
 from . import sass
 from .record_check import SAME_MACHINE_CODE
 from .record_writing import amend

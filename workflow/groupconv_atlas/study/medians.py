@@ -12,8 +12,9 @@ from typing import Iterator
 
 import pandas as pd
 
-from ..runtime import record_formats
-from ..runtime.timing import BOUNDARIES, batch_medians
+from groupconv import record_formats
+from groupconv.timing import BOUNDARIES
+from .timing_frames import batch_medians
 from .comparisons import comparisons_for_job
 from .records import checked_files
 from .reference_algorithms import algorithm_table, strongest_readings

@@ -52,17 +52,17 @@ def run_name(role: str, layout: str) -> str:
 
 def op_path_copy(converted):
     """A copy of a converted model whose swapped layers (GroupConv2d) check each call and call
-    the op `torch.ops.groupconv_atlas.conv2d` (PATHS["op"]); parameter names unchanged."""
+    the op `torch.ops.groupconv.conv2d` (PATHS["op"]); parameter names unchanged."""
     import types
 
     import torch
 
-    from ..runtime.conv import check_call
-    from ..runtime.layers import GroupConv2d
+    from groupconv.conv import check_call
+    from groupconv.layers import GroupConv2d
 
     def forward(self, x):
         check_call(x, self.weight, self.groups, self.implementation)
-        return torch.ops.groupconv_atlas.conv2d(x, self.weight, self.groups, self.implementation)
+        return torch.ops.groupconv.conv2d(x, self.weight, self.groups, self.implementation)
 
     copied = copy.deepcopy(converted)
     for module in copied.modules():
@@ -183,8 +183,9 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
     graph trial)."""
     import torch
 
-    from ..runtime.conv import eager_training, eager_training_as
-    from ..runtime.timing import samples_frame, time_runs, warm_up
+    from groupconv.conv import eager_training, eager_training_as
+    from groupconv.timing import time_runs, warm_up
+    from .timing_frames import samples_frame
 
     training = settings["training"]
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format

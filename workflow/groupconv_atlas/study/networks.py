@@ -45,8 +45,8 @@ def probe_backward_table(run_table: str | None, device_name: str,
     package's for this GPU (what a user's converted model runs), else none (every pass
     PyTorch's). Without it the probe's converted step would run PyTorch's backward, which no user
     of the package gets."""
-    from ..runtime.launch_tables import backward_dispatch_table, wgrad_tuning_table
-    from ..runtime.packaged_tables import load_packaged
+    from groupconv.launch_tables import backward_dispatch_table, wgrad_tuning_table
+    from groupconv.packaged_tables import load_packaged
 
     if run_table:
         return (backward_dispatch_table(run_table), wgrad_tuning_table(run_tunings or []),
@@ -63,7 +63,7 @@ def probe_backward_table(run_table: str | None, device_name: str,
 
 def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], int]:
     """The atlas's sampler on warmed-up runs: (rows, launches per graph replay)."""
-    from ..runtime.timing import time_runs, warm_up
+    from groupconv.timing import time_runs, warm_up
 
     warm_up(session, runs.values(), cfg.warmup_launches)
     rows, launches, _ = time_runs(session, runs, cfg, clocks, rng, boundaries=boundaries)
@@ -78,9 +78,10 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
     weight gradient's cuts it was measured with (probe_backward_table)."""
     import torch
 
-    from ..runtime import conv
-    from ..runtime.conversion import convert
-    from ..runtime.timing import ClockReader, samples_frame
+    from groupconv import conv
+    from groupconv.conversion import convert
+    from groupconv.timing import ClockReader
+    from .timing_frames import samples_frame
 
     conv.configure(launcher=launcher, backward_dispatch=backward_dispatch,
                    wgrad_tunings=wgrad_tunings)
@@ -137,7 +138,7 @@ def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per (network, mode): original / converted with its interval and class (above 1: the
     converted network is faster)."""
     from .comparisons import compare
-    from ..runtime.timing import batch_medians
+    from .timing_frames import batch_medians
 
     medians = batch_medians(samples)
     plain = compare(medians, "converted", "original", cfg)
@@ -169,9 +170,10 @@ def measure_unseen(session, launcher, settings: dict, timing_cfg, progress=print
     """(raw graph_device samples, per-geometry choices) (GPU)."""
     import torch
 
-    from ..runtime.shapes import geometry_shape
-    from ..runtime.timing import ClockReader, samples_frame
-    from ..runtime.unseen import autotune, nearest_choice
+    from groupconv.shapes import geometry_shape
+    from groupconv.timing import ClockReader
+    from .timing_frames import samples_frame
+    from groupconv.unseen import autotune, nearest_choice
 
     clocks = ClockReader(torch)
     rng = np.random.default_rng(settings["seed"])
@@ -214,7 +216,7 @@ def summarize_unseen(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     there (torch_best_nchw) and against the fastest of every run (the best verified
     implementation, channels_last PyTorch included or not), each a paired interval."""
     from .comparisons import compare
-    from ..runtime.timing import batch_medians
+    from .timing_frames import batch_medians
 
     medians = batch_medians(samples)
     rows = []

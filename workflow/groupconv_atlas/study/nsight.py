@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..runtime.kernels import BASELINES, KERNELS, base_implementation, launch_for, support
-from ..runtime.shapes import Shape
-from ..runtime.verify import check_seed
+from groupconv.kernels import BASELINES, KERNELS, base_implementation, launch_for, support
+from groupconv.shapes import Shape
+from groupconv.verify import check_seed
 from .nsight_reports import NsightError, entry_regex, find_ncu, pair_name, read_capture
 
 NCU_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis_Tables",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runtime.files import find_record
-from ..runtime.kernels import KERNELS
+from groupconv.files import find_record
+from groupconv.kernels import KERNELS
 from . import plan
 from .nsight import capture_seed, capture_stem, nsight_pairs, timing_jobs_for
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..runtime.kernels import support
-from ..runtime.shapes import Shape
-from ..runtime.record_formats import read_samples
-from ..runtime.timing import pooled_medians
+from groupconv.kernels import support
+from groupconv.shapes import Shape
+from groupconv.record_formats import read_samples
+from .timing_frames import pooled_medians
 from .nsight import kernel_entry
 from .nsight_metrics import (SCALAR_METRICS, STALL_COLUMNS, SUMMED_METRICS, launch_rates,
                              launch_row)

@@ -50,8 +50,9 @@ def host_rows(runs: dict, calls: int, repeats: int, rng, torch) -> list[dict]:
 def measure(session, launcher, shapes, implementation: str, timing_cfg, calls: int,
             repeats: int, seed: int, progress=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(raw samples, host rows, per-shape details) for every shape (GPU)."""
-    from ..runtime import conv
-    from ..runtime.timing import ClockReader, samples_frame, time_runs, warm_up
+    from groupconv import conv
+    from groupconv.timing import ClockReader, time_runs, warm_up
+    from .timing_frames import samples_frame
 
     conv.configure(launcher=launcher)
     torch = session.torch
@@ -86,7 +87,7 @@ def summarize(samples: pd.DataFrame, hosts: pd.DataFrame, cfg) -> dict:
     sync_api latency torch / op with its interval and class; graph_device per-call latency of
     op and kernel and their paired difference per batch (median, range)."""
     from .comparisons import compare
-    from ..runtime.timing import batch_medians
+    from .timing_frames import batch_medians
 
     medians = batch_medians(samples)
     out = {}

@@ -5,7 +5,7 @@ timing jobs, and the raw layer's and results' paths of each stage. Built by RunP
 imports no torch.
 
 A backward pass's jobs follow the forward's reference groups: one job per (pass, group), timing
-the pass's custom implementations (runtime/backward.py names them on the GPU machine) against the
+the pass's custom implementations (groupconv/backward.py names them on the GPU machine) against the
 group's strict-FP32 PyTorch references run as that pass (aten.convolution_backward), so no process
 holds torch_default beside torch_tuned in one layout, as for the forward (plan.check_names). A
 replay takes the passes its record holds (raw/passes/timing/*.json), whatever `passes` says, so a
@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..runtime.files import PASS_RECORD, find_record
-from ..runtime.kernels import BASELINES
+from groupconv.files import PASS_RECORD, find_record
+from groupconv.kernels import BASELINES
 from .plan import PlanError
 
 FORWARD = "forward"
-# The backward passes in the order the atlas shows them; runtime/backward.PASSES is the op's list
+# The backward passes in the order the atlas shows them; groupconv/backward.PASSES is the op's list
 # (forward first) and the configuration schema's enum the same names.
 BACKWARD_ORDER = ("input_grad", "weight_grad")
 # The module that computes them: imported by name on the GPU machine only (study/pass_verify,
@@ -276,11 +276,11 @@ class PassPlan:
             else []
 
     def code(self, *modules: str) -> list[str]:
-        """run.code(modules), with runtime/backward.py once it is in the checkout (the GPU jobs
+        """run.code(modules), with groupconv/backward.py once it is in the checkout (the GPU jobs
         import it by name (study/pass_verify, study/pass_timing), so code() cannot follow it)
         and the kernel sources a pass compiles: the weight-gradient kernels', and the forward
         kernels' that the input gradient runs through the op's dispatcher."""
-        backward = self.run.at("workflow/groupconv_atlas/runtime", f"{BACKWARD_MODULE}.py")
+        backward = self.run.at("workflow/groupconv", f"{BACKWARD_MODULE}.py")
         if not backward.is_file():
             return self.run.code(*modules)
         return [*self.run.code(*modules, BACKWARD_MODULE), *kernel_sources(self.run.kernels)]
@@ -295,8 +295,8 @@ def kernel_sources(kernels) -> list[str]:
     """The sources and headers a backward pass may compile, repository-relative, once: the
     weight-gradient kernels' and those of the run's forward `kernels` (a kernel a failed gate
     left out of the run is not among them)."""
-    from ..runtime.backward_kernels import BACKWARD_KERNELS
-    from ..runtime.kernels import KERNELS
+    from groupconv.backward_kernels import BACKWARD_KERNELS
+    from groupconv.kernels import KERNELS
 
     files = [f for name in kernels for f in KERNELS[name].inputs]
     files += [f for spec in BACKWARD_KERNELS.values() for f in (spec.source, *spec.headers)]

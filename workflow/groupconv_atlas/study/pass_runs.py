@@ -1,17 +1,17 @@
 """The calls of a backward pass on one shape's tensors (GPU side): each custom implementation of
-runtime/backward.py and each strict-FP32 PyTorch reference run as that pass, bound once, as the
+groupconv/backward.py and each strict-FP32 PyTorch reference run as that pass, bound once, as the
 launcher binds a forward implementation (launcher.Launcher.bind), for the verification
 (study/pass_verify) and the timing jobs (study/timing_workers) alike.
 
 - input_grad: grad_x from (grad_y, weight); weight_grad: grad_w from (grad_y, x).
 - A PyTorch reference of a pass is the op's own backward reference call
-  (runtime/torch_fallback.baseline_backward_call: `aten.convolution_backward` with that pass's
+  (groupconv/torch_fallback.baseline_backward_call: `aten.convolution_backward` with that pass's
   one-output mask, the reference's cudnn.benchmark, TF32 off), on its layout's tensors
   (torch_*_nhwc on channels_last ones), converted once here, outside every timed region.
-- A custom implementation takes its layout's tensors (runtime/backward.backward_layout), converted
+- A custom implementation takes its layout's tensors (groupconv/backward.backward_layout), converted
   once here as well. Each call launches on the current stream and never synchronizes.
 
-runtime/backward.py is imported by name (backward_module): it is written beside this study and
+groupconv/backward.py is imported by name (backward_module): it is written beside this study and
 the architecture check refuses an import of a module that is not in the tree; the rules list its
 file once it exists (study/pass_plan.PassPlan.code).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..runtime.kernels import BASELINES
+from groupconv.kernels import BASELINES
 from .pass_plan import BACKWARD_MODULE
 
 INPUT_GRAD, WEIGHT_GRAD = "input_grad", "weight_grad"
@@ -32,7 +32,7 @@ GRAD_SEED_OFFSET = 10**7
 
 
 def backward_module():
-    """groupconv_atlas.runtime.backward (PASSES, CUSTOM_BACKWARD, backward_implementations,
+    """groupconv.backward (PASSES, CUSTOM_BACKWARD, backward_implementations,
     backward_layout, backward_support, input_grad, weight_grad)."""
     name = f"{__package__.rsplit('.', 1)[0]}.runtime.{BACKWARD_MODULE}"
     try:
@@ -90,7 +90,7 @@ def reference_call(pass_: str, x, w, gy, groups: int, baseline: str):
     """PyTorch's pass on these tensors: the op's own backward reference call
     (torch_fallback.baseline_backward_call: aten.convolution_backward with the pass's one-output
     mask, the reference's cudnn.benchmark, TF32 off, the caller's settings back afterwards)."""
-    from ..runtime.torch_fallback import baseline_backward_call
+    from groupconv.torch_fallback import baseline_backward_call
 
     mask = tuple(OUTPUT_MASK[pass_][:2])
     index = 0 if pass_ == INPUT_GRAD else 1
@@ -122,7 +122,7 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
             return backward.weight_grad(gy, x, groups, impl)
     else:
         raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
-    return run, {"pass": pass_, "layout": layout, "call": f"groupconv_atlas.runtime.backward."
+    return run, {"pass": pass_, "layout": layout, "call": f"groupconv.backward."
                                                           f"{pass_}(..., {impl!r})", **route}
 
 
@@ -130,7 +130,7 @@ def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> 
     """{name: launcher.Bound} of every implementation of `impls` as `pass_` on one shape's input x
     and weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
     timing worker (timing_workers._worker): the runs the sampler takes, as a forward's."""
-    from ..runtime.launcher import Bound
+    from groupconv.launcher import Bound
 
     torch, backward = session.torch, backward_module()
     with session.on_stream():

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..runtime.dispatch import fastest_verified
-from ..runtime.timing import BOUNDARIES, batch_medians, pooled_medians
+from .dispatch import fastest_verified
+from groupconv.timing import BOUNDARIES
+from .timing_frames import batch_medians, pooled_medians
 from .comparisons import (comparisons_for_job, geomean_block, group_entries, summarize,
                           worst_shape)
 from .medians import with_torch_best

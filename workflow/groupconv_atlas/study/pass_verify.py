@@ -1,11 +1,11 @@
 """Verification of a backward pass (input_grad, weight_grad) on every shape, before it is timed:
-each custom implementation of runtime/backward.py and each strict-FP32 PyTorch reference run as
-that pass (study/pass_runs), in its own layout, as runtime/verify verifies the forward.
+each custom implementation of groupconv/backward.py and each strict-FP32 PyTorch reference run as
+that pass (study/pass_runs), in its own layout, as groupconv/verify verifies the forward.
 
 Each (shape, implementation) check draws fresh seeded standard-normal x, weight and grad_y (never
 zeros) and compares the full result against PyTorch FP32 (torch_default's pass, NCHW) and PyTorch
 FP64 (the same aten.convolution_backward on FP64 tensors), with the forward's elementwise bound
-(runtime/verify.bound_scale, full_output_errors): |g - ref| <= factor * K * u * (|.| conv |.|),
+(groupconv/verify.bound_scale, full_output_errors): |g - ref| <= factor * K * u * (|.| conv |.|),
 K the pass's reduction length (study/pass_runs.reduction_length), the scale the pass itself
 computed in FP64 on the operands' absolute values. The result is poisoned: a block of the output's
 size is filled with NaN and freed just before the call, and where PyTorch's caching allocator hands
@@ -15,13 +15,13 @@ is PyTorch's. Unsupported cases stay in the table with their reason.
 """
 from __future__ import annotations
 
-from ..runtime.verify import bound_scale, full_output_failures, full_output_errors
+from groupconv.verify import bound_scale, full_output_failures, full_output_errors
 from .pass_plan import BACKWARD_ORDER
 from .pass_runs import (INPUT_GRAD, OUTPUT_MASK, backward_module, bind, grad_output,
                         implementations, layout_of, reduction_length, reference_call, support)
 
 # Seeds: base + 1000 * shape index + PASS_SEED_SLOTS + 40 * pass index + the implementation's
-# place in the pass's list; the forward's slots (runtime/verify.seed_slot) stay below 900 in use.
+# place in the pass's list; the forward's slots (groupconv/verify.seed_slot) stay below 900 in use.
 PASS_SEED_SLOTS = 900
 PASS_SEED_STRIDE = 40
 
@@ -43,7 +43,7 @@ def unsupported_row(pass_: str, shape, impl: str, layout: str, reason: str, seed
 def fp64_reference(torch, pass_: str, x, w, gy, groups: int, absolute: bool = False):
     """The pass in FP64 (NCHW), on the operands' absolute values when `absolute` (the bound's
     scale)."""
-    from ..runtime.torch_fallback import baseline_backward_call
+    from groupconv.torch_fallback import baseline_backward_call
 
     def prep(t):
         t = t.double().contiguous()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..runtime import record_formats
-from ..runtime.kernels import (BASELINES, DISPATCHERS, IMPLEMENTATIONS, KERNELS,
+from groupconv import record_formats
+from groupconv.kernels import (BASELINES, DISPATCHERS, IMPLEMENTATIONS, KERNELS,
                                base_implementation, twin_name)
 
 Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..runtime.files import find_record
+from groupconv.files import find_record
 from .atlas_plan import ATLAS_PROBES
 
 

@@ -1,5 +1,5 @@
 """Atomic writes and the provenance record every job leaves beside its outputs (the hashes and
-the record checks they use are the runtime's, in runtime/files.py)."""
+the record checks they use are the runtime's, in groupconv/files.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pandas as pd
 
-from ..runtime.files import REPO_ROOT, nvcc_version, sha256_file
+from groupconv.files import REPO_ROOT, nvcc_version, sha256_file
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..runtime.files import sha256_file
+from groupconv.files import sha256_file
 
 
 class ProvenanceMismatch(RuntimeError):

@@ -14,7 +14,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from ..runtime.files import (INDEX, MANIFEST, RecordError, check_inputs, check_manifest_anchor,
+from groupconv.files import (INDEX, MANIFEST, RecordError, check_inputs, check_manifest_anchor,
                              sha256_file)
 
 

@@ -7,7 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
-from ..runtime.files import ATLAS_RECORD, INDEX, find_record
+from groupconv.files import ATLAS_RECORD, INDEX, find_record
 from .records import replay_arguments
 
 # The files a replay's record checks write first (records.smk): each names the record it checked.

@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ..runtime.files import INDEX, MANIFEST, RecordError, load_index, sha256_file
+from groupconv.files import INDEX, MANIFEST, RecordError, load_index, sha256_file
 from .provenance import now_utc, write_json
 
 

@@ -1,4 +1,4 @@
-"""Committed records, found and read: the record a replay uses (find_record, runtime/files.py:
+"""Committed records, found and read: the record a replay uses (find_record, groupconv/files.py:
 by name, or the newest of a device by its creation stamp; forward_records: each device's newest
 that timed the dispatchers), the files a manifest lists, every
 read of a record's file checked against its manifest first (checked_files), and the snakemake
@@ -16,7 +16,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from ..runtime.files import INDEX, MANIFEST, check_inputs, find_record, load_index
+from groupconv.files import INDEX, MANIFEST, check_inputs, find_record, load_index
 
 
 def replay_arguments(records_dir: str | Path, name: str) -> list[str]:
@@ -44,7 +44,7 @@ def record_files(record_dir: str | Path) -> list[str]:
 
 def checked_files(paths) -> list[Path]:
     """`paths`, once every committed-record file among them matches its record's manifest and the
-    manifest records/INDEX.json (runtime/files.check_inputs, as every job checks its inputs):
+    manifest records/INDEX.json (groupconv/files.check_inputs, as every job checks its inputs):
     the study reads a record's files through this, so a file edited since the record check is
     refused (RecordError) by whatever would read it."""
     paths = [Path(p) for p in paths]

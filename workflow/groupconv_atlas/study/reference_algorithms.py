@@ -1,7 +1,7 @@
 """What cuDNN ran for each PyTorch reference, per timing process, and what follows from it.
 
 Each timing worker names the GPU kernels one call of every PyTorch reference launched after its
-warm-up (runtime/cudnn_choice; the job's metadata keeps them per shape and process as
+warm-up (groupconv/cudnn_choice; the job's metadata keeps them per shape and process as
 `reference_kernels`). cudnn.benchmark chooses per process, so one reference may run two
 algorithms in two processes at very different speeds. From those names:
 - `algorithm_table`: (job, shape, reference, process, kernels), empty for a record made before

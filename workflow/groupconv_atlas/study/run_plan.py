@@ -17,8 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..runtime import kernels as registry
-from ..runtime.files import ATLAS_RECORD, INDEX, PASS_RECORD, find_record
+from groupconv import kernels as registry
+from groupconv.files import ATLAS_RECORD, INDEX, PASS_RECORD, find_record
 from . import live_run, plan
 from .atlas_plan import AtlasPlan
 from .bench_plan import BenchPlan
@@ -44,7 +44,7 @@ def gpu_available() -> bool:
 
 
 def timing_settings(timing: dict) -> dict:
-    """The configuration's `timing` section as runtime.timing.TimingConfig takes it: the
+    """The configuration's `timing` section as groupconv.timing.TimingConfig takes it: the
     sampler's settings, without the job lists (which have their own params)."""
     skip = ("candidates", "reference_groups", "aa_implementation", "dispatch", "processes",
             "floor")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.files import sha256_file
+from groupconv.files import sha256_file
 
 # ptxas figures from the build record's "functions" entry, renamed with their units.
 RESOURCE_COLUMNS = {

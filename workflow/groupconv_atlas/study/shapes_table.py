@@ -10,8 +10,8 @@ import jsonschema
 import pandas as pd
 import yaml
 
-from ..runtime.kernels import support
-from ..runtime.shapes import DILATION, KERNEL_SIZE, PADDING, STRIDE, Shape
+from groupconv.kernels import support
+from groupconv.shapes import DILATION, KERNEL_SIZE, PADDING, STRIDE, Shape
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "shapes.schema.yaml"
 SHAPE_FIELDS = ("id", "source", "n", "c_in", "c_out", "h", "w", "groups")

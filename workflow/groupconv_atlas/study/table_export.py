@@ -1,10 +1,10 @@
 """The op's launch tables exported from a committed record into the package
-(runtime/tables/<GPU name's slug>.json), so an installed op chooses its launches by the GPU's name
-without the checkout (runtime/packaged_tables reads them). Target: `snakemake export_tables`
+(groupconv/tables/<GPU name's slug>.json), so an installed op chooses its launches by the GPU's name
+without the checkout (groupconv/packaged_tables reads them). Target: `snakemake export_tables`
 (`make export_tables RECORD=<name>`; default the newest record of the configured device that
 has tables).
 
-The file holds every table runtime/launch_tables.record_tables loads, under its name (a table
+The file holds every table groupconv/launch_tables.record_tables loads, under its name (a table
 added there is exported with no change here), and where they came from: the record's name,
 creation stamp and manifest hash, the SHA-256 of every record file read, the cubin and source
 hashes of each kernel's build, and the source hashes the record vouches compile to the same
@@ -24,11 +24,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..runtime.files import MANIFEST, find_record, load_index, sha256_file
-from ..runtime.launch_tables import (BACKWARD_TABLE, record_backward_dispatch,
+from groupconv.files import MANIFEST, find_record, load_index, sha256_file
+from groupconv.launch_tables import (BACKWARD_TABLE, record_backward_dispatch,
                                      record_table_files, record_tables, record_wgrad_tunings,
                                      wgrad_tuning_files)
-from ..runtime.packaged_tables import FORMAT, TABLES_DIR, device_slug, encode_table
+from groupconv.packaged_tables import FORMAT, TABLES_DIR, device_slug, encode_table
 from .pass_plan import newest_passes_over
 from .records import checked_files, vouched_sources
 
@@ -36,7 +36,7 @@ from .records import checked_files, vouched_sources
 HAVING_TABLES = "raw/tuning/*.json"
 ABOUT = ("Launch tables of groupconv_atlas.conv2d for one GPU, exported from a committed record "
          "by `make export_tables` (study/table_export.py); tables keyed by tuples are "
-         "{\"__tuple_keys__\": [[key, value], ...]} (runtime/packaged_tables.py). Regenerate, "
+         "{\"__tuple_keys__\": [[key, value], ...]} (groupconv/packaged_tables.py). Regenerate, "
          "never edit.")
 
 

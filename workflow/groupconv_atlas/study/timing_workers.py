@@ -26,8 +26,8 @@ from multiprocessing.connection import Client, Listener
 import numpy as np
 import pandas as pd
 
-from ..runtime.shapes import Shape
-from ..runtime.timing import ClockReader, TimingConfig, batch_order
+from groupconv.shapes import Shape
+from groupconv.timing import ClockReader, TimingConfig, batch_order
 from .pass_plan import FORWARD
 
 RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
@@ -69,22 +69,22 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
     `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`. A backward
     `pass_` binds its runs through study/pass_runs instead of the launcher."""
     try:
-        from ..runtime.launcher import Launcher
-        from ..runtime.sessions import GpuSession
+        from groupconv.launcher import Launcher
+        from groupconv.sessions import GpuSession
 
-        from ..runtime import conv
+        from groupconv import conv
 
         cfg = TimingConfig(**cfg_dict)
         session = GpuSession()
         launcher = Launcher(session, **launcher_args)
         # sync_api times the public op for custom kernels (the call a user makes), with this
         # job's cubins and launch tables. A backward pass's job leaves the op as a user gets it
-        # (runtime/backward.py's kernels are not this job's forward cubins).
+        # (groupconv/backward.py's kernels are not this job's forward cubins).
         if pass_ == FORWARD:
             conv.configure(launcher=launcher)
         if wgrad_tunings:  # the weight gradient's tuned cuts (the run's tuning records)
-            from ..runtime.backward_plans import configure_backward
-            from ..runtime.launch_tables import wgrad_tuning_table
+            from groupconv.backward_plans import configure_backward
+            from groupconv.launch_tables import wgrad_tuning_table
 
             configure_backward(wgrad_tunings=wgrad_tuning_table(wgrad_tunings))
         torch = session.torch
@@ -99,7 +99,7 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
         conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision,
                    {**gpu_environment(), **software_environment()}))
         sampler, tensors = None, None
-        from ..runtime.timing import PairedSampler, warm_up
+        from groupconv.timing import PairedSampler, warm_up
         from .floors import FLOOR_RUNS, bind_floor
         from .pass_runs import bind_pass
 
@@ -133,8 +133,8 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                             cfg.warmup_launches)
                     # What cuDNN chose in this process for each tuned PyTorch reference
                     # (cudnn.benchmark searches per process), by the kernels one call runs
-                    # (runtime/cudnn_choice), outside the samples; `details` holds the same dicts.
-                    from ..runtime.cudnn_choice import gpu_kernels
+                    # (groupconv/cudnn_choice), outside the samples; `details` holds the same dicts.
+                    from groupconv.cudnn_choice import gpu_kernels
 
                     for b in bound.values():
                         if b.details.get("cudnn_benchmark"):
@@ -166,13 +166,13 @@ def public_call(conv, impl: str, impls: list[str], x, w, groups: int):
     for PyTorch's references (their call is F.conv2d, the bound run itself) and for a kernel
     timed beside its A/A twin (the twin has no public name: both sides of the A/A stay the bound
     launch, so they differ in nothing but the handle)."""
-    from ..runtime.kernels import DISPATCH, DISPATCHERS, KERNELS, twin_name
+    from groupconv.kernels import DISPATCH, DISPATCHERS, KERNELS, twin_name
 
     if twin_name(impl) in impls:
         return None
     if impl in DISPATCHERS or impl in KERNELS:
-        from ..runtime.call_plan import in_layout
-        from ..runtime.kernels import layout_of
+        from groupconv.call_plan import in_layout
+        from groupconv.kernels import layout_of
 
         # A kernel's own layout (channels_last for k8), converted once here, outside the timed
         # region, as the launcher converts for its bound run.

@@ -1,6 +1,6 @@
 """The weight gradient's tuning stage (GPU), before its pass is verified and timed, as the forward's
-tuning stage (runtime/tuning.py) is before the forward's: on every frozen shape, each cut of the
-weight gradient's plan the kernels' tables hold (runtime/backward_kernels.wgrad_cuts: the tile,
+tuning stage (groupconv/tuning.py) is before the forward's: on every frozen shape, each cut of the
+weight gradient's plan the kernels' tables hold (groupconv/backward_kernels.wgrad_cuts: the tile,
 rows or channel vector, and the split's blocks-per-SM aim) is launched through the op's one launch
 path (backward_plans.BackwardRuntime.wgrad_runner) and its whole output checked against PyTorch's
 FP32 and FP64 weight gradient with the verifier's bound after a NaN poison; the correct cuts are
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.backward_kernels import TUNING_BLOCKS_PER_SM, wgrad_cuts, wgrad_plan
-from ..runtime.verify import bound_scale, full_output_errors, full_output_failures
+from groupconv.backward_kernels import TUNING_BLOCKS_PER_SM, wgrad_cuts, wgrad_plan
+from groupconv.verify import bound_scale, full_output_errors, full_output_failures
 from .pass_runs import WEIGHT_GRAD, grad_output, in_pass_layout, reduction_length
 from .pass_verify import fp32_reference, fp64_reference
 
@@ -73,8 +73,8 @@ def tune_weight_grad(session, layout: str, shapes: list, cfg, seed: int, factor:
                      launch_counts: dict[str, int] | None = None) -> dict:
     """Tune the weight gradient's kernels of `layout` on `shapes` (GPU); the tuning record.
     `launch_counts`: each shape's one graph_device launch count, as for the forward's stage."""
-    from ..runtime import backward_plans
-    from ..runtime.timing import median_latencies, warm_up
+    from groupconv import backward_plans
+    from groupconv.timing import median_latencies, warm_up
 
     torch = session.torch
     implementation = f"wg_{layout}"

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ...runtime.verify import bound_scale
+from groupconv.verify import bound_scale
 from .. import gradient_check
 from .config import IMAGE_CHW, ProbeMismatch
 
@@ -122,8 +122,8 @@ def check_input_layouts(model, x, records: list[dict]) -> dict[str, str | None]:
     would time PyTorch, not the kernel."""
     import torch
 
-    from ...runtime.conv import call_layout
-    from ...runtime.kernels import layout_of
+    from groupconv.conv import call_layout
+    from groupconv.kernels import layout_of
 
     replaced = {r["layer"]: r["kernel"] for r in records if r["replaced"]}
     seen: dict[str, str | None] = {}

@@ -6,9 +6,9 @@ from typing import Callable
 
 import pandas as pd
 
-from ...runtime.kernels import KERNELS, layout_of
-from ...runtime.shapes import Shape
-from ...runtime.timing import pooled_medians
+from groupconv.kernels import KERNELS, layout_of
+from groupconv.shapes import Shape
+from ..timing_frames import pooled_medians
 from ..stats import geometric_mean
 from .config import BASELINE_FOR_GEOMEAN, LAYOUT_BASELINES
 
@@ -17,7 +17,7 @@ def graph_device_medians(timing_tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Per (shape_id, implementation): the graph_device median of batch medians over the raw
     timing tables. Pooled over jobs: the kernels it ranks are timed in every job, so no kernel
     gains from one job's conditions (the dispatcher, which also ranks PyTorch's references, each
-    timed in one job, ranks medians adjusted for the job: runtime.timing.job_adjusted_medians)."""
+    timed in one job, ranks medians adjusted for the job: timing_frames.job_adjusted_medians)."""
     pooled = pooled_medians(pd.concat(timing_tables, ignore_index=True))
     return pooled[pooled["boundary"] == "graph_device"].drop(columns="boundary").reset_index(
         drop=True)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...runtime.dispatch import LAYOUTS  # noqa: F401  (the layouts the probe measures; re-exported)
-from ...runtime.kernels import KERNELS, layout_of
-from ...runtime.timing import TimingConfig
+from ..dispatch import LAYOUTS  # noqa: F401  (the layouts the probe measures; re-exported)
+from groupconv.kernels import KERNELS, layout_of
+from groupconv.timing import TimingConfig
 
 BLOCK_INDEX = 3
 BLOCK_INPUT_CHW = (24, 56, 56)  # features[3]'s input for a 224x224 image

@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ...runtime.shapes import Shape
-from ...runtime.timing import BOUNDARIES, ClockReader, TimingConfig, time_runs
+from groupconv.shapes import Shape
+from groupconv.timing import BOUNDARIES, ClockReader, TimingConfig, time_runs
 from ..timing_workers import flag_batches
 from .checks import (
     agreement,
@@ -75,8 +75,8 @@ def empty_launch_runs(session, ceilings_cubin) -> dict[str, Callable]:
     scalars packed once, `launch3` with the three pointers: the C shim where it built), and a
     one-element PyTorch add_ (a real kernel launch; an add_ on zero elements launches nothing).
     The empty kernel is kernels/ceilings.cu's empty_conv_launch, with k3's parameter list."""
-    from ...runtime.launch import plan_for
-    from ...runtime.source_tables import Launch
+    from groupconv.launch import plan_for
+    from groupconv.source_tables import Launch
 
     torch = session.torch
     plan = plan_for(ceilings_cubin, Launch("empty_conv_launch", (1, 1, 1), (1, 1, 1),
@@ -281,10 +281,10 @@ def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFr
     replaced layers run the kernels that compute on channels_last."""
     import torch
 
-    from ...runtime import conv as public
-    from ...runtime.layers import GroupConv2d
-    from ...runtime.launcher import Launcher
-    from ...runtime.sessions import GpuSession
+    from groupconv import conv as public
+    from groupconv.layers import GroupConv2d
+    from groupconv.launcher import Launcher
+    from groupconv.sessions import GpuSession
     from ..provenance import gpu_environment, software_environment
 
     session = GpuSession()

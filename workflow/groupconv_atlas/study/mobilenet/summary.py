@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..comparisons import compare
 from ..stats import StatsConfig, median_interval
-from ...runtime.timing import batch_medians
+from ..timing_frames import batch_medians
 from .config import (
     ANY_LAYOUT,
     COMPARISONS,

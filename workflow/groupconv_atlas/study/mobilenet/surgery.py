@@ -1,12 +1,12 @@
 """Which convolutions of a model can take a custom kernel, and the walker that swaps them: the
-runtime's own (groupconv_atlas.runtime.conversion), and the probe's chooser of one named kernel."""
+runtime's own (groupconv.conversion), and the probe's chooser of one named kernel."""
 from __future__ import annotations
 
 from typing import Callable
 
-from ...runtime.conversion import conv_input_shapes, conv_skip_reason, substitute_convs  # noqa: F401
-from ...runtime.kernels import KERNELS
-from ...runtime.shapes import Shape
+from groupconv.conversion import conv_input_shapes, conv_skip_reason, substitute_convs  # noqa: F401
+from groupconv.kernels import KERNELS
+from groupconv.shapes import Shape
 
 
 def named_kernel(kernel: str) -> Callable[[Shape], tuple[str | None, str]]:

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from ...runtime.kernels import IMPLEMENTATIONS, base_implementation, layout_of
+from groupconv.kernels import IMPLEMENTATIONS, base_implementation, layout_of
 from ..map_cells import shape_cells, shape_verification
 from ..pass_stats import BEST_CUSTOM
 from ..stats import CLASSES, DERIVED_REFERENCES

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from ...runtime.kernels import DISPATCH
+from groupconv.kernels import DISPATCH
 from ..stats import CLASSES, classify
 from .axes import draw_interval_rows, ratio_axis
 from .style import CLASS_COLOURS, new_figure, styled

@@ -8,7 +8,7 @@ import base64
 import re
 import textwrap
 
-from ...runtime.kernels import layout_of
+from groupconv.kernels import layout_of
 from ..stats import classify
 from .glance import series_name
 

@@ -13,7 +13,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ...runtime.timing import BOUNDARIES  # noqa: F401  (the report's name for it)
+from groupconv.timing import BOUNDARIES  # noqa: F401  (the report's name for it)
 from ..plan import figure_stem  # noqa: F401  (the report's name for it)
 
 UNTIMED = ("UNSUPPORTED", "INCORRECT", "UNMEASURED")

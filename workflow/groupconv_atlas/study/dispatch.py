@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .kernels import BASELINES, DISPATCH, layout_of
-from .timing import JOB_ADJUSTED
+from groupconv.kernels import BASELINES, DISPATCH, layout_of
+from .timing_frames import JOB_ADJUSTED
 
 NOT_STRICT_FP32 = sorted(name for name, spec in BASELINES.items() if spec["tf32"])
 # The dispatcher chooses per (geometry, layout): a caller's contiguous NCHW tensors go to an

@@ -1,7 +1,7 @@
 """The public entry point: `conv2d(x, weight, groups, implementation)`, its fused form
 `conv2d_fused` and `configure` (the module form, `GroupConv2d`, is layers.py's).
 
-Registered as the custom op `torch.ops.groupconv_atlas.conv2d` (torch.library's define and impl,
+Registered as the custom op `torch.ops.groupconv.conv2d` (torch.library's define and impl,
 with a fake implementation), so CUDA graphs capture it and torch.compile traces it without a
 graph break. A call is checked against the fixed experiment (FP32, contiguous NCHW on the GPU, 3x3
 weights, stride 1, padding 1, dilation 1, no bias) and the implementation's support the first
@@ -13,7 +13,7 @@ caller's current stream with one driver call (`launch.LaunchPlan`, the same laun
 use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
 backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless
 `configure(backward_dispatch=...)` names an implementation for a pass, layout and geometry
-(backward_plans.routed_backward): then that pass runs it (runtime/backward.py: the weight
+(backward_plans.routed_backward): then that pass runs it (groupconv/backward.py: the weight
 gradient's own kernels, deterministic, bit-identical across runs; the input gradient through the
 forward kernels), the rest through aten as before. It is registered as the op's autograd formula,
 and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
@@ -23,10 +23,10 @@ PyTorch's own path costs the host least; a captured step and torch.compile run t
 
 Where the launch tables come from (choice_source): `configure(...)` sets them (`record=`: a
 checkout's committed record, launch_tables); by default the package's own for the GPU's name
-(runtime/tables/<name>.json, exported from a committed record by `make export_tables`;
+(groupconv/tables/<name>.json, exported from a committed record by `make export_tables`;
 packaged_tables), looked up by geometry. A GPU no packaged file names autotunes each geometry on
 its first call and keeps the choice (unseen; GROUPCONV_AUTOTUNE=0: the untuned rule). Cubins are
-compiled on first use with nvcc into a cache (GROUPCONV_CACHE, default ~/.cache/groupconv_atlas),
+compiled on first use with nvcc into a cache (GROUPCONV_CACHE, default ~/.cache/groupconv),
 keyed by the sources' hash and the GPU's architecture (cubin_cache).
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ def runtime() -> _Runtime:
 # The op, registered with torch.library's lower-level API (define + a CUDA kernel + a fake):
 # the dispatcher calls the CUDA kernel directly, without custom_op's Python wrapper around each
 # call. A call on CPU tensors reaches the CPU kernel, which only explains what is wrong.
-_LIB = torch.library.Library("groupconv_atlas", "DEF")
+_LIB = torch.library.Library("groupconv", "DEF")
 # flexible_layout: inductor may hand the op either layout rather than the one eager tracing saw
 # (its layout optimisation keeps a network's activations channels_last around cuDNN's
 # convolutions); the op computes in the layout it is given (the fake says so), and a tensor in
@@ -232,10 +232,10 @@ def _register(name: str, cuda, elsewhere, fake, backward, setup):
     fake and its autograd formula; returns its overload."""
     _LIB.impl(name, cuda, "CUDA")
     _LIB.impl(name, elsewhere, "CPU")
-    torch.library.register_fake(f"groupconv_atlas::{name}", fake, lib=_LIB)
-    torch.library.register_autograd(f"groupconv_atlas::{name}", backward, setup_context=setup,
+    torch.library.register_fake(f"groupconv::{name}", fake, lib=_LIB)
+    torch.library.register_autograd(f"groupconv::{name}", backward, setup_context=setup,
                                     lib=_LIB)
-    return getattr(torch.ops.groupconv_atlas, name).default
+    return getattr(torch.ops.groupconv, name).default
 
 
 _OP = _register("conv2d", _conv2d_cuda, _conv2d_elsewhere, _conv2d_fake, _conv2d_backward,
@@ -324,7 +324,7 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
     cudnn.benchmark off or on. A named implementation must be given tensors in its layout.
     Raises UnsupportedConv (a ValueError) naming the first field that does not fit, e.g.
     "x: dtype torch.float16, must be torch.float32"; `support(...)` answers the same without a
-    GPU. It is the custom op torch.ops.groupconv_atlas.conv2d: CUDA graphs capture it (the
+    GPU. It is the custom op torch.ops.groupconv.conv2d: CUDA graphs capture it (the
     kernel runs on the caller's current stream) and torch.compile(fullgraph=True) traces it."""
     if bias is not None or activation is not None:
         return conv2d_fused(x, weight, groups, implementation, bias, activation)
@@ -361,7 +361,7 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
 def conv2d_fused(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
                  activation: str | None = None):
     """y = activation(conv2d(x, weight, groups, implementation) + bias[c]): the custom op
-    torch.ops.groupconv_atlas.conv2d_fused. The implementation is the one the plain call would
+    torch.ops.groupconv.conv2d_fused. The implementation is the one the plain call would
     run (dispatch: the fastest convolution of the geometry and layout); a kernel with fused
     entries (k11, k12: the depthwise kernels) adds the bias and applies the activation in
     registers before its one store, any other implementation runs PyTorch's bias add and

@@ -26,7 +26,7 @@ from .torch_fallback import _strict_fp32_call
 from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, AutotuneCache, autotune,
                      autotune_enabled, nearest_choice)
 
-LOG = logging.getLogger("groupconv_atlas")
+LOG = logging.getLogger("groupconv")
 
 
 class _Runtime:

@@ -11,7 +11,7 @@ from pathlib import Path
 THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535  # gridDim.y and gridDim.z (the CUDA limit)
-# The kernel sources: the package's runtime/kernel_sources, which an installed wheel carries as
+# The kernel sources: the package's groupconv/kernel_sources, which an installed wheel carries as
 # package data and which in a checkout is a link to kernels/ (resolved: the checkout's folder).
 # Found beside this file, never by guessing where a checkout might be.
 KERNELS_DIR = (Path(__file__).resolve().parent / "kernel_sources").resolve()

@@ -213,7 +213,7 @@ def pointer_alignment(kernel: str, shape: Shape) -> tuple[int, int]:
 
 
 IMPLEMENTATIONS = [*KERNELS, *BASELINES]
-DISPATCH = "dispatch"  # groupconv_atlas.runtime.dispatch: per-shape choice among the above
+DISPATCH = "dispatch"  # study.dispatch: per-shape choice among the above
 # The same dispatcher on channels_last tensors (its channels_last table), timed as a candidate of
 # its own: what conv2d runs for a caller whose tensors are channels_last.
 DISPATCH_NHWC = "dispatch_nhwc"

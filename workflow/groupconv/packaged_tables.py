@@ -1,4 +1,4 @@
-"""The launch tables the package carries: one JSON file per GPU name in runtime/tables/
+"""The launch tables the package carries: one JSON file per GPU name in groupconv/tables/
 (`<device slug>.json`, e.g. nvidia-h200.json for "NVIDIA H200"), exported from a committed record
 by the pipeline's `export_tables` rule (study/table_export), read here by the GPU's name, so an
 installed wheel needs no checkout, records or config to choose its launches.

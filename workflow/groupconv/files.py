@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -21,7 +21,7 @@ Both calls check their arguments once per key (UnsupportedConv naming the field)
 cache their launch (backward_plans), allocate outputs and workspace with torch's caching
 allocator and launch on the caller's current stream through launch.LaunchPlan, never
 synchronising: a CUDA graph captures them. `conv2d`'s own backward takes them where
-`configure(backward_dispatch=...)` names them (runtime/conv.py)."""
+`configure(backward_dispatch=...)` names them (groupconv/conv.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -22,7 +22,7 @@ from .launch import plan_for
 from .launch_tables import Geometry, dispatch_table, tuning_table
 from .shapes import Shape
 
-LOG = logging.getLogger("groupconv_atlas")
+LOG = logging.getLogger("groupconv")
 FROM_TUNING = "tuning stage"
 FROM_RULE = "untuned rule (the tuning stage did not see this geometry)"
 FROM_VARIANT = "variant under test"

@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-LOG = logging.getLogger("groupconv_atlas")
+LOG = logging.getLogger("groupconv")
 SHIM_SOURCE = Path(__file__).with_name("launch_shim.c")
 SHIM_MODULE = "groupconv_launch_shim"
 
@@ -276,7 +276,7 @@ _SHIM_TRIED = False
 
 def _shim_path() -> Path:
     """Where the compiled shim is kept: keyed by its source, the Python ABI and the platform."""
-    base = Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv_atlas"))
+    base = Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv"))
     digest = hashlib.sha256(SHIM_SOURCE.read_bytes() + sys.version.encode()
                             + sysconfig.get_platform().encode()).hexdigest()[:16]
     return base / "host" / digest / (SHIM_MODULE + (sysconfig.get_config_var("EXT_SUFFIX")

@@ -93,7 +93,7 @@ def k6_default_variant(s: Shape, sm_count: int) -> dict:
 
 def launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
     v = variant or k6_default_variant(s, sm_count)
-    # A tuning record from before K6_ENTRY_COLS is read with cols=1 (runtime/record_formats).
+    # A tuning record from before K6_ENTRY_COLS is read with cols=1 (groupconv/record_formats).
     tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
     cols = int(v["cols"])
     if ((tile_floats, outs, cols) not in K6_TILES or threads not in K6_BLOCKS

@@ -123,7 +123,7 @@ def k4_entries() -> list[str]:
     return [f"k4_register_tile_r{r}_c{c}" for r, c in K4_TILES]
 
 
-# k5: k4's tile over a wider family, chosen per shape by measurement (runtime.tuning), not
+# k5: k4's tile over a wider family, chosen per shape by measurement (groupconv.tuning), not
 # by a rule of thumb. Tiles that spill registers under ptxas (rows 2 x 16 and rows 4 x 8
 # channels) are left out; the build record lists each entry's registers and spills. MIN_BLOCKS 1
 # lets a tile that would spill under ptxas's register heuristic (rows 8 x 1, rows 1 x 4) take up

@@ -1,5 +1,5 @@
 """The op's cubin cache: every kernel compiled with nvcc on first use into GROUPCONV_CACHE
-(default ~/.cache/groupconv_atlas), keyed by the GPU's architecture and the kernel sources' hash;
+(default ~/.cache/groupconv), keyed by the GPU's architecture and the kernel sources' hash;
 the autotuning cache lives in the same folder."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 from .backward_kernels import BACKWARD_KERNELS
 from .kernels import KERNELS, KERNELS_DIR
 
-LOG = logging.getLogger("groupconv_atlas")
+LOG = logging.getLogger("groupconv")
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv_atlas"))
+    return Path(os.environ.get("GROUPCONV_CACHE", Path.home() / ".cache" / "groupconv"))
 
 
 def cache_dir(arch: str) -> Path:
