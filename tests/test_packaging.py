@@ -1,7 +1,11 @@
-"""The package as a wheel: built from this tree, installed into a fresh virtual environment, it
-holds every subpackage and the files the runtime reads at run time (the launch shim, the kernel
-sources), imports every module outside the checkout, and `import groupconv_atlas` loads no part of
-the study. An editable install (`pip install -e .`) reads the checkout and would hide a missing
+"""The two distributions as wheels: the op (groupconv, workflow/groupconv) and the study
+(groupconv-atlas, the root), built from this tree and installed into a fresh virtual environment.
+The op's wheel depends on torch and numpy alone outside its extras, holds the files it reads at
+run time (the launch shim, the kernel sources, the launch tables), and imports every module with
+the study's dependencies (snakemake, pandas, scipy, matplotlib, jsonschema, pytest, yaml,
+pyarrow) and PyCUDA blocked; the study's wheel depends on groupconv, holds every subpackage and
+imports every module outside the checkout, and `import groupconv_atlas` loads no part of the
+study. An editable install (`pip install -e .`) reads the checkout and would hide a missing
 subpackage: groupconv_atlas.mobilenet was once left out of the wheel this way."""
 import json
 import os
@@ -9,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
@@ -16,39 +22,71 @@ from helpers import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "workflow" / "groupconv_atlas"
+OP_DIR = ROOT / "workflow" / "groupconv"
+# What a user of the op never needs: importing any of them from an op module fails the test.
+STUDY_ONLY = ("snakemake", "pandas", "scipy", "matplotlib", "jsonschema", "pytest", "yaml",
+              "pyarrow", "pycuda")
 
-# Run by the fresh environment's interpreter, in a folder outside the checkout.
-_CHECK = r"""
+# Run by the fresh environment's interpreter, in a folder outside the checkout, with the
+# study's dependencies and PyCUDA blocked (argv[1]: their names as JSON): every module of the op
+# imports, and the public names resolve.
+_OP_CHECK = r"""
 import importlib, json, pkgutil, sys
-import groupconv_atlas
-loaded = sorted(m for m in sys.modules if m.startswith("groupconv_atlas"))
-conv2d = groupconv_atlas.conv2d
-study = sorted(m for m in sys.modules if m.startswith("groupconv_atlas.study"))
-modules = [m.name for m in pkgutil.walk_packages(groupconv_atlas.__path__, "groupconv_atlas.")]
+blocked = set(json.loads(sys.argv[1]))
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ImportError(f"{name} is blocked: the op must not need it")
+sys.meta_path.insert(0, Block())
+import groupconv
+loaded = sorted(m for m in sys.modules if m.startswith("groupconv"))
+modules = [m.name for m in pkgutil.walk_packages(groupconv.__path__, "groupconv.")]
 for name in modules:
     importlib.import_module(name)
-from groupconv import kernels, launch
-print(json.dumps({"file": groupconv_atlas.__file__, "loaded_by_import": loaded,
-                  "study_after_conv2d": study, "conv2d": conv2d.__module__, "modules": modules,
+public = {n: getattr(groupconv, n).__module__ for n in ("conv2d", "GroupConv2d", "convert",
+                                                        "configure", "table_source")}
+from groupconv import kernels, launch, tuning, unseen
+print(json.dumps({"file": groupconv.__file__, "loaded_by_import": loaded, "modules": modules,
+                  "public": public, "blocked_loaded": sorted(
+                      m for m in sys.modules if m.split(".")[0] in blocked),
                   "kernels_dir": str(kernels.KERNELS_DIR),
                   "kernel_sources": sorted(p.name for p in kernels.KERNELS_DIR.glob("*.cu*")),
                   "shim": str(launch.SHIM_SOURCE), "shim_found": launch.SHIM_SOURCE.is_file()}))
 """
 
+# The same, of the study: every module imports (with its dependencies), and its public face
+# serves the op's own objects.
+_STUDY_CHECK = r"""
+import importlib, json, pkgutil, sys
+import groupconv_atlas
+loaded = sorted(m for m in sys.modules if m.startswith("groupconv"))
+conv2d = groupconv_atlas.conv2d
+import groupconv
+study = sorted(m for m in sys.modules if m.startswith("groupconv_atlas.study"))
+modules = [m.name for m in pkgutil.walk_packages(groupconv_atlas.__path__, "groupconv_atlas.")]
+for name in modules:
+    importlib.import_module(name)
+print(json.dumps({"file": groupconv_atlas.__file__, "loaded_by_import": loaded,
+                  "study_after_conv2d": study, "conv2d": conv2d.__module__,
+                  "same_object": conv2d is groupconv.conv2d, "modules": modules}))
+"""
 
-def checkout_modules() -> set[str]:
+
+def checkout_modules(package_dir: Path) -> set[str]:
     modules = set()
-    for path in PACKAGE_DIR.rglob("*.py"):
-        dotted = ".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    for path in package_dir.rglob("*.py"):
+        dotted = ".".join(path.relative_to(package_dir.parent).with_suffix("").parts)
         modules.add(dotted.removesuffix(".__init__"))
-    return modules - {"groupconv_atlas"}
+    return modules - {package_dir.name}
 
 
 def copy_sources(dest: Path) -> None:
-    """What the wheel is built from (tracked files and new ones git does not ignore), links kept
-    as links: pyproject.toml, the README and licence it names, the package, the kernels."""
+    """What the wheels are built from (tracked files and new ones git does not ignore), links kept
+    as links: both pyproject.toml files, the README and licence the root one names, both
+    packages, the kernels the op's kernel_sources links to."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "pyproject.toml",
-                             "README.md", "LICENSE*", "workflow/groupconv_atlas", "kernels"],
+                             "README.md", "LICENSE*", "workflow/groupconv_atlas",
+                             "workflow/groupconv", "kernels"],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for rel in listed:
         src, target = ROOT / rel, dest / rel
@@ -61,20 +99,50 @@ def copy_sources(dest: Path) -> None:
             shutil.copy2(src, target)
 
 
+def wheel_metadata(wheel: Path) -> tuple[list[str], list[str]]:
+    """(the wheel's Requires-Dist lines, the files it holds)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta, = [n for n in names if n.endswith(".dist-info/METADATA")]
+        message = Parser().parsestr(z.read(meta).decode())
+    return message.get_all("Requires-Dist") or [], names
+
+
+def required_names(requires: list[str]) -> set[str]:
+    """The distribution names a wheel requires outside its extras."""
+    import re
+
+    return {re.match(r"[A-Za-z0-9_.\-]+", r).group(0).lower().replace("_", "-")
+            for r in requires if "extra ==" not in r}
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path, Path, dict]:
-    """(its interpreter, the fresh environment, a folder outside the checkout, the environment
-    variables without PYTHONPATH) of a wheel built from this tree and installed with --no-deps."""
-    tmp_path = tmp_path_factory.mktemp("wheel")
-    source, wheels, venv, elsewhere = (tmp_path / n for n in ("src", "wheels", "venv", "elsewhere"))
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    """{"op": its wheel, "study": its wheel}, built from a copy of this tree without build
+    isolation or an index."""
+    tmp_path = tmp_path_factory.mktemp("wheels")
+    source, out = tmp_path / "src", tmp_path / "wheels"
     copy_sources(source)
-    built = run_guarded([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                         "--no-index", "-q", "-w", str(wheels), str(source)], tmp_path)
-    assert built.returncode == 0, built.stdout + built.stderr
-    wheel, = wheels.glob("groupconv_atlas-*.whl")
+    built = {}
+    for kind, folder, pattern in (("op", source / "workflow" / "groupconv", "groupconv-*.whl"),
+                                  ("study", source, "groupconv_atlas-*.whl")):
+        res = run_guarded([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                           "--no-build-isolation", "--no-index", "-q", "-w", str(out),
+                           str(folder)], tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        built[kind], = out.glob(pattern)
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheels, tmp_path_factory) -> tuple[Path, Path, Path, dict]:
+    """(its interpreter, the fresh environment, a folder outside the checkout, the environment
+    variables without PYTHONPATH) of both wheels installed with --no-deps."""
+    tmp_path = tmp_path_factory.mktemp("venv")
+    venv, elsewhere = tmp_path / "venv", tmp_path / "elsewhere"
     # --system-site-packages lends a system interpreter's packages (torch, pandas, ...); a
     # virtual environment's own are not among them, so this interpreter's site-packages join
-    # through a .pth line, after the fresh environment's own (whose groupconv_atlas comes first).
+    # through a .pth line, after the fresh environment's own (whose packages come first).
     made = run_guarded([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
                         str(venv)], tmp_path)
     assert made.returncode == 0, made.stdout + made.stderr
@@ -83,29 +151,81 @@ def installed(tmp_path_factory) -> tuple[Path, Path, Path, dict]:
         [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True, text=True, check=True).stdout.strip())
     (purelib / "environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    installed = run_guarded([sys.executable, "-m", "pip", "--python", str(python), "install",
-                             "--no-deps", "--no-index", "-q", str(wheel)], tmp_path)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
+    res = run_guarded([sys.executable, "-m", "pip", "--python", str(python), "install",
+                       "--no-deps", "--no-index", "-q", str(wheels["op"]), str(wheels["study"])],
+                      tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return python, venv, elsewhere, env
 
 
-def test_a_wheel_in_a_fresh_environment_holds_and_imports_every_module(installed):
+def test_the_op_wheel_needs_torch_and_numpy_alone_and_holds_its_files(wheels):
+    requires, names = wheel_metadata(wheels["op"])
+    assert required_names(requires) == {"torch", "numpy"}, requires
+    gpu = {r.split(";")[0].strip() for r in requires if "extra == \"gpu\"" in r}
+    assert {g.split(">")[0] for g in gpu} == {"pycuda", "nvidia-ml-py"}, requires
+    sources = sorted(p.name for p in (ROOT / "kernels").glob("*.cu*"))
+    assert sources and sorted(n.rsplit("/", 1)[1] for n in names
+                              if n.startswith("groupconv/kernel_sources/")) == sources
+    tables = sorted(p.name for p in (OP_DIR / "tables").glob("*.json"))
+    assert tables and sorted(n.rsplit("/", 1)[1] for n in names
+                             if n.startswith("groupconv/tables/")) == tables
+    assert "groupconv/launch_shim.c" in names
+    assert not [n for n in names if n.startswith("groupconv_atlas")], "the study in the op's wheel"
+
+
+def test_the_study_wheel_depends_on_the_op_and_holds_none_of_it(wheels):
+    requires, names = wheel_metadata(wheels["study"])
+    assert "groupconv" in required_names(requires), requires
+    assert {"snakemake", "pandas", "scipy"} <= required_names(requires), requires
+    assert not [n for n in names if n.startswith("groupconv/")], "the op in the study's wheel"
+
+
+def test_the_requirement_reader_sees_an_extra_dependency():
+    assert required_names(["torch>=2.4", "numpy>=1.26", "pandas>=2; extra == \"x\"",
+                           "Scipy_x (>=1)"]) == {"torch", "numpy", "scipy-x"}
+
+
+def test_the_op_imports_every_module_without_the_studys_dependencies_or_pycuda(installed):
     python, venv, elsewhere, env = installed
-    res = run_guarded([python, "-c", _CHECK], elsewhere, env=env)
+    res = run_guarded([python, "-c", _OP_CHECK, json.dumps(STUDY_ONLY)], elsewhere, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    found = json.loads(res.stdout.splitlines()[-1])
+    assert Path(found["file"]).is_relative_to(venv), found["file"]
+    assert found["loaded_by_import"] == ["groupconv"], found["loaded_by_import"]
+    assert set(found["modules"]) == checkout_modules(OP_DIR), \
+        sorted(set(found["modules"]) ^ checkout_modules(OP_DIR))
+    assert found["blocked_loaded"] == []
+    assert found["public"]["conv2d"] == "groupconv.conv"
+    assert found["public"]["convert"] == "groupconv.conversion"
+    assert Path(found["kernels_dir"]).is_relative_to(venv)
+    assert found["kernel_sources"] == sorted(p.name for p in (ROOT / "kernels").glob("*.cu*"))
+    assert found["shim_found"] and Path(found["shim"]).is_relative_to(venv), found["shim"]
+
+
+def test_the_blocker_fails_an_op_module_that_imports_pandas(installed, tmp_path):
+    """The check above can fail: a module importing pandas on import is refused."""
+    python, venv, elsewhere, env = installed
+    (tmp_path / "needs_pandas.py").write_text("import pandas\n")
+    program = _OP_CHECK.replace("import groupconv\n", "import groupconv\nimport needs_pandas\n", 1)
+    res = run_guarded([python, "-c", program, json.dumps(STUDY_ONLY)], elsewhere,
+                      env={**env, "PYTHONPATH": str(tmp_path)})
+    assert res.returncode != 0 and "pandas is blocked" in res.stderr, res.stdout + res.stderr
+
+
+def test_the_study_wheel_imports_every_module_and_serves_the_ops_names(installed):
+    python, venv, elsewhere, env = installed
+    res = run_guarded([python, "-c", _STUDY_CHECK], elsewhere, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     found = json.loads(res.stdout.splitlines()[-1])
     # The wheel's package, not the checkout's.
     assert Path(found["file"]).is_relative_to(venv), found["file"]
     assert found["loaded_by_import"] == ["groupconv_atlas"], found["loaded_by_import"]
     assert found["study_after_conv2d"] == [], found["study_after_conv2d"]
-    assert found["conv2d"] == "groupconv.conv"
-    assert set(found["modules"]) == checkout_modules(), \
-        sorted(set(found["modules"]) ^ checkout_modules())
-    assert Path(found["kernels_dir"]).is_relative_to(venv)
-    assert found["kernel_sources"] == sorted(p.name for p in (ROOT / "kernels").glob("*.cu*"))
-    assert found["shim_found"] and Path(found["shim"]).is_relative_to(venv), found["shim"]
+    assert found["conv2d"] == "groupconv.conv" and found["same_object"]
+    assert set(found["modules"]) == checkout_modules(PACKAGE_DIR), \
+        sorted(set(found["modules"]) ^ checkout_modules(PACKAGE_DIR))
 
 
 # Run by the installed package outside the checkout, on the CPU, torch.cuda's device name faked
@@ -118,7 +238,7 @@ opened = set()
 sys.addaudithook(lambda event, args: opened.add(str(args[0]))
                  if event in ("open", "os.listdir", "os.scandir") and args else None)
 import torch
-import groupconv_atlas as g
+import groupconv as g
 from groupconv import op_runtime
 torch.cuda.get_device_name = lambda *args: sys.argv[1]
 class Session:
@@ -137,7 +257,7 @@ def test_the_installed_op_takes_its_tables_by_the_gpus_name_without_the_checkout
     first call; with GROUPCONV_AUTOTUNE=0 it takes the untuned rule; no run reads the checkout,
     a config.yaml or a record."""
     python, venv, elsewhere, env = installed
-    packaged = json.loads((PACKAGE_DIR / "runtime" / "tables" / "nvidia-h200.json").read_text())
+    packaged = json.loads((OP_DIR / "tables" / "nvidia-h200.json").read_text())
     geometry, implementation = packaged["tables"]["dispatch"]["__tuple_keys__"][0]
     runs = {}
     for name, gpu, extra in (("h200", "NVIDIA H200", {}), ("unknown", "NVIDIA Unknown GPU", {}),
