@@ -6,7 +6,7 @@
 // second pass moves as many bytes as the convolution itself.
 //
 // The activation is a compile-time type (one entry per activation, `<entry>_ep_<name>`, as
-// runtime/epilogues.py names them), so no entry branches on it per element. `NoEpilogue` is the
+// groupconv/epilogues.py names them), so no entry branches on it per element. `NoEpilogue` is the
 // plain convolution: `if constexpr` on its `fused` leaves the plain entries' machine code as it
 // was before epilogues. Each formula is PyTorch's own in FP32 (its CUDA kernels for ReLU6,
 // SiLU = x / (1 + exp(-x)), Hardswish = x * min(max(x + 3, 0), 6) / 6).
@@ -42,7 +42,7 @@ struct EpilogueHardswish {
 };
 
 // EPILOGUE_ACTIVATIONS(F, ...): F(..., name, type) once per activation, in the order
-// runtime/epilogues.ACTIVATIONS lists them (a CPU test compares the two).
+// groupconv/epilogues.ACTIVATIONS lists them (a CPU test compares the two).
 #define EPILOGUE_ACTIVATIONS(F, A, B, C)   \
     F(A, B, C, identity, EpilogueIdentity) \
     F(A, B, C, relu, EpilogueRelu)         \

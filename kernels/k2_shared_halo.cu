@@ -2,7 +2,7 @@
 // channel of the group in shared memory, then each thread computes one output from there.
 #include "common.cuh"
 // K2_TILE_W, K2_TILE_H and the channel counts K2_CHANNELS_PER_GROUP: the registry's table
-// (groupconv_atlas.runtime.nchw_tile_kernels.K2_TABLE).
+// (groupconv.nchw_tile_kernels.K2_TABLE).
 #include "k2_shared_halo_table.cuh"
 
 // Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; blockDim = (32, 8);

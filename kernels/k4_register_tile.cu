@@ -1,5 +1,5 @@
 // k4 register tile (kernels/register_tile.cuh) with 16-byte or scalar accesses, its tile chosen by
-// a rule of thumb (groupconv_atlas.runtime.nchw_tile_kernels.k4_tile). One entry per row of the
+// a rule of thumb (groupconv.nchw_tile_kernels.k4_tile). One entry per row of the
 // registry's tile table K4_TILES (nchw_tile_kernels.K4_TABLE, in the rule's order of preference),
 // which the generated header holds.
 #include "register_tile.cuh"

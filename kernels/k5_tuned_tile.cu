@@ -1,7 +1,7 @@
 // k5 tuned register tile (kernels/register_tile.cuh) with 16-, 8-byte or scalar accesses, over a
 // wider family of tiles than k4, the tile and block size of every shape chosen by the tuning stage
-// (groupconv_atlas.runtime.tuning). One entry per row of the registry's tile table K5_TILES
-// (groupconv_atlas.runtime.nchw_tile_kernels.K5_TABLE), which the generated header holds.
+// (groupconv.tuning). One entry per row of the registry's tile table K5_TILES
+// (groupconv.nchw_tile_kernels.K5_TABLE), which the generated header holds.
 #include "register_tile.cuh"
 #include "k5_tuned_tile_table.cuh"
 

@@ -11,7 +11,7 @@
 #include "common.cuh"
 #include "stage.cuh"
 // K6_PAD (floats of padding before the staged rows) and the tile tables K6_TILES and
-// K6_TILES_COLS: the registry's table (groupconv_atlas.runtime.nchw_row_kernels.K6_TABLE).
+// K6_TILES_COLS: the registry's table (groupconv.nchw_row_kernels.K6_TABLE).
 #include "k6_depthwise_smem_table.cuh"
 
 // Output rows a tile holds: what fits in TILE_FLOATS floats with the two halo rows, both pads and

@@ -14,7 +14,7 @@
 
 #include "common.cuh"
 #include "stage.cuh"
-// The registry's table (groupconv_atlas.runtime.nchw_row_kernels.K7_TABLE), each explained there:
+// The registry's table (groupconv.nchw_row_kernels.K7_TABLE), each explained there:
 // K7_PAD (floats of padding before each channel's staged rows), K7_MAX_CPG and K7_MAX_COUT_PG (the
 // largest group the kernel takes), K7_WEIGHT_FLOATS (floats of the weight array) and the tile
 // table K7_TILES.

@@ -6,7 +6,7 @@
 // serve up to 9 outputs each, and its 9 weights per channel are loaded once per tile.
 #include "channel_vec.cuh"
 #include "common.cuh"
-// The tile table K8_TILES: the registry's (groupconv_atlas.runtime.nhwc_strip_kernels.K8_TABLE).
+// The tile table K8_TILES: the registry's (groupconv.nhwc_strip_kernels.K8_TABLE).
 #include "k8_depthwise_nhwc_table.cuh"
 
 // K8Vec<VEC>: VEC adjacent channels of one pixel (or their taps), kernels/channel_vec.cuh.

@@ -28,7 +28,7 @@
 // The groups the kernel takes (the host's support predicate uses them too): input channels per
 // group from 2 (depthwise, 1, is k8's) to K9_MAX_CPG, output channels per group up to
 // K9_MAX_COUT_PG; and the tile table K9_TILES: the registry's table
-// (groupconv_atlas.runtime.nhwc_strip_kernels.K9_TABLE).
+// (groupconv.nhwc_strip_kernels.K9_TABLE).
 #include "k9_grouped_nhwc_table.cuh"
 
 // IVEC (or OVEC) consecutive floats: one 16-, 8- or 4-byte access.
