@@ -34,7 +34,7 @@ from .records import checked_files, vouched_sources
 
 # A record that has launch tables holds tuning records (older ones kept k5's inside its build).
 HAVING_TABLES = "raw/tuning/*.json"
-ABOUT = ("Launch tables of groupconv_atlas.conv2d for one GPU, exported from a committed record "
+ABOUT = ("Launch tables of groupconv.conv2d for one GPU, exported from a committed record "
          "by `make export_tables` (study/table_export.py); tables keyed by tuples are "
          "{\"__tuple_keys__\": [[key, value], ...]} (groupconv/packaged_tables.py). Regenerate, "
          "never edit.")
