@@ -73,7 +73,7 @@ def use_kernels_folder(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     `folder` until the test ends (the build, the registry's headers, the cubin cache)."""
     original = source_tables.KERNELS_DIR
     for module_name, module in list(sys.modules.items()):
-        if module_name.startswith("groupconv_atlas") and \
+        if module_name.partition(".")[0] in ("groupconv", "groupconv_atlas") and \
                 getattr(module, "KERNELS_DIR", None) == original:
             monkeypatch.setattr(module, "KERNELS_DIR", folder)
 
