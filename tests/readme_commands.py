@@ -254,7 +254,7 @@ TARGET_SEQUENCE = [
 # README's Python statements: CPU ones run here; GPU ones are bound against the API's signatures.
 CPU, GPU = "cpu", "gpu"
 PYTHON_STATEMENTS = {
-    "import torch, groupconv_atlas as g": CPU,
+    "import torch, groupconv as g": CPU,
     'x, w = torch.randn(32, 144, 56, 56, device="cuda"), torch.randn(144, 1, 3, 3, device="cuda")':
         GPU,
     "y = g.conv2d(x, w, groups=144)": GPU,
