@@ -34,7 +34,7 @@ GRAD_SEED_OFFSET = 10**7
 def backward_module():
     """groupconv.backward (PASSES, CUSTOM_BACKWARD, backward_implementations,
     backward_layout, backward_support, input_grad, weight_grad)."""
-    name = f"{__package__.rsplit('.', 1)[0]}.runtime.{BACKWARD_MODULE}"
+    name = f"groupconv.{BACKWARD_MODULE}"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as err:
