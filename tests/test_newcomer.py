@@ -32,7 +32,7 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
     offenders = []
     package = ROOT / "workflow" / "groupconv_atlas"
     files = [*(ROOT / "workflow" / "scripts").glob("*.py"), package / "study" / "jobs.py",
-             package / "study" / "provenance.py", package / "runtime" / "files.py"]
+             package / "study" / "provenance.py", ROOT / "workflow" / "groupconv" / "files.py"]
     assert files
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

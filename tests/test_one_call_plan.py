@@ -20,12 +20,14 @@ from groupconv.shapes import geometry_shape  # noqa: E402
 from launch_fakes import (CALLER_STREAM, STAGE_STREAM, RecordingPlan, StageSession,  # noqa: E402
                           plan_on_cpu)
 
-PACKAGE = Path(call_plan.__file__).resolve().parents[1]
+# workflow/: the op (groupconv), the study (groupconv_atlas) and the job scripts, each file named
+# from there.
+SOURCE_DIR = Path(call_plan.__file__).resolve().parents[1]
 CL = torch.channels_last
 # Launches of other kernels than a forward convolution's, each with its reason: the weight
 # gradient's own two-stage kernels (their plans are the backward's), and the MobileNet probe's
 # empty kernel (the launch overhead itself, launched as a plan launches).
-OTHER_LAUNCH3 = {"groupconv/backward_plans.py", "study/mobilenet/probe.py"}
+OTHER_LAUNCH3 = {"groupconv/backward_plans.py", "groupconv_atlas/study/mobilenet/probe.py"}
 # F.conv2d outside the PyTorch path: verification's FP32/FP64 references (checked against, never
 # timed), the op's eager training path (dispatch computes F.conv2d there) and the fused op's
 # backward (conv + bias recomputed for the activation's derivative), and GroupConv2d on an input
@@ -164,8 +166,8 @@ def _uses(tree: ast.AST, attribute: str, owners: tuple[str, ...] = ()) -> int:
 
 
 def _modules():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield str(path.relative_to(PACKAGE)), ast.parse(path.read_text())
+    for path in sorted(SOURCE_DIR.rglob("*.py")):
+        yield str(path.relative_to(SOURCE_DIR)), ast.parse(path.read_text())
 
 
 def test_only_the_call_plan_launches_a_convolution_kernel():
