@@ -204,11 +204,15 @@ COMMANDS: dict[str, How] = {
             "k12 and the four references, a bench job per reference group and the table, and "
             "none of the atlas's timing jobs"),
     # Installs and git: not run (they change the environment or the repository).
-    'pip install -e ".[gpu,evidence]"': How(STATIC, "the extras gpu and evidence exist"),
     'pip install -e ".[gpu]"': How(STATIC, "the extra gpu exists"),
-    "pip install -e .": How(STATIC, "the project installs from workflow/ (installed here)"),
-    'pip install ".[gpu]"': How(STATIC, "the extra gpu exists; tests/test_packaging.py installs "
-                                "the wheel outside the checkout and runs it from there"),
+    'pip install "./workflow/groupconv[gpu]"': How(
+        STATIC, "the op's own pyproject has the extra gpu; tests/test_packaging.py builds its "
+        "wheel, installs it outside the checkout and imports it with the study's dependencies "
+        "blocked"),
+    'pip install -e ./workflow/groupconv && pip install -e ".[gpu,evidence]"': How(
+        STATIC, "the op first, then the study with the extras gpu and evidence, which exist"),
+    "make install": How(STATIC, "the Makefile's install target: the op's editable install, "
+                        "then the study's"),
     "pip install snakemake-executor-plugin-slurm": How(STATIC, "in the test extra and "
                                                        "importable (the SLURM dry run uses it)"),
     "git add records/<device>-<date> records/INDEX.json": How(

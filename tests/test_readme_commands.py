@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import textwrap
 
@@ -80,7 +81,7 @@ def test_make_commands_resolve(command):
         assert "groupconv_atlas.study.records replay-args" in res.stdout, res.stdout
     elif command == "make verify":
         assert "verify_provenance" in res.stdout, res.stdout
-    elif command != "make":
+    elif command not in ("make", "make install"):  # the installs: test_install_commands_...
         target = split(command)[1][1]
         assert re.search(rf"snakemake {re.escape(target)}\b", res.stdout), res.stdout
 
@@ -126,13 +127,29 @@ def test_install_commands_name_what_exists():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
-    for command, how in COMMANDS.items():
-        if command.startswith("pip install ") and split(command)[1][-1].startswith("."):
-            target = split(command)[1][-1]
-            named = re.fullmatch(r"\.(?:\[([\w,]+)\])?", target)
-            assert named, command
-            for extra in filter(None, (named.group(1) or "").split(",")):
-                assert extra in extras, f"{command}: no extra {extra!r} in pyproject.toml"
+    op_project = tomllib.loads((ROOT / "workflow" / "groupconv" / "pyproject.toml").read_text())
+    # The folder a local install names, and the distribution's name in its pyproject.
+    local = {".": project, "./workflow/groupconv": op_project}
+    checked = set()
+    for command in COMMANDS:
+        for part in command.split("&&"):
+            if not (part.strip().startswith("pip install ")
+                    and split(part)[1][-1].startswith(".")):
+                continue
+            named = re.fullmatch(r"(\.(?:/[\w/]+)?)(?:\[([\w,]+)\])?", split(part)[1][-1])
+            assert named and named.group(1) in local, command
+            pyproject = local[named.group(1)]
+            for extra in filter(None, (named.group(2) or "").split(",")):
+                assert extra in pyproject["project"].get("optional-dependencies", {}), (
+                    f"{command}: no extra {extra!r} in {named.group(1)}/pyproject.toml")
+            checked.add(pyproject["project"]["name"])
+    assert checked == {"groupconv", "groupconv-atlas"}, checked
+    # The study depends on the op at its version, and make install installs the op first.
+    assert f"groupconv=={op_project['project']['version']}" in project["project"]["dependencies"]
+    recipe = subprocess.run(["make", "-n", "-B", "install"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
+    installs = [line for line in recipe.splitlines() if "pip install -q -e" in line]
+    assert [i.endswith("workflow/groupconv") for i in installs] == [True, False], recipe
     assert project["tool"]["setuptools"]["package-dir"] == {"": "workflow"}
     assert importlib.metadata.version("groupconv-atlas") == project["project"]["version"]
     plugin = "snakemake-executor-plugin-slurm"
