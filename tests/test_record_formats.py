@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import PACKAGE_DIR, ROOT
+from helpers import OP_DIR, PACKAGE_DIR, ROOT
 
 from groupconv import record_formats as rf
 from groupconv.launch_tables import dispatch_table, tuning_table
@@ -173,10 +173,12 @@ cols = int(v.get("cols", 1))
     assert len(format_branches(ast.parse(moved))) == 6
 
 
-@pytest.mark.parametrize("folder", ["groupconv_atlas", "scripts"])
+@pytest.mark.parametrize("folder", ["groupconv", "groupconv_atlas", "scripts"])
 def test_no_module_but_the_adapter_branches_on_a_record_format(folder):
-    base = PACKAGE_DIR if folder == "groupconv_atlas" else ROOT / "workflow" / "scripts"
-    adapter = PACKAGE_DIR / "runtime" / "record_formats.py"
+    base = {"groupconv": OP_DIR, "groupconv_atlas": PACKAGE_DIR}.get(
+        folder, ROOT / "workflow" / "scripts")
+    adapter = OP_DIR / "record_formats.py"
+    assert adapter.is_file()
     files = [p for p in sorted(base.rglob("*.py")) if p != adapter]
     assert len(files) > 10  # the walk found the modules
     found = {}
