@@ -36,7 +36,7 @@ class Mutant:
     # takes; for a weight-gradient kernel, the wgrad_plan keywords of a tuning stage's cut);
     # None: the untuned rule.
     variant: dict | None = None
-    # The kernel's flipped entries verified (KernelSpec.flips: the taps turned 180 degrees, the
+    # The kernel's flipped entries verified (KernelFamily.flips: the taps turned 180 degrees, the
     # depthwise input gradient), against the convolution with the weight turned around.
     flip: bool = False
 

@@ -1,7 +1,7 @@
 """The checks every registered kernel passes whatever it computes (tests/test_kernels_registry.py
 runs them on each kernel of the registry, tests/test_planted_kernel.py on a kernel planted with one
-entry), and how a test plants a kernel: its KernelSpec added to the registry, its source in a copy
-of the kernels' folder, both undone when the test ends."""
+entry), and how a test plants a kernel: its KernelFamily registered, its source in a copy of the
+kernels' folder, both undone when the test ends."""
 from __future__ import annotations
 
 import re
@@ -14,7 +14,7 @@ import pytest
 
 from groupconv import source_tables
 from groupconv.files import REPO_ROOT
-from groupconv.kernels import KERNELS, KernelSpec, entries, launch_for, support
+from groupconv.kernels import KERNELS, KernelFamily, entries, launch_for, support
 from groupconv.verify import SEED_SLOT_LIMIT, seed_slot
 from groupconv_atlas.study.shapes_table import load_shapes
 
@@ -29,24 +29,33 @@ _EXPORTED = re.compile(r'extern\s+"C"\s+__attribute__\(\(global\)\)\s+void\s+'
 def check_kernel(name: str) -> None:
     """What the registry promises of a kernel, checked on the frozen shapes: entries that are
     named once each, a launch on every supported shape (each tuned variant too, and the untuned
-    one) that names one of them with a block and grid the GPU takes and the shape's scalars, a
-    seed slot of its own, and the sources an edit must rebuild, its table's header among them."""
+    one) that names one of them with a block and grid the GPU takes, no more threads a block than
+    its variant asks for, the shape's scalars and every output covered (the family's own
+    `uncovered`: the coverage its source's indexing relies on), a seed slot of its own, and the
+    sources an edit must rebuild, its table's header among them."""
     spec = KERNELS[name]
     names = entries(name)
     assert names and len(set(names)) == len(names), name
-    if spec.entry_names is None:  # one entry: the one its launch names
-        assert len(names) == 1, name
+    assert spec.tuned == bool(spec.variant_keys), name
     for s in SHAPES:
         ok, reason = support(name, s)
         assert reason, (name, s.id)
         if not ok:
             continue
-        for variant in [None, *(spec.variants(s) if spec.variants else [])]:
+        variants = spec.variants(s)
+        assert spec.tuned or variants == [], name
+        for variant in [None, *variants]:
+            assert variant is None or set(variant) == set(spec.variant_keys), (name, variant)
             launch = launch_for(name, s, variant, sm_count=SM_COUNT)
             assert launch.entry in names, (name, s.id, variant)
-            assert launch.block[0] * launch.block[1] * launch.block[2] <= 1024, (name, s.id)
+            threads = launch.block[0] * launch.block[1] * launch.block[2]
+            assert threads <= 1024, (name, s.id)
+            assert variant is None or threads <= variant.get("threads", 1024), (name, variant)
             assert 1 <= launch.grid[0] < 2**31, (name, s.id, variant)
+            assert max(launch.grid[1:]) <= 65535, (name, s.id, variant)
             assert launch.scalars[:6] == (s.n, s.c_in, s.c_out, s.h, s.w, s.groups), name
+            assert spec.uncovered(s, launch) is None, (name, s.id, variant,
+                                                       spec.uncovered(s, launch))
     slots = {other: seed_slot(other) for other in KERNELS}
     assert 0 <= slots[name] < SEED_SLOT_LIMIT
     assert [k for k, slot in slots.items() if slot == slots[name]] == [name]
@@ -78,13 +87,16 @@ def use_kernels_folder(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
             monkeypatch.setattr(module, "KERNELS_DIR", folder)
 
 
-def plant_kernel(monkeypatch: pytest.MonkeyPatch, folder: Path, spec: KernelSpec,
+def plant_kernel(monkeypatch: pytest.MonkeyPatch, folder: Path, spec: KernelFamily,
                  source_text: str) -> Path:
-    """`spec` added to the registry (its one entry) and its source written into a copy of the
-    kernels' folder at `folder`, which the package then builds from; both last as long as the
-    test. The registry's own kernels stay as they are."""
+    """`spec` added to the registry and its source written into a copy of the kernels' folder
+    at `folder` (with its table's generated header, if it has a table), which the package then
+    builds from; both last as long as the test. The registry's own kernels stay as they are."""
     shutil.copytree(source_tables.KERNELS_DIR, folder)
     (folder / Path(spec.source).name).write_text(source_text)
+    if spec.table is not None:
+        (folder / Path(spec.table.header).name).write_text(
+            spec.table.header_text(spec.table_origin))
     use_kernels_folder(monkeypatch, folder)
     monkeypatch.setitem(KERNELS, spec.name, spec)
     return folder

@@ -1,4 +1,4 @@
-"""The flipped entries on the GPU (KernelSpec.flips: k11 and k12 with their taps turned 180
+"""The flipped entries on the GPU (KernelFamily.flips: k11 and k12 with their taps turned 180
 degrees, the depthwise input gradient's one launch): every variant the tuning stage may choose,
 on odd depthwise geometries and atlas shapes, verified by the one verifier against the
 convolution with the weight turned around; and their planted faults (tests/mutants.py, flip=True)
@@ -30,7 +30,7 @@ def flipping_launcher(tmp_path_factory, gpu_session):
 @pytest.mark.parametrize("kernel", FLIPPING)
 def test_every_flipped_variant_is_the_convolution_with_the_weight_turned_around(
         kernel, flipping_launcher):
-    """The flipped entries (KernelSpec.flips, the depthwise input gradient's launch): each
+    """The flipped entries (KernelFamily.flips, the depthwise input gradient's launch): each
     variant the tuning stage may choose, on the odd depthwise geometries and a few atlas shapes,
     verified by the one verifier against the convolution with the weight turned 180 degrees (a
     weight that is not symmetric, so the unflipped taps fail it), every output written; and the

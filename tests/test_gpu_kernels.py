@@ -70,7 +70,7 @@ ODD_MULTIPLIERS = [(1, 1, 2, 1, 1, 1), (2, 3, 6, 1, 5, 3), (1, 3, 12, 5, 3, 3),
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", [k for k, spec in KERNELS.items() if spec.variants is not None])
+@pytest.mark.parametrize("kernel", [k for k, spec in KERNELS.items() if spec.tuned])
 def test_every_variant_of_a_tuned_kernel_is_correct_or_refused_on_odd_geometries(
         kernel, launcher):
     """Each variant the tuning stage would measure, verified (fresh seeded inputs, poisoned

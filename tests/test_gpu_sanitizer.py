@@ -31,7 +31,7 @@ from groupconv.shapes import geometry_shape
 # last: 3 input and 2 output channels per group, C_out < C_in (single floats).
 GEOMETRIES = ((2, 8, 8, 19, 37, 8), (2, 16, 16, 10, 12, 4), (1, 8, 16, 11, 10, 4),
               (1, 4, 8, 9, 14, 4), (1, 6, 6, 9, 13, 6), (1, 9, 6, 7, 11, 3))
-TUNED_KERNELS = [k for k, spec in KERNELS.items() if spec.variants is not None]
+TUNED_KERNELS = [k for k, spec in KERNELS.items() if spec.tuned]
 VARIANTS_PER_GEOMETRY = 3
 TIMEOUT_S = 300
 

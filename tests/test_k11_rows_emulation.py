@@ -10,7 +10,7 @@ import pytest
 from emulation import frozen_geometries
 
 from groupconv.kernels import KERNELS
-from groupconv.nhwc_direct_kernels import launch_k11
+from groupconv.nhwc_direct_kernels import K11
 from groupconv.shapes import geometry_shape
 
 ODD = [(1, 1, 1, 1, 1, 1), (2, 3, 3, 1, 5, 3), (3, 6, 6, 2, 3, 6), (2, 8, 8, 5, 2, 8),
@@ -62,7 +62,7 @@ def test_every_variant_writes_each_image_row_once_from_its_own_window(shape):
     variants = KERNELS["k11"].variants(shape)
     assert any(v["rows"] > 1 for v in variants) or shape.h < 2, "no rows variant to emulate"
     for variant in variants:
-        launch = launch_k11(shape, variant, sm_count=132)
+        launch = K11().launch(shape, variant, sm_count=132)
         out, windows = emulate_rows(shape.n, shape.h, variant["rows"], launch.grid[2])
         check(shape.n, shape.h, out, windows)
         # x and y: every channel vector and every pixel of a row

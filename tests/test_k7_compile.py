@@ -146,7 +146,7 @@ def test_k7_host_launch_matches_the_kernels_layout():
         if not KERNELS["k7"].supports(s)[0]:
             continue
         g = Geometry(s.n, s.c_in, s.c_out, s.h, s.w, s.groups)
-        for v in nchw_row_kernels.k7_variants(s):
+        for v in nchw_row_kernels.K7().variants(s):
             launch = launch_for("k7", s, v, sm_count=132)
             lay = k7_layout(g, v["tile_floats"], v["outs"], v["cob"], v["threads"])
             assert launch.grid[0] == min(lay.tiles, MAX_GRID_X), (s.id, v)

@@ -1,4 +1,4 @@
-"""A kernel's headers (KernelSpec.headers) are read off its source's #includes, through other
+"""A kernel's headers (KernelFamily.headers) are read off its source's #includes, through other
 headers too: they are what an edit must rebuild (the build rule's inputs) and what a build record
 hashes (header_sha256, read by a replay's source-drift warning), so a header the source includes
 and the registry omitted would be an edit neither noticed."""

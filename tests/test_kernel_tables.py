@@ -1,5 +1,5 @@
 """The integers a kernel source shares with its launch rule (#defines, tile tables) are written
-once, in the registry's tables (KernelSpec.table, groupconv.source_tables.SourceTable), and reach
+once, in the registry's tables (KernelFamily.table, groupconv.source_tables.SourceTable), and reach
 the source as a generated header it includes: each header on disk is its table's, no source
 defines a table's name itself, a real preprocessor pass of every source exports exactly the
 entries the registry names, and the build refuses a header that is not its table's."""

@@ -1,13 +1,14 @@
 """Support predicates and launch configurations (no GPU): every kernel passes the registry's
 checks (tests/registry_checks.py), every claimed shape gets a launch that covers its whole output,
 and k2 declines what it cannot hold with a reason."""
+from dataclasses import replace
+
 import pytest
 from registry_checks import SHAPES, SM_COUNT, check_kernel
 
-from groupconv.kernels import (IMPLEMENTATIONS, KERNELS, base_implementation, entries,
+from groupconv.kernels import (KERNELS, base_implementation, entries, implementation_names,
                                              launch_for, support, twin_name)
-from groupconv.nchw_tile_kernels import (K4_TILES, K5_BLOCKS, K5_TILES, k4_tile,
-                                                       k5_variants)
+from groupconv.nchw_tile_kernels import K4_TILES, K5_BLOCKS, K5_TILES, k4_tile
 from groupconv.nhwc_strip_kernels import K9_TILES, k9_entry, k9_vectors
 
 
@@ -31,86 +32,17 @@ def test_unknown_implementation_is_an_error():
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
-def test_launch_covers_every_output(kernel):
+def test_a_launch_short_of_its_outputs_is_refused_by_its_family(kernel):
+    """The coverage check (KernelFamily.uncovered, which check_kernel applies to every shape and
+    variant) can fail: the same launch with an empty grid, or with its grid's last axis cut to
+    one block where the family tiles that axis, leaves outputs unwritten."""
+    spec = KERNELS[kernel]
     for s in SHAPES:
         if not support(kernel, s)[0]:
             continue
         launch = launch_for(kernel, s, sm_count=SM_COUNT)
-        threads = launch.grid[0] * launch.block[0] * launch.block[1]
-        assert launch.entry in entries(kernel)
-        assert launch.block[0] * launch.block[1] <= 1024
-        assert launch.grid[0] < 2**31
-        if kernel == "k0":  # grid-stride: fewer threads than outputs is fine, none is not
-            assert threads >= min(s.output_elems, 256)
-        elif kernel == "k3":
-            assert threads >= s.n * s.c_out * s.h * -(-s.w // 4)
-        elif kernel in ("k4", "k5"):  # k5 untuned falls back to k4's tile
-            rows, cob = k4_tile(s, SM_COUNT)
-            assert s.cout_per_group % cob == 0
-            assert threads >= s.n * (s.c_out // cob) * -(-s.h // rows) * -(-s.w // 4)
-        elif kernel in ("k6", "k7"):  # blocks stride over tiles: any grid covers every output
-            assert launch.grid[0] >= 1  # (tests/test_k6_compile.py emulates the tiling)
-        elif kernel in ("k8", "k9"):  # threads stride over work items; one thread each
-            for variant in [None, *KERNELS[kernel].variants(s)]:
-                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
-                assert v.entry in entries(kernel)
-                assert variant is None or v.block == (variant["threads"], 1, 1)
-                items = nhwc_items(kernel, s, v.entry)
-                assert v.grid[0] * v.block[0] >= items
-        elif kernel == "k10":  # one block per (channel block, strip block): each thread one
-            for variant in [None, *KERNELS[kernel].variants(s)]:
-                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
-                assert v.entry in entries(kernel)
-                fields = {p[0]: int(p[1:]) for p in v.entry.split("_")[4:]}
-                assert v.block[0] == fields["b"]  # threadIdx.x: the entry's channel vectors
-                assert s.c_in % fields["v"] == 0
-                channel_blocks = -(-(s.c_in // fields["v"]) // fields["b"])
-                strips = s.n * -(-s.h // fields["r"]) * -(-s.w // fields["c"])
-                assert v.grid[0] % channel_blocks == 0
-                assert (v.grid[0] // channel_blocks) * v.block[1] >= strips
-        elif kernel == "k11":  # 3-D grid: channel vectors x pixel groups of a row x rows
-            for variant in [None, *KERNELS[kernel].variants(s)]:
-                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
-                assert v.entry in entries(kernel)
-                fields = {p[0]: int(p[1:]) for p in v.entry.split("_")[4:]}
-                assert s.c_in % fields["v"] == 0
-                assert variant is None or v.block[0] * v.block[1] <= variant["threads"]
-                assert v.grid[0] * v.block[0] >= s.c_in // fields["v"]  # every channel vector
-                assert v.grid[1] * v.block[1] * fields["p"] >= s.w  # every pixel of a row
-                rows = fields.get("r", 1)
-                assert v.grid[2] == s.n * -(-s.h // rows)  # every block of image rows, once
-                assert max(v.grid[1], v.grid[2]) <= 65535
-        elif kernel == "k12":  # 3-D grid: groups of planes x groups of rows x groups of columns
-            for variant in [None, *KERNELS[kernel].variants(s)]:
-                v = launch_for(kernel, s, variant, sm_count=SM_COUNT)
-                assert v.entry in entries(kernel)
-                fields = {p[0]: int(p[1:]) for p in v.entry.split("_")[4:]}
-                bx, by, bz = v.block
-                assert variant is None or bx * by * bz <= variant["threads"]
-                assert bz <= 64 and bx <= 32
-                assert v.grid[0] * bz >= s.n * s.c_in  # every plane
-                assert v.grid[1] * by * fields["r"] >= s.h  # every row of a plane
-                assert v.grid[2] * bx * fields["p"] >= s.w  # every column of a row
-                assert max(v.grid[1], v.grid[2]) <= 65535
-        else:
-            bx, by = launch.block[0], launch.block[1]
-            assert launch.grid[0] == s.n * s.c_out * -(-s.h // by) * -(-s.w // bx)
-        assert launch.scalars[:6] == (s.n, s.c_in, s.c_out, s.h, s.w, s.groups)
-
-
-def nhwc_items(kernel: str, s, entry: str) -> int:
-    """Work items of an NHWC kernel's entry on s, from the entry's name (its vector widths,
-    rows and columns) and the shape, as the kernel counts them."""
-    fields = {p[0]: int(p[1:]) for p in entry.split("_")[3:]}
-    rows, cols = fields["r"], fields["c"]
-    if kernel == "k8":
-        assert fields["v"] == (4 if s.c_in % 4 == 0 else 1)
-        vectors = s.c_in // fields["v"]
-    else:
-        ovec, ivec = fields["o"], fields["i"]
-        assert s.cout_per_group % ovec == 0 and s.cin_per_group % ivec == 0
-        vectors = s.c_out // ovec
-    return s.n * -(-s.h // rows) * -(-s.w // cols) * vectors
+        assert spec.uncovered(s, launch) is None, (kernel, s.id)
+        assert spec.uncovered(s, replace(launch, grid=(0, 0, 0))), (kernel, s.id)
 
 
 def test_k4_tiles_keep_channel_blocks_inside_a_group():
@@ -122,12 +54,13 @@ def test_k4_tiles_keep_channel_blocks_inside_a_group():
 
 def test_twin_names_round_trip():
     assert base_implementation(twin_name("k3")) == "k3"
-    assert set(IMPLEMENTATIONS) >= {"k0", "k1", "k2", "k3", "k4", "torch_default", "torch_tuned"}
+    assert set(implementation_names()) >= {"k0", "k1", "k2", "k3", "k4", "torch_default",
+                                           "torch_tuned"}
 
 
 def test_every_k5_variant_covers_every_output_and_stays_in_a_group():
     for s in SHAPES:
-        variants = k5_variants(s)
+        variants = KERNELS["k5"].variants(s)
         assert {"rows": 1, "cob": 1, "threads": 256} in variants  # always a fallback-sized tile
         for v in variants:
             assert (v["rows"], v["cob"]) in K5_TILES and v["threads"] in K5_BLOCKS
@@ -192,7 +125,10 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_depth_multipliers():
         assert {(o, i) for o, i, _, _ in K9_TILES} >= {vectors}
         for variant in KERNELS["k9"].variants(s):
             launch = launch_for("k9", s, variant, sm_count=SM_COUNT)
-            assert launch.grid[0] * launch.block[0] >= nhwc_items("k9", s, launch.entry)
+            items = s.n * -(-s.h // variant["rows"]) * -(-s.w // variant["cols"]) \
+                * (s.c_out // vectors[0])  # one thread per work item, none striding
+            assert launch.grid[0] * launch.block[0] >= items, (geometry, variant)
+            assert KERNELS["k9"].uncovered(s, launch) is None, (geometry, variant)
 
 
 def test_every_k9_entry_is_in_its_cubin_list_and_every_shape_has_a_one_by_one_tile():
@@ -239,9 +175,7 @@ def test_the_unseen_fallback_never_refuses_a_geometry_and_computes_on_nchw():
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_each_kernel_passes_the_registry_checks(kernel):
     check_kernel(kernel)
-    spec = KERNELS[kernel]
-    if spec.entry_names is not None:
-        assert entries(kernel) == spec.entry_names(), kernel
+    assert entries(kernel) == KERNELS[kernel].entry_names(), kernel
 
 
 # Depthwise and grouped geometries no table holds: 1x1 maps, one row or column, odd channels.
@@ -263,6 +197,6 @@ def test_a_kernel_that_claims_an_odd_geometry_can_launch_it(kernel):
         assert reason, (kernel, s.id)
         if not ok:
             continue
-        for variant in [None, *(spec.variants(s) if spec.variants else [])]:
+        for variant in [None, *spec.variants(s)]:
             launch = launch_for(kernel, s, variant, sm_count=SM_COUNT)
             assert launch.entry in entries(kernel), (kernel, s.id, variant)

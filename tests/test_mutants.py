@@ -9,7 +9,7 @@ from gpu_helpers import TOLERANCE_FACTOR
 
 from groupconv.build import compile_kernel
 from groupconv.kernels import KERNELS, support
-from groupconv.nchw_row_kernels import k7_chunk, k7_default_variant, k7_images
+from groupconv.nchw_row_kernels import K7, k7_chunk, k7_images
 from groupconv.nchw_tile_kernels import k4_tile
 from groupconv.nhwc_strip_kernels import k9_vectors
 from groupconv.source_tables import THREADS_PER_BLOCK
@@ -29,7 +29,7 @@ NEEDS = {
         k4_tile(s, sm)[1] > 1 for sm in SM_COUNTS),
     # k7's untuned tile holds several images of the shape
     "k7_images_over_1": lambda s: k7_images(
-        s, *(k7_default_variant(s, 132)[k] for k in ("tile_floats", "outs", "cob")),
+        s, *(K7().default_variant(s, 132)[k] for k in ("tile_floats", "outs", "cob")),
         THREADS_PER_BLOCK) > 1,
     # k7 stages the shape's groups a chunk of input channels at a time
     "k7_chunked": lambda s: k7_chunk(s) < s.cin_per_group,

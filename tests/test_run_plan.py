@@ -327,8 +327,8 @@ def test_auto_measures_live_where_a_gpu_is_and_replays_elsewhere(live):
 def test_a_live_plan_measures_every_configured_job_into_its_own_raw_layer(live):
     assert live.raw("timing/tuned.parquet") == "results/h200/raw/timing/tuned.parquet"
     assert live.optional_raw("ceilings.json") == ["results/h200/raw/ceilings.json"]
-    assert live.kernels == [f"k{i}" for i in range(13)] and live.notes == []
-    assert live.tuned_kernels == ["k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12"]
+    assert live.kernels == list(KERNELS) and live.notes == []  # `kernels: all`
+    assert live.tuned_kernels == [k for k, family in KERNELS.items() if family.tuned]
     assert set(live.jobs) == {"tuned", "default", "dispatch-tuned", "dispatch-default", "aa"}
     assert live.jobs["aa"] == {"candidates": ["k5"], "references": ["k5_twin"]}
     assert live.torch_tuned_job() == "tuned"

@@ -243,7 +243,7 @@ class BackwardRuntime:
 
 def _flipped_plan(runtime, shape, layout: str, grad_y, weight):
     """The depthwise input gradient as one launch of a forward kernel's flipped entry
-    (KernelSpec.flips) on the weight as it is, or None where no such kernel serves the geometry.
+    (KernelFamily.flips) on the weight as it is, or None where no such kernel serves the geometry.
     With one channel per group, w' is the weight turned 180 degrees, which the flipped entry
     reads directly: no gather kernel runs before it (on the small maps that node cost 3 to 5.5 us
     against a 2 us convolution, record h200-2026-12-04-passes). Which kernel: the forward
@@ -274,7 +274,7 @@ def _flipped_plan(runtime, shape, layout: str, grad_y, weight):
     return run_flipped
 
 
-# The kernel with flipped entries (KernelSpec.flips) that computes the depthwise input gradient
+# The kernel with flipped entries (KernelFamily.flips) that computes the depthwise input gradient
 # in each layout where the forward dispatcher chose PyTorch.
 FLIPPING = {"nchw": "k12", "nhwc": "k11"}
 

@@ -174,7 +174,7 @@ def plan_fused_call(launcher, impl: str, shape, layout: str, x, weight, activati
                     variant: dict | None = None, requested: str | None = None) -> CallPlan:
     """The plan of y = act(conv(x, weight) + bias[c]) with `impl` (already chosen): `call(x,
     weight, bias) -> y`, bias an FP32 vector of C_out floats or None. A kernel with fused entries
-    (KernelSpec.epilogues) applies the bias and activation in registers before its one store; any
+    (KernelFamily.epilogues) applies the bias and activation in registers before its one store; any
     other implementation computes its plain call (plan_call), then PyTorch's bias add and
     activation (epilogues.torch_epilogue), and its details say so. `activation` None: the bias
     alone (the `identity` entry)."""

@@ -242,7 +242,7 @@ _OP = _register("conv2d", _conv2d_cuda, _conv2d_elsewhere, _conv2d_fake, _conv2d
                 _conv2d_setup)
 
 # The fused op: y = act(conv(x, weight) + bias), the bias and activation applied in registers by
-# kernels with fused entries (KernelSpec.epilogues), else by PyTorch after the convolution
+# kernels with fused entries (KernelFamily.epilogues), else by PyTorch after the convolution
 # (call_plan.plan_fused_call). Its backward recomputes conv + bias with F.conv2d (the forward
 # keeps no pre-activation tensor: inference, the case fusing serves, stores one output), takes
 # the activation's derivative with aten's own backward op, then the convolution's backward.

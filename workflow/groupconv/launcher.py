@@ -69,7 +69,7 @@ class Launcher:
         """(Launch, where its configuration came from) for a kernel on this geometry."""
         spec = KERNELS[kernel]
         origin = None
-        if spec.variants is not None:
+        if spec.tuned:
             if variant is not None:
                 origin = FROM_VARIANT
             else:
@@ -102,7 +102,7 @@ class Launcher:
         """Bind `impl` to tensors x, w, y through the call plan conv2d makes (y is written by
         custom kernels; PyTorch returns its own output). The tensors are converted to the
         implementation's layout here, once, outside every timed region; the run enqueues on the
-        session's stream. flip: a kernel's entry with its taps turned 180 degrees (KernelSpec.flips;
+        session's stream. flip: a kernel's entry with its taps turned 180 degrees (KernelFamily.flips;
         y = conv(x, w[:, :, ::-1, ::-1]))."""
         if flip and base_implementation(impl) not in KERNELS:
             raise ValueError(f"flip: {impl} is not a custom kernel; only kernels with flipped "

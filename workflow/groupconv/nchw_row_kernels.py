@@ -6,6 +6,7 @@ shape. The registry (kernels.KERNELS) names them.
 Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
+from .kernel_family import KernelFamily
 from .shapes import Shape
 from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable,
                             _ceil_div)
@@ -55,60 +56,69 @@ def _planes_limit(kernel: str, s: Shape) -> tuple[bool, str] | None:
     return None
 
 
-def supports_k6(s: Shape) -> tuple[bool, str]:
-    if (refused := _planes_limit("k6", s)) is not None:
-        return refused
-    if s.cin_per_group != 1:
-        return False, (f"{s.cin_per_group} input channels per group: k6 is built for depthwise "
-                       "convolution (1 input channel per group)")
-    if s.w > k6_max_width():
-        return False, (f"W = {s.w}: k6's largest tile stages whole rows of at most "
-                       f"{k6_max_width()} floats")
-    return True, "depthwise (1 input channel per group): whole rows staged in shared memory"
-
-
-def k6_variants(s: Shape) -> list[dict]:
-    """Every (tile, output rows and columns per thread, block) the tuner measures on a shape: the
-    tiles that hold at least one row of width W plus its two halo rows."""
-    return [{"tile_floats": tile_floats, "outs": outs, "cols": cols, "threads": threads}
-            for tile_floats, outs, cols in K6_TILES
-            if k6_tile_rows(tile_floats, outs, s.w, cols) >= 1
-            for threads in K6_BLOCKS]
-
-
 def _k6_tiles(s: Shape, tile_floats: int, outs: int, cols: int = 1) -> int:
     return _ceil_div(s.n * s.c_in * s.h, k6_tile_rows(tile_floats, outs, s.w, cols))
 
 
-def k6_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: four outputs per thread and the largest tile that still gives every SM
-    K6_BLOCKS_PER_SM tiles; a shape too small for that takes the smallest tile that fits."""
-    fits = [(f, o) for f, o, c in K6_TILES if o == 4 and c == 1 and k6_tile_rows(f, o, s.w) >= 1]
-    if not fits:
-        raise ValueError(f"k6 has no tile for shape {s.id} (W = {s.w})")
-    full = [(f, o) for f, o in fits if _k6_tiles(s, f, o) >= sm_count * K6_BLOCKS_PER_SM]
-    tile_floats, outs = max(full) if full else min(fits)
-    return {"tile_floats": tile_floats, "outs": outs, "cols": 1, "threads": THREADS_PER_BLOCK}
+class K6(KernelFamily):
+    name, source = "k6", "kernels/k6_depthwise_smem.cu"
+    title = ("depthwise: whole rows staged in shared memory by 16-byte copies, tile tuned per "
+             "shape")
+    needs_sm_count, table = True, K6_TABLE
+    variant_keys = ("tile_floats", "outs", "cols", "threads")
 
+    def supports(self, s: Shape) -> tuple[bool, str]:
+        if (refused := _planes_limit("k6", s)) is not None:
+            return refused
+        if s.cin_per_group != 1:
+            return False, (f"{s.cin_per_group} input channels per group: k6 is built for depthwise "
+                           "convolution (1 input channel per group)")
+        if s.w > k6_max_width():
+            return False, (f"W = {s.w}: k6's largest tile stages whole rows of at most "
+                           f"{k6_max_width()} floats")
+        return True, "depthwise (1 input channel per group): whole rows staged in shared memory"
 
-def launch_k6(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
-    v = variant or k6_default_variant(s, sm_count)
-    # A tuning record from before K6_ENTRY_COLS is read with cols=1 (groupconv/record_formats).
-    tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
-    cols = int(v["cols"])
-    if ((tile_floats, outs, cols) not in K6_TILES or threads not in K6_BLOCKS
-            or s.cin_per_group != 1 or k6_tile_rows(tile_floats, outs, s.w, cols) < 1):
-        raise ValueError(f"k6 variant {v} does not fit shape {s.id} "
-                         f"(C_in/groups = {s.cin_per_group}, W = {s.w})")
-    return Launch(k6_entry(tile_floats, outs, cols),
-                  (min(_k6_tiles(s, tile_floats, outs, cols), MAX_GRID_X), 1, 1), (threads, 1, 1),
-                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+    def variants(self, s: Shape) -> list[dict]:
+        """Every (tile, output rows and columns per thread, block) the tuner measures on a shape:
+        the tiles that hold at least one row of width W plus its two halo rows."""
+        return [{"tile_floats": tile_floats, "outs": outs, "cols": cols, "threads": threads}
+                for tile_floats, outs, cols in K6_TILES
+                if k6_tile_rows(tile_floats, outs, s.w, cols) >= 1
+                for threads in K6_BLOCKS]
 
+    def default_variant(self, s: Shape, sm_count: int) -> dict:
+        """Untuned fallback: four outputs per thread and the largest tile that still gives every SM
+        K6_BLOCKS_PER_SM tiles; a shape too small for that takes the smallest tile that fits."""
+        fits = [(f, o) for f, o, c in K6_TILES
+                if o == 4 and c == 1 and k6_tile_rows(f, o, s.w) >= 1]
+        if not fits:
+            raise ValueError(f"k6 has no tile for shape {s.id} (W = {s.w})")
+        full = [(f, o) for f, o in fits if _k6_tiles(s, f, o) >= sm_count * K6_BLOCKS_PER_SM]
+        tile_floats, outs = max(full) if full else min(fits)
+        return {"tile_floats": tile_floats, "outs": outs, "cols": 1, "threads": THREADS_PER_BLOCK}
 
-def k6_entries() -> list[str]:
-    """Every entry k6's cubin exports: one per tile of its table."""
-    return [k6_entry(f, o, c) for f, o, c in K6_TILES]
+    def launch(self, s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+        v = variant or self.default_variant(s, sm_count)
+        # A tuning record from before K6_ENTRY_COLS is read with cols=1 (groupconv/record_formats).
+        tile_floats, outs, threads = int(v["tile_floats"]), int(v["outs"]), int(v["threads"])
+        cols = int(v["cols"])
+        if ((tile_floats, outs, cols) not in K6_TILES or threads not in K6_BLOCKS
+                or s.cin_per_group != 1 or k6_tile_rows(tile_floats, outs, s.w, cols) < 1):
+            raise ValueError(f"k6 variant {v} does not fit shape {s.id} "
+                             f"(C_in/groups = {s.cin_per_group}, W = {s.w})")
+        return Launch(k6_entry(tile_floats, outs, cols),
+                      (min(_k6_tiles(s, tile_floats, outs, cols), MAX_GRID_X), 1, 1),
+                      (threads, 1, 1),
+                      "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
+    def entry_names(self) -> list[str]:
+        """Every entry k6's cubin exports: one per tile of its table."""
+        return [k6_entry(f, o, c) for f, o, c in K6_TILES]
+
+    def uncovered(self, s: Shape, launch: Launch) -> str | None:
+        # blocks stride over the tiles, so any grid covers every output (tests/test_k6_compile.py
+        # and test_k7_compile.py emulate the tiling)
+        return None if launch.grid[0] >= 1 else "an empty grid"
 
 # k7: grouped shapes with at most 32 input and 32 output channels per group, the output channels
 # a multiple of 4. A block stages full-width rows (plus halo) of the input channels of one image
@@ -176,53 +186,62 @@ def _k7_fits(s: Shape, tile_floats: int, outs: int, cob: int) -> bool:
             and s.cout_per_group % cob == 0 and k7_tile_rows(s, tile_floats, outs) >= 1)
 
 
-def supports_k7(s: Shape) -> tuple[bool, str]:
-    if (refused := _planes_limit("k7", s)) is not None:
-        return refused
-    if s.cin_per_group > K7_MAX_CPG or s.cout_per_group > K7_MAX_COUT_PG:
-        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       f"group: k7 takes at most {K7_MAX_CPG} and {K7_MAX_COUT_PG}")
-    if s.cout_per_group % 4:
-        return False, (f"{s.cout_per_group} output channels per group: k7's channel blocks are 4 "
-                       "or 8 (16-byte weight reads)")
-    if not any(_k7_fits(s, *v) for v in K7_TILES):
-        return False, f"W = {s.w}: no k7 tile holds a row of every staged input channel"
-    if k7_chunk(s) < s.cin_per_group:
-        return True, (f"{s.cin_per_group} input channels per group staged in shared memory "
-                      f"{k7_chunk(s)} at a time with their weights")
-    return True, (f"{s.cin_per_group} input channels per group staged in shared memory with the "
-                  "group's weights")
+class K7(KernelFamily):
+    name, source = "k7", "kernels/k7_grouped_smem.cu"
+    title = ("grouped: a group's input rows and weights staged in shared memory, tile tuned "
+             "per shape")
+    needs_sm_count, table = True, K7_TABLE
+    variant_keys = ("tile_floats", "outs", "cob", "threads")
 
+    def supports(self, s: Shape) -> tuple[bool, str]:
+        if (refused := _planes_limit("k7", s)) is not None:
+            return refused
+        if s.cin_per_group > K7_MAX_CPG or s.cout_per_group > K7_MAX_COUT_PG:
+            return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                           f"group: k7 takes at most {K7_MAX_CPG} and {K7_MAX_COUT_PG}")
+        if s.cout_per_group % 4:
+            return False, (f"{s.cout_per_group} output channels per group: k7's channel blocks "
+                           "are 4 or 8 (16-byte weight reads)")
+        if not any(_k7_fits(s, *v) for v in K7_TILES):
+            return False, f"W = {s.w}: no k7 tile holds a row of every staged input channel"
+        if k7_chunk(s) < s.cin_per_group:
+            return True, (f"{s.cin_per_group} input channels per group staged in shared memory "
+                          f"{k7_chunk(s)} at a time with their weights")
+        return True, (f"{s.cin_per_group} input channels per group staged in shared memory with "
+                      "the group's weights")
 
-def k7_variants(s: Shape) -> list[dict]:
-    """Every (tile, outputs per thread, channel block, block) the tuner measures on a shape."""
-    return [{"tile_floats": f, "outs": o, "cob": c, "threads": threads}
-            for f, o, c in K7_TILES if _k7_fits(s, f, o, c) for threads in K7_BLOCKS]
+    def variants(self, s: Shape) -> list[dict]:
+        """Every (tile, outputs per thread, channel block, block) the tuner measures on a shape."""
+        return [{"tile_floats": f, "outs": o, "cob": c, "threads": threads}
+                for f, o, c in K7_TILES if _k7_fits(s, f, o, c) for threads in K7_BLOCKS]
 
+    def default_variant(self, s: Shape, sm_count: int) -> dict:
+        """Untuned fallback: the first of K7_DEFAULT_ORDER that fits, else the first tile that does
+        (sm_count unused: kept for the tuned kernels' common signature)."""
+        fits = [v for v in K7_TILES if _k7_fits(s, *v)]
+        if not fits:
+            raise ValueError(f"k7 has no tile for shape {s.id}")
+        f, o, c = next((v for v in K7_DEFAULT_ORDER if v in fits), fits[0])
+        return {"tile_floats": f, "outs": o, "cob": c, "threads": THREADS_PER_BLOCK}
 
-def k7_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: the first of K7_DEFAULT_ORDER that fits, else the first tile that does
-    (sm_count unused: kept for the tuned kernels' common signature)."""
-    fits = [v for v in K7_TILES if _k7_fits(s, *v)]
-    if not fits:
-        raise ValueError(f"k7 has no tile for shape {s.id}")
-    f, o, c = next((v for v in K7_DEFAULT_ORDER if v in fits), fits[0])
-    return {"tile_floats": f, "outs": o, "cob": c, "threads": THREADS_PER_BLOCK}
+    def launch(self, s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+        v = variant or self.default_variant(s, sm_count)
+        f, o, c, threads = int(v["tile_floats"]), int(v["outs"]), int(v["cob"]), int(v["threads"])
+        if (f, o, c) not in K7_TILES or threads not in K7_BLOCKS or not _k7_fits(s, f, o, c):
+            raise ValueError(f"k7 variant {v} does not fit shape {s.id} (C_in/groups = "
+                             f"{s.cin_per_group}, C_out/groups = {s.cout_per_group}, W = {s.w})")
+        images = k7_images(s, f, o, c, threads)
+        tiles = _ceil_div(s.n, images) * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
+        return Launch(k7_entry(f, o, c, k7_chunk(s) < s.cin_per_group),
+                      (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
+                      "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
+    def entry_names(self) -> list[str]:
+        """Every entry k7's cubin exports: one per tile of its table, whole and chunked."""
+        return [k7_entry(f, o, c, chunked) for f, o, c in K7_TILES for chunked in (False, True)]
 
-def launch_k7(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
-    v = variant or k7_default_variant(s, sm_count)
-    f, o, c, threads = int(v["tile_floats"]), int(v["outs"]), int(v["cob"]), int(v["threads"])
-    if (f, o, c) not in K7_TILES or threads not in K7_BLOCKS or not _k7_fits(s, f, o, c):
-        raise ValueError(f"k7 variant {v} does not fit shape {s.id} (C_in/groups = "
-                         f"{s.cin_per_group}, C_out/groups = {s.cout_per_group}, W = {s.w})")
-    images = k7_images(s, f, o, c, threads)
-    tiles = _ceil_div(s.n, images) * s.groups * _ceil_div(s.h, k7_tile_rows(s, f, o))
-    return Launch(k7_entry(f, o, c, k7_chunk(s) < s.cin_per_group),
-                  (min(tiles, MAX_GRID_X), 1, 1), (threads, 1, 1),
-                  "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+    def uncovered(self, s: Shape, launch: Launch) -> str | None:
+        # blocks stride over the tiles, so any grid covers every output (tests/test_k6_compile.py
+        # and test_k7_compile.py emulate the tiling)
+        return None if launch.grid[0] >= 1 else "an empty grid"
 
-
-def k7_entries() -> list[str]:
-    """Every entry k7's cubin exports: one per tile of its table, whole and chunked."""
-    return [k7_entry(f, o, c, chunked) for f, o, c in K7_TILES for chunked in (False, True)]

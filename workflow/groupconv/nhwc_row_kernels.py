@@ -6,6 +6,7 @@ includes as a generated header. The registry (kernels.KERNELS) puts them togethe
 Python: nothing here needs a GPU."""
 from __future__ import annotations
 
+from .kernel_family import KernelFamily, entry_fields
 from .shapes import Shape
 from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
                             not_depthwise)
@@ -40,29 +41,9 @@ def k10_entry(vec: int, rows: int, cols: int, cbv: int) -> str:
     return f"k10_depthwise_rows_nhwc_v{vec}_r{rows}_c{cols}_b{cbv}"
 
 
-def supports_k10(s: Shape) -> tuple[bool, str]:
-    if refusal := not_depthwise(s, "k10"):
-        return refusal
-    widths = "/".join(str(v) for v in k10_widths(s))
-    return True, (f"depthwise on channels_last: {widths}-channel vectors, blocks of channel "
-                  "vectors by pixel strips walking rows, taps staged in shared memory")
-
-
 def _fits(s: Shape, rows: int, cols: int) -> bool:
     """A strip no taller or wider than the map (one row or column always fits)."""
     return (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
-
-
-def k10_variants(s: Shape) -> list[dict]:
-    """Every (vec, rows, cols, cbv, threads) the tuning stage measures on a shape: the tiles of
-    the widths its channels allow, no taller or wider than the map, with no more channel vectors
-    per block than the shape has (rounded up to the smallest block), at each block size."""
-    vectors = {v: s.c_in // v for v in k10_widths(s)}
-    smallest = min(cbv for *_, cbv in K10_TILES)
-    return [{"vec": vec, "rows": rows, "cols": cols, "cbv": cbv, "threads": threads}
-            for vec, rows, cols, cbv in K10_TILES
-            if vec in vectors and _fits(s, rows, cols) and (cbv == smallest or cbv <= vectors[vec])
-            for threads in K10_BLOCKS]
 
 
 def _blocks(s: Shape, v: dict) -> int:
@@ -71,44 +52,83 @@ def _blocks(s: Shape, v: dict) -> int:
     return _ceil_div(vectors, v["cbv"]) * _ceil_div(strips, v["threads"] // v["cbv"])
 
 
-def k10_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: the widest vectors, 32 channel vectors per block where the shape has
-    them (else 8), 256 threads, and the tallest one- or two-column strip that still gives every
-    SM K10_BLOCKS_PER_SM blocks, else the 1 x 1 strip (most blocks)."""
-    vec = k10_widths(s)[0]
-    cbv = 32 if s.c_in // vec >= 32 else 8
-    tiles = sorted({(r, c) for v, r, c, b in K10_TILES if v == vec and b == cbv and c <= 2
-                    and _fits(s, r, c)}, key=lambda t: (t[0] * t[1], t[1]), reverse=True)
-    for rows, cols in tiles:
-        variant = {"vec": vec, "rows": rows, "cols": cols, "cbv": cbv,
-                   "threads": THREADS_PER_BLOCK}
-        if _blocks(s, variant) >= K10_BLOCKS_PER_SM * sm_count:
-            return variant
-    return {"vec": vec, "rows": 1, "cols": 1, "cbv": cbv, "threads": THREADS_PER_BLOCK}
+class K10(KernelFamily):
+    name, source = "k10", "kernels/k10_depthwise_rows_nhwc.cu"
+    title = ("depthwise on channels_last (NHWC): blocks of channel vectors by pixel strips that "
+             "walk rows (each input row loaded once), taps in shared memory, tuned per shape")
+    layout, needs_sm_count, table = "nhwc", True, K10_TABLE
+    variant_keys = ("vec", "rows", "cols", "cbv", "threads")
 
+    def supports(self, s: Shape) -> tuple[bool, str]:
+        if refusal := not_depthwise(s, "k10"):
+            return refusal
+        widths = "/".join(str(v) for v in k10_widths(s))
+        return True, (f"depthwise on channels_last: {widths}-channel vectors, blocks of channel "
+                      "vectors by pixel strips walking rows, taps staged in shared memory")
 
-def k10_alignment(s: Shape) -> tuple[int, int]:
-    # x (and y, a fresh allocation) at the widest vector the shape's variants may load; the
-    # taps are read as single floats
-    return 4 * k10_widths(s)[0], 4
+    def variants(self, s: Shape) -> list[dict]:
+        """Every (vec, rows, cols, cbv, threads) the tuning stage measures on a shape: the tiles of
+        the widths its channels allow, no taller or wider than the map, with no more channel vectors
+        per block than the shape has (rounded up to the smallest block), at each block size."""
+        vectors = {v: s.c_in // v for v in k10_widths(s)}
+        smallest = min(cbv for *_, cbv in K10_TILES)
+        return [{"vec": vec, "rows": rows, "cols": cols, "cbv": cbv, "threads": threads}
+                for vec, rows, cols, cbv in K10_TILES
+                if vec in vectors and _fits(s, rows, cols)
+                and (cbv == smallest or cbv <= vectors[vec])
+                for threads in K10_BLOCKS]
 
+    def default_variant(self, s: Shape, sm_count: int) -> dict:
+        """Untuned fallback: the widest vectors, 32 channel vectors per block where the shape has
+        them (else 8), 256 threads, and the tallest one- or two-column strip that still gives every
+        SM K10_BLOCKS_PER_SM blocks, else the 1 x 1 strip (most blocks)."""
+        vec = k10_widths(s)[0]
+        cbv = 32 if s.c_in // vec >= 32 else 8
+        tiles = sorted({(r, c) for v, r, c, b in K10_TILES if v == vec and b == cbv and c <= 2
+                        and _fits(s, r, c)}, key=lambda t: (t[0] * t[1], t[1]), reverse=True)
+        for rows, cols in tiles:
+            variant = {"vec": vec, "rows": rows, "cols": cols, "cbv": cbv,
+                       "threads": THREADS_PER_BLOCK}
+            if _blocks(s, variant) >= K10_BLOCKS_PER_SM * sm_count:
+                return variant
+        return {"vec": vec, "rows": 1, "cols": 1, "cbv": cbv, "threads": THREADS_PER_BLOCK}
 
-def launch_k10(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
-    v = variant or k10_default_variant(s, sm_count)
-    v = {k: int(v[k]) for k in ("vec", "rows", "cols", "cbv", "threads")}
-    if (not supports_k10(s)[0] or v["vec"] not in k10_widths(s) or v["threads"] not in K10_BLOCKS
-            or (v["vec"], v["rows"], v["cols"], v["cbv"]) not in K10_TILES):
-        raise ValueError(f"k10 variant {variant} does not fit shape {s.id} (C = {s.c_in}, "
-                         f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
-    blocks = _blocks(s, v)
-    if blocks > MAX_GRID_X:
-        raise ValueError(f"k10 variant {variant} needs {blocks} blocks on {s.id}: over the "
-                         f"grid's limit of {MAX_GRID_X}")
-    return Launch(k10_entry(v["vec"], v["rows"], v["cols"], v["cbv"]), (blocks, 1, 1),
-                  (v["cbv"], v["threads"] // v["cbv"], 1), "PPPiiiiii",
-                  (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+    def launch(self, s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+        v = variant or self.default_variant(s, sm_count)
+        v = {k: int(v[k]) for k in ("vec", "rows", "cols", "cbv", "threads")}
+        if (not self.supports(s)[0] or v["vec"] not in k10_widths(s)
+                or v["threads"] not in K10_BLOCKS
+                or (v["vec"], v["rows"], v["cols"], v["cbv"]) not in K10_TILES):
+            raise ValueError(f"k10 variant {variant} does not fit shape {s.id} (C = {s.c_in}, "
+                             f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
+        blocks = _blocks(s, v)
+        if blocks > MAX_GRID_X:
+            raise ValueError(f"k10 variant {variant} needs {blocks} blocks on {s.id}: over the "
+                             f"grid's limit of {MAX_GRID_X}")
+        return Launch(k10_entry(v["vec"], v["rows"], v["cols"], v["cbv"]), (blocks, 1, 1),
+                      (v["cbv"], v["threads"] // v["cbv"], 1), "PPPiiiiii",
+                      (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
+    def entry_names(self) -> list[str]:
+        """Every entry k10's cubin exports: one per (vector width, tile, channel block) of its
+        table."""
+        return [k10_entry(*tile) for tile in K10_TILES]
 
-def k10_entries() -> list[str]:
-    """Every entry k10's cubin exports: one per (vector width, tile, channel block) of its table."""
-    return [k10_entry(*tile) for tile in K10_TILES]
+    def alignment(self, s: Shape) -> tuple[int, int]:
+        # x (and y, a fresh allocation) at the widest vector the shape's variants may load; the
+        # taps are read as single floats
+        return 4 * k10_widths(s)[0], 4
+
+    def uncovered(self, s: Shape, launch: Launch) -> str | None:
+        # one block per (channel block, strip block); threadIdx.x walks the entry's channel
+        # vectors, threadIdx.y its strips
+        f = entry_fields(launch.entry, "k10_depthwise_rows_nhwc")
+        if launch.block[0] != f["b"] or s.c_in % f["v"]:
+            return (f"block x {launch.block[0]} for {f['b']} channel vectors of {f['v']} "
+                    f"channels (C = {s.c_in})")
+        channel_blocks = _ceil_div(s.c_in // f["v"], f["b"])
+        strips = s.n * _ceil_div(s.h, f["r"]) * _ceil_div(s.w, f["c"])
+        if launch.grid[0] % channel_blocks or \
+                (launch.grid[0] // channel_blocks) * launch.block[1] < strips:
+            return f"{launch.grid[0]} blocks for {channel_blocks} channel blocks x {strips} strips"
+        return None

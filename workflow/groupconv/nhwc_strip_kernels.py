@@ -6,6 +6,7 @@ registry (kernels.KERNELS) names them.
 Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
+from .kernel_family import KernelFamily, entry_fields
 from .shapes import Shape
 from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
                             not_depthwise)
@@ -63,22 +64,19 @@ def k8_entry(vec: int, rows: int, cols: int) -> str:
     return f"k8_depthwise_nhwc_v{vec}_r{rows}_c{cols}"
 
 
-def supports_k8(s: Shape) -> tuple[bool, str]:
-    if refusal := not_depthwise(s, "k8"):
-        return refusal
-    if k8_vec(s) == 4:
-        return True, "depthwise on channels_last: 16-byte channel vectors, register tile along H, W"
-    if not any(_strip_fits(s, r, c) for r, c in _k8_tiles(s)):
-        # Found on the GPU machine: the untuned rule had no tile to pick on a 1x1 map with C = 1.
-        return False, (f"C = {s.c_in} is not a multiple of 4 and the {s.h}x{s.w} map is smaller "
-                       "than each of k8's single-channel tiles ("
-                       + ", ".join(f"{r} x {c}" for r, c in _k8_tiles(s)) + ")")
-    return True, (f"depthwise on channels_last: C = {s.c_in} is not a multiple of 4, so one "
-                  "channel per load")
-
-
 def _k8_tiles(s: Shape) -> list[tuple[int, int]]:
     return [(r, c) for v, r, c in K8_TILES if v == k8_vec(s)]
+
+
+def _strip_uncovered(s: Shape, launch: Launch, ovec: int, ivec: int) -> str | None:
+    """k8's and k9's coverage: threads stride over the work items, so any grid covers them; a
+    vector of OVEC output (IVEC input) channels must stay inside a group."""
+    if launch.grid[0] < 1:
+        return "an empty grid"
+    if s.cout_per_group % ovec or s.cin_per_group % ivec:
+        return (f"vectors of {ovec} output and {ivec} input channels cross groups of "
+                f"{s.cout_per_group} and {s.cin_per_group}")
+    return None
 
 
 def _strip_variants(s: Shape, tiles: list[tuple[int, int]]) -> list[dict]:
@@ -88,37 +86,62 @@ def _strip_variants(s: Shape, tiles: list[tuple[int, int]]) -> list[dict]:
             for rows, cols in tiles if _strip_fits(s, rows, cols) for threads in NHWC_BLOCKS]
 
 
-def k8_variants(s: Shape) -> list[dict]:
-    """k8's variants, at the shape's vector width."""
-    return _strip_variants(s, _k8_tiles(s))
+class K8(KernelFamily):
+    name, source = "k8", "kernels/k8_depthwise_nhwc.cu"
+    title = ("depthwise on channels_last (NHWC): 16-byte channel vectors, register tile of rows "
+             "x columns, tuned per shape")
+    layout, needs_sm_count, table = "nhwc", True, K8_TABLE
+    variant_keys = ("rows", "cols", "threads")
 
+    def supports(self, s: Shape) -> tuple[bool, str]:
+        if refusal := not_depthwise(s, "k8"):
+            return refusal
+        if k8_vec(s) == 4:
+            return True, ("depthwise on channels_last: 16-byte channel vectors, register tile "
+                          "along H, W")
+        if not any(_strip_fits(s, r, c) for r, c in _k8_tiles(s)):
+            # Found on the GPU machine: the untuned rule had no tile to pick on a 1x1 map with
+            # C = 1.
+            return False, (f"C = {s.c_in} is not a multiple of 4 and the {s.h}x{s.w} map is "
+                           "smaller than each of k8's single-channel tiles ("
+                           + ", ".join(f"{r} x {c}" for r, c in _k8_tiles(s)) + ")")
+        return True, (f"depthwise on channels_last: C = {s.c_in} is not a multiple of 4, so one "
+                      "channel per load")
 
-def k8_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: _strip_tile among the tiles of the shape's vector width."""
-    rows, cols = _strip_tile(s, _k8_tiles(s), s.c_in // k8_vec(s), sm_count, K8_BLOCKS_PER_SM)
-    return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
+    def variants(self, s: Shape) -> list[dict]:
+        """k8's variants, at the shape's vector width."""
+        return _strip_variants(s, _k8_tiles(s))
 
+    def default_variant(self, s: Shape, sm_count: int) -> dict:
+        """Untuned fallback: _strip_tile among the tiles of the shape's vector width."""
+        rows, cols = _strip_tile(s, _k8_tiles(s), s.c_in // k8_vec(s), sm_count, K8_BLOCKS_PER_SM)
+        return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
 
-def k8_alignment(s: Shape) -> tuple[int, int]:
-    return 4 * k8_vec(s), 4  # 16-byte channel vectors of x; the 9 weights of a channel one by one
+    def launch(self, s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+        v = variant or self.default_variant(s, sm_count)
+        rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
+        vec = k8_vec(s)
+        if ((vec, rows, cols) not in K8_TILES or threads not in NHWC_BLOCKS
+                or not self.supports(s)[0]):
+            raise ValueError(f"k8 variant {v} does not fit shape {s.id} (C = {s.c_in}, "
+                             f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
+        return Launch(k8_entry(vec, rows, cols), _strip_grid(s, rows, cols, s.c_in // vec, threads),
+                      (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
+    def entry_names(self) -> list[str]:
+        """Every entry k8's cubin exports: one per (vector width, tile) of its table."""
+        return [k8_entry(v, r, c) for v, r, c in K8_TILES]
 
-def launch_k8(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
-    v = variant or k8_default_variant(s, sm_count)
-    rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
-    vec = k8_vec(s)
-    if ((vec, rows, cols) not in K8_TILES or threads not in NHWC_BLOCKS
-            or not supports_k8(s)[0]):
-        raise ValueError(f"k8 variant {v} does not fit shape {s.id} (C = {s.c_in}, "
-                         f"C_in/groups = {s.cin_per_group}, C_out/groups = {s.cout_per_group})")
-    return Launch(k8_entry(vec, rows, cols), _strip_grid(s, rows, cols, s.c_in // vec, threads),
-                  (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+    def alignment(self, s: Shape) -> tuple[int, int]:
+        # 16-byte channel vectors of x; the 9 weights of a channel one by one
+        return 4 * k8_vec(s), 4
 
-
-def k8_entries() -> list[str]:
-    """Every entry k8's cubin exports: one per (vector width, tile) of its table."""
-    return [k8_entry(v, r, c) for v, r, c in K8_TILES]
-
+    def uncovered(self, s: Shape, launch: Launch) -> str | None:
+        # a vector of depthwise channels spans groups of one channel each: it must divide C
+        vec = entry_fields(launch.entry, "k8_depthwise_nhwc")["v"]
+        if vec != k8_vec(s):
+            return f"{vec}-channel vectors where C = {s.c_in} takes {k8_vec(s)}"
+        return _strip_uncovered(s, launch, 1, 1)
 
 # k9: grouped on channels_last (NHWC) tensors, 2 to 32 input and 1 to 32 output channels per
 # group, and depth multipliers (1 input channel and an even number of outputs per group, up to
@@ -126,8 +149,8 @@ def k8_entries() -> list[str]:
 # group; it reads the group's input channels IVEC at a time (16-, 8- or 4-byte loads of x and of
 # the OHWI weight) and each weight vector once per kernel row. A shape runs the entries of the
 # widest (OVEC, IVEC) in the table that divides its (C_out/groups, C_in/groups); the (OVEC, 1)
-# entries with OVEC > 1 are the depth multiplier's (why: record h200-2026-12-03 had no
-# channels_last kernel for it, and cuDNN's channels_last path took several times the NCHW one).
+# entries with OVEC > 1 are the depth multiplier's (why: no other channels_last kernel computes
+# it, and cuDNN's channels_last path takes several times its NCHW one there).
 K9_MAX_CPG = K9_MAX_COUT_PG = 32  # the largest group: input, output channels per group
 K9_TABLE = SourceTable(
     "kernels/k9_grouped_nhwc.cu",
@@ -166,66 +189,74 @@ def k9_entry(ovec: int, ivec: int, rows: int, cols: int) -> str:
     return f"k9_grouped_nhwc_o{ovec}_i{ivec}_r{rows}_c{cols}"
 
 
-def supports_k9(s: Shape) -> tuple[bool, str]:
-    # No 32-bit limit: k9's element offsets and work items are 64-bit, and its grid is capped at
-    # the grid's limit with threads striding over the items (_strip_grid).
-    if s.cin_per_group == 1 and s.cout_per_group == 1:
-        return False, ("1 input and 1 output channel per group: depthwise convolution on "
-                       "channels_last is k8's, k10's and k11's (k9 is built for 2 to 32 input "
-                       "channels per group, and depth multipliers)")
-    if s.cin_per_group > K9_MAX_CPG or s.cout_per_group > K9_MAX_COUT_PG:
-        return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
-                       f"group: k9 takes 2 to {K9_MAX_CPG} and 1 to {K9_MAX_COUT_PG}, or 1 "
-                       f"and an even number up to {K9_MAX_COUT_PG}")
-    ovec, ivec = k9_vectors(s)
-    if s.cin_per_group == 1 and not _multiplier_pair(ovec, ivec):
-        outs = sorted({o for o, i, _, _ in K9_TILES if _multiplier_pair(o, i)})
-        return False, (f"1 input and {s.cout_per_group} output channels per group: k9's depth "
-                       f"multiplier entries read the one input channel for "
-                       f"{' or '.join(map(str, outs))} outputs, so the outputs per group must "
-                       f"be even")
-    if s.cin_per_group == 1:
-        return True, (f"depth multiplier on channels_last ({s.cout_per_group} output channels "
-                      f"per input channel): each thread reads its group's one input channel once "
-                      f"for {ovec} outputs, register tile along H, W")
-    return True, (f"grouped on channels_last: {s.cin_per_group} input channels per group read "
-                  f"{ivec} at a time, {ovec} output channels per thread, register tile along H, W")
-
-
 def _k9_tiles(s: Shape) -> list[tuple[int, int]]:
     ovec, ivec = k9_vectors(s)
     return [(r, c) for o, i, r, c in K9_TILES if (o, i) == (ovec, ivec)]
 
 
-def k9_variants(s: Shape) -> list[dict]:
-    """k9's variants, at the shape's vector widths."""
-    return _strip_variants(s, _k9_tiles(s))
+class K9(KernelFamily):
+    name, source = "k9", "kernels/k9_grouped_nhwc.cu"
+    title = ("grouped on channels_last (NHWC): vectors of input and output channels, register "
+             "tile of rows x columns, tuned per shape")
+    layout, needs_sm_count, table = "nhwc", True, K9_TABLE
+    variant_keys = ("rows", "cols", "threads")
 
+    def supports(self, s: Shape) -> tuple[bool, str]:
+        # No 32-bit limit: k9's element offsets and work items are 64-bit, and its grid is capped at
+        # the grid's limit with threads striding over the items (_strip_grid).
+        if s.cin_per_group == 1 and s.cout_per_group == 1:
+            return False, ("1 input and 1 output channel per group: depthwise convolution on "
+                           "channels_last is k8's, k10's and k11's (k9 is built for 2 to 32 input "
+                           "channels per group, and depth multipliers)")
+        if s.cin_per_group > K9_MAX_CPG or s.cout_per_group > K9_MAX_COUT_PG:
+            return False, (f"{s.cin_per_group} input and {s.cout_per_group} output channels per "
+                           f"group: k9 takes 2 to {K9_MAX_CPG} and 1 to {K9_MAX_COUT_PG}, or 1 "
+                           f"and an even number up to {K9_MAX_COUT_PG}")
+        ovec, ivec = k9_vectors(s)
+        if s.cin_per_group == 1 and not _multiplier_pair(ovec, ivec):
+            outs = sorted({o for o, i, _, _ in K9_TILES if _multiplier_pair(o, i)})
+            return False, (f"1 input and {s.cout_per_group} output channels per group: k9's depth "
+                           f"multiplier entries read the one input channel for "
+                           f"{' or '.join(map(str, outs))} outputs, so the outputs per group must "
+                           f"be even")
+        if s.cin_per_group == 1:
+            return True, (f"depth multiplier on channels_last ({s.cout_per_group} output channels "
+                          f"per input channel): each thread reads its group's one input channel "
+                          f"once for {ovec} outputs, register tile along H, W")
+        return True, (f"grouped on channels_last: {s.cin_per_group} input channels per group read "
+                      f"{ivec} at a time, {ovec} output channels per thread, register tile "
+                      "along H, W")
 
-def k9_default_variant(s: Shape, sm_count: int) -> dict:
-    """Untuned fallback: _strip_tile among the tiles of the shape's vector widths."""
-    rows, cols = _strip_tile(s, _k9_tiles(s), s.c_out // k9_vectors(s)[0], sm_count,
-                             K9_BLOCKS_PER_SM)
-    return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
+    def variants(self, s: Shape) -> list[dict]:
+        """k9's variants, at the shape's vector widths."""
+        return _strip_variants(s, _k9_tiles(s))
 
+    def default_variant(self, s: Shape, sm_count: int) -> dict:
+        """Untuned fallback: _strip_tile among the tiles of the shape's vector widths."""
+        rows, cols = _strip_tile(s, _k9_tiles(s), s.c_out // k9_vectors(s)[0], sm_count,
+                                 K9_BLOCKS_PER_SM)
+        return {"rows": rows, "cols": cols, "threads": THREADS_PER_BLOCK}
 
-def k9_alignment(s: Shape) -> tuple[int, int]:
-    ivec = k9_vectors(s)[1]
-    return 4 * ivec, 4 * ivec  # x and the weight are both read IVEC floats at a time
+    def launch(self, s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
+        v = variant or self.default_variant(s, sm_count)
+        rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
+        if (not self.supports(s)[0] or threads not in NHWC_BLOCKS
+                or (rows, cols) not in _k9_tiles(s)):
+            raise ValueError(f"k9 variant {v} does not fit shape {s.id} (C_in/groups = "
+                             f"{s.cin_per_group}, C_out/groups = {s.cout_per_group})")
+        ovec, ivec = k9_vectors(s)
+        return Launch(k9_entry(ovec, ivec, rows, cols),
+                      _strip_grid(s, rows, cols, s.c_out // ovec, threads),
+                      (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
+    def entry_names(self) -> list[str]:
+        """Every entry k9's cubin exports: one per (vectors, tile) of its table."""
+        return [k9_entry(o, i, r, c) for o, i, r, c in K9_TILES]
 
-def launch_k9(s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
-    v = variant or k9_default_variant(s, sm_count)
-    rows, cols, threads = int(v["rows"]), int(v["cols"]), int(v["threads"])
-    if not supports_k9(s)[0] or threads not in NHWC_BLOCKS or (rows, cols) not in _k9_tiles(s):
-        raise ValueError(f"k9 variant {v} does not fit shape {s.id} (C_in/groups = "
-                         f"{s.cin_per_group}, C_out/groups = {s.cout_per_group})")
-    ovec, ivec = k9_vectors(s)
-    return Launch(k9_entry(ovec, ivec, rows, cols),
-                  _strip_grid(s, rows, cols, s.c_out // ovec, threads),
-                  (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
+    def alignment(self, s: Shape) -> tuple[int, int]:
+        ivec = k9_vectors(s)[1]
+        return 4 * ivec, 4 * ivec  # x and the weight are both read IVEC floats at a time
 
-
-def k9_entries() -> list[str]:
-    """Every entry k9's cubin exports: one per (vectors, tile) of its table."""
-    return [k9_entry(o, i, r, c) for o, i, r, c in K9_TILES]
+    def uncovered(self, s: Shape, launch: Launch) -> str | None:
+        f = entry_fields(launch.entry, "k9_grouped_nhwc")
+        return _strip_uncovered(s, launch, f["o"], f["i"])

@@ -148,7 +148,7 @@ class _Runtime:
         then each kernel's best and the references together), not a measurement."""
         kernels = [k for k, spec in KERNELS.items() if k in self.launcher.cubins
                    and spec.layout == layout and spec.supports(shape)[0]]
-        variants = sum(len(KERNELS[k].variants(shape)) if KERNELS[k].variants else 1
+        variants = sum(len(KERNELS[k].variants(shape)) if KERNELS[k].tuned else 1
                        for k in kernels)
         references = len(AUTOTUNE_REFERENCES[layout])
         samples = AUTOTUNE_TIMING["batches"] * AUTOTUNE_TIMING["samples_per_batch"]

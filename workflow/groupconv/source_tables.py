@@ -28,8 +28,7 @@ class Launch:
     scalars: tuple[int, ...]
 
 
-# eq=False: a table is one object, compared and hashed as itself, so a KernelSpec holding one
-# stays hashable (its dicts would not be).
+# eq=False: a table is one object, compared and hashed as itself (its dicts would not hash).
 @dataclass(frozen=True, eq=False)
 class SourceTable:
     """The integers a kernel source and its launch rule share, written once, here: `defines`
@@ -101,7 +100,7 @@ FLIP_SUFFIX = "_flip"
 
 
 def flipped_entry(entry: str) -> str:
-    """The entry of the same launch with the taps turned 180 degrees (KernelSpec.flips)."""
+    """The entry of the same launch with the taps turned 180 degrees (KernelFamily.flips)."""
     return entry + FLIP_SUFFIX
 
 

@@ -65,7 +65,7 @@ def nearest_choice(shape, table: dict, tunings: dict, layout: str = "nchw"
         if spec is None or not spec.supports(shape)[0]:
             continue
         variant = None
-        if spec.variants is not None:
+        if spec.tuned:
             tuned = tunings.get(impl, {}).get(tuple(geometry))
             if tuned is not None and tuned in spec.variants(shape):
                 variant = tuned
@@ -146,7 +146,7 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
         # Only kernels of the call's layout: the chosen one runs on the caller's own tensors.
         if kernel not in cubins or spec.layout != layout or not spec.supports(shape)[0]:
             continue
-        if spec.variants is not None:
+        if spec.tuned:
             record = tune_kernel(launcher, kernel, [shape], cfg, seed, factor, n_points,
                                  progress=progress)
             choice = record["choices"].get(shape.id)

@@ -180,7 +180,7 @@ def verify_one(launcher, impl: str, shape: Shape, seed: int, factor: float, n_po
     """Run all checks for one (shape, implementation) on the GPU through the one launcher
     (launcher.Launcher, through the call plan conv2d makes); `variant` verifies one launch
     variant of a tuned kernel (the tuning stage); `flip` a kernel's flipped entries
-    (KernelSpec.flips), against the convolution with the weight turned 180 degrees. Returns the
+    (KernelFamily.flips), against the convolution with the weight turned 180 degrees. Returns the
     record row."""
     ok, reason = support(impl, shape)
     if not ok:

@@ -90,7 +90,7 @@ def kernel_entry(impl: str, shape: Shape) -> str | None:
     base = base_implementation(impl)
     if base not in KERNELS:
         return None
-    if KERNELS[base].needs_sm_count or KERNELS[base].variants:
+    if KERNELS[base].needs_sm_count or KERNELS[base].tuned:
         return f"{base}_*"
     return launch_for(base, shape, sm_count=0).entry
 

@@ -116,7 +116,7 @@ class NsightPlan:
         if wildcards.impl in KERNELS:
             inputs["cubin"] = run.raw(f"builds/{wildcards.impl}.cubin")
             inputs["sources"] = KERNELS[wildcards.impl].inputs
-            if KERNELS[wildcards.impl].variants is not None:  # the tuning stage's choice
+            if KERNELS[wildcards.impl].tuned:  # the tuning stage's choice
                 inputs["tuning"] = run.raw(f"tuning/{wildcards.impl}.json")
         return inputs
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from groupconv import record_formats
-from groupconv.kernels import (BASELINES, DISPATCHERS, IMPLEMENTATIONS, KERNELS,
+from groupconv.kernels import (BASELINES, DISPATCHERS, KERNELS, implementation_names,
                                base_implementation, twin_name)
 
 Roles = dict[str, list[str]]  # {"candidates": [...], "references": [...]}
@@ -30,7 +30,7 @@ def jobs_import_from(basedir: str | Path) -> None:
 def check_names(config: dict) -> None:
     """Every implementation the timing section names exists and is built or verified, and no
     reference group puts torch_default beside torch_tuned."""
-    known = set(IMPLEMENTATIONS) | set(DISPATCHERS)
+    known = set(implementation_names()) | set(DISPATCHERS)
     timing = config["timing"]
     named = [("timing.candidates", n) for n in timing["candidates"]]
     named += [(f"timing.reference_groups.{g}", n) for g, refs in timing["reference_groups"].items()

@@ -138,7 +138,7 @@ class RunPlan:
                     "GPU to include them)")
             self.kernels = [k for k in self.kernels if k not in absent]
             self.implementations = [i for i in self.implementations if i not in absent]
-        self.tuned_kernels = [k for k in self.kernels if registry.KERNELS[k].variants is not None]
+        self.tuned_kernels = [k for k in self.kernels if registry.KERNELS[k].tuned]
 
         self.jobs = (plan.configured_jobs(config["timing"]) if self.measures_on_gpu
                      else plan.recorded_jobs(self.at(self.record)))
@@ -330,7 +330,7 @@ class RunPlan:
         (the bench's): the tuning stage runs live for any kernel, and its launches are the ones
         every later stage must use."""
         spec = registry.KERNELS.get(kernel)
-        return self.measures_on_gpu and spec is not None and spec.variants is not None
+        return self.measures_on_gpu and spec is not None and spec.tuned
 
     def record_shapes(self) -> list[str]:
         """In replay, the frozen shape set the record measured (compared with the configured
@@ -356,7 +356,7 @@ class RunPlan:
     @property
     def wildcard_constraints(self) -> dict[str, str]:
         return {"kernel": "|".join(registry.KERNELS),
-                "impl": "|".join(registry.IMPLEMENTATIONS),
+                "impl": "|".join(registry.implementation_names()),
                 "job": "|".join(re.escape(j) for j in self.timing_jobs),
                 **self.passes.wildcard_constraints}
 

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from groupconv.kernels import IMPLEMENTATIONS, base_implementation, layout_of
+from groupconv.kernels import base_implementation, implementation_names, layout_of
 from ..map_cells import shape_cells, shape_verification
 from ..pass_stats import BEST_CUSTOM
 from ..stats import CLASSES, DERIVED_REFERENCES
@@ -110,7 +110,7 @@ def map_payload(details: dict, atlas: dict, passes: dict | None = None) -> dict:
     # Timed in its own right: every name in the comparisons but the derived references.
     measured = {base_implementation(n) for n in (*candidates, *baselines)} - set(DERIVED_REFERENCES)
     measured_layouts = {layout_of(n) for n in measured}
-    known = {layout_of(n) for n in IMPLEMENTATIONS} | measured_layouts
+    known = {layout_of(n) for n in implementation_names()} | measured_layouts
     # Every implementation named on the page (the derived references' sources too, which a
     # torch_best cell's choice names), with its layout.
     named = {*candidates, *baselines,
