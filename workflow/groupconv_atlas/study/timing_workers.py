@@ -29,6 +29,8 @@ import pandas as pd
 from groupconv.shapes import Shape
 from groupconv.timing import ClockReader, TimingConfig, batch_order
 from .pass_plan import FORWARD
+from .timing_messages import (Failed, PrepareShape, Ready, Release, Released, Rows, Settings,
+                              Started, Stop, TimeBatch, kind_of)
 
 RAW_COLUMNS = ["shape_id", "implementation", "boundary", "batch", "sample", "latency_us",
                "sm_clock_mhz", "temperature_c", "clock_flagged", "launches_per_replay",
@@ -61,32 +63,32 @@ def raw_frame(rows: list[tuple], max_clock_mhz: float | None, cfg: TimingConfig)
                   "process"]]
 
 
-def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None = None,
-            pass_: str = FORWARD, wgrad_tunings: list[str] | None = None) -> None:
-    """A worker's loop: ("shape", index, shape, impls, L) -> ("ready", L, estimates, details)
-    (L: the shape's launch count, None to let the sampler choose);
-    ("batch", b, order) -> ("rows", rows); ("release",) -> ("released",); ("stop",) ends.
-    `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from `floor_cubin`. A backward
-    `pass_` binds its runs through study/pass_runs instead of the launcher."""
+def _worker(conn, settings: Settings) -> None:
+    """A worker's loop (study/timing_messages): PrepareShape -> Ready (launches: the shape's
+    launch count, None to let the sampler choose); TimeBatch -> Rows; Release -> Released; Stop
+    ends. A shape's `impls` may hold the floor's runs (floors.FLOOR_RUNS), bound from the
+    settings' `floor_cubin`. A backward `pass_` binds its runs through study/pass_runs instead of
+    the launcher."""
+    pass_ = settings.pass_
     try:
         from groupconv.launcher import Launcher
         from groupconv.sessions import GpuSession
 
         from groupconv import conv
 
-        cfg = TimingConfig(**cfg_dict)
+        cfg = TimingConfig(**settings.timing)
         session = GpuSession()
-        launcher = Launcher(session, **launcher_args)
+        launcher = Launcher(session, **settings.launcher_args)
         # sync_api times the public op for custom kernels (the call a user makes), with this
         # job's cubins and launch tables. A backward pass's job leaves the op as a user gets it
         # (groupconv/backward.py's kernels are not this job's forward cubins).
         if pass_ == FORWARD:
             conv.configure(launcher=launcher)
-        if wgrad_tunings:  # the weight gradient's tuned cuts (the run's tuning records)
+        if settings.wgrad_tunings:  # the weight gradient's tuned cuts (the run's tuning records)
             from groupconv.backward_plans import configure_backward
             from groupconv.launch_tables import wgrad_tuning_table
 
-            configure_backward(wgrad_tunings=wgrad_tuning_table(wgrad_tunings))
+            configure_backward(wgrad_tunings=wgrad_tuning_table(settings.wgrad_tunings))
         torch = session.torch
         clocks = ClockReader(torch)
         flush = None
@@ -96,8 +98,9 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                                     dtype=torch.float32)
         from .provenance import gpu_environment, software_environment
 
-        conn.send(("started", clocks.max_sm_clock_mhz, session.l2_bytes, session.precision,
-                   {**gpu_environment(), **software_environment()}))
+        conn.send(Started(max_sm_clock_mhz=clocks.max_sm_clock_mhz, l2_bytes=session.l2_bytes,
+                          precision=session.precision,
+                          environment={**gpu_environment(), **software_environment()}))
         sampler, tensors = None, None
         from groupconv.timing import PairedSampler, warm_up
         from .floors import FLOOR_RUNS, bind_floor
@@ -105,10 +108,10 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
 
         while True:
             msg = conn.recv()
-            if msg[0] == "stop":
+            if isinstance(msg, Stop):
                 break
-            if msg[0] == "shape":
-                _, index, shape, impls, launches = msg
+            if isinstance(msg, PrepareShape):
+                index, shape, impls, launches = msg.index, msg.shape, msg.impls, msg.launches
                 convs = [i for i in impls if i not in FLOOR_RUNS]
                 with session.on_stream():
                     x, w = session.random_inputs(shape, cfg.seed + index)
@@ -121,8 +124,8 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                     runs = {n: b.run for n, b in bound.items()}
                     details = {n: b.details for n, b in bound.items()}
                     if any(i in FLOOR_RUNS for i in impls):
-                        floor_runs, floor_details = bind_floor(session, floor_cubin, shape, x,
-                                                               cfg, clocks)
+                        floor_runs, floor_details = bind_floor(session, settings.floor_cubin, shape,
+                                                               x, cfg, clocks)
                         runs.update(floor_runs)
                         details.update(floor_details)
                     api = {i: call for i in convs if pass_ == FORWARD
@@ -142,21 +145,23 @@ def _worker(conn, cfg_dict: dict, launcher_args: dict, floor_cubin: str | None =
                     sampler = PairedSampler(session, runs, cfg, clocks, flush, api_runs=api,
                                             unpaced=FLOOR_RUNS, launches=launches).prepare()
                 tensors = (x, w, y, bound, runs)
-                conn.send(("ready", sampler.launches, sampler.estimates, details))
-            elif msg[0] == "batch":
-                _, batch, order = msg
+                conn.send(Ready(launches=sampler.launches, estimates=sampler.estimates,
+                                details=details))
+            elif isinstance(msg, TimeBatch):
                 with session.on_stream():
-                    rows = sampler.batch(batch, order)
-                conn.send(("rows", rows))
-            elif msg[0] == "release":
+                    rows = sampler.batch(msg.batch, msg.order)
+                conn.send(Rows(rows=rows))
+            elif isinstance(msg, Release):
                 sampler.close()
                 sampler, tensors = None, None
                 torch.cuda.empty_cache()
-                conn.send(("released",))
+                conn.send(Released())
+            else:  # a coordinator out of step with this loop: say so rather than wait forever
+                raise TypeError(f"a timing worker cannot serve a {kind_of(msg)!r} message")
     except KeyboardInterrupt:
         raise
     except Exception:  # noqa: BLE001 - the coordinator re-raises it with the traceback
-        conn.send(("error", traceback.format_exc()))
+        conn.send(Failed(traceback=traceback.format_exc()))
     finally:
         conn.close()
 
@@ -187,13 +192,16 @@ class WorkerError(RuntimeError):
     """A timing worker failed; the message carries its traceback."""
 
 
-def _expect(conn, kind: str, process: int):
+def _expect(conn, kind: type, process: int):
+    """The worker's next message, which must be of `kind` (a class of study/timing_messages);
+    a worker's Failed raises with its traceback, any other kind raises naming both kinds."""
     msg = conn.recv()
-    if msg[0] == "error":
-        raise WorkerError(f"timing worker {process} failed:\n{msg[1]}")
-    if msg[0] != kind:
-        raise WorkerError(f"timing worker {process}: expected {kind!r}, got {msg[0]!r}")
-    return msg[1:]
+    if isinstance(msg, Failed):
+        raise WorkerError(f"timing worker {process} failed:\n{msg.traceback}")
+    if not isinstance(msg, kind):
+        raise WorkerError(f"timing worker {process}: expected {kind.kind!r}, "
+                          f"got {kind_of(msg)!r}")
+    return msg
 
 
 def _accept(listener, proc, authkey: bytes):
@@ -248,11 +256,13 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
         proc.stdin.write(authkey)
         proc.stdin.close()
         conn = _accept(listener, proc, authkey)
-        conn.send((asdict(cfg), launcher_args, floor_cubin, pass_, list(wgrad_tunings or [])))
+        conn.send(Settings(timing=asdict(cfg), launcher_args=launcher_args,
+                           floor_cubin=floor_cubin, pass_=pass_,
+                           wgrad_tunings=list(wgrad_tunings or [])))
         workers.append((proc, conn))
     listener.close()
     try:
-        started = [_expect(conn, "started", p) for p, (_, conn) in enumerate(workers)]
+        started = [_expect(conn, Started, p) for p, (_, conn) in enumerate(workers)]
         rng = np.random.default_rng(cfg.seed)
         rows: list[tuple] = []
         meta: list[dict] = []
@@ -262,22 +272,23 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
             impls = impls_for[shape.id]
             ready = []
             for p, (_, conn) in enumerate(workers):  # one after another: see the docstring
-                conn.send(("shape", index, shape, impls,
-                           None if launch_counts is None else launch_counts[shape.id]))
-                ready.append(_expect(conn, "ready", p))
+                conn.send(PrepareShape(
+                    index=index, shape=shape, impls=impls,
+                    launches=None if launch_counts is None else launch_counts[shape.id]))
+                ready.append(_expect(conn, Ready, p))
             for batch in range(cfg.batches):
                 p = batch % processes
-                workers[p][1].send(("batch", batch, batch_order(rng, impls)))
-                (batch_rows,) = _expect(workers[p][1], "rows", p)
+                workers[p][1].send(TimeBatch(batch=batch, order=batch_order(rng, impls)))
+                batch_rows = _expect(workers[p][1], Rows, p).rows
                 rows.extend((shape.id, p, *r) for r in batch_rows)
             for p, (_, conn) in enumerate(workers):
-                conn.send(("release",))
-                _expect(conn, "released", p)
-            details = ready[0][2]
+                conn.send(Release())
+                _expect(conn, Released, p)
+            details = ready[0].details
             meta.append({
                 "shape_id": shape.id, "implementations": impls,
-                "launches_per_replay": [r[0] for r in ready],
-                "estimate_us": [r[1] for r in ready],
+                "launches_per_replay": [r.launches for r in ready],
+                "estimate_us": [r.estimates for r in ready],
                 "dispatches_to": {n: d.get("dispatches_to") for n, d in details.items()
                                   if "dispatches_to" in d},
                 "launch": {n: {k: d[k] for k in ("entry", "grid", "block", "variant_from", "route")
@@ -285,16 +296,16 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
                 **({"floor": {n: details[n] for n in FLOOR_RUNS if n in details}}
                    if floor_cubin is not None else {}),
                 # Per process (as `ready`): the kernels each PyTorch reference ran.
-                "reference_kernels": {n: [r[2][n]["kernels"] for r in ready]
+                "reference_kernels": {n: [r.details[n]["kernels"] for r in ready]
                                       for n, d in details.items() if "kernels" in d},
             })
             elapsed = time.perf_counter() - t_begin
             eta = elapsed / (step + 1) * (len(plan) - step - 1)
             progress(f"[time] {step + 1}/{len(plan)} {shape.id}: {len(impls)} impls x "
-                     f"{processes} processes, L={[r[0] for r in ready]}, {elapsed:.0f}s elapsed, "
-                     f"~{eta:.0f}s left")
+                     f"{processes} processes, L={[r.launches for r in ready]}, "
+                     f"{elapsed:.0f}s elapsed, ~{eta:.0f}s left")
         for _, conn in workers:
-            conn.send(("stop",))
+            conn.send(Stop())
     finally:
         for proc, conn in workers:
             try:
@@ -302,22 +313,25 @@ def time_job(shapes: list[Shape], impls_for: dict[str, list[str]], cfg: TimingCo
             except subprocess.TimeoutExpired:
                 proc.kill()
             conn.close()
-    max_clock = started[0][0]
+    max_clock = started[0].max_sm_clock_mhz
     frame = raw_frame(rows, max_clock, cfg)
-    info = {"max_sm_clock_mhz": max_clock, "l2_bytes": started[0][1],
+    info = {"max_sm_clock_mhz": max_clock, "l2_bytes": started[0].l2_bytes,
             "clock_flag_fraction": cfg.clock_flag_fraction, "nvml": max_clock is not None,
             "processes": processes, "batch_to_process": "batch % processes",
             "sync_api_call": {"custom kernels and dispatch": "groupconv_atlas.conv2d (the public "
                                                              "op, on the current stream)",
                               "PyTorch references": "torch.nn.functional.conv2d",
                               "A/A twin and its kernel": "the bound launch, both sides"},
-            "precision": started[0][2], "environment": started[0][3],
-            "process_gpu_uuids": [s[3].get("gpu_uuid") for s in started], "shapes": meta}
+            "precision": started[0].precision, "environment": started[0].environment,
+            "process_gpu_uuids": [s.environment.get("gpu_uuid") for s in started],
+            "shapes": meta}
     return frame, info
 
 
 if __name__ == "__main__":
     # A worker: connect back to the coordinator, receive the settings, serve until told to stop.
     connection = Client(sys.argv[1], family="AF_UNIX", authkey=sys.stdin.buffer.read())
-    settings, launcher_arguments, floor_build, timed_pass, tuning_records = connection.recv()
-    _worker(connection, settings, launcher_arguments, floor_build, timed_pass, tuning_records)
+    settings = connection.recv()
+    if not isinstance(settings, Settings):
+        raise TypeError(f"a timing worker starts from its settings, not a {kind_of(settings)!r}")
+    _worker(connection, settings)
