@@ -246,12 +246,13 @@ def _flipped_plan(runtime, shape, layout: str, grad_y, weight):
     (KernelFamily.flips) on the weight as it is, or None where no such kernel serves the geometry.
     With one channel per group, w' is the weight turned 180 degrees, which the flipped entry
     reads directly: no gather kernel runs before it (on the small maps that node cost 3 to 5.5 us
-    against a 2 us convolution, record h200-2026-12-04-passes). Which kernel: the forward
-    dispatcher's choice for this geometry and layout if it has flipped entries (its tuned launch
-    with it); where the dispatcher chose PyTorch, the layout's flipping kernel (FLIPPING) with
-    its tuned launch, since this pass's own references are timed beside it and the backward's
-    dispatch table chooses between them; where it chose a kernel without flipped entries, None
-    (the gather, then that kernel: on the maps where those win the gather is a small part)."""
+    against a 2 us convolution, timed in the input gradient's pass on an H200). Which kernel: the
+    forward dispatcher's choice for this geometry and layout if it has flipped entries (its tuned
+    launch with it); where the dispatcher chose PyTorch, the layout's flipping kernel (FLIPPING)
+    with its tuned launch, since this pass's own references are timed beside it and the
+    backward's dispatch table chooses between them; where it chose a kernel without flipped
+    entries, None (the gather, then that kernel: on the maps where those win the gather is a
+    small part)."""
     impl, variant, why = runtime.choice_for(DISPATCH, shape, layout)
     launcher = runtime.launcher
     if impl in KERNELS and KERNELS[impl].flips:

@@ -134,8 +134,8 @@ _LIB = torch.library.Library("groupconv", "DEF")
 # (its layout optimisation keeps a network's activations channels_last around cuDNN's
 # convolutions); the op computes in the layout it is given (the fake says so), and a tensor in
 # neither is made contiguous here. Without the tag, a converted network compiled with its
-# neighbours in channels_last paid a layout copy in front of each fused call (an H100,
-# 2026-12-06, tools/compile_profile.py: MobileNetV2 at N = 32, 16 copies, 182 us of 3.07 ms).
+# neighbours in channels_last paid a layout copy in front of each fused call (measured on an
+# H100 with tools/compile_profile.py: MobileNetV2 at N = 32, 16 copies, 182 us of 3.07 ms).
 _LIB.define("conv2d(Tensor x, Tensor weight, int groups, str implementation) -> Tensor",
             tags=(torch.Tag.flexible_layout,))
 
@@ -341,10 +341,11 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
         if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
             return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
         if implementation == DISPATCH and _EAGER_TRAINING == "pytorch" and not _capturing():
-            # An eager training step is host-bound on the networks we measured: there every
-            # microsecond of host work per layer counts and GPU time does not, and PyTorch's
-            # convolution with its C++ autograd node costs the host less than a Python autograd
-            # Function (record h200-2026-12-03-passes, device-logs/NOTES.md). So dispatch
+            # An eager training step is host-bound on the networks we measured (torch.profiler
+            # on an eager SGD step of mobilenet_v2 and regnet_y_400mf at N = 8: the host's
+            # enqueue time was about the whole step time): there every microsecond of host work
+            # per layer counts and GPU time does not, and PyTorch's convolution with its C++
+            # autograd node costs the host less than a Python autograd Function. So dispatch
             # computes F.conv2d here, the call checked as any other; a captured step (CUDA
             # graph) and torch.compile run the kernels.
             (_RUNTIME or runtime()).plan(x, weight, groups, implementation)

@@ -214,7 +214,7 @@ class _Runtime:
         layout's kernel with fused entries (k12 on NCHW, k11 on channels_last, with its tuned
         launch) where the plain choice has none. PyTorch's bias add and activation after an
         unfused kernel are two more passes over the output: on the NCHW maps where dispatch
-        picks k5 or k6 they cost 1.6 to 2.1 times the convolution (an H100, 2026-12-06,
+        picks k5 or k6 they cost 1.6 to 2.1 times the convolution (measured on an H100 with
         tools/compile_profile.py), more than k12's convolution loses to theirs."""
         impl, variant, why = self.choice_for(implementation, shape, layout)
         if implementation != DISPATCH or (impl in KERNELS and KERNELS[impl].epilogues):

@@ -68,7 +68,7 @@ _K11_ROWS_BEFORE_KEY = 1
 
 def samples(frame: pd.DataFrame) -> pd.DataFrame:
     """Raw timing or probe samples with a `process` column (0 where one process sampled them:
-    timing jobs before h200-2026-12-01, and every probe)."""
+    timing jobs of the records older than the `process` upgrade in UPGRADES, and every probe)."""
     return frame if "process" in frame.columns else frame.assign(process=0)
 
 
@@ -85,9 +85,9 @@ def read_samples(path: str | Path, columns: list[str] | None = None, **kwargs) -
 
 
 def mobilenet_samples(frame: pd.DataFrame) -> pd.DataFrame:
-    """The MobileNetV2 probe's samples with `layout` after `experiment` (records before
-    h200-2026-12-02-b: block and network readings NCHW, the overhead reading 'any') and
-    `process`."""
+    """The MobileNetV2 probe's samples with `layout` after `experiment` (records older than the
+    `layout` upgrade in UPGRADES: block and network readings NCHW, the overhead reading 'any')
+    and `process`."""
     import numpy as np
 
     if "layout" not in frame.columns:
@@ -107,8 +107,9 @@ def read_mobilenet_samples(path: str | Path, **kwargs) -> pd.DataFrame:
 # ---- JSON documents ----
 
 def timing_meta(doc: dict) -> dict:
-    """A timing job's metadata with `candidates` and `references` (before h200-2026-12-01: the
-    first implementation, then the rest) and `measured_alone` (true before h200-2026-12-01-c)."""
+    """A timing job's metadata with `candidates` and `references` (before the keys were added:
+    the first implementation, then the rest) and `measured_alone` (true before the setting: each
+    job ran alone). UPGRADES names the first record with each key."""
     upgraded = {**doc}
     if "candidates" not in doc and "references" not in doc:
         impls = list(doc["implementations"])
@@ -119,9 +120,10 @@ def timing_meta(doc: dict) -> dict:
 
 def tuning_record(doc: dict, name: str) -> dict:
     """The tuning stage's record of kernel `name`: from a tuning record, or from a build record
-    that held it under `tuning` (before h200-2026-12-01); with its `kernel` (else `name`, its
-    file's stem), every k6 choice with `cols` (1 before h200-2026-12-01-c) and every k11 choice
-    with `rows` (1 before the records after h200-2026-12-03)."""
+    that held it under `tuning` (before the tuning stage wrote its own file); with its `kernel`
+    (else `name`, its file's stem), every k6 choice with `cols` (1 before the key was added) and
+    every k11 choice with `rows` (1 before the key was added). UPGRADES names the first record
+    of each shape."""
     doc = doc.get("tuning", doc)
     kernel = doc.get("kernel", name)
     choices = doc["choices"]
@@ -133,14 +135,16 @@ def tuning_record(doc: dict, name: str) -> dict:
 
 
 def dispatch_document(doc: dict) -> dict:
-    """The dispatcher's table with `table_nhwc` (empty before h200-2026-12-02)."""
+    """The dispatcher's table with `table_nhwc` (empty in a record from before the channels_last
+    table: UPGRADES)."""
     return doc if "table_nhwc" in doc else {**doc, "table_nhwc": {}}
 
 
 def stage_times_document(doc: dict) -> dict:
-    """raw/stage_times.json with `timing_jobs` (empty before h200-2026-12-01-b). Which wall time
-    it holds (`workflow_wall_s`, measured outside the workflow, or `jobs_span_s` from
-    h200-2026-12-02-c on) is what was measured, not a format: the reader says which."""
+    """raw/stage_times.json with `timing_jobs` (empty in a record from before the key: UPGRADES).
+    Which wall time it holds (`workflow_wall_s`, measured outside the workflow, or `jobs_span_s`,
+    the first job's start to the last one's end, in the newer records) is what was measured, not
+    a format: the reader says which."""
     return doc if "timing_jobs" in doc else {**doc, "timing_jobs": []}
 
 

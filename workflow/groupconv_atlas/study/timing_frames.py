@@ -50,8 +50,8 @@ def job_adjusted_medians(samples_by_job: dict[str, pd.DataFrame]) -> pd.DataFram
     Why: the timing jobs time different runs (torch_default in one, torch_tuned in another, the
     kernels in both), and conditions differ from job to job. A graph replays as many launches as
     its job's slowest run allows, so a small shape's per-launch time carries the graph's own cost
-    divided by a different count in each job (record h200-2026-12-03, mobilenetv2 n1 c960 7x7: an
-    empty launch 0.87 us in one job, 1.85 us in the other). A median pooled over jobs then
+    divided by a different count in each job (on an H200, mobilenetv2 n1 c960 7x7: an empty
+    launch measured 0.87 us in one job, 1.85 us in the other). A median pooled over jobs then
     favours the run timed only in the faster job, against what each job's paired samples say.
 
     How: per (shape, boundary), log median = the run's effect + the job's effect. The first job

@@ -8,9 +8,9 @@ then timed together, interleaved, with the atlas's graph_device sampler (timing.
 and the fastest becomes that geometry's cut, kept with every trial in
 raw/passes/tuning/wg_<layout>.json (launch_tables.wgrad_tuning_table reads it).
 
-Why a stage and not a rule: a sweep of every cut on the 80 shapes (records/h200-2026-12-04b-passes,
-device-logs/evidence-2026-12-04c/wgrad-sweep) put the fastest cut of a grouped geometry at
-different tiles and aims from shape to shape, several times faster than the rule's on some.
+Why a stage and not a rule: a sweep of every cut on the 80 shapes (on an H200) put the fastest
+cut of a grouped geometry at different tiles and aims from shape to shape, several times faster
+than the rule's on some.
 
 A selection stage, not the measurement: the pass's verification and timing jobs re-check and
 re-time the chosen cut on fresh inputs, so a cut that won here by noise gains nothing there."""
