@@ -24,19 +24,6 @@ SCOPES = ("workflow", "tools", "Snakefile")
 # A record's name holds its date (h200-2026-12-03, h200-smoke-2026-11-29, h200-2026-12-04b-passes),
 # so one pattern finds a record's name, a path into records/ and a bare date alike.
 CITATION = re.compile(r"\b(?:h\d{3}-(?:[a-z0-9]+-)*?)?20\d{2}-[01]\d-[0-3]\d[a-z]?(?:-[a-z0-9]+)*")
-# Files whose comments still cite a record, left out here for now, each with why. The entry is
-# dropped once the file is rewritten (test_the_exceptions_still_hold fails when one is stale).
-NOT_YET = {
-    "workflow/groupconv/nhwc_strip_kernels.py":
-        "a kernel-table module (groupconv/*_kernels.py) under a refactor of its own; its comment "
-        "on OVEC's entries is rewritten with it",
-    "workflow/groupconv/nhwc_direct_kernels.py":
-        "a kernel-table module under the same refactor; its docstring on k11's tuned launch is "
-        "rewritten with it",
-    "workflow/groupconv/nchw_plane_kernels.py":
-        "a kernel-table module under the same refactor; its docstring on k12's tiles per phase "
-        "of W is rewritten with it",
-}
 
 
 def _citations_in(text: str) -> list[str]:
@@ -141,12 +128,7 @@ def test_no_comment_or_docstring_names_a_record_or_date():
     files = scanned_files()
     assert len(files) > 100  # the walk found the project's modules and rule files
     assert any(f.endswith(".smk") for f in files) and "Snakefile" in files
-    found = {rel: cited for rel in files if rel not in NOT_YET and (cited := file_citations(rel))}
+    found = {rel: cited for rel in files if (cited := file_citations(rel))}
     assert found == {}, ("a comment or docstring names a record or date: say the measured reason "
                          f"in words instead (history lives in git and the records): {found}")
 
-
-@pytest.mark.parametrize("rel", sorted(NOT_YET))
-def test_the_exceptions_still_hold(rel):
-    assert (ROOT / rel).is_file(), f"{rel} is gone: drop its entry from NOT_YET"
-    assert file_citations(rel), f"{rel} names no record now: drop its entry from NOT_YET"
