@@ -274,7 +274,7 @@ PYTHON_STATEMENTS = {
     "    optimizer.step()": GPU,
     "from groupconv.launch_tables import backward_dispatch_table": CPU,
     "g.configure(backward_dispatch=backward_dispatch_table(\n"
-    '    "records/h200-2026-12-03-passes/raw/dispatch/backward.json"), eager_training="kernels")':
+    '    "records/h200-2026-12-03/raw/dispatch/backward.json"), eager_training="kernels")':
         GPU,
 }
 # The free names of a fragment, bound when the blocks run on a GPU.
