@@ -1,7 +1,7 @@
 """Planted faults: each mutant is a real kernel file with one textual change, so mutants follow
 the kernels as they evolve. Verification must mark every one of them incorrect: MUTANTS the
 forward kernels' (groupconv/kernels.KERNELS, the atlas's verification), BACKWARD_MUTANTS the weight
-gradient's (groupconv/backward_kernels.BACKWARD_KERNELS, the weight_grad pass's verification).
+gradient's (groupconv/kernels.BACKWARD_KERNELS, the weight_grad pass's verification).
 
 A fault is planted either in the kernel's own .cu file or in a header it includes (k4 and k5 share
 kernels/register_tile.cuh). A header mutant is written beside an unchanged copy of the kernel
@@ -14,9 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from groupconv.backward_kernels import BACKWARD_KERNELS
-from groupconv.kernels import KERNELS
 from groupconv.files import REPO_ROOT
+from groupconv.kernels import source_of
 
 REGISTER_TILE = "kernels/register_tile.cuh"
 
@@ -43,8 +42,7 @@ class Mutant:
     @property
     def kernel_source(self) -> str:
         """The kernel's own .cu file (a forward kernel's or a weight-gradient kernel's)."""
-        spec = KERNELS.get(self.kernel) or BACKWARD_KERNELS[self.kernel]
-        return spec.source
+        return source_of(self.kernel).source
 
     @property
     def target(self) -> str:

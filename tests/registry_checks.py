@@ -1,7 +1,8 @@
 """The checks every registered kernel passes whatever it computes (tests/test_kernels_registry.py
 runs them on each kernel of the registry, tests/test_planted_kernel.py on a kernel planted with one
-entry), and how a test plants a kernel: its KernelFamily registered, its source in a copy of the
-kernels' folder, both undone when the test ends."""
+entry): check_source's on every kernel source, whichever pass it serves, and check_kernel's on a
+forward family besides; and how a test plants a kernel: its class registered under each of its
+passes, its source in a copy of the kernels' folder, both undone when the test ends."""
 from __future__ import annotations
 
 import re
@@ -14,7 +15,8 @@ import pytest
 
 from groupconv import source_tables
 from groupconv.files import REPO_ROOT
-from groupconv.kernels import KERNELS, KernelFamily, entries, launch_for, support
+from groupconv.kernel_family import KernelSource
+from groupconv.kernels import KERNELS, REGISTRY, entries, launch_for, source_of, support
 from groupconv.verify import SEED_SLOT_LIMIT, seed_slot
 from groupconv_atlas.study.shapes_table import load_shapes
 
@@ -26,16 +28,28 @@ _EXPORTED = re.compile(r'extern\s+"C"\s+__attribute__\(\(global\)\)\s+void\s+'
                        r"(?:__attribute__\(\(launch_bounds\([^)]*\)\)\)\s+)?(\w+)\s*\(")
 
 
+def check_source(spec: KernelSource) -> None:
+    """What the registry promises of every kernel source, whichever pass it serves: entries that
+    are named once each, the files an edit must rebuild (its source and every header it
+    includes, its table's header among them), and that header on disk its table's."""
+    names = spec.entry_names()
+    assert names and len(set(names)) == len(names), spec.name
+    assert spec.inputs == [spec.source, *spec.headers]
+    if spec.table is not None:
+        assert spec.table.header in spec.headers, f"{spec.source} does not include its table"
+        assert spec.table.stale(spec.table_origin) is None
+
+
 def check_kernel(name: str) -> None:
-    """What the registry promises of a kernel, checked on the frozen shapes: entries that are
-    named once each, a launch on every supported shape (each tuned variant too, and the untuned
-    one) that names one of them with a block and grid the GPU takes, no more threads a block than
-    its variant asks for, the shape's scalars and every output covered (the family's own
-    `uncovered`: the coverage its source's indexing relies on), a seed slot of its own, and the
-    sources an edit must rebuild, its table's header among them."""
+    """What the registry promises of a forward kernel, checked on the frozen shapes: the
+    source's checks (check_source), a launch on every supported shape (each tuned variant too,
+    and the untuned one) that names one of its entries with a block and grid the GPU takes, no
+    more threads a block than its variant asks for, the shape's scalars and every output covered
+    (the family's own `uncovered`: the coverage its source's indexing relies on), and a seed slot
+    of its own, and kernels/common.cuh among its headers."""
     spec = KERNELS[name]
+    check_source(spec)
     names = entries(name)
-    assert names and len(set(names)) == len(names), name
     assert spec.tuned == bool(spec.variant_keys), name
     for s in SHAPES:
         ok, reason = support(name, s)
@@ -60,16 +74,12 @@ def check_kernel(name: str) -> None:
     assert 0 <= slots[name] < SEED_SLOT_LIMIT
     assert [k for k, slot in slots.items() if slot == slots[name]] == [name]
     assert "kernels/common.cuh" in spec.headers, name
-    assert spec.inputs == [spec.source, *spec.headers]
-    if spec.table is not None:
-        assert spec.table.header in spec.headers, f"{spec.source} does not include its table"
-        assert spec.table.stale(spec.table_origin) is None
 
 
 def preprocessed_entries(name: str, folder: Path) -> list[str]:
     """The functions the kernel's source exports after a real preprocessor pass (nvcc -E with the
     build's -I): what its cubin will hold, #if and macros applied."""
-    spec = KERNELS[name]
+    spec = source_of(name)
     res = subprocess.run(["nvcc", "-E", "-arch=sm_90", "-I", str(folder),
                           str(folder / Path(spec.source).name)],
                          capture_output=True, text=True, check=False)
@@ -87,16 +97,18 @@ def use_kernels_folder(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
             monkeypatch.setattr(module, "KERNELS_DIR", folder)
 
 
-def plant_kernel(monkeypatch: pytest.MonkeyPatch, folder: Path, spec: KernelFamily,
+def plant_kernel(monkeypatch: pytest.MonkeyPatch, folder: Path, spec: KernelSource,
                  source_text: str) -> Path:
-    """`spec` added to the registry and its source written into a copy of the kernels' folder
-    at `folder` (with its table's generated header, if it has a table), which the package then
-    builds from; both last as long as the test. The registry's own kernels stay as they are."""
+    """`spec` added to the registry under each of its passes and its source written into a copy
+    of the kernels' folder at `folder` (with its table's generated header, if it has a table),
+    which the package then builds from; both last as long as the test. The registry's own
+    kernels stay as they are."""
     shutil.copytree(source_tables.KERNELS_DIR, folder)
     (folder / Path(spec.source).name).write_text(source_text)
     if spec.table is not None:
         (folder / Path(spec.table.header).name).write_text(
             spec.table.header_text(spec.table_origin))
     use_kernels_folder(monkeypatch, folder)
-    monkeypatch.setitem(KERNELS, spec.name, spec)
+    for pass_ in spec.passes:
+        monkeypatch.setitem(REGISTRY, (spec.name, pass_), spec)
     return folder

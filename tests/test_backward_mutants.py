@@ -7,10 +7,10 @@ from mutants import BACKWARD_MUTANTS, MUTANTS, verdicts_of
 
 from gpu_helpers import TOLERANCE_FACTOR
 
-from groupconv.backward_kernels import (BACKWARD_KERNELS, cut_keywords,
-                                                      reduce_lanes, wgrad_plan)
+from groupconv.backward_kernels import cut_keywords, reduce_lanes, wgrad_plan
 from groupconv.build import compile_kernel_source
 from groupconv.files import REPO_ROOT
+from groupconv.kernels import BACKWARD_KERNELS
 from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))

@@ -3,7 +3,7 @@ against an independent direct convolution on random data."""
 import numpy as np
 import pytest
 
-from groupconv.kernels import BASELINES, KERNELS, implementation_names
+from groupconv.kernels import BASELINES, KERNELS, REGISTRY, implementation_names
 from groupconv.shapes import Shape
 from groupconv.verify import (LATER_BASELINE_SLOTS, SEED_ORDER, UNIT_ROUNDOFF_FP32,
                                             bound_scale, check_seed, fp64_points, gather_indices,
@@ -110,7 +110,7 @@ def test_later_kernels_and_baselines_take_slots_from_the_registry_without_moving
     assert [seed_slot(k) for k in later_now] == list(range(len(SEED_ORDER),
                                                            len(SEED_ORDER) + len(later_now)))
     monkeypatch.setitem(BASELINES, "torch_later", {"title": "a later baseline"})
-    monkeypatch.setitem(KERNELS, "k_later", KERNELS["k3"])
+    monkeypatch.setitem(REGISTRY, ("k_later", "forward"), KERNELS["k3"])
     monkeypatch.setitem(BASELINES, "torch_latest", {"title": "a baseline after it"})
     assert seed_slot("k_later") == len(SEED_ORDER) + len(later_now)
     assert (seed_slot("torch_later"), seed_slot("torch_latest")) == (LATER_BASELINE_SLOTS,

@@ -18,12 +18,12 @@ import torch
 from wgrad_emulation import check, check_reduce, emulate_nchw, emulate_nhwc, emulate_reduce
 
 from groupconv import backward, backward_plans, conv
-from groupconv.backward_kernels import (BACKWARD_KERNELS, BLOCKS_PER_SM,
-                                                      DW_ROWS, DW_VEC, NHWC_BLOCKS_PER_SM,
-                                                      REDUCE_CHAINS, REDUCE_MAX_Y, REDUCE_X,
-                                                      transposed_weight_index, wgrad_plan)
+from groupconv.backward_kernels import (BLOCKS_PER_SM, DW_ROWS, DW_VEC, NHWC_BLOCKS_PER_SM,
+                                        REDUCE_CHAINS, REDUCE_MAX_Y, REDUCE_X,
+                                        transposed_weight_index, wgrad_plan)
 from groupconv.build import compile_kernel_source
 from groupconv.call_checks import UnsupportedConv
+from groupconv.kernels import kernels_of
 from groupconv.shapes import geometry_shape
 from groupconv.source_tables import KERNELS_DIR
 
@@ -40,9 +40,9 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel", list(BACKWARD_KERNELS))
+@pytest.mark.parametrize("kernel", list(kernels_of("weight_grad")))
 def test_every_entry_compiles_without_spills_or_local_memory(kernel, tmp_path):
-    spec = BACKWARD_KERNELS[kernel]
+    spec = kernels_of("weight_grad")[kernel]
     assert spec.table.stale(spec.table_origin) is None
     record = compile_kernel_source(KERNELS_DIR / spec.source.split("/")[-1],
                                    tmp_path / f"{kernel}.cubin", arch="sm_90")

@@ -1,6 +1,7 @@
 """Write each registered kernel's generated table header (kernels/<source>_table.cuh) from its
-registry entry's table (KERNELS[kernel].table, and BACKWARD_KERNELS[kernel].table for the
-weight-gradient kernels: the #defines and tile tables the source shares with its launch rule):
+registered source's table (groupconv.kernels.registered_sources(): the forward kernels' and the
+weight-gradient kernels' tables, the #defines and tile tables each source shares with its launch
+rule):
     python tools/kernel_tables.py [--check]
 With --check nothing is written: it prints each header that differs and exits 1. The build
 refuses a kernel whose header differs (groupconv/build), and tests/test_kernel_tables.py checks
@@ -15,8 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 # This checkout's package, whatever else is installed: the headers go to this tree's kernels/.
 sys.path.insert(0, str(REPO / "workflow"))
 
-from groupconv.backward_kernels import BACKWARD_KERNELS  # noqa: E402
-from groupconv.kernels import KERNELS, KERNELS_DIR  # noqa: E402
+from groupconv.kernels import KERNELS_DIR, registered_sources  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="write nothing; exit 1 on a difference")
     args = parser.parse_args(argv)
     stale = 0
-    for spec in [*KERNELS.values(), *BACKWARD_KERNELS.values()]:
+    for spec in registered_sources():
         if spec.table is None or (why := spec.table.stale(spec.table_origin)) is None:
             continue
         if args.check:

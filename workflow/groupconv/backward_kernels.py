@@ -2,17 +2,19 @@
 tile tables (shared with the sources as generated headers, source_tables.SourceTable), the
 entries their cubins export, and a geometry's plan: the tile, stage 1's launch (a slice of the
 (n, h, w) strips per blockIdx.y), the workspace of partial sums and stage 2's launch (wg_reduce,
-which sums the slices in order). kernels/NOTES-wgrad.md describes the design. They are not
-forward implementations, so they are not in kernels.KERNELS (which the atlas times): the op's
-backward (backward_plans, backward) uses them. Pure Python: nothing here needs a GPU."""
+which sums the slices in order). kernels/NOTES-wgrad.md describes the design. Each source is a
+WeightGradKernel class, which the registry (kernels.REGISTRY) holds under the weight_grad pass:
+they are not forward implementations, so the forward view (kernels.KERNELS, which the atlas
+times) leaves them out, and the op's backward (backward_plans, backward) launches them by these
+plans. Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from .kernel_family import KernelSource
 from .shapes import Shape
-from .source_tables import (MAX_GRID_X, MAX_GRID_YZ, Launch, SourceTable, _ceil_div,
-                            included_headers)
+from .source_tables import MAX_GRID_X, MAX_GRID_YZ, Launch, SourceTable, _ceil_div
 
 WG_THREADS = 128  # threads of a stage-1 block
 WG_MIN_BLOCKS = 2  # __launch_bounds__'s blocks per SM (without it ptxas spilled small entries)
@@ -88,34 +90,31 @@ def nhwc_smem_entry(cow: int) -> str:
 NHWC_SMEM_DW = "wg_nhwc_smem_dw"
 
 
-@dataclass(frozen=True)
-class BackwardKernel:
-    """A backward kernel source: its layout, its table and the entries its cubin exports."""
+class WeightGradKernel(KernelSource):
+    """A weight-gradient kernel source: its layout, its table and the entries its cubin exports,
+    read off that table. Its launches are wgrad_plan's, not a forward family's."""
 
-    name: str
-    source: str
-    layout: str
-    table: SourceTable
-    entry_names: Callable[[], list[str]]
-
-    @property
-    def headers(self) -> tuple[str, ...]:
-        return included_headers(self.source)
-
-    @property
-    def table_origin(self) -> str:
-        return f'BACKWARD_KERNELS["{self.name}"].table ({__name__})'
+    passes = ("weight_grad",)
+    # Its table's header names the weight-gradient view, BACKWARD_KERNELS (kernels).
+    registry_view = "BACKWARD_KERNELS"
 
 
-BACKWARD_KERNELS = {
-    "wg_nchw": BackwardKernel("wg_nchw", "kernels/wgrad_nchw.cu", "nchw", WG_NCHW_TABLE,
-                              lambda: [*(nchw_entry(*t) for t in TILES), "wg_reduce"]),
-    "wg_nhwc": BackwardKernel("wg_nhwc", "kernels/wgrad_nhwc.cu", "nhwc", WG_NHWC_TABLE,
-                              lambda: [*(nhwc_dw_entry(*t) for t in NHWC_DW),
-                                       *(nhwc_tile_entry(*t) for t in NHWC_TILES),
-                                       *(nhwc_smem_entry(*t) for t in NHWC_SMEM),
-                                       NHWC_SMEM_DW, "wg_reduce"]),
-}
+class WgNchw(WeightGradKernel):
+    name, source, layout, table = "wg_nchw", "kernels/wgrad_nchw.cu", "nchw", WG_NCHW_TABLE
+
+    def entry_names(self) -> list[str]:
+        return [*(nchw_entry(*t) for t in self.table.lists["WG_NCHW_TILES"]), "wg_reduce"]
+
+
+class WgNhwc(WeightGradKernel):
+    name, source, layout, table = "wg_nhwc", "kernels/wgrad_nhwc.cu", "nhwc", WG_NHWC_TABLE
+
+    def entry_names(self) -> list[str]:
+        lists = self.table.lists
+        return [*(nhwc_dw_entry(*t) for t in lists["WG_NHWC_DW"]),
+                *(nhwc_tile_entry(*t) for t in lists["WG_NHWC_TILES"]),
+                *(nhwc_smem_entry(*t) for t in lists["WG_NHWC_SMEM"]),
+                NHWC_SMEM_DW, "wg_reduce"]
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from .backward_kernels import (BACKWARD_KERNELS, cut_keywords, transposed_weight_index,
+from .backward_kernels import (cut_keywords, transposed_weight_index,
                                wgrad_plan)
 from .call_checks import LAYOUT_WORDS, MEMORY_FORMATS, UnsupportedConv, call_layout
 from .call_plan import _current_device, _raw_stream, plan_call
 from .cubin_cache import built_backward_cubins
-from .kernels import DISPATCH, KERNELS
+from .kernels import BACKWARD_KERNELS, DISPATCH, KERNELS
 from .launch import kernel_plan, plan_for
 from .shapes import geometry_shape
 from .torch_fallback import CONV_BACKWARD, _ONES, _ZEROS, baseline_backward_call

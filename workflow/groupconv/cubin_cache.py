@@ -8,8 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from .backward_kernels import BACKWARD_KERNELS
-from .kernels import KERNELS, KERNELS_DIR
+from .kernels import BACKWARD_KERNELS, KERNELS, KERNELS_DIR
 
 LOG = logging.getLogger("groupconv")
 
@@ -42,7 +41,7 @@ def built_cubins(arch: str) -> dict[str, str]:
 
 
 def built_backward_cubins(arch: str) -> dict[str, str]:
-    """The weight-gradient kernels (backward_kernels.BACKWARD_KERNELS) compiled for `arch`, from
+    """The weight-gradient kernels (kernels.BACKWARD_KERNELS) compiled for `arch`, from
     the cache or now; a stale table header or a missing entry is refused, as for KERNELS."""
     from .build import BuildError, compile_kernel_source
 

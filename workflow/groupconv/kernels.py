@@ -1,46 +1,138 @@
-"""The implementation registry: the custom kernels (KERNELS, the one list of them: the
-configuration, the schema check, the tools, the seed slots and every stage read it from here) and
-the PyTorch baselines, with the names every stage uses for them. A kernel is its source and one
-KernelFamily class (kernel_family), which lives beside its layout's other kernels
-(nchw_tile_kernels: k0-k5, nchw_row_kernels: k6 and k7, nhwc_strip_kernels: k8 and k9,
-nhwc_row_kernels: k10, nhwc_direct_kernels: k11, nchw_plane_kernels: k12) and owns its support,
-variants, launch, entries, alignment, coverage and the table of integers its source includes as
-a generated header (source_tables.SourceTable). Pure Python: nothing here needs a GPU or nvcc."""
+"""The implementation registry: every kernel source, keyed by (kernel, pass) (REGISTRY, the one
+list of them: the configuration, the schema check, the tools, the seed slots, the cubin cache and
+every stage read it from here, through kernel_for, kernels_of and the views KERNELS and
+BACKWARD_KERNELS), and the PyTorch baselines, with the names every stage uses for them. A kernel
+is its source and one class (kernel_family): a forward KernelFamily, which lives beside its
+layout's other kernels (nchw_tile_kernels: k0-k5, nchw_row_kernels: k6 and k7,
+nhwc_strip_kernels: k8 and k9, nhwc_row_kernels: k10, nhwc_direct_kernels: k11,
+nchw_plane_kernels: k12) and owns its support, variants, launch, entries, alignment, coverage and
+the table of integers its source includes as a generated header (source_tables.SourceTable); or
+a weight-gradient kernel (backward_kernels.WeightGradKernel: wg_nchw, wg_nhwc), whose launches are
+its plans. A source is registered under each pass it serves (KernelSource.passes): a forward
+family under "forward", and under "input_grad" too where its flipped entries compute the
+depthwise input gradient (KernelFamily.flips); a weight-gradient kernel under "weight_grad".
+Pure Python: nothing here needs a GPU or nvcc."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping, MutableMapping
+from types import MappingProxyType
 
+from . import backward_kernels as wgrad
 from . import nchw_plane_kernels as nchw_plane
 from . import nchw_row_kernels as nchw_row
 from . import nchw_tile_kernels as nchw_tile
 from . import nhwc_direct_kernels as nhwc_direct
 from . import nhwc_row_kernels as nhwc_row
 from . import nhwc_strip_kernels as nhwc_strip
-from .kernel_family import KernelFamily
+from .kernel_family import PASSES, KernelFamily, KernelSource
 from .shapes import Shape
 # KERNELS_DIR too: the build, the cubin cache and the tools take it from the registry.
 from .source_tables import KERNELS_DIR, Launch, SourceTable, included_headers  # noqa: F401
 from .source_tables import flipped_entry
 
-KERNELS: dict[str, KernelFamily] = {}
+
+class Registry(MutableMapping):
+    """(kernel, pass) -> its source, in the order registered (a forward kernel's seed slot is its
+    place among the forward ones, verify.seed_slot). Every write, a test's monkeypatch too, goes
+    through here and keeps each pass's name -> source dict in step, which kernels_of hands out
+    read-only: a view has no list of its own that could drift, and a lookup in it (`name in
+    KERNELS` on the op's per-call path) costs no Python call."""
+
+    def __init__(self) -> None:
+        self._sources: dict[tuple[str, str], KernelSource] = {}
+        self._passes: dict[str, dict[str, KernelSource]] = {pass_: {} for pass_ in PASSES}
+
+    def __getitem__(self, key: tuple[str, str]) -> KernelSource:
+        return self._sources[key]
+
+    def __setitem__(self, key: tuple[str, str], spec: KernelSource) -> None:
+        name, pass_ = key
+        self._passes[_known_pass(pass_)][name] = spec
+        self._sources[key] = spec
+
+    def __delitem__(self, key: tuple[str, str]) -> None:
+        del self._sources[key]
+        del self._passes[key[1]][key[0]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sources
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def view(self, pass_: str) -> Mapping[str, KernelSource]:
+        return MappingProxyType(self._passes[_known_pass(pass_)])
 
 
-def register(family: KernelFamily) -> KernelFamily:
-    """Add a kernel family to the registry, after those already there (its seed slot is the
-    next free one, verify.seed_slot); its name must be new and say which source it builds."""
-    if not family.name or not family.source.startswith("kernels/"):
-        raise ValueError(f"{type(family).__name__}: a kernel family needs a name and a source "
-                         f"under kernels/ (name {family.name!r}, source {family.source!r})")
-    if family.name in KERNELS:
-        raise ValueError(f"{family.name} is registered already ({KERNELS[family.name]!r})")
-    KERNELS[family.name] = family
-    return family
+def _known_pass(pass_: str) -> str:
+    if pass_ not in PASSES:
+        raise KeyError(f"pass {pass_!r}: must be one of {', '.join(PASSES)}")
+    return pass_
 
 
-for _family in (nchw_tile.K0, nchw_tile.K1, nchw_tile.K2, nchw_tile.K3, nchw_tile.K4,
-                nchw_tile.K5, nchw_row.K6, nchw_row.K7, nhwc_strip.K8, nhwc_strip.K9,
-                nhwc_row.K10, nhwc_direct.K11, nchw_plane.K12):
-    register(_family())
+REGISTRY = Registry()
+
+
+def kernels_of(pass_: str) -> Mapping[str, KernelSource]:
+    """The kernels registered under `pass_` (one of PASSES), name -> source in registry order: a
+    live, read-only view of the registry."""
+    return REGISTRY.view(pass_)
+
+
+def kernel_for(name: str, pass_: str) -> KernelSource:
+    """The source registered as `name` under `pass_`."""
+    try:
+        return REGISTRY[(name, _known_pass(pass_))]
+    except KeyError:
+        raise KeyError(f"no kernel {name!r} for the {pass_} pass; its kernels: "
+                       f"{', '.join(kernels_of(pass_)) or 'none'}") from None
+
+
+def registered_sources() -> list[KernelSource]:
+    """Every registered source once (a family serving two passes is one source), in registry
+    order: what the table tool writes and what a source-level check walks."""
+    return list({id(spec): spec for spec in REGISTRY.values()}.values())
+
+
+def source_of(name: str) -> KernelSource:
+    """The source registered as `name`, whichever passes it serves (register keeps a name to one
+    source)."""
+    for (registered, _), spec in REGISTRY.items():
+        if registered == name:
+            return spec
+    raise KeyError(f"no kernel source named {name!r}")
+
+
+def register(spec: KernelSource) -> KernelSource:
+    """Add a kernel source to the registry under each of its passes, after those already there
+    (a forward kernel's seed slot is the next free one, verify.seed_slot); its name must be new,
+    say which source it builds, and name one source across every pass (the cubin cache files a
+    cubin by that name)."""
+    if not spec.name or not spec.source.startswith("kernels/"):
+        raise ValueError(f"{type(spec).__name__}: a kernel source needs a name and a source "
+                         f"under kernels/ (name {spec.name!r}, source {spec.source!r})")
+    if not spec.passes or not set(spec.passes) <= set(PASSES):
+        raise ValueError(f"{spec!r}: passes {spec.passes!r}, must be some of {', '.join(PASSES)}")
+    if any(name == spec.name for name, _ in REGISTRY):
+        raise ValueError(f"{spec.name} is registered already ({source_of(spec.name)!r})")
+    for pass_ in spec.passes:
+        REGISTRY[(spec.name, pass_)] = spec
+    return spec
+
+
+for _spec in (nchw_tile.K0, nchw_tile.K1, nchw_tile.K2, nchw_tile.K3, nchw_tile.K4,
+              nchw_tile.K5, nchw_row.K6, nchw_row.K7, nhwc_strip.K8, nhwc_strip.K9,
+              nhwc_row.K10, nhwc_direct.K11, nchw_plane.K12, wgrad.WgNchw, wgrad.WgNhwc):
+    register(_spec())
+
+# The forward kernels (the atlas's implementations) and the weight-gradient kernels, as views of
+# the registry: the names every caller reads them by.
+KERNELS: Mapping[str, KernelFamily] = kernels_of("forward")
+BACKWARD_KERNELS: Mapping[str, wgrad.WeightGradKernel] = kernels_of("weight_grad")
 
 # What `dispatch` runs on an NCHW geometry when no geometry of its table can stand in for it
 # (unseen.nearest_choice: an empty table, or no entry whose implementation supports it). A kernel
@@ -145,9 +237,9 @@ def launch_for(kernel: str, shape: Shape, variant: dict | None = None, *,
 def flipped_launch(kernel: str, launch: Launch) -> Launch:
     """The same launch of a kernel with flipped entries (KernelFamily.flips), its taps turned 180
     degrees: y = conv(x, w[:, :, ::-1, ::-1])."""
-    if not KERNELS[kernel].flips:
+    if kernel not in kernels_of("input_grad"):
         raise ValueError(f"{kernel} exports no entries with flipped taps; kernels that do: "
-                         f"{', '.join(k for k, spec in KERNELS.items() if spec.flips)}")
+                         f"{', '.join(kernels_of('input_grad'))}")
     return dataclasses.replace(launch, entry=flipped_entry(launch.entry))
 
 

@@ -295,9 +295,8 @@ def kernel_sources(kernels) -> list[str]:
     """The sources and headers a backward pass may compile, repository-relative, once: the
     weight-gradient kernels' and those of the run's forward `kernels` (a kernel a failed gate
     left out of the run is not among them)."""
-    from groupconv.backward_kernels import BACKWARD_KERNELS
-    from groupconv.kernels import KERNELS
+    from groupconv.kernels import KERNELS, kernels_of
 
     files = [f for name in kernels for f in KERNELS[name].inputs]
-    files += [f for spec in BACKWARD_KERNELS.values() for f in (spec.source, *spec.headers)]
+    files += [f for spec in kernels_of("weight_grad").values() for f in spec.inputs]
     return sorted(set(files))
