@@ -70,22 +70,23 @@ def test_backward_mutant_shapes_have_what_the_fault_needs(mutant):
 # Each mutant is verified in a process of its own (mutants.verdicts_of).
 VERIFY_PROGRAM = r"""
 import json, sys
-from groupconv import backward_plans
 from groupconv.sessions import GpuSession
 from groupconv.shapes import Shape
-from groupconv_atlas.study.pass_runs import backward_module
+from groupconv_atlas.study.pass_runs import backward_module, pass_runtime
 from groupconv_atlas.study.pass_verify import verify_pass_one
 
 kernel, cubin, layout, shapes, factor, cut = json.loads(sys.argv[1])
 session = GpuSession()
 for index, fields in enumerate(shapes):
     shape = Shape(**fields)
-    # the mutant's cubin, and its cut as the tuning stage's choice for this geometry
-    backward_plans.configure_backward(
-        {kernel: cubin}, {(layout, tuple(shape.geometry)): cut} if cut else None)
+    # the pass's runtime with the mutant's cubin, and its cut as the tuning stage's choice for
+    # this geometry
+    runtime = pass_runtime(session, "weight_grad",
+                           {(layout, tuple(shape.geometry)): cut} if cut else None,
+                           cubins={kernel: cubin})
     try:
         row = verify_pass_one(session, backward_module(), "weight_grad", kernel, shape,
-                              777 + index, factor)
+                              777 + index, factor, runtime)
         verdict = [shape.id, row["status"], row["reason"]]
     except Exception as exc:  # a crashing launch is caught: it cannot pass verification
         verdict = [shape.id, "incorrect", f"launch failed: {type(exc).__name__}: {exc}"]

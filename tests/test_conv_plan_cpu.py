@@ -20,7 +20,7 @@ CL = torch.channels_last
 
 
 class _Launcher:
-    """What _Runtime asks of a launcher: kernel_plan and the channels_last dispatch table."""
+    """What Runtime asks of a launcher: kernel_plan and the channels_last dispatch table."""
 
     def __init__(self):
         self.calls, self.tunings, self.cubins = [], {}, {}
@@ -38,7 +38,7 @@ def runtime(monkeypatch):
                                                                   w.shape[0], x.shape[2],
                                                                   x.shape[3], groups))
     plan_on_cpu(monkeypatch, call_plan)
-    return plans._Runtime(launcher=_Launcher())
+    return plans.Runtime(launcher=_Launcher())
 
 
 def _inputs(n, c_in, c_out, h, w, groups, weight_format=CL):

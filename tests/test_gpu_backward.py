@@ -3,8 +3,9 @@ in both layouts, each custom input and weight gradient against FP64 on fresh see
 NaN-poisoned free memory (outputs and workspaces come from it), within the verification bound
 with K the pass's reduction length (9 * C_out/groups for the input gradient, N * H * W for the
 weight gradient); the weight gradient bit-identical across runs; each captured in a CUDA graph;
-a training step through conv2d with configure(backward_dispatch=...); and compute-sanitizer
-memcheck and racecheck over the weight-gradient kernels and the input gradient's path."""
+a stage's own runtime planning its tuned cut apart from the op's default; a training step through
+conv2d with configure(backward_dispatch=...); and compute-sanitizer memcheck and racecheck over
+the weight-gradient kernels and the input gradient's path."""
 from __future__ import annotations
 
 import json
@@ -225,6 +226,39 @@ def test_a_pass_planned_and_launched_on_a_fresh_thread_finds_pytorch_s_context(l
     assert_within_bound(got["dw"], ref_w, scale_w, shape.n * shape.h * shape.w, "dW on a thread")
 
 
+def test_a_stage_s_runtime_plans_its_own_cuts_and_leaves_the_default_s_alone():
+    """The weight gradient on a runtime built with a tuned cut launches that cut; the op's
+    default runtime, on the same tensors, keeps the rule's, in plans of its own."""
+    from groupconv import backward, conv
+    from groupconv.backward_kernels import cut_keywords, wgrad_plan
+    from groupconv.launcher import Launcher
+    from groupconv.op_runtime import Runtime
+    from groupconv.sessions import CallerSession
+    torch = _torch()
+    shape = geometry_shape(2, 32, 32, 9, 11, 32)
+    cut = {"vec": 4, "rows": 8, "blocks_per_sm": 2}
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    tuned, rule = (wgrad_plan(shape, "nhwc", sm_count, 16, **cut_keywords(cut)),
+                   wgrad_plan(shape, "nhwc", sm_count, 16))
+    assert tuned != rule  # else the test tells nothing
+    x, w, dy = _inputs(shape, 41, "nhwc")
+    stage = Runtime(launcher=Launcher(CallerSession(), {}),
+                    wgrad_tunings={("nhwc", tuple(shape.geometry)): cut})
+    default = conv.runtime()
+    assert ("nhwc", tuple(shape.geometry)) not in default.wgrad_tunings
+    got = backward.weight_grad(dy, x, shape.groups, "wg_nhwc", stage)
+    want = backward.weight_grad(dy, x, shape.groups, "wg_nhwc")
+
+    def plan_of(runtime):
+        (run,) = [v for k, v in runtime.backward._plans.items()
+                  if k[0] == "weight_grad" and k[3] == dy.shape]
+        return run.plan
+    assert plan_of(stage) == tuned and plan_of(default) == rule
+    ref, scale = _fp64(x, w, dy, shape.groups, (False, True))
+    for name, grad in (("tuned", got), ("rule", want)):
+        assert_within_bound(grad, ref, scale, shape.n * shape.h * shape.w, f"{name} cut")
+
+
 @pytest.mark.parametrize("layout", FORMATS)
 def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
     import groupconv_atlas as g
@@ -264,8 +298,11 @@ SANITIZED = ((2, 8, 8, 19, 37, 8), (1, 9, 6, 7, 11, 3), (1, 16, 32, 9, 14, 4), (
 PROGRAM = r'''
 import json, sys
 import torch
-from groupconv import backward, backward_plans
+from groupconv import backward
 from groupconv.backward_kernels import NHWC_SMEM, SMEM_MIN_CIG
+from groupconv.launcher import Launcher
+from groupconv.op_runtime import Runtime
+from groupconv.sessions import CallerSession
 gen = torch.Generator(device="cuda").manual_seed(1)
 for n, c_in, c_out, h, w, groups in json.loads(sys.argv[1]):
     for layout, fmt in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
@@ -277,10 +314,9 @@ for n, c_in, c_out, h, w, groups in json.loads(sys.argv[1]):
         if layout == "nhwc" and (depthwise or c_in // groups >= SMEM_MIN_CIG):
             # each staged entry, as the tuning stage's cut
             for cow in [1] if depthwise else [c for c, in NHWC_SMEM]:
-                backward_plans.configure_backward(wgrad_tunings={
+                staged = Runtime(launcher=Launcher(CallerSession(), {}), wgrad_tunings={
                     ("nhwc", (n, c_in, c_out, h, w, groups)): {"staged_co": cow}})
-                backward.weight_grad(dy, x, groups, "wg_nhwc")
-            backward_plans.configure_backward()
+                backward.weight_grad(dy, x, groups, "wg_nhwc", staged)
         backward.input_grad(dy, wt, groups, "ig_" + layout)
         torch.cuda.synchronize()
         print("ran", layout, [n, c_in, c_out, h, w, groups], flush=True)

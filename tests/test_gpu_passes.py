@@ -16,10 +16,12 @@ PASSES = ("input_grad", "weight_grad")
 
 @pytest.mark.parametrize("pass_", PASSES)
 def test_every_implementation_of_a_pass_is_verified_or_says_why(gpu_session, pass_):
-    from groupconv_atlas.study.pass_runs import STRICT_REFERENCES, backward_module
+    from groupconv_atlas.study.pass_runs import STRICT_REFERENCES, backward_module, pass_runtime
     from groupconv_atlas.study.pass_verify import verify_pass
 
-    rows = verify_pass(gpu_session, pass_, SHAPES, 123, 16.0, progress=lambda _: None)
+    # the pass's own runtime, as its verification job builds it
+    rows = verify_pass(gpu_session, pass_, SHAPES, 123, 16.0, progress=lambda _: None,
+                       runtime=pass_runtime(gpu_session, pass_))
     customs = backward_module().backward_implementations(pass_)
     assert {r["implementation"] for r in rows} == {*customs, *STRICT_REFERENCES}
     assert len(rows) == len(SHAPES) * (len(customs) + len(STRICT_REFERENCES))
@@ -42,8 +44,8 @@ def test_a_wrong_result_is_caught(gpu_session, pass_, monkeypatch):
     custom = real.backward_implementations(pass_)[0]
 
     def shifted(fn):
-        def call(grad_y, other, groups, impl):
-            out = fn(grad_y, other, groups, impl)
+        def call(grad_y, other, groups, impl, runtime=None):
+            out = fn(grad_y, other, groups, impl, runtime)
             return out + 1e-2 * out.abs().max()  # an error far above the bound
         return call
 

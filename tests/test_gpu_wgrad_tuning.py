@@ -40,10 +40,10 @@ def _cfg():
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_the_stage_chooses_the_fastest_correct_cut_and_the_backward_launches_it(
         gpu_session, layout, tmp_path):
-    from groupconv import backward_plans
+    from groupconv.backward import weight_grad
     from groupconv.backward_kernels import cut_keywords, wgrad_plan
     from groupconv.launch_tables import wgrad_tuning_table
-    from groupconv_atlas.study.pass_runs import grad_output, in_pass_layout
+    from groupconv_atlas.study.pass_runs import grad_output, in_pass_layout, pass_runtime
     from groupconv_atlas.study.wgrad_tuning import check_cut, references, tune_weight_grad
 
     torch = gpu_session.torch
@@ -61,27 +61,23 @@ def test_the_stage_chooses_the_fastest_correct_cut_and_the_backward_launches_it(
     path = tmp_path / f"wg_{layout}.json"
     path.write_text(json.dumps(record))
     tunings = wgrad_tuning_table([path])
-    saved = backward_plans.BACKWARD
-    try:
-        backward_plans.configure_backward(wgrad_tunings=tunings)
-        for index, shape in enumerate(shapes):
-            with gpu_session.on_stream():
-                x, w = gpu_session.random_inputs(shape, 100 + index)
-                gy = grad_output(torch, shape, 100 + index)
-                refs = references(gpu_session, shape, x, w, gy, TOLERANCE_FACTOR)
-                lx, _, lgy = in_pass_layout(torch, layout, x, w, gy)
-                got = backward_plans.BACKWARD.weight_grad(lgy, lx, shape.groups, f"wg_{layout}")
-                plan = wgrad_plan(shape, layout, gpu_session.sm_count, 16,
-                                  **cut_keywords(record["choices"][shape.id]["keywords"]))
-                direct = backward_plans.BACKWARD.wgrad_runner(f"wg_{layout}", plan, shape,
-                                                              x.device)
-                gpu_session.synchronize()
-            run = backward_plans.BACKWARD._plans[next(
-                k for k in backward_plans.BACKWARD._plans if k[0] == "weight_grad"
-                and k[3] == lgy.shape)]
-            assert run.plan == plan  # the tuned cut, not the rule's
-            assert torch.equal(got, direct(lgy, lx))
-            assert check_cut(gpu_session, direct, lx, lgy, refs)["status"] == "correct"
-            backward_plans.BACKWARD._plans.clear()
-    finally:
-        backward_plans.BACKWARD = saved
+    # the weight gradient's pass as its jobs run it: a runtime of its own with the stage's cuts
+    runtime = pass_runtime(gpu_session, "weight_grad", tunings)
+    backward = runtime.backward
+    for index, shape in enumerate(shapes):
+        with gpu_session.on_stream():
+            x, w = gpu_session.random_inputs(shape, 100 + index)
+            gy = grad_output(torch, shape, 100 + index)
+            refs = references(gpu_session, shape, x, w, gy, TOLERANCE_FACTOR)
+            lx, _, lgy = in_pass_layout(torch, layout, x, w, gy)
+            got = weight_grad(lgy, lx, shape.groups, f"wg_{layout}", runtime)
+            plan = wgrad_plan(shape, layout, gpu_session.sm_count, 16,
+                              **cut_keywords(record["choices"][shape.id]["keywords"]))
+            direct = backward.wgrad_runner(f"wg_{layout}", plan, shape, x.device)
+            gpu_session.synchronize()
+        run = backward._plans[next(k for k in backward._plans if k[0] == "weight_grad"
+                                   and k[3] == lgy.shape)]
+        assert run.plan == plan  # the tuned cut, not the rule's
+        assert torch.equal(got, direct(lgy, lx))
+        assert check_cut(gpu_session, direct, lx, lgy, refs)["status"] == "correct"
+        backward._plans.clear()

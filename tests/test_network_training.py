@@ -255,7 +255,9 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     from groupconv.conversion import substitute_convs
     from groupconv.timing import ClockReader, TimingConfig
 
-    class TorchForward:
+    class TorchForward:  # a runtime whose forward is F.conv2d, its backward aten's
+        eager_training, backward_dispatch = "pytorch", {}
+
         def forward(self, x, weight, groups, implementation):
             return torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, groups)
 

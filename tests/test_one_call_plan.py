@@ -114,7 +114,7 @@ def test_the_op_s_call_is_made_by_the_same_call_plan(planned, monkeypatch, imple
     made, launches = planned
     monkeypatch.setattr(op_runtime, "check_call", lambda x, w, groups, impl: geometry_shape(
         x.shape[0], x.shape[1], w.shape[0], x.shape[2], x.shape[3], groups))
-    runtime = op_runtime._Runtime(launcher=_OpLauncher(launches))
+    runtime = op_runtime.Runtime(launcher=_OpLauncher(launches))
     x, w, _ = _tensors(DEPTHWISE)
     if channels_last:
         x, w = x.contiguous(memory_format=CL), w.contiguous(memory_format=CL)
@@ -222,7 +222,7 @@ def test_the_op_s_call_runs_only_the_steps_its_kernel_needs(planned, monkeypatch
     plan's kernel call, wrapped only where the kernel needs a check, never a generic wrapper."""
     monkeypatch.setattr(op_runtime, "check_call", lambda x, w, groups, impl: geometry_shape(
         x.shape[0], x.shape[1], w.shape[0], x.shape[2], x.shape[3], groups))
-    runtime = op_runtime._Runtime(launcher=_OpLauncher(planned[1]))
+    runtime = op_runtime.Runtime(launcher=_OpLauncher(planned[1]))
     n, c_in, c_out, h, w_, groups = geometry
     fmt = CL if implementation == "k9" else torch.contiguous_format
     x = torch.randn(n, c_in, h, w_).contiguous(memory_format=fmt)

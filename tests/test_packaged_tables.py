@@ -192,7 +192,7 @@ def test_without_a_device_name_or_a_gpu_the_public_names_ask_for_one(monkeypatch
 
 @pytest.fixture
 def cpu_runtime(monkeypatch, tmp_path):
-    """op_runtime._Runtime built on the CPU: a faked GPU name, no session, no cubins."""
+    """op_runtime.Runtime built on the CPU: a faked GPU name, no session, no cubins."""
     pytest.importorskip("torch")
     from groupconv import op_runtime
 
@@ -208,7 +208,7 @@ def cpu_runtime(monkeypatch, tmp_path):
 
     def make(gpu: str, **kwargs):
         names["gpu"] = gpu
-        return op_runtime._Runtime(cubins={"k5": str(tmp_path / "k5.cubin")}, **kwargs)
+        return op_runtime.Runtime(cubins={"k5": str(tmp_path / "k5.cubin")}, **kwargs)
 
     (tmp_path / "k5.cubin").write_bytes(b"cubin")
     return op_runtime, make
@@ -336,7 +336,7 @@ def test_record_tables_read_the_weight_gradients_cuts_apart_from_the_forward_tun
 
 def test_the_runtime_hands_the_tables_cuts_to_the_backward(cpu_runtime, monkeypatch):
     op_runtime, make = cpu_runtime
-    from groupconv import backward_plans, choice_source as source
+    from groupconv import choice_source as source
 
     cuts = {("nhwc", (32, 64, 64, 14, 14, 16)): {"tile": [2, 2], "rows": 2, "blocks_per_sm": 2}}
     packaged = source.gpu_tables
@@ -347,16 +347,10 @@ def test_the_runtime_hands_the_tables_cuts_to_the_backward(cpu_runtime, monkeypa
 
     monkeypatch.setattr(op_runtime, "gpu_tables", with_cuts)
     runtime = make(H200)
-    assert runtime.wgrad_tunings == cuts
-    saved = backward_plans.BACKWARD
-    try:
-        backward_plans.configure_backward()
-        backward_plans.use_wgrad_tunings(runtime.wgrad_tunings)
-        assert backward_plans.BACKWARD.wgrad_tunings == cuts
-        # A process's own configuration (a pass job's tuning records) is not overridden.
-        own = {("nchw", (1, 8, 8, 4, 4, 8)): {}}
-        backward_plans.configure_backward(wgrad_tunings=own)
-        backward_plans.use_wgrad_tunings(runtime.wgrad_tunings)
-        assert backward_plans.BACKWARD.wgrad_tunings == own
-    finally:
-        backward_plans.BACKWARD = saved
+    assert runtime.wgrad_tunings == cuts and runtime.backward.wgrad_tunings == cuts
+    # A runtime's own cuts (a pass job's tuning records) stand in for the tables'; none given
+    # ({}): the rule's everywhere. Either leaves the other runtime's as they were.
+    own = {("nchw", (1, 8, 8, 4, 4, 8)): {}}
+    assert make(H200, wgrad_tunings=own).backward.wgrad_tunings == own
+    assert make(H200, wgrad_tunings={}).backward.wgrad_tunings == {}
+    assert runtime.backward.wgrad_tunings == cuts

@@ -244,7 +244,7 @@ torch.cuda.get_device_name = lambda *args: sys.argv[1]
 class Session:
     capability = (9, 0)
 op_runtime.CallerSession = Session
-runtime = op_runtime._Runtime(cubins={"k5": "not compiled on the CPU"})
+runtime = op_runtime.Runtime(cubins={"k5": "not compiled on the CPU"})
 print(json.dumps({"table": g.table_source(), "choice": g.describe_choice(*json.loads(sys.argv[2])),
                   "runtime": [runtime.tables_source.kind, runtime.tables_source.record,
                               runtime.autotune, len(runtime.launcher.dispatch or {})],

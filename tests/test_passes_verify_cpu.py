@@ -23,10 +23,13 @@ def tensors(seed=0):
     return x, w, gy
 
 
-def fake_backward(seen: list):
-    """A groupconv/backward stand-in computing each pass with PyTorch, recording its tensors."""
-    def compute(pass_, gy, other, groups, impl):
+def fake_backward(seen: list, runtimes: list | None = None):
+    """A groupconv/backward stand-in computing each pass with PyTorch, recording its tensors
+    (and in `runtimes` the runtime each call was given)."""
+    def compute(pass_, gy, other, groups, impl, runtime=None):
         seen.append((impl, gy.is_contiguous(memory_format=torch.channels_last)))
+        if runtimes is not None:
+            runtimes.append(runtime)
         x, w = (torch.empty(SHAPE.n, SHAPE.c_in, SHAPE.h, SHAPE.w), other) \
             if pass_ == "input_grad" else (other, torch.empty(SHAPE.c_out, SHAPE.cin_per_group,
                                                               3, 3))
@@ -37,9 +40,11 @@ def fake_backward(seen: list):
         else ("wg_nchw", "wg_nhwc"),
         backward_layout=lambda impl: impl.rsplit("_", 1)[1],
         backward_support=lambda p, impl, shape: (True, ""),
-        input_grad=lambda gy, w, groups, impl: compute("input_grad", gy, w, groups, impl),
-        input_grad_route=lambda gy, w, groups, impl: {"via": f"{impl}'s route"},
-        weight_grad=lambda gy, x, groups, impl: compute("weight_grad", gy, x, groups, impl))
+        input_grad=lambda gy, w, groups, impl, runtime=None: compute(
+            "input_grad", gy, w, groups, impl, runtime),
+        input_grad_route=lambda gy, w, groups, impl, runtime=None: {"via": f"{impl}'s route"},
+        weight_grad=lambda gy, x, groups, impl, runtime=None: compute(
+            "weight_grad", gy, x, groups, impl, runtime))
 
 
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
@@ -53,12 +58,14 @@ def test_the_reference_of_a_pass_is_autograds_gradient(pass_):
 
 
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
-def test_a_custom_implementation_gets_its_layouts_tensors(pass_):
-    seen = []
-    backward = fake_backward(seen)
+def test_a_custom_implementation_gets_its_layouts_tensors_and_the_stage_s_runtime(pass_):
+    seen, runtimes = [], []
+    backward = fake_backward(seen, runtimes)
     x, w, gy = tensors()
+    stage_runtime = object()  # study/pass_runs.pass_runtime's, passed to every custom call
     for impl in pass_runs.implementations(backward, pass_):
-        run, details = pass_runs.bind(torch, backward, pass_, impl, x, w, gy, SHAPE.groups)
+        run, details = pass_runs.bind(torch, backward, pass_, impl, x, w, gy, SHAPE.groups,
+                                      stage_runtime)
         run()
         assert details["pass"] == pass_
         assert details["layout"] == ("nhwc" if impl.endswith("nhwc") else "nchw")
@@ -67,6 +74,7 @@ def test_a_custom_implementation_gets_its_layouts_tensors(pass_):
         assert details.get("route") == ({"via": f"{impl}'s route"} if custom_ig else None)
     assert seen == [(backward.backward_implementations(pass_)[0], False),
                     (backward.backward_implementations(pass_)[1], True)]
+    assert runtimes == [stage_runtime, stage_runtime]
 
 
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
@@ -124,3 +132,27 @@ def test_a_checkout_without_the_backward_module_says_so(monkeypatch):
     monkeypatch.setattr(importlib, "import_module", missing)
     with pytest.raises(RuntimeError, match=f"{name} is not in this checkout"):
         pass_runs.backward_module()
+
+
+def test_a_pass_stage_builds_its_own_runtime(monkeypatch):
+    """study/pass_runs.pass_runtime: the weight gradient's stage gets a runtime over its own
+    session with the run's tuned cuts (none given: the rule's) and no forward kernel; the input
+    gradient's, the op as a user gets it (built as the default would be). The op's default
+    runtime is left as it was."""
+    from groupconv import conv, op_runtime
+
+    default = conv._RUNTIME
+    session = object()
+    cuts = {("nhwc", (2, 8, 16, 9, 13, 8)): {"vec": 2}}
+    runtime = pass_runs.pass_runtime(session, "weight_grad", cuts, cubins={"wg_nhwc": "/m.cubin"})
+    assert isinstance(runtime, op_runtime.Runtime)
+    assert runtime.launcher.session is session and runtime.launcher.cubins == {}
+    assert runtime.wgrad_tunings == cuts and runtime.backward_dispatch == {}
+    assert runtime.backward.cubin("wg_nhwc") == "/m.cubin"
+    assert pass_runs.pass_runtime(session, "weight_grad").wgrad_tunings == {}
+    built = []
+    monkeypatch.setattr(op_runtime, "Runtime", lambda **kwargs: built.append(kwargs) or "op's")
+    assert pass_runs.pass_runtime(session, "input_grad", cuts) == "op's" and built == [{}]
+    with pytest.raises(ValueError, match="pass 'forward'"):
+        pass_runs.pass_runtime(session, "forward")
+    assert conv._RUNTIME is default

@@ -19,7 +19,10 @@ LAYOUTS = {"nchw": torch.contiguous_format, "nhwc": torch.channels_last}
 
 class _TorchForward:
     """A runtime whose forward is F.conv2d (any device, any dtype): the Function's backward is
-    what is under test."""
+    what is under test (its table empty: aten's, as F.conv2d's)."""
+
+    eager_training = "pytorch"
+    backward_dispatch = {}
 
     def forward(self, x, weight, groups, implementation):
         return torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, groups)
@@ -85,25 +88,65 @@ def test_a_second_derivative_flows_through_the_backward(torch_forward):
 
 def test_eager_training_is_pytorch_by_default_and_a_bad_choice_is_refused_by_name():
     # A fresh process's default (no configure call has run in it yet, or the last one set it).
-    assert conv._EAGER_TRAINING in conv.EAGER_TRAINING
-    before = conv._EAGER_TRAINING
+    assert conv.eager_training() in conv.EAGER_TRAINING
+    assert conv._Unbuilt().eager_training == "pytorch"
+    before, default = conv.eager_training(), conv._RUNTIME
     with pytest.raises(conv.UnsupportedConv, match="eager_training: 'cudnn', must be one of"):
         conv.configure(eager_training="cudnn")
-    assert conv._EAGER_TRAINING == before  # refused: nothing changed
+    assert conv._RUNTIME is default and conv.eager_training() == before  # refused: unchanged
+    with pytest.raises(conv.UnsupportedConv, match="eager_training: 'cudnn', must be one of"):
+        conv.Runtime(launcher=object(), eager_training="cudnn")
     import inspect
 
-    assert inspect.signature(conv.configure).parameters["eager_training"].default == "pytorch"
+    for call in (conv.configure, conv.Runtime):
+        assert inspect.signature(call).parameters["eager_training"].default == "pytorch"
 
 
-def test_eager_training_as_sets_the_choice_for_its_block_only():
-    before = conv._EAGER_TRAINING
+@pytest.fixture(params=["unbuilt", "built"])
+def default_runtime(request, monkeypatch):
+    """The op's default runtime before its first use (a CPU-only machine: it cannot be built),
+    or a built one (a stage's, over a launcher nothing reads here)."""
+    runtime = conv._Unbuilt() if request.param == "unbuilt" else conv.Runtime(launcher=object())
+    monkeypatch.setattr(conv, "_RUNTIME", runtime)
+    return runtime
+
+
+def test_eager_training_as_sets_the_choice_for_its_block_only(default_runtime):
+    before = conv.eager_training()
+    assert before == default_runtime.eager_training == "pytorch"
     with conv.eager_training_as("kernels"):
-        assert conv._EAGER_TRAINING == "kernels"
-    assert conv._EAGER_TRAINING == before
+        assert conv.eager_training() == default_runtime.eager_training == "kernels"
+    assert conv.eager_training() == before
     with pytest.raises(RuntimeError, match="inside"):
-        with conv.eager_training_as("pytorch"):
+        with conv.eager_training_as("kernels"):
+            assert conv.eager_training() == "kernels"
             raise RuntimeError("inside")
-    assert conv._EAGER_TRAINING == before  # restored after an error too
+    assert conv.eager_training() == before  # restored after an error too
+    with conv.eager_training_as("kernels"), conv.eager_training_as("pytorch"):
+        assert conv.eager_training() == "pytorch"  # nested: the inner block's
+    assert conv.eager_training() == before
     with pytest.raises(conv.UnsupportedConv, match="eager_training: 'fast'"):
         with conv.eager_training_as("fast"):
             pass
+    assert conv.eager_training() == before  # refused: nothing changed
+
+
+def test_the_default_runtime_built_inside_a_block_takes_its_choice_and_gives_it_back(
+        monkeypatch):
+    """A choice made before the default runtime exists (no GPU needed) is the one it is built
+    with; the block's end restores the built one, the default by then."""
+    built, real = [], conv.Runtime
+
+    def build(**kwargs):  # runtime()'s Runtime(...), without a GPU
+        built.append(real(launcher=object(), **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(conv, "_RUNTIME", conv._Unbuilt())
+    monkeypatch.setattr(conv, "Runtime", build)
+    monkeypatch.setattr(conv.torch.cuda, "is_available", lambda: True)
+    with conv.eager_training_as("kernels"):
+        runtime = conv.runtime()
+        assert built == [runtime] and runtime.eager_training == "kernels"
+        assert conv.runtime() is runtime  # built once
+    assert conv._RUNTIME is runtime and runtime.eager_training == conv.eager_training() == \
+        "pytorch"

@@ -247,6 +247,13 @@ def _ctx(x, weight, groups, needs=(True, True)):
                                  groups=groups)
 
 
+def _stage_runtime(**kwargs):
+    """An op runtime built without a GPU: a stage's, over a launcher the backward never reads."""
+    from groupconv.op_runtime import Runtime
+
+    return Runtime(launcher=object(), **kwargs)
+
+
 def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_geometry(monkeypatch):
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(2, 8, 9, 13, generator=gen, requires_grad=True)
@@ -257,29 +264,109 @@ def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_geometry(m
     other = {("weight_grad", "nchw", (2, 8, 16, 9, 14, 8)): "wg_nchw",
              ("input_grad", "nhwc", (2, 8, 16, 9, 13, 8)): "ig_nhwc"}
     for table in ({}, other):
-        monkeypatch.setattr(conv, "_BACKWARD_DISPATCH", table)
+        monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=table))
         got_x, got_w, *_ = conv._conv2d_backward(_ctx(x.detach(), weight.detach(), 8), grad)
         assert torch.equal(got_x, want_x) and torch.equal(got_w, want_w)
+    # the default runtime before it is built: an empty table, every pass aten's
+    monkeypatch.setattr(conv, "_RUNTIME", conv._Unbuilt())
+    got_x, got_w, *_ = conv._conv2d_backward(_ctx(x.detach(), weight.detach(), 8), grad)
+    assert torch.equal(got_x, want_x) and torch.equal(got_w, want_w)
     # a geometry the table names goes to that implementation (here refusing CPU tensors), the
     # other pass still to aten
-    monkeypatch.setattr(conv, "_BACKWARD_DISPATCH",
-                        {("weight_grad", "nchw", (2, 8, 16, 9, 13, 8)): "wg_nchw"})
+    table = {("weight_grad", "nchw", (2, 8, 16, 9, 13, 8)): "wg_nchw"}
+    monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=table))
     with pytest.raises(UnsupportedConv, match="^grad_y: on cpu"):
         conv._conv2d_backward(_ctx(x.detach(), weight.detach(), 8), grad)
     got_x, got_w = backward_plans.routed_backward(
-        {("weight_grad", "nchw", (2, 8, 16, 9, 13, 8)): "wg_nchw"}, None, grad, x.detach(),
-        weight.detach(), 8, (True, False))
+        _stage_runtime(backward_dispatch=table), grad, x.detach(), weight.detach(), 8,
+        (True, False))
     assert got_w is None and torch.equal(got_x, want_x)
 
 
 def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
-    monkeypatch.setattr(conv, "_RUNTIME", None)
-    monkeypatch.setattr(conv, "_BACKWARD_DISPATCH", {})
+    monkeypatch.setattr(conv, "_RUNTIME", conv._Unbuilt())
     table = {("weight_grad", "nhwc", (2, 8, 16, 9, 13, 8)): "wg_nhwc"}
-    conv.configure(launcher=object(), backward_dispatch=table, cubins={"wg_nchw": "/x.cubin"})
-    assert conv._BACKWARD_DISPATCH == table and conv._BACKWARD_DISPATCH is not table
-    assert backward_plans.BACKWARD.cubin("wg_nchw") == "/x.cubin"
-    backward_plans.configure_backward()
+    tunings = {("nhwc", (2, 8, 16, 9, 13, 8)): {"vec": 2}}
+    conv.configure(launcher=object(), backward_dispatch=table, cubins={"wg_nchw": "/x.cubin"},
+                   wgrad_tunings=tunings)
+    runtime = conv.runtime()  # the configured one: nothing built anew
+    assert runtime is conv._RUNTIME and isinstance(runtime, conv.Runtime)
+    assert runtime.backward_dispatch == table and runtime.backward_dispatch is not table
+    assert runtime.backward.cubin("wg_nchw") == "/x.cubin"
+    assert runtime.wgrad_tunings == runtime.backward.wgrad_tunings == tunings
+
+
+def test_two_runtimes_keep_their_own_backward_tables_cuts_and_plans():
+    """A stage's runtime and the op's default share nothing: each has its backward table, its
+    weight gradient's cuts, cubins and plan cache, so building or using one leaves the other as
+    it was."""
+    table = {("weight_grad", "nchw", (2, 8, 16, 9, 13, 8)): "wg_nchw"}
+    cuts = {("nhwc", (2, 8, 16, 9, 13, 8)): {"vec": 2}}
+    one = _stage_runtime(backward_dispatch=table, wgrad_tunings=cuts,
+                         cubins={"wg_nchw": "/one.cubin", "k5": "/k5.cubin"})
+    other = _stage_runtime()
+    assert one.backward is not other.backward
+    assert (one.backward_dispatch, other.backward_dispatch) == (table, {})
+    assert (one.wgrad_tunings, other.wgrad_tunings) == (cuts, {})
+    assert one.backward._cubins == {"wg_nchw": "/one.cubin"}  # the forward's cubins left out
+    assert other.backward._cubins == {}
+    # a plan made on one is in its cache alone
+    one.backward._plans[("weight_grad", "planted")] = "a plan"
+    assert other.backward._plans == {}
+    other.backward.wgrad_tunings[("nchw", (1, 4, 4, 4, 4, 4))] = {}
+    assert one.wgrad_tunings == cuts
+    # the default is another runtime again: configuring a stage's installs nothing
+    assert conv._RUNTIME is not one and conv._RUNTIME is not other
+
+
+def test_a_backward_call_takes_the_runtime_it_is_given(monkeypatch):
+    """groupconv/backward.py's calls on a stage's runtime plan in that runtime's backward, never
+    the default's (here the default cannot even be built: no GPU)."""
+    seen = []
+
+    class Backward:
+        def weight_grad(self, grad_y, x, groups, implementation):
+            seen.append(("weight_grad", implementation))
+            return "dW"
+
+        def input_grad(self, grad_y, weight, groups, implementation, runtime):
+            seen.append(("input_grad", implementation, runtime))
+            return "dX"
+
+        def input_grad_plan(self, grad_y, weight, groups, implementation, runtime):
+            seen.append(("input_grad_plan", implementation, runtime))
+            return types.SimpleNamespace(route={"via": "planted"})
+
+    runtime = _stage_runtime()
+    runtime.backward = Backward()
+    monkeypatch.setattr(conv, "_RUNTIME", conv._Unbuilt())
+    monkeypatch.setattr(conv.torch.cuda, "is_available", lambda: False)
+    assert backward.weight_grad(None, None, 8, "wg_nchw", runtime) == "dW"
+    assert backward.input_grad(None, None, 8, "ig_nhwc", runtime=runtime) == "dX"
+    assert backward.input_grad_route(None, None, 8, "ig_nchw", runtime) == {"via": "planted"}
+    assert seen == [("weight_grad", "wg_nchw"), ("input_grad", "ig_nhwc", runtime),
+                    ("input_grad_plan", "ig_nchw", runtime)]
+    assert not conv._RUNTIME  # the default was not built
+    # without a runtime, a call on a machine without a GPU names its own argument error first
+    with pytest.raises(UnsupportedConv, match="^grad_y: on cpu"):
+        backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 8, "wg_nchw")
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        conv.runtime()
+
+
+@pytest.mark.parametrize("call, pattern", [
+    (lambda r: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 3, "wg_nchw", r),
+     "^groups: 3"),
+    (lambda r: backward.weight_grad(_t(2, 16, 9, 13), _t(2, 8, 9, 13), 8, "wg_nhwc", r),
+     "^grad_y: strides .* channels_last"),
+    (lambda r: backward.input_grad(_t(2, 16, 9, 13), _t(8, 1, 3, 3), 8, "ig_nchw", r),
+     "^weight: 8 output channels"),
+    (lambda r: backward.input_grad_route(_t(2, 16, 9, 13), "w", 16, "ig_nchw", r),
+     "^weight: str"),
+])
+def test_a_stage_s_runtime_checks_the_arguments_as_the_default_does(call, pattern):
+    with pytest.raises(UnsupportedConv, match=pattern):
+        call(_stage_runtime())
 
 
 KNOBS = [dict(blocks_per_sm=32, min_iters=1), dict(blocks_per_sm=2, min_iters=8),

@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     shapes = shapes_by_id(load_frozen(opts.shapes))
     session = GpuSession()
     torch = session.torch
-    runtime = backward_plans.BACKWARD
+    runtime = backward_plans.BackwardRuntime()  # the weight gradient's kernels alone
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,19 +18,22 @@ layout, on which geometry, and the calls themselves.
   or on, TF32 off.
 
 Both calls check their arguments once per key (UnsupportedConv naming the field), resolve and
-cache their launch (backward_plans), allocate outputs and workspace with torch's caching
-allocator and launch on the caller's current stream through launch.LaunchPlan, never
-synchronising: a CUDA graph captures them. `conv2d`'s own backward takes them where
-`configure(backward_dispatch=...)` names them (groupconv/conv.py)."""
+cache their launch (backward_plans) in a runtime's backward (op_runtime.Runtime.backward: its
+cubins, the weight gradient's tuned cuts, the plans), allocate outputs and workspace with
+torch's caching allocator and launch on the caller's current stream through launch.LaunchPlan,
+never synchronising: a CUDA graph captures them. Each takes `runtime=`: the op's default
+(conv.runtime()) unless given; a stage that computes with its own tables or tuned cuts builds an
+op_runtime.Runtime and passes it. `conv2d`'s own backward takes them on the default runtime
+where its backward table (`configure(backward_dispatch=...)`) names them (groupconv/conv.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import backward_plans
+from . import conv
 from .backward_kernels import wgrad_plan
-from .backward_plans import CUSTOM_BACKWARD, PASSES, REFERENCES, implementation_layout
+from .backward_plans import (CUSTOM_BACKWARD, PASSES, REFERENCES, check_backward,
+                             implementation_layout)
 from .call_checks import UnsupportedConv, support
-from .conv import runtime
 from .kernels import KERNELS, layout_of
 from .shapes import Shape, geometry_shape
 
@@ -111,23 +114,43 @@ def backward_support(pass_: str, implementation: str, shape) -> tuple[bool, str]
                   "summed in a fixed order (deterministic)")
 
 
-def input_grad(grad_y, weight, groups: int, implementation: str):
+def _default_runtime(pass_: str, grad_y, other, groups: int, implementation: str):
+    """The op's default runtime (conv.runtime()). Where none can be built (no GPU), the call's
+    own argument error comes first, naming the field, as on a GPU (CPU tensors are refused
+    there too)."""
+    try:
+        return conv.runtime()
+    except RuntimeError:
+        check_backward(pass_, grad_y, other, groups, implementation)
+        raise
+
+
+def input_grad(grad_y, weight, groups: int, implementation: str, runtime=None):
     """dX of y = conv2d(x, weight, groups) from grad_y (N, C_out, H, W, in the implementation's
-    layout); dX comes back in that layout. Raises UnsupportedConv naming the field."""
-    return backward_plans.BACKWARD.input_grad(grad_y, weight, groups, implementation, runtime)
+    layout); dX comes back in that layout. `runtime`: the op_runtime.Runtime whose backward plans
+    it and whose forward computes the custom passes (default: the op's, conv.runtime()). Raises
+    UnsupportedConv naming the field."""
+    if runtime is None:
+        runtime = _default_runtime("input_grad", grad_y, weight, groups, implementation)
+    return runtime.backward.input_grad(grad_y, weight, groups, implementation, runtime)
 
 
-def input_grad_route(grad_y, weight, groups: int, implementation: str) -> dict:
-    """What input_grad launches for these arguments (its plan made, nothing launched): "via"
-    (PyTorch's backward, the gather then the forward's dispatch, or a flipped entry on the weight
-    as it is) and, for a flipped entry, the kernel, why, entry, grid and block."""
-    plan = backward_plans.BACKWARD.input_grad_plan(grad_y, weight, groups, implementation,
-                                                   runtime)
+def input_grad_route(grad_y, weight, groups: int, implementation: str, runtime=None) -> dict:
+    """What input_grad launches for these arguments on `runtime` (as input_grad's; its plan made,
+    nothing launched): "via" (PyTorch's backward, the gather then the forward's dispatch, or a
+    flipped entry on the weight as it is) and, for a flipped entry, the kernel, why, entry, grid
+    and block."""
+    if runtime is None:
+        runtime = _default_runtime("input_grad", grad_y, weight, groups, implementation)
+    plan = runtime.backward.input_grad_plan(grad_y, weight, groups, implementation, runtime)
     return dict(plan.route)
 
 
-def weight_grad(grad_y, x, groups: int, implementation: str):
+def weight_grad(grad_y, x, groups: int, implementation: str, runtime=None):
     """dW (C_out, C_in/groups, 3, 3), contiguous, of y = conv2d(x, weight, groups) from grad_y
-    and x (both in the implementation's layout). The custom kernels are deterministic. Raises
-    UnsupportedConv naming the field."""
-    return backward_plans.BACKWARD.weight_grad(grad_y, x, groups, implementation)
+    and x (both in the implementation's layout). The custom kernels are deterministic.
+    `runtime`: the op_runtime.Runtime whose backward plans it with its cubins and tuned cuts
+    (default: the op's, conv.runtime()). Raises UnsupportedConv naming the field."""
+    if runtime is None:
+        runtime = _default_runtime("weight_grad", grad_y, x, groups, implementation)
+    return runtime.backward.weight_grad(grad_y, x, groups, implementation)

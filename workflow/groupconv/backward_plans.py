@@ -1,10 +1,10 @@
-"""The op's backward passes in one process: the implementations of each pass, their argument
-checks, and the plan cache. A pass's plan is resolved once per key (implementation, sizes,
-groups, dtypes, devices, layouts; for the channels_last weight gradient the pointers' 16-byte
-alignment): the call checked (UnsupportedConv naming the field), the launch resolved and its
-functions loaded. A later call allocates its output (and workspace) with torch's caching
-allocator and enqueues on the caller's current stream through launch.LaunchPlan, so a CUDA graph
-captures it; nothing synchronises.
+"""The op's backward passes: the implementations of each pass, their argument checks, and the
+plan cache (`BackwardRuntime`, one per op runtime: op_runtime.Runtime.backward). A pass's plan
+is resolved once per key (implementation, sizes, groups, dtypes, devices, layouts; for the
+channels_last weight gradient the pointers' 16-byte alignment): the call checked
+(UnsupportedConv naming the field), the launch resolved and its functions loaded. A later call
+allocates its output (and workspace) with torch's caching allocator and enqueues on the caller's
+current stream through launch.LaunchPlan, so a CUDA graph captures it; nothing synchronises.
 
 - weight_grad, custom ("wg_nchw", "wg_nhwc"): the kernels of backward_kernels, deterministic
   (a fixed-order two-stage reduction: bit-identical across runs).
@@ -115,7 +115,10 @@ def _key(grad_y, other):
 
 
 class BackwardRuntime:
-    """The backward passes' cubins and plan cache (one per process: BACKWARD)."""
+    """The backward passes' cubins, the weight gradient's tuned cuts and the plan cache. The op's
+    runtime holds one (op_runtime.Runtime.backward, built from the same configuration); a stage
+    that launches the weight gradient's kernels alone (its tuning stage, tools/wgrad_sweep.py)
+    builds its own."""
 
     def __init__(self, cubins: dict[str, str] | None = None, wgrad_tunings: dict | None = None):
         self._plans: dict = {}
@@ -143,8 +146,9 @@ class BackwardRuntime:
         return run(grad_y, x)
 
     def input_grad(self, grad_y, weight, groups: int, implementation: str, runtime):
-        """dX through `implementation`; `runtime()` is the op's runtime (conv.runtime), whose
-        forward kernels, launch tables and dispatcher the custom passes compute with."""
+        """dX through `implementation`; `runtime` is the op runtime this backward belongs to
+        (op_runtime.Runtime), whose forward kernels, launch tables and dispatcher the custom
+        passes compute with."""
         run = self.input_grad_plan(grad_y, weight, groups, implementation, runtime)
         return run(grad_y, weight, runtime)
 
@@ -224,7 +228,7 @@ class BackwardRuntime:
             run_reference.route = {"via": "aten.convolution_backward"}
             return run_reference
         if shape.c_in == shape.c_out == groups:  # depthwise: w' is the weight turned around
-            flipped = _flipped_plan(runtime(), shape, layout, grad_y, weight)
+            flipped = _flipped_plan(runtime, shape, layout, grad_y, weight)
             if flipped is not None:
                 return flipped
         c_in, cog = shape.c_in, shape.cout_per_group
@@ -236,7 +240,7 @@ class BackwardRuntime:
             flipped = torch.take(weight, index)
             flipped = flipped.view(c_in, cog, 3, 3) if layout == "nchw" else \
                 flipped.view(c_in, 3, 3, cog).permute(0, 3, 1, 2)
-            return runtime().forward(grad_y, flipped, groups, DISPATCH)
+            return runtime.forward(grad_y, flipped, groups, DISPATCH)
         run_forward.route = {"via": "w' gathered (torch.take), then the forward's dispatch"}
         return run_forward
 
@@ -280,9 +284,6 @@ def _flipped_plan(runtime, shape, layout: str, grad_y, weight):
 FLIPPING = {"nchw": "k12", "nhwc": "k11"}
 
 
-BACKWARD = BackwardRuntime()
-
-
 def tuned_wgrad_plan(tunings: dict, shape, layout: str, sm_count: int, alignment: int):
     """The weight gradient's plan of `shape`: the tuned cut of its geometry where `tunings` holds
     one (tuned on 16-byte aligned tensors: a cut these pointers or this GPU rule out falls back),
@@ -296,28 +297,12 @@ def tuned_wgrad_plan(tunings: dict, shape, layout: str, sm_count: int, alignment
     return wgrad_plan(shape, layout, sm_count, alignment)
 
 
-def configure_backward(cubins: dict[str, str] | None = None,
-                       wgrad_tunings: dict | None = None) -> None:
-    """A fresh plan cache; `cubins` may name the weight-gradient kernels' cubins (by
-    BACKWARD_KERNELS name), else they are compiled on first use into the cubin cache;
-    `wgrad_tunings` ({(layout, geometry): cut}) the weight gradient's tuned cuts."""
-    global BACKWARD
-    BACKWARD = BackwardRuntime(cubins, wgrad_tunings)
-
-
-def use_wgrad_tunings(tunings: dict) -> None:
-    """The op's tables' weight-gradient tunings for the process's backward, where nothing has
-    configured its own (a pipeline's pass job configures the run's: configure_backward); the
-    weight-gradient plans made before them are dropped."""
-    if tunings and not BACKWARD.wgrad_tunings:
-        BACKWARD.wgrad_tunings = dict(tunings)
-        BACKWARD._plans = {k: v for k, v in BACKWARD._plans.items() if k[0] != "weight_grad"}
-
-
-def routed_backward(table: dict, runtime, grad, x, weight, groups: int, needs):
-    """(grad_x, grad_w) of the op's backward: each pass the table names for (pass, layout,
-    geometry) through that implementation, the others (every pass of a geometry the table lacks)
-    through aten.convolution_backward exactly as F.conv2d's backward calls it."""
+def routed_backward(runtime, grad, x, weight, groups: int, needs):
+    """(grad_x, grad_w) of the op's backward on `runtime` (op_runtime.Runtime): each pass its
+    backward table (runtime.backward_dispatch) names for (pass, layout, geometry) through that
+    implementation and the runtime's backward plans, the others (every pass of a geometry the
+    table lacks) through aten.convolution_backward exactly as F.conv2d's backward calls it."""
+    table, backward = runtime.backward_dispatch, runtime.backward
     layout = "nchw" if x.is_contiguous() else "nhwc"
     geometry = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], x.shape[3], groups)
     impl_x = table.get(("input_grad", layout, geometry)) if needs[0] else None
@@ -329,10 +314,10 @@ def routed_backward(table: dict, runtime, grad, x, weight, groups: int, needs):
                                           _ZEROS, groups, [rest_x, rest_w, False])
     if impl_x is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_x)]
-        grad_x = BACKWARD.input_grad(grad.contiguous(memory_format=fmt), weight, groups, impl_x,
+        grad_x = backward.input_grad(grad.contiguous(memory_format=fmt), weight, groups, impl_x,
                                      runtime)
     if impl_w is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_w)]
-        grad_w = BACKWARD.weight_grad(grad.contiguous(memory_format=fmt),
+        grad_w = backward.weight_grad(grad.contiguous(memory_format=fmt),
                                       x.contiguous(memory_format=fmt), groups, impl_w)
     return grad_x, grad_w

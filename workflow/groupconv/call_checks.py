@@ -106,7 +106,7 @@ def check_call(x, weight, groups: int, implementation: str):
             + ", ".join(i for i in implementations() if i == DISPATCH or layout_of(i) == layout))
     # The weight may be in either layout: k8 (depthwise) reads a (C, 1, 3, 3) weight, whose
     # memory is the same in both; k9 reads channels_last (OHWI) memory, and the plan converts a
-    # weight that is not (_Runtime._plan); PyTorch takes either.
+    # weight that is not (Runtime._plan); PyTorch takes either.
     for name, t in (("x", x), ("weight", weight)):
         if t.device.type != "cuda":
             raise UnsupportedConv(f"{name}: on {t.device}, must be on a CUDA GPU")

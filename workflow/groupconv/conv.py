@@ -21,6 +21,9 @@ With `dispatch`, an eager call that records a gradient outside a CUDA graph capt
 F.conv2d by default (configure(eager_training=...)): an eager training step is host-bound, and
 PyTorch's own path costs the host least; a captured step and torch.compile run the kernels.
 
+The op computes with its default runtime (op_runtime.Runtime: the launch tables, cubins and
+plans of the forward and the backward, the backward table and the eager-training choice), this
+module's one piece of state: `configure(...)` replaces it, `runtime()` builds it on first use.
 Where the launch tables come from (choice_source): `configure(...)` sets them (`record=`: a
 checkout's committed record, launch_tables); by default the package's own for the GPU's name
 (groupconv/tables/<name>.json, exported from a committed record by `make export_tables`;
@@ -32,6 +35,7 @@ keyed by the sources' hash and the GPU's architecture (cubin_cache).
 from __future__ import annotations
 
 import contextlib
+import types
 from pathlib import Path
 
 import torch
@@ -39,23 +43,36 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call,  # noqa: F401
                           check_epilogue, implementations, support)
-from .backward_plans import configure_backward, routed_backward, use_wgrad_tunings
+from .backward_plans import routed_backward
 from .launcher import Launcher
-from .op_runtime import _Runtime
+from .op_runtime import EAGER_TRAINING, Runtime, eager_training_choice  # noqa: F401
 from .kernels import DISPATCH, layout_of
 from .torch_fallback import _ONES, _ZEROS
 from .torch_fallback import CONV_BACKWARD as _CONV_BACKWARD
 
 
-_RUNTIME: _Runtime | None = None
-# What `dispatch` computes for an eager call that records a gradient (outside a CUDA graph
-# capture and torch.compile): "pytorch", F.conv2d, or "kernels", the custom kernels through
-# _Conv2dFunction (EAGER_TRAINING; configure(eager_training=...)).
-EAGER_TRAINING = ("pytorch", "kernels")
-_EAGER_TRAINING = "pytorch"
-# ("input_grad" | "weight_grad", "nchw" | "nhwc", (N, C_in, C_out, H, W, groups)) ->
-# implementation (backward.backward_implementations); empty: every backward is aten's.
-_BACKWARD_DISPATCH: dict = {}
+class _Unbuilt:
+    """The default runtime before its first use. Building a Runtime needs a GPU (its session,
+    tables and cubins); what the op asks of the default before any call needs none: the
+    eager-training choice (eager_training_as sets it on a CPU-only machine too) and the backward
+    table, empty until a runtime is built (every pass aten's). Falsy, so the op's
+    `_RUNTIME or runtime()` builds the real one, which takes this choice."""
+
+    __slots__ = ("eager_training",)
+    backward_dispatch = types.MappingProxyType({})
+
+    def __init__(self, eager_training: str = "pytorch"):
+        self.eager_training = eager_training
+
+    def __bool__(self) -> bool:
+        return False
+
+
+# The op's one piece of state: the default runtime (op_runtime.Runtime; configure() replaces it,
+# runtime() builds it on first use). Its tables, cubins, plans, backward and eager-training
+# choice are all read from it; a stage with other tables builds a Runtime of its own and passes
+# it to the calls that take one (groupconv/backward.py) rather than installing it here.
+_RUNTIME: Runtime | _Unbuilt = _Unbuilt()
 
 
 def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
@@ -63,66 +80,59 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
               launcher: Launcher | None = None, autotune: bool | None = None,
               dispatch_nhwc: dict | None = None, backward_dispatch: dict | None = None,
               eager_training: str = "pytorch", wgrad_tunings: dict | None = None) -> None:
-    """Set where conv2d's cubins and launch tables come from (see the module's docstring); a
-    pipeline stage passes its own `launcher` (its session, cubins and tables). `record`: a
-    checkout's committed record (records/<name>) in place of the package's tables. `dispatch` and
-    `dispatch_nhwc` map a geometry (N, C_in, C_out, H, W, groups) to the implementation for
-    contiguous NCHW and channels_last calls. `autotune=True` measures a geometry no table holds
-    on its first eager call and keeps the choice in $GROUPCONV_CACHE/autotune.json, False takes
-    the nearest measured geometry's choice (default: the GROUPCONV_AUTOTUNE variable, 1 or 0;
-    unset, on only for a GPU no packaged table names). `backward_dispatch` maps (pass, layout,
-    geometry) to the implementation of that backward pass ("input_grad" or "weight_grad",
-    "nchw" or "nhwc") (default: the tables' own, if any); a pass and geometry it lacks runs
-    aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
+    """Replace the op's default runtime with one built from these arguments (see the module's
+    docstring): where conv2d's cubins and launch tables come from, and its backward's. A
+    pipeline stage that times the public op passes its own `launcher` (its session, cubins and
+    tables). `record`: a checkout's committed record (records/<name>) in place of the package's
+    tables. `dispatch` and `dispatch_nhwc` map a geometry (N, C_in, C_out, H, W, groups) to the
+    implementation for contiguous NCHW and channels_last calls. `autotune=True` measures a
+    geometry no table holds on its first eager call and keeps the choice in
+    $GROUPCONV_CACHE/autotune.json, False takes the nearest measured geometry's choice (default:
+    the GROUPCONV_AUTOTUNE variable, 1 or 0; unset, on only for a GPU no packaged table names).
+    `backward_dispatch` maps (pass, layout, geometry) to the implementation of that backward
+    pass ("input_grad" or "weight_grad", "nchw" or "nhwc") (default: the tables' own, if any); a
+    pass and geometry it lacks runs aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
     weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc"). `eager_training`: what
     `dispatch` computes for an eager call that records a gradient, outside a CUDA graph capture
     and torch.compile: "pytorch" (the default) F.conv2d, PyTorch's own forward and autograd node,
     or "kernels" the custom kernels and this op's backward (see conv2d). `wgrad_tunings` maps
     (layout, geometry) to the weight-gradient kernels' tuned cut (default: the tables' own, if
-    any; the cuts a backward table was measured with belong with it)."""
-    global _RUNTIME, _BACKWARD_DISPATCH, _EAGER_TRAINING
-    _EAGER_TRAINING = _eager_training_choice(eager_training)
-    _RUNTIME = _Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
-                        backward_dispatch, wgrad_tunings)
-    # The backward reads the runtime's table through this module's global: one truth test per
-    # backward call when it is empty (the default), no attribute lookups on the runtime.
-    _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
-    configure_backward(cubins, _RUNTIME.wgrad_tunings)
+    any; the cuts a backward table was measured with belong with it). The same arguments build a
+    stage's own `op_runtime.Runtime(...)`."""
+    global _RUNTIME
+    _RUNTIME = Runtime(cubins, tunings, dispatch, record, launcher, autotune, dispatch_nhwc,
+                       backward_dispatch, wgrad_tunings, eager_training)
 
 
 @contextlib.contextmanager
 def eager_training_as(mode: str):
-    """configure(eager_training=mode) for the block only, the caller's setting back afterwards
-    (the runtime and its tables unchanged): a gradient check of what a captured step computes
-    runs the kernels eagerly with it."""
-    global _EAGER_TRAINING
-    saved, _EAGER_TRAINING = _EAGER_TRAINING, _eager_training_choice(mode)
+    """configure(eager_training=mode) for the block only, the caller's setting back afterwards,
+    an error inside included (the runtime and its tables unchanged): a gradient check of what a
+    captured step computes runs the kernels eagerly with it. It sets the default runtime's
+    choice, built or not (no GPU needed); the choice is restored on whichever runtime is the
+    default when the block ends."""
+    choice = eager_training_choice(mode)
+    saved = _RUNTIME.eager_training
+    _RUNTIME.eager_training = choice
     try:
         yield
     finally:
-        _EAGER_TRAINING = saved
+        _RUNTIME.eager_training = saved
 
 
 def eager_training() -> str:
-    """What `dispatch` computes for an eager call that records a gradient now (EAGER_TRAINING)."""
-    return _EAGER_TRAINING
+    """What `dispatch` computes for an eager call that records a gradient now (EAGER_TRAINING):
+    the default runtime's choice."""
+    return _RUNTIME.eager_training
 
 
-def _eager_training_choice(mode: str) -> str:
-    if mode not in EAGER_TRAINING:
-        raise UnsupportedConv(f"eager_training: {mode!r}, must be one of "
-                              f"{', '.join(map(repr, EAGER_TRAINING))}")
-    return mode
-
-
-def runtime() -> _Runtime:
-    global _RUNTIME, _BACKWARD_DISPATCH
-    if _RUNTIME is None:
+def runtime() -> Runtime:
+    """The op's default runtime, built on first use from the package's tables for this GPU."""
+    global _RUNTIME
+    if not _RUNTIME:
         if not torch.cuda.is_available():
             raise RuntimeError("groupconv_atlas.conv2d needs a CUDA GPU; none is visible here")
-        _RUNTIME = _Runtime()
-        _BACKWARD_DISPATCH = _RUNTIME.backward_dispatch
-        use_wgrad_tunings(_RUNTIME.wgrad_tunings)
+        _RUNTIME = Runtime(eager_training=_RUNTIME.eager_training)
     return _RUNTIME
 
 
@@ -189,9 +199,9 @@ def _conv2d_backward(ctx, grad):
     # gradients, kernels and cost F.conv2d's backward has.
     x, weight = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    if _BACKWARD_DISPATCH:  # configure(backward_dispatch=...): its passes, the rest aten's
-        grad_x, grad_w = routed_backward(_BACKWARD_DISPATCH, runtime, grad, x, weight,
-                                         ctx.groups, needs)
+    # configure(backward_dispatch=...) or the tables' own: its passes, the rest aten's
+    if _RUNTIME.backward_dispatch:
+        grad_x, grad_w = routed_backward(_RUNTIME, grad, x, weight, ctx.groups, needs)
         return grad_x, grad_w, None, None
     grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,
                                        ctx.groups, [needs[0], needs[1], False])
@@ -340,7 +350,8 @@ def conv2d(x, weight, groups: int, implementation: str = DISPATCH, bias=None,
         # cache checks the call once per key, so neither path checks it again here.
         if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
             return (_RUNTIME or runtime()).forward(x, weight, groups, implementation)
-        if implementation == DISPATCH and _EAGER_TRAINING == "pytorch" and not _capturing():
+        if implementation == DISPATCH and _RUNTIME.eager_training == "pytorch" \
+                and not _capturing():
             # An eager training step is host-bound on the networks we measured (torch.profiler
             # on an eager SGD step of mobilenet_v2 and regnet_y_400mf at N = 8: the host's
             # enqueue time was about the whole step time): there every microsecond of host work

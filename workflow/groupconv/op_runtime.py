@@ -1,9 +1,12 @@
-"""The op's runtime in one process (`_Runtime`): its launcher, cubins and launch tables, the
-choice of implementation for a call (a named one, the dispatch table's, or on an unseen geometry
-the nearest measured one's or an autotuned one; where the tables come from: choice_source), and
-the plan cache: a call's plan (call_plan, the one every pipeline stage binds too) is made once
-per key, and later calls allocate the output and make one driver call on the caller's current
-stream."""
+"""The op's runtime (`Runtime`): its launcher, cubins and launch tables, the choice of
+implementation for a call (a named one, the dispatch table's, or on an unseen geometry the nearest
+measured one's or an autotuned one; where the tables come from: choice_source), the plan cache (a
+call's plan (call_plan, the one every pipeline stage binds too) is made once per key, and later
+calls allocate the output and make one driver call on the caller's current stream), and its
+backward: the backward table, the backward passes' cubins, tuned cuts and plans
+(backward_plans.BackwardRuntime) and what `dispatch` computes for an eager training call. The op's
+state is one instance of it (conv.runtime(), set by conv.configure); a stage that computes with
+other tables builds its own and passes it to the calls that take one (groupconv/backward.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from .call_checks import call_layout, check_call, check_epilogue
+from .backward_plans import BackwardRuntime
+from .call_checks import UnsupportedConv, call_layout, check_call, check_epilogue
 from .choice_source import (AUTOTUNE, CONFIGURED, STAGE, TABLE_HIT, UNTUNED, TableSource,
                             gpu_tables, planned_choice, record_source, with_tables)
 from . import call_plan
@@ -27,31 +31,44 @@ from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, Autotun
                      autotune_enabled, nearest_choice)
 
 LOG = logging.getLogger("groupconv")
+# What `dispatch` computes for an eager call that records a gradient (outside a CUDA graph
+# capture and torch.compile): "pytorch", F.conv2d, or "kernels", the custom kernels through
+# conv._Conv2dFunction (Runtime.eager_training; conv.configure(eager_training=...)).
+EAGER_TRAINING = ("pytorch", "kernels")
 
 
-class _Runtime:
-    """Launch tables, cubins and the plan cache of one process. A call's plan is resolved once
+def eager_training_choice(mode: str) -> str:
+    """`mode` if it is one of EAGER_TRAINING, else UnsupportedConv naming it."""
+    if mode not in EAGER_TRAINING:
+        raise UnsupportedConv(f"eager_training: {mode!r}, must be one of "
+                              f"{', '.join(map(repr, EAGER_TRAINING))}")
+    return mode
+
+
+class Runtime:
+    """Launch tables, cubins and the plan cache of the forward, and the backward's (`backward`),
+    built from one configuration (conv.configure's arguments). A call's plan is resolved once
     per (implementation, sizes, groups, dtypes, devices, layouts): the call checked, the
     implementation chosen, the launch (entry, grid, block, scalars) resolved and its function
     loaded. Every later call with that key allocates the output and makes one driver call on
-    the caller's current stream."""
+    the caller's current stream. The backward passes plan the same way (backward_plans), the
+    input gradient through this runtime's forward."""
 
     def __init__(self, cubins=None, tunings=None, dispatch=None, record=None, launcher=None,
                  autotune: bool | None = None, dispatch_nhwc=None, backward_dispatch=None,
-                 wgrad_tunings=None):
+                 wgrad_tunings=None, eager_training: str = "pytorch"):
+        # What `dispatch` computes for an eager call that records a gradient (EAGER_TRAINING);
+        # checked first, so a refused choice builds nothing.
+        self.eager_training = eager_training_choice(eager_training)
         self._plans: dict = {}
         self.choices: dict = {}  # (layout, geometry) -> (implementation, variant, why), unseen
         self._announced = False  # the one line a GPU without tables logs before it autotunes
-        # {(pass, layout, geometry): implementation} of the backward passes (conv's backward
-        # reads it): configure()'s, else the tables' own where they hold one.
-        self.backward_dispatch = dict(backward_dispatch or {})
-        # {(layout, geometry): cut} of the weight gradient's kernels: configure()'s, else the
-        # tables' own tuning (a pipeline stage's launcher has none but what it is given).
-        self.wgrad_tunings: dict = dict(wgrad_tunings or {})
         if launcher is not None:  # a pipeline stage's own session and launcher
             self.launcher = launcher
             self.tables_source = TableSource(STAGE, STAGE, autotune_enabled(autotune))
             self.source, self.autotune = STAGE, self.tables_source.autotune
+            # A stage's runtime has no tables but what it is given.
+            self._backward_from(cubins, backward_dispatch, wgrad_tunings)
             return
         device = CallerSession()
         major, minor = device.capability
@@ -69,11 +86,25 @@ class _Runtime:
         self.tables_source = with_tables(found, given)
         self.source, self.autotune = self.tables_source.label, self.tables_source.autotune
         tables = self.tables_source.tables
-        self.backward_dispatch = dict(tables.get("backward_dispatch") or {})
-        self.wgrad_tunings = dict(tables.get("wgrad_tunings") or {})
+        self._backward_from(cubins, tables.get("backward_dispatch"), tables.get("wgrad_tunings"))
         self.launcher = Launcher(device, cubins or built_cubins(f"sm_{major}{minor}"),
                                  tables.get("tunings") or {}, tables.get("dispatch"),
                                  tables.get("dispatch_nhwc"))
+
+    def _backward_from(self, cubins, backward_dispatch, wgrad_tunings) -> None:
+        # {(pass, layout, geometry): implementation} of the backward passes (conv's backward
+        # reads it, one attribute a call; empty: every pass is aten's): configure()'s, else the
+        # tables' own where they hold one.
+        self.backward_dispatch = dict(backward_dispatch or {})
+        # The backward passes' cubins (`cubins` may name the weight gradient's: "wg_nchw",
+        # "wg_nhwc"), the weight gradient's tuned cuts {(layout, geometry): cut} (configure()'s,
+        # else the tables' own) and their plan cache.
+        self.backward = BackwardRuntime(cubins, wgrad_tunings)
+
+    @property
+    def wgrad_tunings(self) -> dict:
+        """The weight gradient's tuned cuts {(layout, geometry): cut}: the backward's own."""
+        return self.backward.wgrad_tunings
 
     def choice_for(self, implementation: str, shape, layout: str = "nchw"
                    ) -> tuple[str, dict | None, str]:
@@ -259,3 +290,7 @@ class _Runtime:
         impl, variant, _ = self.choice_for(implementation, shape, layout)
         return call_plan.plan_call(self.launcher, impl, shape, layout, x, weight, variant,
                                    requested=implementation).call
+
+
+# The name the op's modules and tests used before the runtime was public.
+_Runtime = Runtime

@@ -17,7 +17,7 @@ from groupconv.launch_tables import tuning_table
 from groupconv.launcher import Launcher
 from groupconv.sessions import GpuSession
 from groupconv.kernels import KERNELS, base_implementation
-from groupconv_atlas.study.pass_runs import bind_pass
+from groupconv_atlas.study.pass_runs import bind_pass, pass_runtime
 from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
 
 
@@ -56,7 +56,10 @@ def main(argv=None) -> None:
             tunings = {base: tuning_table(args.tuning)} if args.tuning else None
             bound = Launcher(session, cubins, tunings).bind(args.impl, shape, x, w, y)
         else:
-            bound = bind_pass(session, args.pass_, shape, [args.impl], x, w, args.seed)[args.impl]
+            # the pass's runtime as its timing job builds it (no tuned cuts are given here)
+            runtime = pass_runtime(session, args.pass_)
+            bound = bind_pass(session, args.pass_, shape, [args.impl], x, w, args.seed,
+                              runtime)[args.impl]
         for _ in range(args.warmup):
             bound.run()
     session.synchronize()  # warm-up finished (and any launch error raised) before the range opens

@@ -5,10 +5,10 @@ import time
 
 import pandas as pd
 
-from groupconv.backward_plans import configure_backward
 from groupconv.launch_tables import wgrad_tuning_table
 from groupconv.sessions import GpuSession
 from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.pass_runs import pass_runtime
 from groupconv_atlas.study.pass_verify import verify_pass
 from groupconv_atlas.study.provenance import write_parquet
 from groupconv_atlas.study.shapes_table import load_frozen
@@ -17,13 +17,13 @@ smk = snakemake  # noqa: F821
 job = Job(smk, "verify_pass.py")
 pass_ = smk.wildcards.pass_
 session = GpuSession()
-# The weight gradient's tuned cuts (this run's tuning stage), as its timing job launches them.
+# The weight gradient's tuned cuts (this run's tuning stage), as its timing job launches them:
+# the pass's own runtime (study/pass_runs.pass_runtime), passed to each call.
 tunings = job.input_files("tunings")
-if tunings:
-    configure_backward(wgrad_tunings=wgrad_tuning_table(tunings))
+runtime = pass_runtime(session, pass_, wgrad_tuning_table(tunings) if tunings else None)
 t0 = time.perf_counter()
 rows = verify_pass(session, pass_, load_frozen(smk.input.shapes), smk.params.seed,
-                   smk.params.tolerance_factor, progress=job.progress)
+                   smk.params.tolerance_factor, progress=job.progress, runtime=runtime)
 wall_s = time.perf_counter() - t0
 table = pd.DataFrame(rows)
 table["precision"] = json.dumps(session.precision, sort_keys=True)

@@ -9,7 +9,8 @@ launcher binds a forward implementation (launcher.Launcher.bind), for the verifi
   one-output mask, the reference's cudnn.benchmark, TF32 off), on its layout's tensors
   (torch_*_nhwc on channels_last ones), converted once here, outside every timed region.
 - A custom implementation takes its layout's tensors (groupconv/backward.backward_layout), converted
-  once here as well. Each call launches on the current stream and never synchronizes.
+  once here as well, and the stage's own op runtime (pass_runtime), passed to each call: the op's
+  default is never replaced. Each call launches on the current stream and never synchronizes.
 
 groupconv/backward.py is imported by name (backward_module): it is written beside this study and
 the architecture check refuses an import of a module that is not in the tree; the rules list its
@@ -43,6 +44,25 @@ def backward_module():
         raise RuntimeError(f"{name} is not in this checkout: the backward passes need it "
                            "(`passes: [forward]` in the configuration measures the forward "
                            "alone)") from None
+
+
+def pass_runtime(session, pass_: str, wgrad_tunings: dict | None = None, cubins=None):
+    """The op runtime (groupconv/op_runtime.Runtime) a backward pass's stage computes with, passed
+    to every call it binds. input_grad: the op as a user gets it (this GPU's packaged tables and
+    the cubins compiled on first use), since the custom input gradient runs through its forward
+    dispatcher. weight_grad: the stage's session with no forward kernel (none is launched, so
+    none is compiled), the weight gradient's tuned cuts `wgrad_tunings` ({(layout, geometry):
+    cut}, the run's tuning records; None: the rule's cut everywhere) and `cubins`, the
+    weight-gradient kernels' own where given (else compiled on first use)."""
+    from groupconv.launcher import Launcher
+    from groupconv.op_runtime import Runtime
+
+    if pass_ == INPUT_GRAD:
+        return Runtime()
+    if pass_ == WEIGHT_GRAD:
+        return Runtime(cubins=cubins, launcher=Launcher(session, {}),
+                       wgrad_tunings=wgrad_tunings or {})
+    raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
 
 
 def reduction_length(pass_: str, shape) -> int:
@@ -102,8 +122,9 @@ def reference_call(pass_: str, x, w, gy, groups: int, baseline: str):
     return run
 
 
-def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
-    """(run, details) of `impl` as `pass_` on NCHW tensors x, w, gy, converted to its layout."""
+def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int, runtime=None):
+    """(run, details) of `impl` as `pass_` on NCHW tensors x, w, gy, converted to its layout; a
+    custom implementation computes on `runtime` (pass_runtime; None: the op's default)."""
     layout = layout_of(backward, impl)
     x, w, gy = in_pass_layout(torch, layout, x, w, gy)
     if impl in BASELINES:
@@ -114,22 +135,24 @@ def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int):
     route = {}
     if pass_ == INPUT_GRAD:
         def run():
-            return backward.input_grad(gy, w, groups, impl)
+            return backward.input_grad(gy, w, groups, impl, runtime)
         # what it launches (a flipped entry or the gather and the forward's dispatch), recorded
-        route = {"route": backward.input_grad_route(gy, w, groups, impl)}
+        route = {"route": backward.input_grad_route(gy, w, groups, impl, runtime)}
     elif pass_ == WEIGHT_GRAD:
         def run():
-            return backward.weight_grad(gy, x, groups, impl)
+            return backward.weight_grad(gy, x, groups, impl, runtime)
     else:
         raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
     return run, {"pass": pass_, "layout": layout, "call": f"groupconv.backward."
                                                           f"{pass_}(..., {impl!r})", **route}
 
 
-def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> dict:
+def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int,
+              runtime=None) -> dict:
     """{name: launcher.Bound} of every implementation of `impls` as `pass_` on one shape's input x
     and weight w and a fresh grad_y (grad_output of `seed`, the seed x and w were drawn from), for a
-    timing worker (timing_workers._worker): the runs the sampler takes, as a forward's."""
+    timing worker (timing_workers._worker): the runs the sampler takes, as a forward's. The custom
+    ones compute on `runtime` (the stage's pass_runtime; None: the op's default)."""
     from groupconv.launcher import Bound
 
     torch, backward = session.torch, backward_module()
@@ -137,6 +160,6 @@ def bind_pass(session, pass_: str, shape, impls: list[str], x, w, seed: int) -> 
         gy = grad_output(torch, shape, seed)
         bound = {}
         for impl in impls:
-            run, details = bind(torch, backward, pass_, impl, x, w, gy, shape.groups)
+            run, details = bind(torch, backward, pass_, impl, x, w, gy, shape.groups, runtime)
             bound[impl] = Bound(impl, run, None, details)
     return bound

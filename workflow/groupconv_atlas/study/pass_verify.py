@@ -56,8 +56,9 @@ def fp64_reference(torch, pass_: str, x, w, gy, groups: int, absolute: bool = Fa
 
 
 def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
-                    factor: float) -> dict:
-    """Every check of one (shape, implementation) of `pass_` on the GPU; the record row."""
+                    factor: float, runtime=None) -> dict:
+    """Every check of one (shape, implementation) of `pass_` on the GPU, a custom one computing on
+    `runtime` (study/pass_runs.pass_runtime; None: the op's default); the record row."""
     layout = layout_of(backward, impl)
     ok, reason = support(backward, pass_, impl, shape)
     if not ok:
@@ -68,7 +69,7 @@ def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
     with session.on_stream():
         x, w = session.random_inputs(shape, seed)
         gy = grad_output(torch, shape, seed)
-        run, details = bind(torch, backward, pass_, impl, x, w, gy, shape.groups)
+        run, details = bind(torch, backward, pass_, impl, x, w, gy, shape.groups, runtime)
         size = x.shape if pass_ == INPUT_GRAD else w.shape
         poison = torch.empty(size, device="cuda", dtype=torch.float32,
                              memory_format=(torch.channels_last if layout == "nhwc"
@@ -108,9 +109,11 @@ def fp32_reference(torch, pass_: str, x, w, gy, groups: int):
 
 
 def verify_pass(session, pass_: str, shapes: list, base_seed: int, factor: float,
-                progress=print) -> list[dict]:
-    """Every implementation of `pass_` on every shape. A failed launch poisons the CUDA context:
-    the check that raised is incorrect with the error, the rest are named not checked."""
+                progress=print, runtime=None) -> list[dict]:
+    """Every implementation of `pass_` on every shape, the custom ones on `runtime` (the stage's
+    study/pass_runs.pass_runtime; None: the op's default). A failed launch poisons the CUDA
+    context: the check that raised is incorrect with the error, the rest are named not
+    checked."""
     backward = backward_module()
     impls = implementations(backward, pass_)
     rows: list[dict] = []
@@ -128,7 +131,8 @@ def verify_pass(session, pass_: str, shapes: list, base_seed: int, factor: float
                                             "the context unusable"})
                 continue
             try:
-                row = verify_pass_one(session, backward, pass_, impl, shape, seed, factor)
+                row = verify_pass_one(session, backward, pass_, impl, shape, seed, factor,
+                                      runtime)
             except Exception as exc:  # noqa: BLE001 - a crashing kernel is a verdict
                 broken = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 row = {**unsupported_row(pass_, shape, impl, layout, "", seed),

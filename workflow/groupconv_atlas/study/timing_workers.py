@@ -79,16 +79,20 @@ def _worker(conn, settings: Settings) -> None:
         cfg = TimingConfig(**settings.timing)
         session = GpuSession()
         launcher = Launcher(session, **settings.launcher_args)
-        # sync_api times the public op for custom kernels (the call a user makes), with this
-        # job's cubins and launch tables. A backward pass's job leaves the op as a user gets it
-        # (groupconv/backward.py's kernels are not this job's forward cubins).
+        # sync_api times the public op for custom kernels (the call a user makes), which
+        # computes with the op's default runtime: this job's cubins and launch tables become it.
+        # A backward pass's job leaves the op as a user gets it (groupconv/backward.py's kernels
+        # are not this job's forward cubins) and binds its calls to a runtime of its own, with
+        # the weight gradient's tuned cuts (the run's tuning records) where it has them.
+        runtime = None
         if pass_ == FORWARD:
             conv.configure(launcher=launcher)
-        if settings.wgrad_tunings:  # the weight gradient's tuned cuts (the run's tuning records)
-            from groupconv.backward_plans import configure_backward
+        else:
             from groupconv.launch_tables import wgrad_tuning_table
+            from .pass_runs import pass_runtime
 
-            configure_backward(wgrad_tunings=wgrad_tuning_table(settings.wgrad_tunings))
+            runtime = pass_runtime(session, pass_, wgrad_tuning_table(settings.wgrad_tunings)
+                                   if settings.wgrad_tunings else None)
         torch = session.torch
         clocks = ClockReader(torch)
         flush = None
@@ -120,7 +124,8 @@ def _worker(conn, settings: Settings) -> None:
                         y = session.empty_output(shape)
                         bound = {i: launcher.bind(i, shape, x, w, y) for i in convs}
                     else:  # the shape's x and w, and a grad_y drawn apart from them
-                        bound = bind_pass(session, pass_, shape, convs, x, w, cfg.seed + index)
+                        bound = bind_pass(session, pass_, shape, convs, x, w, cfg.seed + index,
+                                          runtime)
                     runs = {n: b.run for n, b in bound.items()}
                     details = {n: b.details for n, b in bound.items()}
                     if any(i in FLOOR_RUNS for i in impls):
