@@ -41,8 +41,8 @@ UPGRADES = (
      "moved out of the build record (raw/builds/<kernel>.json), which held it under `tuning` "
      "without a `kernel` key: named by its file", "h200-2026-12-01"),
     ("tuning records (raw/tuning/<kernel>.json)",
-     "k11's `rows` variant key added: choices before it were one row per thread (rows=1); no "
-     "committed record holds it yet", "-"),
+     "k11's `rows` variant key added: choices before it were one row per thread (rows=1)",
+     "h100-2026-12-06"),
     ("dispatch table (raw/dispatch/table.json)",
      "`table_nhwc` added: a record before the channels_last table has an empty one",
      "h200-2026-12-02"),
