@@ -15,7 +15,7 @@ SNAKEMAKE := $(VENV)/bin/snakemake
 RECORD ?=
 # The shell words that open each Snakemake recipe: with RECORD, the record's arguments in $$args
 # (an unknown record stops the recipe, naming the records there are), else nothing.
-WITH_RECORD = args="$$(if [ -n "$(RECORD)" ]; then PYTHONPATH=workflow $(PY) -m groupconv_atlas.study.records replay-args $(RECORD); fi)" && \
+WITH_RECORD = args="$$(if [ -n "$(RECORD)" ]; then PYTHONPATH=workflow $(PY) -m groupconv_atlas.study.records.committed replay-args $(RECORD); fi)" && \
 	{ [ -z "$$args" ] || echo "snakemake ... $$args"; } &&
 
 # Two distributions, both editable: the op (groupconv, workflow/groupconv) first, from its folder

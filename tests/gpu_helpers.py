@@ -7,7 +7,7 @@ import zlib
 import yaml
 
 from groupconv.files import REPO_ROOT
-from groupconv_atlas.study.shapes_table import load_shapes
+from groupconv_atlas.study.plans.shapes_table import load_shapes
 from groupconv.verify import bound_scale
 
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")

@@ -17,17 +17,25 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SMOKE = ["--configfile", "config/smoke.yaml"]
 SMOKE_DEVICE = "h200-smoke"
 SMOKE_RECORD = "h200-smoke-2026-11-29"
-# What a copy leaves out: outputs, caches, environments.
+# What a copy leaves out: outputs, caches, environments (by name, wherever they are), and the
+# tests' own outputs (tests/artifacts, by path: the study has a room named artifacts).
 SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
-        ".ruff_cache", "artifacts", ".gl", ".whl"}
+        ".ruff_cache", ".gl", ".whl"}
+SKIP_PATHS = {ROOT / "tests" / "artifacts"}
 # A guard against a run that hangs, far above any run's time on a busy 2-core machine: when it
 # fires the test fails saying so, with the run's last output; no test judges how long a run took.
 HANG_GUARD_S = int(os.environ.get("GROUPCONV_TEST_HANG_GUARD_S", "3600"))
 
 
+def skipped(folder: str, names: list[str]) -> list[str]:
+    """copytree's `ignore` for a copy of the checkout: the names in SKIP, the paths in
+    SKIP_PATHS."""
+    return [n for n in names if n in SKIP or Path(folder, n) in SKIP_PATHS]
+
+
 def copy_checkout(dest: Path) -> Path:
-    """The checkout's files, outputs and caches left out (SKIP)."""
-    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
+    """The checkout's files, outputs and caches left out (SKIP, SKIP_PATHS)."""
+    shutil.copytree(ROOT, dest, ignore=skipped)
     return dest
 
 
@@ -145,7 +153,7 @@ with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
 
 def machine_code_tools_missing() -> str | None:
     """Why SASS cannot be read here (nvcc to build, cuobjdump and nvdisasm to read), or None."""
-    from groupconv_atlas.study import sass
+    from groupconv_atlas.study.probes import sass
 
     if shutil.which("nvcc") is None:
         return "nvcc not on PATH"

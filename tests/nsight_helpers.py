@@ -8,7 +8,7 @@ depthwise convolutions."""
 from pathlib import Path
 
 from groupconv.files import REPO_ROOT
-from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.study.plans.shapes_table import load_shapes, shapes_by_id
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 CAPTURE = FIXTURES / "cap.ncu-rep"

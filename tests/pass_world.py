@@ -1,6 +1,6 @@
 """A synthetic backward-pass world for the CPU tests (tests/test_passes*.py): the raw samples,
 metadata and verification tables two backward timing jobs per pass would write (one per reference
-group, as study/pass_plan plans them), with known answers per shape:
+group, as study/plans/pass_plan plans them), with known answers per shape:
 
 - `win`: the NCHW custom one is twice as fast as every reference (WIN),
 - `loss`: every custom one is twice as slow as the slowest reference (LOSS),

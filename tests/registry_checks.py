@@ -18,7 +18,7 @@ from groupconv.files import REPO_ROOT
 from groupconv.kernel_family import KernelSource
 from groupconv.kernels import KERNELS, REGISTRY, entries, launch_for, source_of, support
 from groupconv.verify import SEED_SLOT_LIMIT, seed_slot
-from groupconv_atlas.study.shapes_table import load_shapes
+from groupconv_atlas.study.plans.shapes_table import load_shapes
 
 SM_COUNT = 132  # an H200's; the rules take the count from the device at run time
 SHAPES = load_shapes(REPO_ROOT / "config" / "shapes.yaml")

@@ -137,21 +137,30 @@ def test_the_op_imports_nothing_of_the_study():
 def test_a_planted_import_against_the_page_is_reported():
     # Inside a function, as a GPU-only path would have it: the op reaching for the study.
     planted = ("import json\n\n\ndef autotune():\n"
-               "    from groupconv_atlas.study.stats import compare\n")
+               "    from groupconv_atlas.study.statistics.stats import compare\n")
     found = violations(f"{OP}.unseen", planted, where="groupconv/unseen.py")
     assert found == [f"groupconv/unseen.py:5: {OP}.unseen imports "
-                     f"{PACKAGE}.study.stats: the op imports nothing of the study"], found
+                     f"{PACKAGE}.study.statistics.stats: the op imports nothing of the "
+                     "study"], found
     # An import that runs back up a half's layers, and the public face loading the study.
     assert violations(f"{OP}.kernels", "from .conv import conv2d\n")[0].endswith(
         "groupconv layer 4 imports layer 9, above it")
-    assert violations(f"{PACKAGE}.study.stats", "from . import artifacts\n")[0].endswith(
+    assert violations(f"{PACKAGE}.study.statistics.stats",
+                      "from ..artifacts import atlas_document\n")[0].endswith(
         "study layer 3 imports layer 6, above it")
     assert "the public face loads the op alone" in violations(
         PACKAGE, "def __getattr__(name):\n    from .study import records\n", True)[0]
-    # A module the page does not place, and one it does, importing within the rules.
+    # A module the page does not place, and ones it does, importing within the rules: a room's
+    # modules, and those of a subpackage inside a room, hold the room's layer.
     assert "is not placed in ARCHITECTURE.md" in violations(f"{PACKAGE}.study.new_stage", "")[0]
-    assert violations(f"{PACKAGE}.study.artifacts", "from groupconv.conv import conv2d\n"
-                      "from .stats import compare\nfrom .report import esc\n") == []
+    assert violations(f"{PACKAGE}.study.artifacts.atlas_document",
+                      "from groupconv.conv import conv2d\nfrom ..statistics.stats import compare\n"
+                      "from . import headline\n") == []
+    assert violations(f"{PACKAGE}.study.probes.mobilenet.probe",
+                      "from ...measuring.timing_workers import flag_batches\n") == []
+    assert violations(f"{PACKAGE}.study.probes.mobilenet.probe",
+                      "from ...artifacts import headline\n")[0].endswith(
+        "study layer 5 imports layer 6, above it")
 
 
 def test_no_import_cycles():
@@ -178,7 +187,7 @@ def test_no_import_cycles():
 
 
 def test_no_module_name_is_in_both_halves():
-    # The rules' code(...) finds a module's half by its name (study/code_inputs.py).
+    # The rules' code(...) finds a module's half by its name (study/plans/code_inputs.py).
     names = {half: {p.relative_to(folder).with_suffix("").as_posix()
                     for p in folder.rglob("*.py")} - {"__init__"}
              for half, folder in HALF_DIRS.items()}
@@ -308,7 +317,7 @@ def test_shared_constants_are_defined_once():
 
 
 # A module a reader takes in at one sitting, and a common.smk that holds only the configuration
-# checks and the plan (the DAG's decisions live in study/run_plan, tested without Snakemake).
+# checks and the plan (the DAG's decisions live in study/plans/run_plan, tested without Snakemake).
 MODULE_LINE_LIMIT = 400
 COMMON_SMK_LINE_LIMIT = 120
 

@@ -3,7 +3,7 @@ groupconv.kernels.layout_of gives it, and the layouts the record measured: what 
 layout switch reads. CPU only, on synthetic inputs (no replay)."""
 from groupconv.kernels import layout_of
 from groupconv_atlas.study.report.atlas_map import map_payload
-from groupconv_atlas.study.stats import TORCH_BEST, TORCH_BEST_NCHW
+from groupconv_atlas.study.statistics.stats import TORCH_BEST, TORCH_BEST_NCHW
 
 
 def _cell(ratio: float, choice: str | None = None) -> dict:

@@ -1,7 +1,8 @@
 """The atlas map's pass switch: a record with backward passes (tests/pass_world.py's synthetic
-world, through study/pass_stats as assemble_passes makes passes.parquet) gives the map each pass's
-cells in the forward's form, and a record without them a payload with no `passes` (its page as
-before); in headless Chromium the switch shows the chosen pass's cells, footer and details."""
+world, through study/statistics/pass_stats as assemble_passes makes passes.parquet) gives the map
+each pass's cells in the forward's form, and a record without them a payload with no `passes` (its
+page as before); in headless Chromium the switch shows the chosen pass's cells, footer and
+details."""
 import io
 import json
 
@@ -12,11 +13,11 @@ import yaml
 import pass_world as pw
 from map_pages import open_map, two_layout_inputs
 
-from groupconv_atlas.study import pass_stats
-from groupconv_atlas.study.map_cells import map_cell
+from groupconv_atlas.study.statistics import pass_stats
+from groupconv_atlas.study.statistics.map_cells import map_cell
 from groupconv_atlas.study.report import atlas_map
 from groupconv_atlas.study.report.atlas_map import map_payload, pass_payload
-from groupconv_atlas.study.stats import CLASSES, StatsConfig
+from groupconv_atlas.study.statistics.stats import CLASSES, StatsConfig
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

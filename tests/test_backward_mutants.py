@@ -1,7 +1,7 @@
 """Planted faults in the weight gradient's kernels (tests/mutants.py BACKWARD_MUTANTS): each
 mutant compiles and each of its shapes' plans has what the fault needs (CPU); the weight_grad
-pass's own verification (study/pass_verify.verify_pass_one, as the verify_pass rule runs it)
-marks it incorrect on every one of its shapes (GPU)."""
+pass's own verification (study/measuring/pass_verify.verify_pass_one, as the verify_pass rule runs
+it) marks it incorrect on every one of its shapes (GPU)."""
 import pytest
 from mutants import BACKWARD_MUTANTS, MUTANTS, verdicts_of
 
@@ -11,7 +11,7 @@ from groupconv.backward_kernels import cut_keywords, reduce_lanes, wgrad_plan
 from groupconv.build import compile_kernel_source
 from groupconv.files import REPO_ROOT
 from groupconv.kernels import BACKWARD_KERNELS
-from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.study.plans.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 H200_SMS = 132  # the SM count of the GPU the records were measured on
@@ -72,8 +72,8 @@ VERIFY_PROGRAM = r"""
 import json, sys
 from groupconv.sessions import GpuSession
 from groupconv.shapes import Shape
-from groupconv_atlas.study.pass_runs import backward_module, pass_runtime
-from groupconv_atlas.study.pass_verify import verify_pass_one
+from groupconv_atlas.study.measuring.pass_runs import backward_module, pass_runtime
+from groupconv_atlas.study.measuring.pass_verify import verify_pass_one
 
 kernel, cubin, layout, shapes, factor, cut = json.loads(sys.argv[1])
 session = GpuSession()

@@ -1,20 +1,21 @@
-"""The package files a rule's code(...) lists (groupconv_atlas.study.code_inputs): the named
+"""The package files a rule's code(...) lists (groupconv_atlas.study.plans.code_inputs): the named
 modules and, transitively, what they import, inside functions too, relative imports resolved, the
 public face's lazy names followed only when asked for. tests/test_rule_code_inputs.py checks each
 rule's list against its script independently."""
 import pytest
 
-from groupconv_atlas.study.code_inputs import code_files
-from groupconv_atlas.study.plan import PlanError
+from groupconv_atlas.study.plans.code_inputs import code_files
+from groupconv_atlas.study.plans.plan import PlanError
 from helpers import ROOT
 
 
 def test_code_lists_what_the_named_modules_import_in_and_outside_functions():
-    files = code_files(ROOT, "comparisons")
-    assert files[:3] == ["workflow/groupconv_atlas/__init__.py",
+    files = code_files(ROOT, "statistics/comparisons")
+    assert files[:4] == ["workflow/groupconv_atlas/__init__.py",
                          "workflow/groupconv_atlas/study/__init__.py",
-                         "workflow/groupconv_atlas/study/comparisons.py"]
-    assert "workflow/groupconv_atlas/study/stats.py" in files  # imported at the top
+                         "workflow/groupconv_atlas/study/statistics/__init__.py",
+                         "workflow/groupconv_atlas/study/statistics/comparisons.py"]
+    assert "workflow/groupconv_atlas/study/statistics/stats.py" in files  # imported at the top
     # comparisons imports the kernel registry inside a function, and the registry imports shapes.
     assert {"workflow/groupconv/__init__.py",
             "workflow/groupconv/kernels.py",

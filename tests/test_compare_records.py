@@ -10,17 +10,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from groupconv_atlas.study.compare_records import (KEY, agreement, record_cells, reversals,
-                                                   side_by_side, timed_in_every_record, with_code)
-from groupconv_atlas.study.plan import committed_records, compare_inputs
+from groupconv_atlas.study.artifacts.compare_records import (KEY, agreement, record_cells,
+                                                             reversals, side_by_side,
+                                                             timed_in_every_record, with_code)
+from groupconv_atlas.study.plans.plan import committed_records, compare_inputs
 from groupconv_atlas.study.report.html_blocks import unpacked_page
-from groupconv_atlas.study.stats import CLASSES, StatsConfig
-from helpers import run_guarded
+from groupconv_atlas.study.statistics.stats import CLASSES, StatsConfig
+from helpers import run_guarded, skipped
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL, SMOKE = "h200-2026-11-29", "h200-smoke-2026-11-29"
-SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
-        ".ruff_cache", "artifacts"}
 
 
 def config_statistics() -> StatsConfig:
@@ -128,7 +127,7 @@ def test_agreement_table_adds_up(wide):
 
 
 def test_flips_by_comparison_add_up_to_the_flips(wide):
-    from groupconv_atlas.study.compare_records import flips_by_comparison
+    from groupconv_atlas.study.artifacts.compare_records import flips_by_comparison
 
     rows = flips_by_comparison(wide)
     same = wide[timed_in_every_record(wide) & wide["same_code"]]
@@ -175,7 +174,7 @@ def test_a_cell_whose_kernel_changed_is_left_out_of_the_agreement():
 
 
 def test_cell_code_names_kernel_sources_and_the_dispatchers_choice(tmp_path):
-    from groupconv_atlas.study.compare_records import cell_code, kernel_sources
+    from groupconv_atlas.study.artifacts.compare_records import cell_code, kernel_sources
 
     sources = kernel_sources(ROOT / "records" / FULL)
     assert set(sources) >= {"k0", "k3"} and all(len(v) > 64 for v in sources.values())
@@ -288,7 +287,7 @@ def test_a_dispatcher_reversal_is_attributed_to_its_changed_target():
 def test_machine_code_counts_only_where_the_sass_comparison_is_beside_it(tmp_path):
     import json
 
-    from groupconv_atlas.study.records import machine_code_vouch
+    from groupconv_atlas.study.records.committed import machine_code_vouch
 
     def build(source_sha, functions=("k5_a", "k5_b"), nvcc="13.0"):
         return {"kernel": "k5", "source": "kernels/k5.cu", "source_sha256": source_sha,
@@ -335,7 +334,7 @@ def repo(tmp_path_factory):
     if 'include: "workflow/rules/compare.smk"' not in (ROOT / "Snakefile").read_text():
         pytest.fail('Snakefile must include: "workflow/rules/compare.smk"')
     dest = tmp_path_factory.mktemp("compare") / "repo"
-    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
+    shutil.copytree(ROOT, dest, ignore=skipped)
     return dest
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from groupconv.files import REPO_ROOT
 from groupconv.kernels import KERNELS
-from groupconv_atlas.study.config_check import config_errors, resolve_kernel_lists
+from groupconv_atlas.study.plans.config_check import config_errors, resolve_kernel_lists
 
 BASE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
 
@@ -106,7 +106,7 @@ def test_snakemake_refuses_an_unknown_key_before_any_job():
 
 def test_kernels_left_out_narrow_all_and_name_an_unknown_kernel():
     from groupconv.kernels import KERNELS
-    from groupconv_atlas.study.config_check import registry_errors, resolve_kernel_lists
+    from groupconv_atlas.study.plans.config_check import registry_errors, resolve_kernel_lists
 
     config = resolve_kernel_lists({"kernels": "all", "kernels_left_out": ["k1", "k4"],
                                    "timing": {}})
@@ -132,8 +132,8 @@ def test_a_long_value_is_cut_to_a_short_line():
 
 
 def test_every_shape_id_list_is_checked_against_the_shape_set():
-    from groupconv_atlas.study.config_check import shape_id_errors
-    from groupconv_atlas.study.shapes_table import load_shapes
+    from groupconv_atlas.study.plans.config_check import shape_id_errors
+    from groupconv_atlas.study.plans.shapes_table import load_shapes
 
     ids = {s.id for s in load_shapes(REPO_ROOT / BASE["shapes"])}
     assert shape_id_errors(BASE, ids) == []
@@ -155,8 +155,8 @@ def test_an_unknown_shape_id_stops_the_plan_before_any_job(monkeypatch):
     import pytest
     from snakemake.utils import validate
 
-    from groupconv_atlas.study.plan import PlanError
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.plan import PlanError
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     monkeypatch.chdir(REPO_ROOT)
     config = copy.deepcopy(BASE)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from groupconv_atlas.study.stats import StatsConfig, paired_interval
+from groupconv_atlas.study.statistics.stats import StatsConfig, paired_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
-"""The map on each GPU (study/device_comparison, report/device_pages, `snakemake compare_devices`):
-each GPU's newest forward record re-classified as its replay classifies it, the dispatchers against
-torch_best side by side, the figures over the same shapes, and the page."""
+"""The map on each GPU (study/artifacts/device_comparison, report/device_pages, `snakemake
+compare_devices`): each GPU's newest forward record re-classified as its replay classifies it, the
+dispatchers against torch_best side by side, the figures over the same shapes, and the page."""
 import json
 from pathlib import Path
 
@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.medians import record_comparisons
-from groupconv_atlas.study.device_comparison import dispatcher_cells, side_by_side, summary
-from groupconv_atlas.study.records import DISPATCHED, forward_records
+from groupconv_atlas.study.statistics.medians import record_comparisons
+from groupconv_atlas.study.artifacts.device_comparison import (dispatcher_cells, side_by_side,
+                                                               summary)
+from groupconv_atlas.study.records.committed import DISPATCHED, forward_records
 from groupconv_atlas.study.report.device_pages import device_page
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.statistics.stats import StatsConfig
 from helpers import ROOT, SMOKE_DEVICE, SMOKE_RECORD
 from test_compare_records import config_statistics
 

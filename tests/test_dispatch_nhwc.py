@@ -5,12 +5,12 @@ import pandas as pd
 import torch
 import yaml
 
-from groupconv_atlas.study.dispatch import choose, verification_rows
+from groupconv_atlas.study.statistics.dispatch import choose, verification_rows
 from groupconv.files import REPO_ROOT
 from groupconv.kernels import DISPATCH_NHWC, layout_of, support
-from groupconv_atlas.study import plan
-from groupconv_atlas.study.config_check import resolve_kernel_lists
-from groupconv_atlas.study.timing_workers import public_call
+from groupconv_atlas.study.plans import plan
+from groupconv_atlas.study.plans.config_check import resolve_kernel_lists
+from groupconv_atlas.study.measuring.timing_workers import public_call
 
 CONFIG = resolve_kernel_lists(yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text()))
 

@@ -4,10 +4,10 @@ import json
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.dispatch import choose, verification_rows
+from groupconv_atlas.study.statistics.dispatch import choose, verification_rows
 from groupconv.files import RecordError
-from groupconv_atlas.study.record_check import check
-from groupconv_atlas.study.record_writing import add_caveat, amend, snapshot
+from groupconv_atlas.study.records.record_check import check
+from groupconv_atlas.study.records.record_writing import add_caveat, amend, snapshot
 
 
 def test_dispatcher_picks_the_fastest_verified_implementation():
@@ -89,7 +89,7 @@ def _job_samples(times: dict[str, float], shape_id: str = "a", batches: int = 3)
 
 
 def test_runs_timed_in_different_jobs_are_ranked_in_one_jobs_conditions():
-    from groupconv_atlas.study.timing_frames import JOB_ADJUSTED, job_adjusted_medians
+    from groupconv_atlas.study.statistics.timing_frames import JOB_ADJUSTED, job_adjusted_medians
 
     # The tuned job runs everything 2x slower (fewer launches per replay); torch_default is
     # timed only in the fast job, torch_tuned only in the slow one, the kernel k12 in both. Within
@@ -112,7 +112,7 @@ def test_runs_timed_in_different_jobs_are_ranked_in_one_jobs_conditions():
 
 
 def test_a_job_sharing_no_run_with_the_others_leaves_the_choice_to_the_medians():
-    from groupconv_atlas.study.timing_frames import JOB_ADJUSTED, job_adjusted_medians
+    from groupconv_atlas.study.statistics.timing_frames import JOB_ADJUSTED, job_adjusted_medians
 
     samples = {"default": _job_samples({"k12": 2.0, "torch_default": 2.6}),
                "tuned": _job_samples({"torch_tuned": 2.2})}

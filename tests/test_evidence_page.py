@@ -1,5 +1,5 @@
-"""current-evidence.md (study/evidence.py) states what the record holds: the layouts it measured
-and which kernels and references ran in each, what it did not measure, its caveats and
+"""current-evidence.md (study/artifacts/evidence.py) states what the record holds: the layouts it
+measured and which kernels and references ran in each, what it did not measure, its caveats and
 amendments once each, in a page short enough to read (LINES lines at most, no line over
 evidence.LINE_LIMIT characters). On synthetic atlas documents, on the smoke record's replay, and
 (the integration set) on replays of the committed H100 record and of the newest H200 one."""
@@ -11,9 +11,9 @@ import pytest
 
 from groupconv.files import ATLAS_RECORD, find_record
 from groupconv.kernels import layout_of
-from groupconv_atlas.study.evidence import LINE_LIMIT, cut_line, evidence_markdown
-from groupconv_atlas.study.evidence_facts import NOT_MEASURED
-from groupconv_atlas.study.records import replay_arguments
+from groupconv_atlas.study.artifacts.evidence import LINE_LIMIT, cut_line, evidence_markdown
+from groupconv_atlas.study.artifacts.evidence_facts import NOT_MEASURED
+from groupconv_atlas.study.records.committed import replay_arguments
 from helpers import ROOT, SMOKE_DEVICE, copy_checkout, snakemake
 
 LINES = 149  # "under 150 lines"

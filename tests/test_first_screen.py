@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.atlas_plan import torch_best_pairs
-from groupconv_atlas.study.comparisons import summarize
-from groupconv_atlas.study.headline import build_headline
-from groupconv_atlas.study.medians import with_torch_best
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.plans.atlas_plan import torch_best_pairs
+from groupconv_atlas.study.statistics.comparisons import summarize
+from groupconv_atlas.study.artifacts.headline import build_headline
+from groupconv_atlas.study.statistics.medians import with_torch_best
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 CFG = StatsConfig(seed=3, resamples=2000)
 L2 = 1000

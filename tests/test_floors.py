@@ -1,12 +1,13 @@
-"""The measured floor (study/floors.py): its launches for every size and alignment, the floor of
-each shape from raw samples, time over floor, and the regions the headline reads. CPU only; the
-copy itself is checked bit for bit on the GPU machine (tests/test_gpu_floor.py)."""
+"""The measured floor (study/measuring/floors.py): its launches for every size and alignment, the
+floor of each shape from raw samples, time over floor, and the regions the headline reads. CPU only;
+the copy itself is checked bit for bit on the GPU machine (tests/test_gpu_floor.py)."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.floors import (FLOOR_COPY, FLOOR_LAUNCH, copy_launches, floor_block,
-                                          floor_table, shape_kind, size_class, with_floor)
+from groupconv_atlas.study.measuring.floors import (FLOOR_COPY, FLOOR_LAUNCH, copy_launches,
+                                                    floor_block, floor_table, shape_kind,
+                                                    size_class, with_floor)
 
 
 def test_vector_entries_need_aligned_pointers_and_sizes_of_four():
@@ -121,7 +122,7 @@ def test_floor_block_is_absent_without_floors():
 def test_the_copy_check_catches_a_wrong_element_and_nan_poison():
     import torch
 
-    from groupconv_atlas.study.floors import _check_copy
+    from groupconv_atlas.study.measuring.floors import _check_copy
 
     src = torch.randn(37, generator=torch.Generator().manual_seed(3))
     _check_copy(src, src.clone(), "floor_copy_scalar", "s")
@@ -137,7 +138,7 @@ def test_the_copy_check_catches_a_wrong_element_and_nan_poison():
 
 
 def test_glance_floor_reads_the_lead_per_region_and_nothing_without_floors():
-    from groupconv_atlas.study.floors import glance_floor
+    from groupconv_atlas.study.measuring.floors import glance_floor
 
     shapes = {"shapes": [_entry("dw", 1, 32, 32, 32, 10**6), _entry("g", 8, 64, 64, 8, 10**7),
                          _entry("g2", 8, 128, 128, 8, 10**7)]}
@@ -156,7 +157,7 @@ def test_glance_floor_reads_the_lead_per_region_and_nothing_without_floors():
 
 
 def test_floor_lines_name_each_region_s_best_of_both_sides():
-    from groupconv_atlas.study.floors import floor_lines
+    from groupconv_atlas.study.measuring.floors import floor_lines
 
     row = {"kind": "depthwise", "size": "over 2x L2", "shapes": 9,
            "best_torch_geomean_over_floor": 1.35, "best_torch_worst_over_floor": 1.5,

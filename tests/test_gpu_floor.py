@@ -1,6 +1,7 @@
-"""The floor's copy on the GPU (kernels/floor_copy.cu through study/floors.bind_floor): exact for
-every entry, for sizes that take the 16-byte entries and for those that do not (odd sizes, an
-offset pointer, a depth multiplier's larger output, a smaller output), and timed by the sampler."""
+"""The floor's copy on the GPU (kernels/floor_copy.cu through study/measuring/floors.bind_floor):
+exact for every entry, for sizes that take the 16-byte entries and for those that do not (odd sizes,
+an offset pointer, a depth multiplier's larger output, a smaller output), and timed by the
+sampler."""
 import numpy as np
 import pytest
 
@@ -19,7 +20,7 @@ SHAPES = [Shape("aligned", "", 2, 64, 64, 14, 14, 64),
 def floor_cubin(tmp_path_factory):
     from groupconv.build import compile_kernel_source
     from groupconv.files import REPO_ROOT
-    from groupconv_atlas.study.floors import FLOOR_SOURCE
+    from groupconv_atlas.study.measuring.floors import FLOOR_SOURCE
 
     cubin = tmp_path_factory.mktemp("floor") / "floor_copy.cubin"
     compile_kernel_source(REPO_ROOT / FLOOR_SOURCE, cubin)
@@ -37,7 +38,8 @@ def _cfg():
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.id)
 def test_every_entry_is_exact_and_the_floor_is_timed(gpu_session, floor_cubin, shape):
     from groupconv.timing import ClockReader, median_latencies
-    from groupconv_atlas.study.floors import FLOOR_COPY, FLOOR_LAUNCH, bind_floor, copy_sizes
+    from groupconv_atlas.study.measuring.floors import (FLOOR_COPY, FLOOR_LAUNCH, bind_floor,
+                                                        copy_sizes)
 
     x, _ = gpu_session.random_inputs(shape, 5)
     clocks = ClockReader(gpu_session.torch)
@@ -56,7 +58,7 @@ def test_every_entry_is_exact_and_the_floor_is_timed(gpu_session, floor_cubin, s
 
 def test_an_offset_input_takes_the_scalar_entry(gpu_session, floor_cubin):
     from groupconv.timing import ClockReader
-    from groupconv_atlas.study.floors import FLOOR_COPY, bind_floor
+    from groupconv_atlas.study.measuring.floors import FLOOR_COPY, bind_floor
 
     shape = SHAPES[0]
     x, _ = gpu_session.random_inputs(Shape("wide", "", 2, 64, 64, 14, 14 * 64 + 1, 64), 6)

@@ -5,7 +5,7 @@ from gpu_helpers import TOLERANCE_FACTOR, compiled_launcher
 
 from groupconv.kernels import KERNELS, support
 from groupconv.files import REPO_ROOT
-from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.study.plans.shapes_table import load_shapes, shapes_by_id
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))
 STRESS = ["stress-1xw-n64-c256-1x301-g256", "stress-oddw-n32-c144-57x13-g144",

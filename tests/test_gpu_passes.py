@@ -1,7 +1,7 @@
-"""The backward passes on the GPU (study/pass_verify, study/pass_runs through the timing workers):
-every implementation of groupconv/backward.py and PyTorch's references verified against FP64 on two
-shapes in both layouts, a planted wrong result caught, and a pass's timing job sampled by the
-forward's worker loop at both boundaries."""
+"""The backward passes on the GPU (study/measuring/pass_verify, study/measuring/pass_runs through
+the timing workers): every implementation of groupconv/backward.py and PyTorch's references verified
+against FP64 on two shapes in both layouts, a planted wrong result caught, and a pass's timing job
+sampled by the forward's worker loop at both boundaries."""
 import numpy as np
 import pytest
 
@@ -16,8 +16,9 @@ PASSES = ("input_grad", "weight_grad")
 
 @pytest.mark.parametrize("pass_", PASSES)
 def test_every_implementation_of_a_pass_is_verified_or_says_why(gpu_session, pass_):
-    from groupconv_atlas.study.pass_runs import STRICT_REFERENCES, backward_module, pass_runtime
-    from groupconv_atlas.study.pass_verify import verify_pass
+    from groupconv_atlas.study.measuring.pass_runs import (STRICT_REFERENCES, backward_module,
+                                                           pass_runtime)
+    from groupconv_atlas.study.measuring.pass_verify import verify_pass
 
     # the pass's own runtime, as its verification job builds it
     rows = verify_pass(gpu_session, pass_, SHAPES, 123, 16.0, progress=lambda _: None,
@@ -38,7 +39,7 @@ def test_every_implementation_of_a_pass_is_verified_or_says_why(gpu_session, pas
 def test_a_wrong_result_is_caught(gpu_session, pass_, monkeypatch):
     import types
 
-    from groupconv_atlas.study import pass_runs, pass_verify
+    from groupconv_atlas.study.measuring import pass_runs, pass_verify
 
     real = pass_runs.backward_module()
     custom = real.backward_implementations(pass_)[0]
@@ -62,8 +63,8 @@ def test_a_wrong_result_is_caught(gpu_session, pass_, monkeypatch):
 def test_a_pass_job_samples_both_boundaries_in_its_processes():
     from groupconv.launcher import launcher_inputs
     from groupconv.timing import TimingConfig
-    from groupconv_atlas.study.pass_runs import backward_module
-    from groupconv_atlas.study.timing_workers import time_job
+    from groupconv_atlas.study.measuring.pass_runs import backward_module
+    from groupconv_atlas.study.measuring.timing_workers import time_job
 
     cfg = TimingConfig(batches=2, samples_per_batch=3, seed=1, warmup_launches=2,
                        graph_min_replay_us=20.0, graph_max_replay_us=1e4, graph_max_launches=50,

@@ -1,11 +1,12 @@
-"""GPU pinning on a host with several GPUs (groupconv_atlas.study.jobs.pin_gpu), with fake devices: no
-GPU is touched, only the environment and the lock files that decide which device a job sees."""
+"""GPU pinning on a host with several GPUs (groupconv_atlas.study.records.jobs.pin_gpu), with fake
+devices: no GPU is touched, only the environment and the lock files that decide which device a job
+sees."""
 import os
 from types import SimpleNamespace
 
 import pytest
 
-from groupconv_atlas.study import jobs
+from groupconv_atlas.study.records import jobs
 
 
 def gpu_job(gpus: int = 1):

@@ -18,8 +18,8 @@ conv = pytest.importorskip("groupconv.conv")
 layers = pytest.importorskip("groupconv.layers")
 from groupconv.conversion import convert, substitute_convs  # noqa: E402
 from groupconv.torch_fallback import _strict_fp32_call  # noqa: E402
-from groupconv_atlas.study import gradient_check  # noqa: E402
-from groupconv_atlas.study.network_training import (dropout_off,  # noqa: E402
+from groupconv_atlas.study.probes import gradient_check  # noqa: E402
+from groupconv_atlas.study.probes.network_training import (dropout_off,  # noqa: E402
                                                     op_path_copy, step_function)
 
 nn = torch.nn
@@ -358,7 +358,7 @@ def test_the_mobilenet_block_s_training_step_passes_the_probe_s_gradient_check(l
     and of the block with its depthwise conv on the layout's block kernel, gradients against
     FP64; then the timed function gives the same gradients eagerly and replayed from a graph."""
     pytest.importorskip("torchvision")
-    from groupconv_atlas.study import mobilenet
+    from groupconv_atlas.study.probes import mobilenet
 
     block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].cuda() \
         .to(memory_format=LAYOUTS[layout])

@@ -1,6 +1,6 @@
-"""The weight gradient's tuning stage on the GPU (study/wgrad_tuning): on small grouped, depthwise
-and odd geometries in both layouts (tall ones for every strip height), every cut it tries is
-checked (none may be incorrect) and the correct ones timed; the
+"""The weight gradient's tuning stage on the GPU (study/measuring/wgrad_tuning): on small grouped,
+depthwise and odd geometries in both layouts (tall ones for every strip height), every cut it tries
+is checked (none may be incorrect) and the correct ones timed; the
 chosen cut is one of the correct ones, the fastest of them; and a backward configured with the
 record's cuts launches the chosen entry and computes the weight gradient within the verifier's
 bound of FP64, bit-identical to the same cut launched directly."""
@@ -30,7 +30,7 @@ def _cfg():
 
     from groupconv.files import REPO_ROOT
     from groupconv.timing import TimingConfig
-    from groupconv_atlas.study.run_plan import timing_settings
+    from groupconv_atlas.study.plans.run_plan import timing_settings
 
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     return TimingConfig(**{**timing_settings(config["timing"]), "batches": 2,
@@ -43,8 +43,8 @@ def test_the_stage_chooses_the_fastest_correct_cut_and_the_backward_launches_it(
     from groupconv.backward import weight_grad
     from groupconv.backward_kernels import cut_keywords, wgrad_plan
     from groupconv.launch_tables import wgrad_tuning_table
-    from groupconv_atlas.study.pass_runs import grad_output, in_pass_layout, pass_runtime
-    from groupconv_atlas.study.wgrad_tuning import check_cut, references, tune_weight_grad
+    from groupconv_atlas.study.measuring.pass_runs import grad_output, in_pass_layout, pass_runtime
+    from groupconv_atlas.study.measuring.wgrad_tuning import check_cut, references, tune_weight_grad
 
     torch = gpu_session.torch
     shapes = [geometry_shape(*g) for g in GEOMETRIES]

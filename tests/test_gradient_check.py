@@ -1,11 +1,11 @@
-"""The one gradient check (study/gradient_check): per tensor, the candidate's error against FP64
-within GRADIENT_FACTOR x the original's + GRADIENT_FLOOR x the tensor's largest FP64 value; a
+"""The one gradient check (study/probes/gradient_check): per tensor, the candidate's error against
+FP64 within GRADIENT_FACTOR x the original's + GRADIENT_FLOOR x the tensor's largest FP64 value; a
 gradient that is zero in exact arithmetic; a missing gradient; the figures a summary reads."""
 from __future__ import annotations
 
 import pytest
 
-from groupconv_atlas.study import gradient_check as gc
+from groupconv_atlas.study.probes import gradient_check as gc
 
 torch = pytest.importorskip("torch")
 

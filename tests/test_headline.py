@@ -3,11 +3,12 @@ comparison rows (test input, not measurements), then on the committed record's r
 import numpy as np
 import pandas as pd
 import pytest
-from groupconv_atlas.study.artifacts import aa_result
-from groupconv_atlas.study.headline import build_headline, channel_bin, footprint_bin, shape_groups
-from groupconv_atlas.study.comparisons import summarize
-from groupconv_atlas.study.medians import with_torch_best
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.artifacts.atlas_document import aa_result
+from groupconv_atlas.study.artifacts.headline import (build_headline, channel_bin, footprint_bin,
+                                                      shape_groups)
+from groupconv_atlas.study.statistics.comparisons import summarize
+from groupconv_atlas.study.statistics.medians import with_torch_best
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 CFG = StatsConfig(seed=3, resamples=2000)
 L2 = 1000
@@ -77,7 +78,7 @@ def test_the_depth_multiplier_shape_is_a_kind_of_its_own():
 
 def test_the_shape_sets_depthwise_shapes_are_those_with_groups_equal_to_both_channel_counts():
     from groupconv.files import REPO_ROOT
-    from groupconv_atlas.study.shapes_table import load_shapes
+    from groupconv_atlas.study.plans.shapes_table import load_shapes
 
     shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
     doc = {"shapes": [{"id": s.id, "cin_per_group": s.c_in // s.groups,
@@ -90,7 +91,7 @@ def test_the_shape_sets_depthwise_shapes_are_those_with_groups_equal_to_both_cha
 
 
 def test_a_footprint_region_is_named_as_a_footprint():
-    from groupconv_atlas.study.headline_lines import _group_words
+    from groupconv_atlas.study.artifacts.headline_lines import _group_words
 
     assert _group_words("2x L2 or more") == "footprint 2x L2 or more"
     assert _group_words("under 0.5x L2") == "footprint under 0.5x L2"
@@ -192,7 +193,7 @@ def test_aa_result_counts_intervals_that_exclude_one_per_boundary():
 def test_evidence_template_has_its_blocks_and_names_a_missing_value(tmp_path):
     from string import Template
 
-    from groupconv_atlas.study.evidence import fill, template_blocks
+    from groupconv_atlas.study.artifacts.evidence import fill, template_blocks
 
     blocks = template_blocks()
     assert set(blocks) == {"document", "headline_items", "caveats", "amendments", "roofline",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from groupconv.files import RecordError, sha256_file
-from groupconv_atlas.study.record_check import check
-from groupconv_atlas.study.record_writing import index_record
+from groupconv_atlas.study.records.record_check import check
+from groupconv_atlas.study.records.record_writing import index_record
 
 from helpers import ROOT, SMOKE, SMOKE_RECORD, copy_checkout, copy_replayed, snakemake
 

@@ -7,13 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.timing_frames import batch_medians, pooled_medians
-from groupconv_atlas.study.comparisons import comparisons_for_job
-from groupconv_atlas.study.floors import (FLOOR_COPY, FLOOR_LAUNCH, floor_table,
+from groupconv_atlas.study.statistics.timing_frames import batch_medians, pooled_medians
+from groupconv_atlas.study.statistics.comparisons import comparisons_for_job
+from groupconv_atlas.study.measuring.floors import (FLOOR_COPY, FLOOR_LAUNCH, floor_table,
                                           over_floor_by_implementation)
-from groupconv_atlas.study.headline import fastest_per_shape
-from groupconv_atlas.study.medians import job_medians, torch_best_choice, with_torch_best
-from groupconv_atlas.study.stats import TORCH_BEST, StatsConfig
+from groupconv_atlas.study.artifacts.headline import fastest_per_shape
+from groupconv_atlas.study.statistics.medians import job_medians, torch_best_choice, with_torch_best
+from groupconv_atlas.study.statistics.stats import TORCH_BEST, StatsConfig
 
 SHAPE = "dw-s"
 # True per-launch times (us): torch_tuned is the strongest reference, k8 beats it by 1.2x.

@@ -140,7 +140,7 @@ def test_k7_host_launch_matches_the_kernels_layout():
     """The host's grid and entry for every frozen k7 shape and variant are the kernel's tile
     count (the emulated kernel's, over the host's rows and images per tile) and the entry that
     takes the shape's group."""
-    from groupconv_atlas.study.shapes_table import load_shapes
+    from groupconv_atlas.study.plans.shapes_table import load_shapes
 
     for s in load_shapes(REPO / "config" / "shapes.yaml"):
         if not KERNELS["k7"].supports(s)[0]:

@@ -1,7 +1,7 @@
 """The quick kernel bench (`snakemake kernel_bench`): its plan from configuration dicts (the
 subset, the shapes timed, the paths, the refusals), its DAG in a live dry run (the atlas's own
 stages for one kernel, then the bench's jobs), a bad kernel or subset refused before any job,
-and its table from raw samples (study/bench.py)."""
+and its table from raw samples (study/measuring/bench.py)."""
 import json
 import shutil
 from types import SimpleNamespace
@@ -9,19 +9,19 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
-from helpers import ROOT, SKIP, snakemake
+from helpers import ROOT, skipped, snakemake
 from readme_commands import dag_jobs, output, rules_of
 from snakemake.utils import update_config, validate
 
 from groupconv.kernels import KERNELS
 from groupconv.timing import BOUNDARIES
-from groupconv_atlas.study.bench import (bench_table, committed_tables, document, kernel_evidence,
-                                         markdown)
-from groupconv_atlas.study.config_check import config_errors
-from groupconv_atlas.study.plan import PlanError
-from groupconv_atlas.study.run_plan import RunPlan
-from groupconv_atlas.study.shapes_table import load_shapes, shape_kind, shape_row
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.measuring.bench import (bench_table, committed_tables, document,
+                                                   kernel_evidence, markdown)
+from groupconv_atlas.study.plans.config_check import config_errors
+from groupconv_atlas.study.plans.plan import PlanError
+from groupconv_atlas.study.plans.run_plan import RunPlan
+from groupconv_atlas.study.plans.shapes_table import load_shapes, shape_kind, shape_row
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 DEVICE = "bench-dry"  # a results folder of its own: results/h200 may hold a replay
 SHAPES = load_shapes(ROOT / "config" / "shapes.yaml")
@@ -146,8 +146,8 @@ def checkout(tmp_path_factory):
     """A copy of the checkout for dry runs (they write only .snakemake/), the records read where
     they are."""
     repo = tmp_path_factory.mktemp("bench-dry") / "repo"
-    shutil.copytree(ROOT, repo, ignore=lambda d, names: [n for n in names if n in SKIP
-                                                         or (d == str(ROOT) and n == "records")])
+    shutil.copytree(ROOT, repo, ignore=lambda d, names: [
+        *skipped(d, names), *(["records"] if d == str(ROOT) and "records" in names else [])])
     (repo / "records").symlink_to(ROOT / "records")
     return repo
 

@@ -2,13 +2,13 @@
 registry (which `kernels: all` times and autotuning on an unseen GPU tries) was tuned or timed
 in a committed record's raw layer, or has a bench table committed beside it
 (kernels/bench/<device>/<kernel>-<subset>.json, written by `snakemake kernel_bench`;
-study/bench.kernel_evidence reads both)."""
+study/measuring/bench.kernel_evidence reads both)."""
 import json
 
 from helpers import ROOT
 
 from groupconv.kernels import KERNELS
-from groupconv_atlas.study.bench import FORMAT, kernel_evidence
+from groupconv_atlas.study.measuring.bench import FORMAT, kernel_evidence
 
 
 def test_every_kernel_of_the_registry_has_measured_evidence():

@@ -23,7 +23,7 @@ DATA = {
         "the Nsight study of k1, k2 and k3 on shapes where all three apply: a choice of kernels",
     ("config/lean-run.yaml", ("k1", "k2", "k4")):
         "the kernels a shorter live run leaves out of the registry's: a choice of kernels",
-    ("workflow/groupconv_atlas/study/nsight.py", ("k1", "k2", "k3")):
+    ("workflow/groupconv_atlas/study/probes/nsight.py", ("k1", "k2", "k3")):
         "the same Nsight study's default, for a configuration without an nsight section",
 }
 _NAME = re.compile(r"\b(?:%s)\b" % "|".join(map(re.escape, sorted(KERNELS, key=len,

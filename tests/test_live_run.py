@@ -1,8 +1,9 @@
-"""A live run as Snakemake targets (workflow/rules/live.smk, study/live_run.py,
-study/rerun_check.py), checked without a GPU: the dry runs of `live_record` (the GPU tests before
-the measuring call, the rerun check after it) and of `live_atlas` (the snapshot after everything,
-a kernel whose gate failed absent from every job), the configuration keys refused by name, the
-rerun check never touching the checkout, and tools/gpu_run.sh making one Snakemake call."""
+"""A live run as Snakemake targets (workflow/rules/live.smk, study/live/live_run.py,
+study/live/rerun_check.py), checked without a GPU: the dry runs of `live_record` (the GPU tests
+before the measuring call, the rerun check after it) and of `live_atlas` (the snapshot after
+everything, a kernel whose gate failed absent from every job), the configuration keys refused by
+name, the rerun check never touching the checkout, and tools/gpu_run.sh making one Snakemake
+call."""
 import hashlib
 import json
 import os
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, SMOKE, copy_checkout, copy_replayed, run_guarded, snakemake
 
-from groupconv_atlas.study import live_run, rerun_check
-from groupconv_atlas.study.config_check import config_errors
+from groupconv_atlas.study.live import live_run, rerun_check
+from groupconv_atlas.study.plans.config_check import config_errors
 
 LIVE_CONFIG = ["--configfile", "config/config.yaml", "config/gpu-run.yaml",
                "config/lean-run.yaml"]
@@ -267,8 +268,8 @@ def test_the_plan_leaves_a_failed_gate_kernel_out_of_every_list_and_names_it(rep
     import yaml
     from snakemake.utils import validate
 
-    from groupconv_atlas.study.plan import PlanError
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.plan import PlanError
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     def plan(**overrides):
         config = {**yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),

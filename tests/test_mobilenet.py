@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
+# conftest puts workflow/ on sys.path (hence E402 below)
+from groupconv_atlas.study.probes import mobilenet  # noqa: E402
 from groupconv.shapes import Shape  # noqa: E402
 from mobilenet_cases import (ATLAS, KERNEL_NAMES, MEDIANS, MEDIANS_NHWC, VERIFICATION,  # noqa: E402
                              VERIFICATION_NHWC, TaggedConv)

@@ -15,8 +15,9 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from groupconv import record_formats  # noqa: E402
-from groupconv_atlas.study import mobilenet  # noqa: E402  (conftest puts workflow/ on sys.path)
-from groupconv_atlas.study.stats import StatsConfig  # noqa: E402
+# conftest puts workflow/ on sys.path (hence E402 below)
+from groupconv_atlas.study.probes import mobilenet  # noqa: E402
+from groupconv_atlas.study.statistics.stats import StatsConfig  # noqa: E402
 from helpers import CpuSession  # noqa: E402
 from mobilenet_cases import (ATLAS, KERNEL_NAMES, MEDIANS_NHWC, VERIFICATION_NHWC,  # noqa: E402
                              TaggedConv)
@@ -52,7 +53,7 @@ def test_the_channels_last_keys_have_defaults_for_older_configs():
     import yaml
     from snakemake.utils import validate
 
-    from groupconv_atlas.study.config_check import SCHEMA, config_errors
+    from groupconv_atlas.study.plans.config_check import SCHEMA, config_errors
 
     root = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((root / "config" / "config.yaml").read_text())
@@ -270,7 +271,7 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
     reading's layout, and that the NCHW network is left as it was."""
     from groupconv.conv import call_layout
 
-    probe = importlib.import_module("groupconv_atlas.study.mobilenet.probe")
+    probe = importlib.import_module("groupconv_atlas.study.probes.mobilenet.probe")
     timed = []
 
     def fake_time(session, runs, reading, experiment, n, cfg, clocks, rng, boundaries=(),

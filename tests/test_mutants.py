@@ -13,7 +13,7 @@ from groupconv.nchw_row_kernels import K7, k7_chunk, k7_images
 from groupconv.nchw_tile_kernels import k4_tile
 from groupconv.nhwc_strip_kernels import k9_vectors
 from groupconv.source_tables import THREADS_PER_BLOCK
-from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id
+from groupconv_atlas.study.plans.shapes_table import load_shapes, shapes_by_id
 from groupconv.files import REPO_ROOT
 
 SHAPES = shapes_by_id(load_shapes(REPO_ROOT / "config" / "shapes.yaml"))

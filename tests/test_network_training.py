@@ -15,14 +15,15 @@ from helpers import CpuSession
 
 from groupconv.files import REPO_ROOT, find_record
 from groupconv.record_formats import read_samples
-from groupconv_atlas.study.timing_frames import batch_medians
-from groupconv_atlas.study import network_training as nt
-from groupconv_atlas.study.config_check import config_errors
-from groupconv_atlas.study.networks import network_lines, summarize_networks
-from groupconv_atlas.study.probe_summaries import (TRAIN_EAGER_MIN_LARGE, TRAIN_LARGE_MODELS,
-                                                   TRAIN_LARGE_N, probes_block)
+from groupconv_atlas.study.statistics.timing_frames import batch_medians
+from groupconv_atlas.study.probes import network_training as nt
+from groupconv_atlas.study.plans.config_check import config_errors
+from groupconv_atlas.study.probes.networks import network_lines, summarize_networks
+from groupconv_atlas.study.artifacts.probe_summaries import (TRAIN_EAGER_MIN_LARGE,
+                                                             TRAIN_LARGE_MODELS, TRAIN_LARGE_N,
+                                                             probes_block)
 from groupconv_atlas.study.report import probes_page
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 CFG = StatsConfig(seed=1, resamples=2000)
 BASE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupconv_atlas.study.records import replay_arguments
+from groupconv_atlas.study.records.committed import replay_arguments
 from helpers import HANG_GUARD_S, ROOT, SNAKEMAKE, copy_checkout, make
 
 CHECK_RECORD = "h200-cudnn-check-2026-11-29"  # the smallest committed record
@@ -31,8 +31,9 @@ def test_job_scripts_never_swallow_keyboard_interrupt():
     Ctrl-C into a finished job."""
     offenders = []
     package = ROOT / "workflow" / "groupconv_atlas"
-    files = [*(ROOT / "workflow" / "scripts").glob("*.py"), package / "study" / "jobs.py",
-             package / "study" / "provenance.py", ROOT / "workflow" / "groupconv" / "files.py"]
+    records = package / "study" / "records"
+    files = [*(ROOT / "workflow" / "scripts").glob("*.py"), records / "jobs.py",
+             records / "provenance.py", ROOT / "workflow" / "groupconv" / "files.py"]
     assert files
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

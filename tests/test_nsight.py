@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from groupconv_atlas.study import nsight, nsight_reports
-from groupconv_atlas.study.nsight_reports import NsightError
-from groupconv_atlas.study.nsight_table import nsight_table
+from groupconv_atlas.study.plans import nsight_plan
+from groupconv_atlas.study.plans.nsight_plan import NsightError
+from groupconv_atlas.study.probes import nsight, nsight_reports
+from groupconv_atlas.study.probes.nsight_table import nsight_table
 from helpers import run_guarded
 from nsight_helpers import BY_ID, CAPTURE, CPG8, DEPTHWISE, SHAPES
 
@@ -27,7 +28,7 @@ from groupconv.verify import check_seed
 def test_default_pairs_are_six_varied_shapes_where_k1_k2_k3_all_apply():
     shapes = [BY_ID[s] for s in nsight.DEFAULT_SHAPES]
     assert len(shapes) == 6
-    pairs = nsight.nsight_pairs(SHAPES, nsight.DEFAULT_SHAPES, nsight.DEFAULT_IMPLEMENTATIONS)
+    pairs = nsight_plan.nsight_pairs(SHAPES, nsight.DEFAULT_SHAPES, nsight.DEFAULT_IMPLEMENTATIONS)
     assert len(pairs) == 6 * 4
     assert {s.cin_per_group for s in shapes} == {1, 2, 4}
     assert any(s.w % 4 for s in shapes)
@@ -36,29 +37,29 @@ def test_default_pairs_are_six_varied_shapes_where_k1_k2_k3_all_apply():
 
 def test_unsupported_pair_is_refused_before_anything_runs():
     with pytest.raises(NsightError) as err:
-        nsight.nsight_pairs(SHAPES, [DEPTHWISE, CPG8], ["k1", "k2"])
+        nsight_plan.nsight_pairs(SHAPES, [DEPTHWISE, CPG8], ["k1", "k2"])
     message = str(err.value)
     assert f"pair ({CPG8}, k2)" in message and "8 input channels per group" in message
 
 
 def test_unknown_shape_or_implementation_is_refused():
     with pytest.raises(NsightError, match=r"pair \(no-such-shape, k1\): no shape"):
-        nsight.nsight_pairs(SHAPES, ["no-such-shape"], ["k1"])
+        nsight_plan.nsight_pairs(SHAPES, ["no-such-shape"], ["k1"])
     with pytest.raises(NsightError, match=rf"pair \({DEPTHWISE}, k99\): unknown"):
-        nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k99"])
+        nsight_plan.nsight_pairs(SHAPES, [DEPTHWISE], ["k99"])
 
 
 def test_extra_pairs_follow_the_product_once_each_and_are_checked_alike():
     extra = [[DEPTHWISE, "k6"], [DEPTHWISE, "k1"], ["cpg2-n32-c64-56x56-g32", "k5"]]
-    pairs = nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], extra)
+    pairs = nsight_plan.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], extra)
     assert pairs == [(DEPTHWISE, "k1"), (DEPTHWISE, "k6"), ("cpg2-n32-c64-56x56-g32", "k5")]
     with pytest.raises(NsightError, match=rf"pair \({CPG8}, k6\): implementation does not"):
-        nsight.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], [[CPG8, "k6"]])
+        nsight_plan.nsight_pairs(SHAPES, [DEPTHWISE], ["k1"], [[CPG8, "k6"]])
 
 
 def test_capture_uses_the_seed_verification_drew_the_inputs_from():
     index = [s.id for s in SHAPES].index("cpg2-n32-c64-56x56-g32")
-    assert nsight.capture_seed(SHAPES, "cpg2-n32-c64-56x56-g32", "k2", 20261129) == \
+    assert nsight_plan.capture_seed(SHAPES, "cpg2-n32-c64-56x56-g32", "k2", 20261129) == \
         check_seed(20261129, index, "k2")
 
 
@@ -104,7 +105,7 @@ def test_missing_ncu_names_the_pair(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.setattr(nsight_reports, "NCU_FALLBACK_GLOB", "/nonexistent/*/ncu")
     with pytest.raises(NsightError, match=r"pair \(s, k1\): ncu \(Nsight Compute\) not"):
-        nsight_reports.find_ncu(nsight_reports.pair_name("s", "k1"))
+        nsight_reports.find_ncu(nsight_plan.pair_name("s", "k1"))
 
 
 def test_ncu_reporting_no_kernel_names_the_pair_and_filter(tmp_path):
@@ -207,7 +208,7 @@ def _capture_script():
 def _frozen(tmp_path: Path) -> str:
     import json
 
-    from groupconv_atlas.study.shapes_table import frozen_shapes
+    from groupconv_atlas.study.plans.shapes_table import frozen_shapes
 
     path = tmp_path / "shapes.json"
     path.write_text(json.dumps(frozen_shapes(SHAPES, ["k1"])[1]))
@@ -236,7 +237,7 @@ def test_real_capture_of_one_pair(tmp_path, impl):
     import json
 
     from groupconv.build import compile_kernel
-    from groupconv_atlas.study.shapes_table import frozen_shapes
+    from groupconv_atlas.study.plans.shapes_table import frozen_shapes
 
     shape = BY_ID["cpg4-oddw-n32-c128-19x19-g32"]
     frozen = tmp_path / "shapes.json"
@@ -247,7 +248,7 @@ def test_real_capture_of_one_pair(tmp_path, impl):
         compile_kernel(impl, cubin)
     report = tmp_path / "cap.ncu-rep"
     extra = nsight.profile_pair(
-        shape, impl, seed=nsight.capture_seed(SHAPES, shape.id, impl, 1), report_path=report,
+        shape, impl, seed=nsight_plan.capture_seed(SHAPES, shape.id, impl, 1), report_path=report,
         shapes_file=str(frozen), capture_script=REPO_ROOT / "workflow/scripts/nsight_capture.py",
         cubin=cubin, warmup=3)
     table = nsight_table([(shape.id, impl, str(report))], SHAPES)

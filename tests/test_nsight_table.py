@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from groupconv_atlas.study import nsight, nsight_reports
-from groupconv_atlas.study.nsight_metrics import launch_row, top_stalls
-from groupconv_atlas.study.nsight_reports import NsightError
-from groupconv_atlas.study.nsight_table import TABLE_COLUMNS, nsight_table
+from groupconv_atlas.study.plans import nsight_plan
+from groupconv_atlas.study.plans.nsight_plan import NsightError
+from groupconv_atlas.study.probes import nsight_reports
+from groupconv_atlas.study.probes.nsight_metrics import launch_row, top_stalls
+from groupconv_atlas.study.probes.nsight_table import TABLE_COLUMNS, nsight_table
 from nsight_helpers import BY_ID, CAPTURE, CPG8, DEPTHWISE, FIXTURES, SHAPES
 
 from groupconv.files import REPO_ROOT
 from groupconv.kernels import support
-from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.timing_workers import RAW_COLUMNS
+from groupconv_atlas.study.records.provenance import write_parquet
+from groupconv_atlas.study.measuring.timing_workers import RAW_COLUMNS
 
 
 # --- parsing real captures -----------------------------------------------------------------------
@@ -119,9 +120,9 @@ def _timing_parquet(path: Path, rows: list[tuple]) -> str:
 def test_timing_jobs_for_a_kernel_are_its_own_and_for_a_baseline_every_job_timing_it():
     jobs = {"k1": ["k1", "k0", "torch_default", "torch_tuned"],
             "k2": ["k2", "k0", "torch_default", "torch_tuned"], "aa": ["k0", "k0_twin"]}
-    assert nsight.timing_jobs_for("k1", jobs) == ["k1"]
-    assert nsight.timing_jobs_for("torch_tuned", jobs) == ["k1", "k2"]
-    assert nsight.timing_jobs_for("k3", jobs) == []
+    assert nsight_plan.timing_jobs_for("k1", jobs) == ["k1"]
+    assert nsight_plan.timing_jobs_for("torch_tuned", jobs) == ["k1", "k2"]
+    assert nsight_plan.timing_jobs_for("k3", jobs) == []
 
 
 def test_table_carries_the_graph_device_median_beside_the_nsight_duration(tmp_path):
@@ -156,7 +157,7 @@ RATE_PAIR = ("efficientnet-b3-n16-c192-75x75-g192", "k6")
 def test_rates_follow_from_a_real_captures_counters_and_the_shape():
     """thread instructions per output = warp instructions x 32 / output elements; DRAM bytes per
     second = (read + written) / duration; from a committed capture of a tuned kernel."""
-    from groupconv_atlas.study.shapes_table import load_frozen
+    from groupconv_atlas.study.plans.shapes_table import load_frozen
 
     shape_id, impl = RATE_PAIR
     shapes = load_frozen(RATE_RECORD / "raw" / "shapes.json")

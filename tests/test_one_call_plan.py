@@ -27,7 +27,7 @@ CL = torch.channels_last
 # Launches of other kernels than a forward convolution's, each with its reason: the weight
 # gradient's own two-stage kernels (their plans are the backward's), and the MobileNet probe's
 # empty kernel (the launch overhead itself, launched as a plan launches).
-OTHER_LAUNCH3 = {"groupconv/backward_plans.py", "groupconv_atlas/study/mobilenet/probe.py"}
+OTHER_LAUNCH3 = {"groupconv/backward_plans.py", "groupconv_atlas/study/probes/mobilenet/probe.py"}
 # F.conv2d outside the PyTorch path: verification's FP32/FP64 references (checked against, never
 # timed), the op's eager training path (dispatch computes F.conv2d there) and the fused op's
 # backward (conv + bias recomputed for the activation's derivative), and GroupConv2d on an input

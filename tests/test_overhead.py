@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.overhead import summarize, summary_lines
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.probes.overhead import summarize, summary_lines
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 CFG = StatsConfig(seed=1, resamples=2000)
 
@@ -123,7 +123,7 @@ def _frame(shape_id, means, boundaries=("graph_device", "sync_api"), batches=6):
 
 
 def test_network_summary_reads_graph_eager_and_compile_modes():
-    from groupconv_atlas.study.networks import network_lines, summarize_networks
+    from groupconv_atlas.study.probes.networks import network_lines, summarize_networks
 
     samples = pd.concat([_frame("mobilenet_v2-n8", {"original": 1200.0, "converted": 1000.0}),
                          _frame("mobilenet_v2-n8", {"original_compiled": 900.0,
@@ -140,7 +140,7 @@ def test_network_summary_reads_graph_eager_and_compile_modes():
 
 
 def test_unseen_summary_compares_dispatch_and_autotune_with_the_best():
-    from groupconv_atlas.study.networks import summarize_unseen, unseen_lines
+    from groupconv_atlas.study.probes.networks import summarize_unseen, unseen_lines
 
     samples = _frame("g", {"dispatch": 10.0, "autotune": 8.0, "torch_tuned": 12.0,
                            "torch_default": 11.0, "torch_tuned_nhwc": 5.0},
@@ -159,7 +159,7 @@ def test_the_unseen_geometries_are_not_in_the_atlas():
     import yaml
 
     from groupconv.files import REPO_ROOT
-    from groupconv_atlas.study.shapes_table import load_shapes
+    from groupconv_atlas.study.plans.shapes_table import load_shapes
 
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     atlas = {s.geometry for s in load_shapes(REPO_ROOT / config["shapes"])}

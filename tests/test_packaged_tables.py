@@ -20,8 +20,8 @@ from groupconv.files import REPO_ROOT
 from groupconv.files import sha256_file
 from groupconv.launch_tables import (BACKWARD_TABLE, TABLE_NAMES,
                                                    record_backward_dispatch, record_tables)
-from groupconv_atlas.study import table_export
-from groupconv_atlas.study.pass_plan import newest_passes_over
+from groupconv_atlas.study.artifacts import table_export
+from groupconv_atlas.study.plans.pass_plan import newest_passes_over
 
 RECORDS = REPO_ROOT / "records"
 DEVICE = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["device"]
@@ -48,7 +48,7 @@ def test_every_packaged_table_is_a_fresh_export_of_its_devices_newest_record():
 
 def test_the_backward_table_is_the_newest_measurement_of_the_passes_over_the_records_shapes():
     """A record of the passes alone made after the exported record, over its shape set, gives the
-    package its backward table (study/pass_plan.newest_passes_over, as a replay shows it), and
+    package its backward table (study/plans/pass_plan.newest_passes_over, as a replay shows it), and
     the file names that record, its manifest hash and the table's hash."""
     newest = table_export.export_record(RECORDS, "newest", DEVICE)
     passes = newest_passes_over(RECORDS, DEVICE, newest)

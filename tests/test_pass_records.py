@@ -1,6 +1,6 @@
 """A record of the backward passes alone (`snakemake backward_passes` live, then snapshot_passes):
 what it holds, and how a replay of the newest atlas record shows its passes beside the forward
-(study/pass_plan.passes_record), named and checked, where the shape sets match."""
+(study/plans/pass_plan.passes_record), named and checked, where the shape sets match."""
 import json
 import types
 from pathlib import Path
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from groupconv.files import ATLAS_RECORD, PASS_RECORD, find_record
-from groupconv_atlas.study.headline_lines import pass_lines
-from groupconv_atlas.study.pass_plan import passes_record
-from groupconv_atlas.study.plan import PlanError
-from groupconv_atlas.study.record_writing import PASS_LAYER, snapshot
+from groupconv_atlas.study.artifacts.headline_lines import pass_lines
+from groupconv_atlas.study.plans.pass_plan import passes_record
+from groupconv_atlas.study.plans.plan import PlanError
+from groupconv_atlas.study.records.record_writing import PASS_LAYER, snapshot
 from helpers import ROOT
 from test_run_plan import config_of, no_gpu
 
@@ -129,7 +129,7 @@ def test_a_snapshot_of_the_passes_alone_holds_their_raw_layer_and_their_jobs_pro
 
 def test_the_checkouts_replay_shows_the_newest_passes_beside_the_newest_atlas_record(
         monkeypatch):
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     monkeypatch.chdir(ROOT)
     plan = RunPlan.from_config(config_of(), ROOT, 1, gpu_available=no_gpu)
@@ -155,7 +155,7 @@ def test_the_checkouts_record_of_the_passes_alone_replays_by_name_beside_the_new
         monkeypatch):
     """Beside the newest atlas record over its own frozen shape set (a newer atlas record may
     have frozen another: h200-2026-12-03's shapes declare k11 and k12's support)."""
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     monkeypatch.chdir(ROOT)
 

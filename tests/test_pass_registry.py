@@ -15,7 +15,7 @@ from groupconv.kernel_family import PASSES, KernelFamily
 from groupconv.kernels import (BACKWARD_KERNELS, KERNELS, REGISTRY, flipped_launch, kernel_for,
                                kernels_of, register, registered_sources, source_of)
 from groupconv.source_tables import SourceTable
-from groupconv_atlas.study.pass_plan import kernel_sources
+from groupconv_atlas.study.plans.pass_plan import kernel_sources
 
 WEIGHT_GRAD = sorted(kernels_of("weight_grad"))
 
@@ -134,7 +134,7 @@ def test_a_planted_weight_gradient_kernel_is_found_by_its_pass(tmp_path, monkeyp
     assert spec in registered_sources()  # the table tool writes its header
     check_source(spec)
     assert spec.headers == ("kernels/common.cuh", "kernels/wgrad_toy_table.cuh")
-    # what a backward pass's jobs rebuild on (study/pass_plan) takes its files from the pass
+    # what a backward pass's jobs rebuild on (study/plans/pass_plan) takes its files from the pass
     assert set(spec.inputs) <= set(kernel_sources([]))
 
 

@@ -1,17 +1,18 @@
 """The backward passes' statistics, tables, atlas.json section, dispatch table, headline and page
-(study/pass_stats, study/report/pass_pages, study/headline_lines), on the synthetic world of
-tests/pass_world.py whose answers are known: CPU only. The GPU jobs' own tests are
-tests/test_gpu_passes.py; the plan and configuration are tests/test_passes_plan.py."""
+(study/statistics/pass_stats, study/report/pass_pages, study/artifacts/headline_lines), on the
+synthetic world of tests/pass_world.py whose answers are known: CPU only. The GPU jobs' own tests
+are tests/test_gpu_passes.py; the plan and configuration are tests/test_passes_plan.py."""
 import json
 
 import pandas as pd
 import pytest
 
 import pass_world as pw
-from groupconv_atlas.study.artifacts import clean
-from groupconv_atlas.study.pass_stats import (BEST_CUSTOM, dispatch_choices, job_comparisons,
-                                              pass_tables, passes_section, with_best_custom)
-from groupconv_atlas.study.stats import CLASSES, TORCH_BEST, StatsConfig
+from groupconv_atlas.study.artifacts.atlas_document import clean
+from groupconv_atlas.study.statistics.pass_stats import (BEST_CUSTOM, dispatch_choices,
+                                                         job_comparisons, pass_tables,
+                                                         passes_section, with_best_custom)
+from groupconv_atlas.study.statistics.stats import CLASSES, TORCH_BEST, StatsConfig
 
 CFG = StatsConfig(resamples=1000)
 
@@ -116,7 +117,7 @@ def test_the_atlas_section_per_pass(built):
 
 
 def test_the_section_splits_each_boundary_by_kind_of_shape(built):
-    from groupconv_atlas.study.headline_lines import pass_lines
+    from groupconv_atlas.study.artifacts.headline_lines import pass_lines
 
     table, _, verification = built
     shapes = {"shapes": [{"id": "win", "cin_per_group": 1, "cout_per_group": 1},
@@ -174,7 +175,7 @@ def test_a_record_without_a_backward_table_loads_none(tmp_path):
 
 
 def test_headline_lines_per_pass_and_none_without_passes(built):
-    from groupconv_atlas.study.headline_lines import pass_lines, with_passes
+    from groupconv_atlas.study.artifacts.headline_lines import pass_lines, with_passes
 
     table, _, verification = built
     section = clean(passes_section(table, verification, CFG))

@@ -1,5 +1,5 @@
-"""The backward passes in the run's plan and configuration (study/pass_plan, the `passes` key):
-which jobs a live run plans and with which references, that a replay of a record without them
+"""The backward passes in the run's plan and configuration (study/plans/pass_plan, the `passes`
+key): which jobs a live run plans and with which references, that a replay of a record without them
 plans none and reads nothing new (so its artifacts stay as they were), the reduction length and
 seeds of the verification, and a bad `passes` value named before any job runs. CPU only."""
 import json
@@ -8,9 +8,9 @@ import pytest
 
 from groupconv.files import ATLAS_RECORD, find_record
 from groupconv.shapes import Shape
-from groupconv_atlas.study.config_check import config_errors
-from groupconv_atlas.study.pass_plan import configured_pass_jobs
-from groupconv_atlas.study.run_plan import RunPlan
+from groupconv_atlas.study.plans.config_check import config_errors
+from groupconv_atlas.study.plans.pass_plan import configured_pass_jobs
+from groupconv_atlas.study.plans.run_plan import RunPlan
 from helpers import ROOT
 from test_run_plan import a_gpu, at_the_checkout, config_of, no_gpu  # noqa: F401 (fixture)
 
@@ -101,7 +101,7 @@ def test_a_record_without_passes_replays_as_before_and_says_so():
 def test_a_replay_takes_the_passes_its_record_holds(tmp_path):
     import json
 
-    from groupconv_atlas.study.pass_plan import recorded_pass_jobs
+    from groupconv_atlas.study.plans.pass_plan import recorded_pass_jobs
 
     folder = tmp_path / "raw" / "passes" / "timing"
     folder.mkdir(parents=True)
@@ -132,8 +132,8 @@ def test_the_shipped_configs_turn_the_passes_on_and_the_default_leaves_them_off(
 
 
 def test_reduction_lengths_and_seeds_of_the_verification():
-    from groupconv_atlas.study.pass_runs import reduction_length
-    from groupconv_atlas.study.pass_verify import pass_seed
+    from groupconv_atlas.study.measuring.pass_runs import reduction_length
+    from groupconv_atlas.study.measuring.pass_verify import pass_seed
 
     shape = Shape("s", "test", 8, 64, 128, 14, 10, 32)
     assert reduction_length("input_grad", shape) == 9 * 128 // 32

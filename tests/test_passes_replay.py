@@ -25,7 +25,7 @@ def map_without_evidence(results) -> dict:
 def amend_with_passes(repo, tmp_path) -> list[str]:
     """Add raw/passes/ (both passes, both reference groups) to the copy's smoke record, as
     record_writing.amend adds files to a committed record (manifest and index re-hashed)."""
-    from groupconv_atlas.study.record_writing import amend
+    from groupconv_atlas.study.records.record_writing import amend
 
     record = repo / "records" / SMOKE_RECORD
     shape_ids = [s["id"] for s in json.loads((record / "raw" / "shapes.json").read_text())

@@ -1,7 +1,8 @@
-"""The backward passes' runs and their verification's arithmetic on the CPU (study/pass_runs,
-study/pass_verify): PyTorch's reference of each pass is the gradient autograd computes, a custom
-implementation (a fake groupconv/backward here) gets its layout's tensors, and the forward's bound
-with the pass's reduction length passes PyTorch's own FP32 result and fails a wrong one."""
+"""The backward passes' runs and their verification's arithmetic on the CPU
+(study/measuring/pass_runs, study/measuring/pass_verify): PyTorch's reference of each pass is the
+gradient autograd computes, a custom implementation (a fake groupconv/backward here) gets its
+layout's tensors, and the forward's bound with the pass's reduction length passes PyTorch's own FP32
+result and fails a wrong one."""
 import types
 
 import pytest
@@ -9,8 +10,8 @@ import torch
 
 from groupconv.shapes import Shape
 from groupconv.verify import bound_scale, full_output_errors, full_output_failures
-from groupconv_atlas.study import pass_runs
-from groupconv_atlas.study.pass_verify import fp64_reference
+from groupconv_atlas.study.measuring import pass_runs
+from groupconv_atlas.study.measuring.pass_verify import fp64_reference
 
 SHAPE = Shape("grouped", "test", 2, 16, 32, 9, 11, 4)
 
@@ -62,7 +63,8 @@ def test_a_custom_implementation_gets_its_layouts_tensors_and_the_stage_s_runtim
     seen, runtimes = [], []
     backward = fake_backward(seen, runtimes)
     x, w, gy = tensors()
-    stage_runtime = object()  # study/pass_runs.pass_runtime's, passed to every custom call
+    # study/measuring/pass_runs.pass_runtime's, passed to every custom call
+    stage_runtime = object()
     for impl in pass_runs.implementations(backward, pass_):
         run, details = pass_runs.bind(torch, backward, pass_, impl, x, w, gy, SHAPE.groups,
                                       stage_runtime)
@@ -135,8 +137,8 @@ def test_a_checkout_without_the_backward_module_says_so(monkeypatch):
 
 
 def test_a_pass_stage_builds_its_own_runtime(monkeypatch):
-    """study/pass_runs.pass_runtime: the weight gradient's stage gets a runtime over its own
-    session with the run's tuned cuts (none given: the rule's) and no forward kernel; the input
+    """study/measuring/pass_runs.pass_runtime: the weight gradient's stage gets a runtime over its
+    own session with the run's tuned cuts (none given: the rule's) and no forward kernel; the input
     gradient's, the op as a user gets it (built as the default would be). The op's default
     runtime is left as it was."""
     from groupconv import conv, op_runtime

@@ -1,5 +1,5 @@
-"""Job planning (groupconv_atlas.study.plan): the jobs a configuration asks for, their roles and pairs,
-and the configurations the planner refuses, naming the field."""
+"""Job planning (groupconv_atlas.study.plans.plan): the jobs a configuration asks for, their roles
+and pairs, and the configurations the planner refuses, naming the field."""
 import json
 import os
 
@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from groupconv.files import REPO_ROOT
-from groupconv_atlas.study import plan
-from groupconv_atlas.study.config_check import resolve_kernel_lists
-from groupconv_atlas.study.pass_plan import recorded_pass_jobs
+from groupconv_atlas.study.plans import plan
+from groupconv_atlas.study.plans.config_check import resolve_kernel_lists
+from groupconv_atlas.study.plans.pass_plan import recorded_pass_jobs
 
 # As the rules read it: `kernels: all` and the timing candidates spelled out.
 CONFIG = resolve_kernel_lists(yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text()))
@@ -100,7 +100,7 @@ def test_planning_imports_no_renderer():
     import subprocess
     import sys
 
-    code = ("import sys, groupconv_atlas.study.plan; "
+    code = ("import sys, groupconv_atlas.study.plans.plan; "
             "print(any(m.startswith(('matplotlib', 'torch', 'pycuda')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

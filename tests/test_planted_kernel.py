@@ -20,7 +20,7 @@ from groupconv.launch_tables import tuning_table
 from groupconv.source_tables import Launch, SourceTable, _ceil_div
 from groupconv.tuning import variant_name
 from groupconv.verify import SEED_ORDER, check_seed, seed_slot
-from groupconv_atlas.study.config_check import registry_errors
+from groupconv_atlas.study.plans.config_check import registry_errors
 
 NAME = "ktoy"
 SOURCE = Path(__file__).parent / "toy_kernel" / "ktoy_direct.cu"
@@ -103,7 +103,7 @@ def test_the_runs_plan_tunes_verifies_and_builds_it(planted):
     from test_run_plan import a_gpu, config_of
 
     from groupconv.files import REPO_ROOT
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     plan = RunPlan.from_config(config_of(kernels=["k0", "k5", NAME]), REPO_ROOT, 2,
                                gpu_available=a_gpu)

@@ -3,7 +3,7 @@ own where it measured the passes, else the package's for the GPU, else none."""
 import json
 
 from groupconv.packaged_tables import TABLES_DIR, load_packaged
-from groupconv_atlas.study.networks import probe_backward_table
+from groupconv_atlas.study.probes.networks import probe_backward_table
 
 H200 = "NVIDIA H200"
 

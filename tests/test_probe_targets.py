@@ -16,7 +16,7 @@ import yaml
 from helpers import SMOKE, SMOKE_DEVICE, copy_checkout, run_guarded, snakemake
 from readme_commands import DEVICE, NEWEST, PROBE_OUTPUT, dag_jobs, rules_of
 
-from groupconv_atlas.study.atlas_plan import ATLAS_PROBES
+from groupconv_atlas.study.plans.atlas_plan import ATLAS_PROBES
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {probe["snakemake_target"]: name for name, probe in ATLAS_PROBES.items()}
@@ -105,7 +105,7 @@ def test_a_probe_no_record_holds_says_so_in_one_line_and_exits_0(fresh, target):
 
 
 def test_a_named_record_without_the_probe_names_the_records_that_hold_it(fresh):
-    from groupconv_atlas.study.records import replay_arguments
+    from groupconv_atlas.study.records.committed import replay_arguments
 
     lacking = [t for t, p in TARGETS.items() if NEWEST.name not in holders(DEVICE, p)]
     if not lacking:
@@ -127,7 +127,7 @@ def _plan_notes() -> dict[str, list[str]]:
     """The default state's notes by what they are about, as the plan files them."""
     from snakemake.utils import validate
 
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     validate(config, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))

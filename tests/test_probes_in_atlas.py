@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from groupconv_atlas.study import artifacts
-from groupconv_atlas.study.probe_summaries import network_targets, probes_block
+from groupconv_atlas.study.artifacts import atlas_document
+from groupconv_atlas.study.artifacts.probe_summaries import network_targets, probes_block
 from groupconv.files import find_record, sha256_file
-from groupconv_atlas.study.records import replay_arguments
+from groupconv_atlas.study.records.committed import replay_arguments
 from groupconv_atlas.study.report import probes_page
 from groupconv_atlas.study.report.html_blocks import unpacked_page
 from helpers import ROOT, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, run_guarded, snakemake
@@ -155,7 +155,7 @@ def test_a_live_run_measures_the_probes_the_config_names(probe_repo):
 
 
 def test_a_probe_the_config_names_must_be_known():
-    from groupconv_atlas.study.config_check import config_errors
+    from groupconv_atlas.study.plans.config_check import config_errors
     import yaml
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -169,7 +169,7 @@ def _section(root: Path, plan: dict) -> dict:
     """What assemble_atlas.py makes of the plan: each planned output read as it stands."""
     docs = {n: json.loads((root / e["result"]).read_text()) for n, e in plan.items() if e["result"]}
     sha = {n: sha256_file(root / plan[n]["result"]) for n in docs}
-    return artifacts.clean(probes_block(plan, docs, sha))
+    return atlas_document.clean(probes_block(plan, docs, sha))
 
 
 def test_the_probes_section_holds_each_probe_outputs_figures(probe_repo):
@@ -279,8 +279,8 @@ def _samples(network: str, means: dict, boundaries=("graph_device", "sync_api"))
 
 
 def test_the_network_target_and_table_come_from_the_probes_summary():
-    from groupconv_atlas.study.networks import network_lines, summarize_networks
-    from groupconv_atlas.study.stats import StatsConfig
+    from groupconv_atlas.study.probes.networks import network_lines, summarize_networks
+    from groupconv_atlas.study.statistics.stats import StatsConfig
 
     # a: converted faster in the graph, slower eager (the target fails there); b: faster in
     # both; c: slower in the graph (the target does not apply to it).

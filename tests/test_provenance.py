@@ -6,9 +6,11 @@ import pandas as pd
 import pytest
 
 from groupconv.files import sha256_file
-from groupconv_atlas.study.provenance import atomic_path, job_record, write_json, write_parquet
-from groupconv_atlas.study.provenance_index import (ProvenanceMismatch, build_complete_index,
-                                                    build_index, producing_jobs, verify_index)
+from groupconv_atlas.study.records.provenance import (atomic_path, job_record, write_json,
+                                                      write_parquet)
+from groupconv_atlas.study.records.provenance_index import (ProvenanceMismatch,
+                                                            build_complete_index, build_index,
+                                                            producing_jobs, verify_index)
 
 
 def test_sha256_file_matches_hashlib(tmp_path):
@@ -73,7 +75,7 @@ def test_provenance_index_catches_a_flipped_byte(tmp_path):
 
 
 def test_launcher_commit_wins_over_a_copied_trees_git(monkeypatch):
-    from groupconv_atlas.study.provenance import git_state
+    from groupconv_atlas.study.records.provenance import git_state
 
     monkeypatch.setenv("GROUPCONV_GIT_COMMIT", "a" * 40)
     state = git_state()

@@ -78,7 +78,7 @@ def test_make_commands_resolve(command):
     elif command == "make report":
         assert "--report reports/atlas.html" in res.stdout, res.stdout
     elif command.startswith("make replay"):
-        assert "groupconv_atlas.study.records replay-args" in res.stdout, res.stdout
+        assert "groupconv_atlas.study.records.committed replay-args" in res.stdout, res.stdout
     elif command == "make verify":
         assert "verify_provenance" in res.stdout, res.stdout
     elif command not in ("make", "make install"):  # the installs: test_install_commands_...

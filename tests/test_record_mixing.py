@@ -21,9 +21,10 @@ import pytest
 from helpers import ROOT, SMOKE, SMOKE_DEVICE, SMOKE_RECORD, copy_checkout, copy_replayed, snakemake
 
 from groupconv.files import ATLAS_RECORD, find_record
-from groupconv_atlas.study.record_mixing import NSIGHT_RECORD_CHECK, RECORD_CHECK, mixing_error
-from groupconv_atlas.study.record_writing import index_record
-from groupconv_atlas.study.records import replay_arguments
+from groupconv_atlas.study.records.record_mixing import (NSIGHT_RECORD_CHECK, RECORD_CHECK,
+                                                         mixing_error)
+from groupconv_atlas.study.records.record_writing import index_record
+from groupconv_atlas.study.records.committed import replay_arguments
 
 NEWER = "h200-smoke-2026-11-30"
 RESULTS = Path("results") / SMOKE_DEVICE

@@ -1,6 +1,6 @@
 """The algorithm cuDNN ran per timing process for each PyTorch reference (groupconv/cudnn_choice,
 kept in the timing job's metadata as `reference_kernels`) and what the study makes of it
-(study/reference_algorithms): the cells whose reference changed algorithm, named in the
+(study/statistics/reference_algorithms): the cells whose reference changed algorithm, named in the
 evidence, and torch_best read on the reference's fastest algorithm. On synthetic metadata and
 batch medians (test input, not measurements); on the GPU, the names themselves."""
 from __future__ import annotations
@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 
 from groupconv.files import REPO_ROOT
-from groupconv_atlas.study.comparisons import compare
-from groupconv_atlas.study.medians import with_torch_best
-from groupconv_atlas.study.reference_algorithms import (algorithm_changes, algorithm_table,
-                                                         strongest_readings)
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.statistics.comparisons import compare
+from groupconv_atlas.study.statistics.medians import with_torch_best
+from groupconv_atlas.study.statistics.reference_algorithms import (algorithm_changes,
+                                                                   algorithm_table,
+                                                                   strongest_readings)
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 CFG = StatsConfig(seed=1, resamples=2000)
 PROCESSES = [0, 1, 2, 0, 1, 2, 0, 1, 2]
@@ -112,7 +113,7 @@ def test_records_before_the_names_have_none_so_their_replays_read_as_before():
 
 
 def test_the_evidence_names_the_cells_and_says_what_torch_best_takes():
-    from groupconv_atlas.study.evidence import _algorithms, template_blocks
+    from groupconv_atlas.study.artifacts.evidence import _algorithms, template_blocks
 
     changes = algorithm_changes(algorithm_table(meta()), comparisons())
     text = _algorithms({"reference_algorithms": {"named": 6, "changed": changes}},

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from groupconv_atlas.study import report
-from groupconv_atlas.study.evidence import evidence_markdown
+from groupconv_atlas.study.artifacts.evidence import evidence_markdown
 from groupconv.files import REPO_ROOT
 from helpers import SMOKE, copy_replayed, snakemake
 from helpers import SMOKE_DEVICE as DEVICE
@@ -59,7 +59,8 @@ def test_report_holds_every_page_with_a_caption_in_its_category(replay):
     by_name = {entry["name"]: entry for entry in results.values()}
     missing = [name for name in ALWAYS if name not in by_name]
     assert not missing, (f"the report lacks {missing}: the atlas target (Snakefile) must request "
-                         "PLAN.atlas.report_assets and optional_report_assets (study/atlas_plan.py)")
+                         "PLAN.atlas.report_assets and optional_report_assets "
+                         "(study/plans/atlas_plan.py)")
     forests = [e for e in results.values() if e["name"].endswith(".svg") and "__vs__" in e["name"]]
     assert forests and all(set(e["labels"]) == {"candidate", "baseline", "boundary"}
                            for e in forests)
@@ -234,8 +235,8 @@ def test_markdown_subset():
 
 
 def test_nsight_page_from_a_real_capture():
-    from groupconv_atlas.study.nsight_table import nsight_table
-    from groupconv_atlas.study.shapes_table import load_shapes
+    from groupconv_atlas.study.probes.nsight_table import nsight_table
+    from groupconv_atlas.study.plans.shapes_table import load_shapes
 
     shapes = load_shapes(REPO_ROOT / "config" / "shapes.yaml")
     capture = REPO_ROOT / "tests" / "fixtures" / "ncu" / "ncu.csv"
@@ -247,7 +248,7 @@ def test_nsight_page_from_a_real_capture():
 
 
 def test_machine_code_page_from_real_sass():
-    from groupconv_atlas.study import sass
+    from groupconv_atlas.study.probes import sass
 
     fixtures = REPO_ROOT / "tests" / "fixtures" / "sass"
     tables = [sass.kernel_table(k, (fixtures / f"{k}.sass").read_text(),
@@ -263,8 +264,8 @@ def test_machine_code_page_from_real_sass():
 def mobilenet_doc(layouts=("nchw", "nhwc")) -> dict:
     """mobilenet.json as mobilenet.probe_report writes it, from a made-up summary with the block
     and network readings in `layouts`."""
-    from groupconv_atlas.study import mobilenet
-    from groupconv_atlas.study.stats import StatsConfig
+    from groupconv_atlas.study.probes import mobilenet
+    from groupconv_atlas.study.statistics.stats import StatsConfig
 
     rows = []
     for experiment, (baseline, candidate) in mobilenet.COMPARISONS.items():
@@ -295,7 +296,7 @@ def mobilenet_doc(layouts=("nchw", "nhwc")) -> dict:
 
 def _layered_experiments() -> int:
     """How many of the probe's experiments have a layout (block, block_train, network...)."""
-    from groupconv_atlas.study import mobilenet
+    from groupconv_atlas.study.probes import mobilenet
 
     return len([e for e in mobilenet.COMPARISONS if e != "overhead"])
 
@@ -358,8 +359,9 @@ def test_a_page_too_large_for_the_reports_frames_is_packed_and_unpacks_whole():
     """`snakemake --report` frames each page as a base64 data: URL, blank in Chromium over
     2 MiB: a page over the packing size is written compressed with a loader, the same bytes
     each time, and unpacks to the page itself; a small page stays as it is."""
-    from groupconv_atlas.study.report.html_blocks import (DATA_URL_LIMIT, PACK_ABOVE, data_url_bytes,
-                                                          packed_page, unpacked_page)
+    from groupconv_atlas.study.report.html_blocks import (DATA_URL_LIMIT, PACK_ABOVE,
+                                                          data_url_bytes, packed_page,
+                                                          unpacked_page)
 
     small = report.html_page("small", "<p>one line</p>")
     assert "packed-note" not in small and unpacked_page(small) == small

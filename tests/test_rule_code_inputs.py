@@ -109,14 +109,14 @@ def package_modules_run(script: Path) -> set[Path]:
 
 def test_the_import_walk_follows_packages_relative_and_lazy_imports(tmp_path):
     # The report package: a script importing one name from it runs every module its
-    # __init__ imports, and those modules' own relative imports (..stats) too.
+    # __init__ imports, and those modules' own relative imports (..statistics.stats) too.
     script = tmp_path / "job.py"
     script.write_text("def main():\n    from groupconv_atlas.study.report import esc\n")
     run = {f.relative_to(SOURCE_DIR).as_posix() for f in package_modules_run(script)}
     study = "groupconv_atlas/study"
     assert {"groupconv_atlas/__init__.py", f"{study}/__init__.py", f"{study}/report/__init__.py",
             f"{study}/report/html_blocks.py", f"{study}/report/figures.py",
-            f"{study}/stats.py"} <= run, run
+            f"{study}/statistics/__init__.py", f"{study}/statistics/stats.py"} <= run, run
     script.write_text("import json\n")
     assert package_modules_run(script) == set()
 

@@ -9,7 +9,7 @@ import pytest
 
 from groupconv import timing
 from groupconv.timing import SAMPLE_COLUMNS, median_latencies, run_medians
-from groupconv_atlas.study.timing_frames import pooled_medians, samples_frame
+from groupconv_atlas.study.statistics.timing_frames import pooled_medians, samples_frame
 
 
 def synthetic_rows(seed: int, boundary: str = "graph_device") -> list[tuple]:

@@ -1,6 +1,6 @@
-"""The run's plan (groupconv_atlas.study.run_plan.RunPlan) built from configuration dicts, without
-Snakemake: the mode, the record, the raw layer's paths, the jobs, the kernels a replayed record
-lacks, the tunings, the Nsight pairs, the report's assets and the refusals; and, through
+"""The run's plan (groupconv_atlas.study.plans.run_plan.RunPlan) built from configuration dicts,
+without Snakemake: the mode, the record, the raw layer's paths, the jobs, the kernels a replayed
+record lacks, the tunings, the Nsight pairs, the report's assets and the refusals; and, through
 Snakemake's API, that building the DAG imports no renderer."""
 import json
 import sys
@@ -10,8 +10,8 @@ import pytest
 import yaml
 from snakemake.utils import update_config, validate
 
-from groupconv_atlas.study.plan import PlanError
-from groupconv_atlas.study.run_plan import RunPlan
+from groupconv_atlas.study.plans.plan import PlanError
+from groupconv_atlas.study.plans.run_plan import RunPlan
 from groupconv.kernels import KERNELS
 from helpers import OPEN_WORKFLOW, ROOT, SMOKE_RECORD, run_guarded
 
@@ -160,7 +160,7 @@ def test_the_record_check_lists_every_file_of_the_record(smoke):
     assert inputs["files"] == [f"{smoke.record}/{rel}" for rel in sorted(manifest["files"])]
     assert inputs["index"] == "records/INDEX.json"
     assert "kernels/k3_four_wide.cu" in inputs["sources"]
-    assert "workflow/groupconv_atlas/study/record_check.py" in inputs["code"]
+    assert "workflow/groupconv_atlas/study/records/record_check.py" in inputs["code"]
 
 
 # The newest record that measured every kernel up to k9 and holds its own Nsight captures.
@@ -439,7 +439,7 @@ def test_building_the_dag_imports_no_renderer(mode):
     assert {"assemble_atlas", "report_figures", "provenance_complete"} <= set(built["jobs"])
     if mode == "live":
         assert {"build_kernel", "time_job"} <= set(built["jobs"])
-    assert "groupconv_atlas.study.run_plan" in built["modules"]
+    assert "groupconv_atlas.study.plans.run_plan" in built["modules"]
     renderers = [m for m in built["modules"] if m.split(".")[0] in ("matplotlib", "torch", "pycuda")
                  or m.startswith("groupconv_atlas.study.report")]
     assert renderers == [], renderers

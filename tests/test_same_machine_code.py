@@ -11,8 +11,8 @@ import pytest
 from helpers import machine_code_tools_missing
 
 from groupconv import build
-from groupconv_atlas.study import machine_code_identity as smc
-from groupconv_atlas.study import sass
+from groupconv_atlas.study.probes import machine_code_identity as smc
+from groupconv_atlas.study.probes import sass
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "same_machine_code.py"
@@ -182,7 +182,7 @@ def test_the_tree_compiles_to_the_newest_records_machine_code():
 def _drift_fixture(tmp_path):
     """A tree with k0's source and a record whose k0 build hashed an older source and header."""
     from groupconv.files import sha256_file
-    from groupconv_atlas.study.record_writing import snapshot
+    from groupconv_atlas.study.records.record_writing import snapshot
 
     tree = tmp_path / "tree"
     (tree / "kernels").mkdir(parents=True)
@@ -207,7 +207,7 @@ def _identical(tree, files):
 
 
 def test_a_vouched_refactor_is_not_drift_and_a_later_edit_is(tmp_path):
-    from groupconv_atlas.study.record_check import check, recorded_sources, source_drift
+    from groupconv_atlas.study.records.record_check import check, recorded_sources, source_drift
 
     tree, record = _drift_fixture(tmp_path)
     assert source_drift(record, tree) == []

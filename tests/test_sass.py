@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers import machine_code_tools_missing
-from groupconv_atlas.study import sass
+from groupconv_atlas.study.probes import sass
 from groupconv.kernels import entries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sass"
@@ -90,7 +90,7 @@ def test_kernel_table_joins_ptxas_resources_and_keeps_full_mnemonics():
 
 
 def test_machine_code_table_of_all_kernels_round_trips_through_parquet(tmp_path):
-    from groupconv_atlas.study.provenance import write_parquet
+    from groupconv_atlas.study.records.provenance import write_parquet
 
     table = sass.machine_code_table(
         [sass.kernel_table(k, fixture_text(k), fixture_record(k)) for k in FIXTURE_KERNELS])

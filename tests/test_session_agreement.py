@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from groupconv.files import ATLAS_RECORD, REPO_ROOT
-from groupconv_atlas.study.records import (build_files, kernel_sources, nearest_same_code,
+from groupconv_atlas.study.records.committed import (build_files, kernel_sources, nearest_same_code,
                                            vouched_sources)
 
 RECORDS = REPO_ROOT / "records"
@@ -83,8 +83,8 @@ def _wide(records=("h200-new", "h200-old")) -> pd.DataFrame:
 
 
 def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_reference():
-    from groupconv_atlas.study.headline import session_agreement
-    from groupconv_atlas.study.agreement_lines import agreement_lines
+    from groupconv_atlas.study.artifacts.headline import session_agreement
+    from groupconv_atlas.study.artifacts.agreement_lines import agreement_lines
 
     pair = {"record": "h200-new", "nearest": "h200-old", "same_code": ["k0", "k1", "k2", "k5"],
             "kernels": ["k0", "k1", "k2", "k5", "k9"]}
@@ -117,9 +117,9 @@ def test_the_headline_names_the_session_it_is_read_against_and_the_reversals_by_
 
 
 def test_the_headline_states_the_timed_share_what_it_leaves_out_and_each_reversals_cause():
-    from groupconv_atlas.study.compare_records import KEY, side_by_side, with_code
-    from groupconv_atlas.study.headline import session_agreement
-    from groupconv_atlas.study.agreement_lines import agreement_lines
+    from groupconv_atlas.study.artifacts.compare_records import KEY, side_by_side, with_code
+    from groupconv_atlas.study.artifacts.headline import session_agreement
+    from groupconv_atlas.study.artifacts.agreement_lines import agreement_lines
 
     def session(classes, targets, own):
         rows = [(s, c, "torch_tuned", "graph_device", cls, 1.2) for (s, c), cls in zip(
@@ -160,7 +160,8 @@ def test_the_headline_states_the_timed_share_what_it_leaves_out_and_each_reversa
 
 
 def test_an_algorithm_change_between_sessions_is_found_where_both_records_name_the_kernels():
-    from groupconv_atlas.study.reference_algorithms import algorithm_table, session_changes
+    from groupconv_atlas.study.statistics.reference_algorithms import (algorithm_table,
+                                                                       session_changes)
 
     def table(per_process):
         return algorithm_table({"tuned": {"shapes": [
@@ -175,8 +176,8 @@ def test_an_algorithm_change_between_sessions_is_found_where_both_records_name_t
 
 
 def test_without_a_same_code_session_the_headline_says_so():
-    from groupconv_atlas.study.headline import session_agreement
-    from groupconv_atlas.study.agreement_lines import agreement_lines
+    from groupconv_atlas.study.artifacts.headline import session_agreement
+    from groupconv_atlas.study.artifacts.agreement_lines import agreement_lines
 
     [line] = agreement_lines(session_agreement(None, "k5", None), "k5")
     assert line == ("Agreement between sessions is absent: no other committed record of this "
@@ -186,7 +187,7 @@ def test_without_a_same_code_session_the_headline_says_so():
 def test_a_replay_asks_for_its_records_agreement_and_a_live_run_does_not(monkeypatch):
     from test_run_plan import a_gpu, config_of, no_gpu
 
-    from groupconv_atlas.study.run_plan import RunPlan
+    from groupconv_atlas.study.plans.run_plan import RunPlan
 
     monkeypatch.chdir(REPO_ROOT)
     replay = RunPlan.from_config(config_of(), REPO_ROOT, 2, gpu_available=no_gpu)

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from groupconv.files import REPO_ROOT
-from groupconv_atlas.study.shapes_table import ShapeError, load_shapes, shape_set_sha256, validate_document
+from groupconv_atlas.study.plans.shapes_table import (ShapeError, load_shapes, shape_set_sha256,
+                                                      validate_document)
 
 SHAPES_PATH = REPO_ROOT / "config" / "shapes.yaml"
 DOC = yaml.safe_load(SHAPES_PATH.read_text())

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_guarded
+from helpers import run_guarded, skipped
 from slurm_profile import gpu_rules
 
 # A whole SLURM cluster: the integration set (make test-all).
@@ -23,8 +23,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["--configfile", "config/smoke.yaml"]
-SKIP = {".venv", ".git", "results", ".snakemake", ".pytest_cache", "__pycache__", ".device-env",
-        ".ruff_cache", "artifacts"}
 COMPARED = ("atlas.json", "map-details.json")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "sinfo")
 # The rules that declare `resources: gpu=1` (live mode only), read from the rule files.
@@ -33,7 +31,7 @@ START_S = 60
 
 
 def copy_repo(dest: Path) -> Path:
-    shutil.copytree(ROOT, dest, ignore=lambda d, names: [n for n in names if n in SKIP])
+    shutil.copytree(ROOT, dest, ignore=skipped)
     return dest
 
 

@@ -1,5 +1,5 @@
-"""Stage times (groupconv_atlas.study.stage_times, the `stage_times` rule's logic): wall time per
-stage from provenance and logs, and the GPU time inside a timing job's samples (the floor its
+"""Stage times (groupconv_atlas.study.live.stage_times, the `stage_times` rule's logic): wall time
+per stage from provenance and logs, and the GPU time inside a timing job's samples (the floor its
 sample counts set); tools/stage_times.py prints the document, a new one or a record's older one."""
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pandas as pd
 
-from groupconv_atlas.study.stage_times import job_times, stage_times, summary_lines
+from groupconv_atlas.study.live.stage_times import job_times, stage_times, summary_lines
 from helpers import ROOT, run_guarded
 
 

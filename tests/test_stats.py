@@ -3,10 +3,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupconv_atlas.study.comparisons import comparisons_for_job, summarize
-from groupconv_atlas.study.stats import StatsConfig, classify, hierarchical_geomean, paired_interval
+from groupconv_atlas.study.statistics.comparisons import comparisons_for_job, summarize
+from groupconv_atlas.study.statistics.stats import (StatsConfig, classify, hierarchical_geomean,
+                                                    paired_interval)
 from groupconv import record_formats
-from groupconv_atlas.study.timing_frames import batch_medians
+from groupconv_atlas.study.statistics.timing_frames import batch_medians
 
 CFG = StatsConfig(seed=3)
 
@@ -92,7 +93,7 @@ def test_job_comparisons_keep_unsupported_and_incorrect_cells():
 
 
 def test_cross_job_spread_compares_one_implementation_across_jobs():
-    from groupconv_atlas.study.medians import cross_job_spread
+    from groupconv_atlas.study.statistics.medians import cross_job_spread
 
     rows = []
     for job, tuned_us in (("k3-tuned", 200.0), ("k4-tuned", 86.0)):
@@ -123,7 +124,7 @@ def _process_samples(offsets, batches_per_process=4, ratio=1.3, seed=0):
 
 
 def test_process_is_a_level_when_a_comparison_spans_processes():
-    from groupconv_atlas.study.comparisons import compare
+    from groupconv_atlas.study.statistics.comparisons import compare
 
     # One process's reference is 40% slower: pooled batches would call this a clear WIN.
     samples = _process_samples([1.0, 1.0, 1.4])
@@ -141,7 +142,7 @@ def test_process_is_a_level_when_a_comparison_spans_processes():
 
 
 def test_job_pairs_take_roles_from_the_metadata():
-    from groupconv_atlas.study.comparisons import job_pairs
+    from groupconv_atlas.study.statistics.comparisons import job_pairs
 
     impls = ["k4", "k5", "torch_tuned", "torch_default"]
     assert job_pairs(impls) == [("k4", "k5"), ("k4", "torch_tuned"), ("k4", "torch_default")]
@@ -176,7 +177,7 @@ def test_method_is_checked_by_name_and_bca_stays_selectable():
 
 
 def test_two_stage_interval_covers_shape_to_shape_spread_that_noise_alone_hides():
-    from groupconv_atlas.study.stats import two_stage_geomean
+    from groupconv_atlas.study.statistics.stats import two_stage_geomean
 
     rng = np.random.default_rng(5)
     # 40 shapes whose true ratios differ widely, each measured precisely.
@@ -211,7 +212,7 @@ def _k5_row(job, shape, base, ratio, base_us):
 
 
 def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
-    from groupconv_atlas.study.medians import with_torch_best
+    from groupconv_atlas.study.statistics.medians import with_torch_best
 
     row = _k5_row
     table = pd.DataFrame([row("k5-tuned", "a", "torch_tuned", 1.5, 15.0),
@@ -232,7 +233,7 @@ def test_torch_best_is_the_faster_reference_per_shape_and_boundary():
 
 
 def test_torch_best_spans_both_layouts_and_keeps_the_nchw_reading_beside_it():
-    from groupconv_atlas.study.medians import with_torch_best
+    from groupconv_atlas.study.statistics.medians import with_torch_best
 
     # Shape a: cuDNN on channels_last is the fastest PyTorch path; shape b: NCHW tuned is.
     def row(job, shape, base, ratio, base_us):
@@ -269,7 +270,7 @@ def test_torch_best_spans_both_layouts_and_keeps_the_nchw_reading_beside_it():
 
 
 def test_the_dispatcher_never_chooses_a_channels_last_reference():
-    from groupconv_atlas.study.dispatch import choose
+    from groupconv_atlas.study.statistics.dispatch import choose
 
     medians = pd.DataFrame([
         {"shape_id": "a", "implementation": impl, "boundary": "graph_device", "median_us": us}
@@ -281,7 +282,7 @@ def test_the_dispatcher_never_chooses_a_channels_last_reference():
 
 
 def test_geometric_mean_intervals_resample_processes_where_batches_span_them():
-    from groupconv_atlas.study.comparisons import replication_units
+    from groupconv_atlas.study.statistics.comparisons import replication_units
 
     rows = pd.DataFrame({"class": ["WIN", "WIN"],
                          "batch_ratios": [[2.0, 2.0, 4.0, 4.0], [3.0, 3.0, 3.0]],

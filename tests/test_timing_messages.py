@@ -1,4 +1,4 @@
-"""The timing workers' messages (study/timing_messages): every kind crosses a
+"""The timing workers' messages (study/measuring/timing_messages): every kind crosses a
 multiprocessing.connection (the pickling the coordinator's socket uses) as the same named message;
 the coordinator's `_expect` returns the message it waited for and refuses any other kind, naming
 both; and a worker started as the coordinator starts it (`python -m`, so its module is
@@ -9,8 +9,8 @@ import pytest
 
 from groupconv.shapes import Shape
 from groupconv.timing import TimingConfig
-from groupconv_atlas.study import timing_messages as messages
-from groupconv_atlas.study.timing_workers import WorkerError, _expect, time_job
+from groupconv_atlas.study.measuring import timing_messages as messages
+from groupconv_atlas.study.measuring.timing_workers import WorkerError, _expect, time_job
 
 SHAPE = Shape("depthwise", "", 2, 32, 32, 14, 14, 32)
 CFG = TimingConfig(batches=2, samples_per_batch=3, seed=1, warmup_launches=2,

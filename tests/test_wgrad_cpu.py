@@ -466,7 +466,7 @@ def test_a_tile_the_kernels_lack_or_the_group_cannot_hold_is_refused_by_name():
 
 def test_the_cuts_tried_are_the_rule_first_then_every_cut_the_tables_hold():
     from groupconv.backward_kernels import cut_keywords, wgrad_cuts
-    from groupconv_atlas.study.wgrad_tuning import cut_name
+    from groupconv_atlas.study.measuring.wgrad_tuning import cut_name
 
     grouped, dw = geometry_shape(32, 64, 64, 14, 14, 16), geometry_shape(4, 32, 32, 9, 9, 32)
     listed = wgrad_cuts(grouped, "nhwc", [2, 4])
@@ -506,7 +506,7 @@ def test_a_tuned_cut_is_taken_for_its_geometry_and_the_rule_elsewhere_or_where_r
 
 def test_a_jobs_named_input_is_a_list_of_none_one_or_several_paths():
     """What the pass jobs and the network probe read their optional tuning records with."""
-    from groupconv_atlas.study.jobs import Job
+    from groupconv_atlas.study.records.jobs import Job
 
     class Inputs(dict):
         pass
@@ -527,7 +527,7 @@ def test_a_cut_that_fails_to_run_stops_the_tuning_stage_naming_it(monkeypatch):
     import types
 
     from groupconv import backward_plans
-    from groupconv_atlas.study import wgrad_tuning
+    from groupconv_atlas.study.measuring import wgrad_tuning
 
     tensor = types.SimpleNamespace(device="cuda:0")
 

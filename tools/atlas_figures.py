@@ -17,7 +17,7 @@ from groupconv.files import REPO_ROOT, check_inputs
 from groupconv.kernels import DISPATCH
 from groupconv.timing import BOUNDARIES
 from groupconv.record_formats import read_stage_times
-from groupconv_atlas.study.stage_times import summary_lines
+from groupconv_atlas.study.live.stage_times import summary_lines
 
 pd.set_option("display.width", 250)
 pd.set_option("display.max_columns", 40)

@@ -1,8 +1,8 @@
 """Nsight Compute captures of backward passes on a GPU machine, and their table on any machine.
 The `nsight` rule captures forward pairs only; this takes the same capture path for a pass
-(study/nsight.profile_pair with `pass_`: nsight_capture.py --pass binds the call as the pass's
-timing job does) and reads each capture with the same reader (study/nsight_reports,
-study/nsight_metrics), so the metrics are the Nsight page's own.
+(study/probes/nsight.profile_pair with `pass_`: nsight_capture.py --pass binds the call as the
+pass's timing job does) and reads each capture with the same reader (study/probes/nsight_reports,
+study/probes/nsight_metrics), so the metrics are the Nsight page's own.
 
   python tools/backward_captures.py capture SHAPES_JSON OUT_DIR PASS:SHAPE:IMPL ...   (GPU)
   python tools/backward_captures.py table OUT_DIR                                   (any)
@@ -23,8 +23,8 @@ PASSES = ("input_grad", "weight_grad")
 
 
 def capture(shapes_json: str, out: Path, specs: list[str]) -> int:
-    from groupconv_atlas.study.nsight import profile_pair
-    from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
+    from groupconv_atlas.study.probes.nsight import profile_pair
+    from groupconv_atlas.study.plans.shapes_table import load_frozen, shapes_by_id
 
     shapes = shapes_by_id(load_frozen(shapes_json))
     out.mkdir(parents=True, exist_ok=True)
@@ -49,8 +49,8 @@ def capture(shapes_json: str, out: Path, specs: list[str]) -> int:
 def table(out: Path) -> int:
     import pandas as pd
 
-    from groupconv_atlas.study.nsight_metrics import launch_row
-    from groupconv_atlas.study.nsight_reports import load_launches
+    from groupconv_atlas.study.probes.nsight_metrics import launch_row
+    from groupconv_atlas.study.probes.nsight_reports import load_launches
 
     rows = []
     for report in sorted(out.glob("*.ncu-rep")):

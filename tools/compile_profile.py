@@ -170,8 +170,8 @@ def main(argv: list[str]) -> int:
     from groupconv.layers import GroupConv2d
     from groupconv.sessions import GpuSession
     from groupconv.timing import TimingConfig, median_latencies
-    from groupconv_atlas.study.networks import build_model
-    from groupconv_atlas.study.run_plan import timing_settings
+    from groupconv_atlas.study.probes.networks import build_model
+    from groupconv_atlas.study.plans.run_plan import timing_settings
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     timing = TimingConfig(**{**timing_settings(config["timing"]), "batches": opts.batches,

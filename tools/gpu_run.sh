@@ -86,7 +86,7 @@ live_record() {  # the run: the one Snakemake call, with the step's layers and e
     --configfile "${layers[@]}" --config "${entries[@]}"
 }
 
-sent_commit() {  # the commit each job's provenance names (study/provenance.py git_state)
+sent_commit() {  # the commit each job's provenance names (study/records/provenance.py git_state)
   # A copied tree may carry a .git that is stale or none at all, so the sender names its commit.
   if [ -z "${GROUPCONV_GIT_COMMIT:-}" ]; then
     echo "GROUPCONV_GIT_COMMIT is unset: give the commit this tree was sent from" \
@@ -132,7 +132,8 @@ pack() {  # the new record and the run's logs, in parts of at most 15 MiB
   local new="records/$device-$(cat "$work/record_name" 2>/dev/null)$suffix"
   # Else the newest record of the device by its creation stamp, as the workflow picks it (not
   # by file time, which a copy or checkout changes).
-  [ -f "$new/record.json" ] || new=$(python3 -m groupconv_atlas.study.records newest "$device")
+  [ -f "$new/record.json" ] ||
+    new=$(python3 -m groupconv_atlas.study.records.committed newest "$device")
   tar czf /tmp/record.tgz "$new" records/INDEX.json "results/$device/logs" \
     "results/$device/live" 2>/dev/null
   rm -f "$out"/record.tgz.part-*

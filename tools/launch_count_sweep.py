@@ -28,9 +28,10 @@ from groupconv.build import compile_kernel, compile_kernel_source  # noqa: E402
 from groupconv.launcher import Launcher  # noqa: E402
 from groupconv.sessions import GpuSession  # noqa: E402
 from groupconv.timing import ClockReader, PairedSampler, TimingConfig, batch_order  # noqa: E402
-from groupconv_atlas.study.timing_frames import pooled_medians, samples_frame  # noqa: E402
-from groupconv_atlas.study.floors import bind_floor  # noqa: E402
-from groupconv_atlas.study.shapes_table import load_shapes, shapes_by_id  # noqa: E402
+from groupconv_atlas.study.statistics.timing_frames import (pooled_medians,  # noqa: E402
+                                                            samples_frame)
+from groupconv_atlas.study.measuring.floors import bind_floor  # noqa: E402
+from groupconv_atlas.study.plans.shapes_table import load_shapes, shapes_by_id  # noqa: E402
 
 REFERENCES = ("torch_default", "torch_default_nhwc")
 

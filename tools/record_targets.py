@@ -19,9 +19,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from groupconv_atlas.study.floors import floor_table, read_floor_samples  # noqa: E402
-from groupconv_atlas.study.medians import job_medians  # noqa: E402
-from groupconv_atlas.study.floors import with_floor  # noqa: E402
+from groupconv_atlas.study.measuring.floors import floor_table, read_floor_samples  # noqa: E402
+from groupconv_atlas.study.statistics.medians import job_medians  # noqa: E402
+from groupconv_atlas.study.measuring.floors import with_floor  # noqa: E402
 
 BOUNDARY = "graph_device"
 

@@ -2,11 +2,12 @@
     python tools/same_machine_code.py [--record NAME | newest] [--device h200] [--kernel k7 ...]
                                       [--vouch]
 Prints one line per kernel, "identical", "extends" (the record's functions identical, others
-added that it never ran) or "differs" with the first differing function and what differs there (groupconv_atlas.study.machine_code_identity compares SASS, resources and attributes),
-and exits 1 when any kernel differs, 2 when the comparison cannot say (another nvcc than the
-record's, other flags, a missing cubin). With --vouch and every kernel identical (or extending),
-the tree's source hashes are written into the record as an amendment, so that a replay no longer warns that
-the sources changed. Needs nvcc and cuobjdump, no GPU."""
+added that it never ran) or "differs" with the first differing function and what differs there
+(groupconv_atlas.study.probes.machine_code_identity compares SASS, resources and attributes), and
+exits 1 when any kernel differs, 2 when the comparison cannot say (another nvcc than the record's,
+other flags, a missing cubin). With --vouch and every kernel identical (or extending), the tree's
+source hashes are written into the record as an amendment, so that a replay no longer warns that the
+sources changed. Needs nvcc and cuobjdump, no GPU."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 from groupconv import kernels  # noqa: E402
 from groupconv.files import find_record, nvcc_version  # noqa: E402
-from groupconv_atlas.study import machine_code_identity as identity  # noqa: E402
+from groupconv_atlas.study.probes import machine_code_identity as identity  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

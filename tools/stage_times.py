@@ -1,7 +1,7 @@
 """Print the wall time per pipeline stage of a live run: python tools/stage_times.py FOLDER, where
 FOLDER is a results folder (results/h200, after `snakemake stage_times --config mode=live`) or a
 record (records/<name>). The document is raw/stage_times.json, a pipeline output (the
-`stage_times` rule, groupconv_atlas.study.stage_times), which a snapshot carries into the
+`stage_times` rule, groupconv_atlas.study.live.stage_times), which a snapshot carries into the
 record."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from groupconv.record_formats import read_stage_times
-from groupconv_atlas.study.stage_times import summary_lines
+from groupconv_atlas.study.live.stage_times import summary_lines
 
 
 def main(argv: list[str]) -> int:

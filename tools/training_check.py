@@ -5,7 +5,7 @@ names none) and with the kernels in both modes and a record's backward dispatch 
 each pass, layout and geometry on the fastest verified implementation the record measured,
 PyTorch's included). Older outputs name the first route `pytorch`; in those written before the
 package carried a backward table (commit 27a31b8), its captured step ran aten's backward. The
-measurement and its statistics are the network probe's own (study/network_training:
+measurement and its statistics are the network probe's own (study/probes/network_training:
 measure_all_training, summarize_training), so the figures read as the probe's; this runs without
 the forward jobs the probe's rule needs for its dispatch table (the op takes the package's
 tables, as a user's does).
@@ -53,11 +53,12 @@ def main(argv: list[str]) -> int:
                                                        record_wgrad_tunings)
     from groupconv.sessions import GpuSession
     from groupconv.timing import ClockReader, TimingConfig
-    from groupconv_atlas.study.timing_frames import batch_medians
-    from groupconv_atlas.study.network_training import measure_all_training, summarize_training
-    from groupconv_atlas.study.networks import build_model
-    from groupconv_atlas.study.run_plan import timing_settings
-    from groupconv_atlas.study.stats import StatsConfig
+    from groupconv_atlas.study.statistics.timing_frames import batch_medians
+    from groupconv_atlas.study.probes.network_training import (measure_all_training,
+                                                               summarize_training)
+    from groupconv_atlas.study.probes.networks import build_model
+    from groupconv_atlas.study.plans.run_plan import timing_settings
+    from groupconv_atlas.study.statistics.stats import StatsConfig
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     table_path = Path(opts.record) / "raw" / "dispatch" / BACKWARD_TABLE

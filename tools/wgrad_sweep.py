@@ -7,9 +7,9 @@ rule that ships).
 
 Per shape and layout, every cut the weight gradient's tuning stage tries
 (backward_kernels.wgrad_cuts), launched and checked as that stage checks it
-(study/wgrad_tuning.check_cut), then the correct ones and the strict-FP32 references of the pass
-timed together by the atlas's sampler at graph_device (groupconv/timing.median_latencies): what
-the stage does, with PyTorch beside it. Writes OUT_DIR/wgrad-sweep.csv and prints, per
+(study/measuring/wgrad_tuning.check_cut), then the correct ones and the strict-FP32 references of
+the pass timed together by the atlas's sampler at graph_device (groupconv/timing.median_latencies):
+what the stage does, with PyTorch beside it. Writes OUT_DIR/wgrad-sweep.csv and prints, per
 shape and layout, the rule's cut, the fastest cut and the fastest reference."""
 from __future__ import annotations
 
@@ -42,11 +42,12 @@ def main(argv: list[str]) -> int:
     from groupconv.backward_kernels import wgrad_cuts, wgrad_plan
     from groupconv.sessions import GpuSession
     from groupconv.timing import TimingConfig, median_latencies, warm_up
-    from groupconv_atlas.study.pass_runs import (STRICT_REFERENCES, WEIGHT_GRAD, grad_output,
-                                                 in_pass_layout, reference_call)
-    from groupconv_atlas.study.run_plan import timing_settings
-    from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
-    from groupconv_atlas.study.wgrad_tuning import check_cut, references
+    from groupconv_atlas.study.measuring.pass_runs import (STRICT_REFERENCES, WEIGHT_GRAD,
+                                                           grad_output, in_pass_layout,
+                                                           reference_call)
+    from groupconv_atlas.study.plans.run_plan import timing_settings
+    from groupconv_atlas.study.plans.shapes_table import load_frozen, shapes_by_id
+    from groupconv_atlas.study.measuring.wgrad_tuning import check_cut, references
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     cfg = TimingConfig(**{**timing_settings(config["timing"]), "batches": SWEEP_BATCHES,

@@ -322,7 +322,8 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     return WgradPlan(stage1, reduce, slices, 0 if slices == 1 else slices * elems, choice)
 
 
-# The split aims a tuning stage tries with every cut (study/wgrad_tuning, tools/wgrad_sweep.py).
+# The split aims a tuning stage tries with every cut (study/measuring/wgrad_tuning,
+# tools/wgrad_sweep.py).
 TUNING_BLOCKS_PER_SM = (2, 4, 8)
 
 

@@ -124,7 +124,7 @@ class BackwardRuntime:
         self._plans: dict = {}
         self._cubins = {k: str(v) for k, v in (cubins or {}).items() if k in BACKWARD_KERNELS}
         # {(layout, geometry): wgrad_plan's keywords}: the weight gradient's tuned cut per
-        # geometry (study/wgrad_tuning); a geometry it lacks takes the plan's rule.
+        # geometry (study/measuring/wgrad_tuning); a geometry it lacks takes the plan's rule.
         self.wgrad_tunings = dict(wgrad_tunings or {})
 
     def cubin(self, kernel: str) -> str:

@@ -41,7 +41,7 @@ INDEX = "INDEX.json"
 # What a record holds, as globs inside it. An atlas record holds the forward's timing; a record of
 # the backward passes alone (a live run of `snakemake backward_passes`, snapshotted by
 # snapshot_passes) holds only theirs, and a replay of the newest atlas record takes its passes
-# from the newest record that has them (study/pass_plan).
+# from the newest record that has them (study/plans/pass_plan).
 ATLAS_RECORD = "raw/timing/*.json"
 PASS_RECORD = "raw/passes/timing/*.json"
 

@@ -20,7 +20,7 @@ Geometry = tuple[int, int, int, int, int, int]
 # exported and packaged under its name with no change of the package's format.
 TABLE_NAMES = ("tunings", "dispatch", "dispatch_nhwc", "backward_dispatch", "wgrad_tunings")
 BACKWARD_TABLE = "backward.json"  # beside the forward's table.json in raw/dispatch/
-# The weight gradient's tuning records (study/wgrad_tuning), in the passes' raw layer:
+# The weight gradient's tuning records (study/measuring/wgrad_tuning), in the passes' raw layer:
 # raw/passes/tuning/wg_<layout>.json.
 WGRAD_TUNING_DIR = "passes/tuning"
 
@@ -61,7 +61,7 @@ def wgrad_tuning_files(record: str | Path) -> list[Path]:
 
 def wgrad_tuning_table(paths) -> dict[tuple[str, Geometry], dict]:
     """{(layout, geometry): the chosen cut (wgrad_plan's keywords)} from the weight gradient's
-    tuning records (study/wgrad_tuning); the rule's own cut is {}."""
+    tuning records (study/measuring/wgrad_tuning); the rule's own cut is {}."""
     table = {}
     for path in paths:
         doc = json.loads(Path(path).read_text())
@@ -112,7 +112,8 @@ def _has_geometry(table: Path) -> bool:
 
 def backward_dispatch_table(path: str | Path) -> dict[tuple[str, str, Geometry], str]:
     """{(pass, layout, geometry): implementation} from a backward dispatch table
-    (study/pass_stats.dispatch_choices per pass, written by the backward_dispatch_table job)."""
+    (study/statistics/pass_stats.dispatch_choices per pass, written by the backward_dispatch_table
+    job)."""
     doc = json.loads(Path(path).read_text())
     return {(pass_, layout, _geometry(c["geometry"])): c["implementation"]
             for pass_, layouts in doc.get("passes", {}).items()

@@ -1,7 +1,7 @@
 """The launch tables the package carries: one JSON file per GPU name in groupconv/tables/
 (`<device slug>.json`, e.g. nvidia-h200.json for "NVIDIA H200"), exported from a committed record
-by the pipeline's `export_tables` rule (study/table_export), read here by the GPU's name, so an
-installed wheel needs no checkout, records or config to choose its launches.
+by the pipeline's `export_tables` rule (study/artifacts/table_export), read here by the GPU's name,
+so an installed wheel needs no checkout, records or config to choose its launches.
 
 A file holds every table launch_tables.record_tables loads, by the name it loads it under
 (`tunings`, `dispatch`, `dispatch_nhwc`, and any table added there later), in one generic

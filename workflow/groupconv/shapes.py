@@ -1,5 +1,5 @@
 """A convolution shape and the quantities derived from it (the frozen set's loading and
-validation are the study's, in study/shapes_table.py)."""
+validation are the study's, in study/plans/shapes_table.py)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -137,7 +137,7 @@ def full_output_errors(torch, out, ref32, ref64, tol) -> dict:
     elementwise in units of the tolerance `tol` (same shape): the largest ratio to each, the
     non-finite elements (an unwritten poisoned one among them) and where the FP64 error peaks.
     The one checker of every verified output (the convolution's, and the backward passes' in
-    study/pass_verify)."""
+    study/measuring/pass_verify)."""
     out64 = out.double()
     diff32 = (out64 - ref32.double()).abs()
     diff64 = (out64 - ref64).abs()

@@ -1,7 +1,7 @@
 # Stage 6 (CPU, both modes): the atlas artifacts and provenance.json over them; then, after every
 # report page, provenance-complete.json over every output of the run (written last).
 
-# What assemble_atlas reads and what `atlas` makes are PLAN.atlas's (study/atlas_plan.py): the
+# What assemble_atlas reads and what `atlas` makes are PLAN.atlas's (study/plans/atlas_plan.py): the
 # probes of the public op (overhead.smk, networks.smk) join atlas.json (its `probes` section) where
 # there is something to read (PLAN.atlas.probe_plan): a replay takes each probe whose raw samples
 # its record holds, and a live run the probes `probes.with_atlas` names (none by default: each has
@@ -13,7 +13,7 @@ rule assemble_atlas:
         shapes=f"{PLAN.results}/shapes.json",
         stats=expand(f"{PLAN.results}/stats/{{job}}.parquet", job=PLAN.timing_jobs),
         timing_meta=expand(PLAN.raw("timing/{job}.json"), job=PLAN.timing_jobs),
-        # the floor runs' samples (study/floors.py) sit in the jobs' raw tables
+        # the floor runs' samples (study/measuring/floors.py) sit in the jobs' raw tables
         samples=expand(PLAN.raw("timing/{job}.parquet"), job=PLAN.timing_jobs),
         verification=expand(PLAN.raw("verification/{impl}.parquet"), impl=PLAN.implementations),
         builds=expand(PLAN.raw("builds/{kernel}.json"), kernel=PLAN.kernels),
@@ -28,10 +28,11 @@ rule assemble_atlas:
         passes=PLAN.passes.atlas_section(),
         gpu_provenance=PLAN.atlas.gpu_job_provenance(),
         template="workflow/templates/current-evidence.md",
-        # What assemble_atlas.py imports; artifacts brings the evidence, the headline and the
-        # report package's helpers along (code() follows imports).
-        code=code("artifacts", "floors", "jobs", "files", "provenance", "stats", "medians",
-                  "probe_summaries", "headline_lines"),
+        # What assemble_atlas.py imports; atlas_document brings the evidence and the headline
+        # along (code() follows imports).
+        code=code("artifacts/atlas_document", "measuring/floors", "records/jobs", "files",
+                  "records/provenance", "statistics/stats", "statistics/medians",
+                  "artifacts/probe_summaries", "artifacts/headline_lines"),
         # No file: the notes on what the atlas leaves out, printed where the DAG makes it.
         notes=plan_notes("kernels", "atlas"),
     output:
@@ -68,7 +69,7 @@ rule provenance:
         artifacts=PLAN.atlas.tables,
         jobs=PLAN.atlas.all_jobs_provenance(),
         record_jobs=PLAN.atlas.record_provenance(),
-        code=code("jobs", "provenance", "provenance_index"),
+        code=code("records/jobs", "records/provenance", "records/provenance_index"),
     output:
         index=PLAN.atlas.index,
         prov=PLAN.prov("provenance"),
@@ -89,7 +90,7 @@ rule provenance_complete:
         targets=PLAN.atlas.complete_targets,
         atlas_index=PLAN.atlas.index,
         record_jobs=PLAN.atlas.record_provenance(),
-        code=code("jobs", "provenance", "provenance_index"),
+        code=code("records/jobs", "records/provenance", "records/provenance_index"),
     output:
         index=PLAN.atlas.provenance_complete,
         prov=PLAN.prov("provenance_complete"),
@@ -108,7 +109,7 @@ rule verify_provenance:
     """Re-hash every file in provenance-complete.json; fails naming the first mismatch. The index
     is a param, not an input, so a changed file is reported instead of re-indexed."""
     input:
-        code=code("provenance_index"),
+        code=code("records/provenance_index"),
     params:
         index=PLAN.atlas.provenance_complete,
     log:
@@ -120,9 +121,9 @@ rule verify_provenance:
 
 
 rule assemble_passes:
-    """The backward passes' tables (study/pass_stats): every comparison per pass with torch_best
-    and the best custom implementation, the geometric means per pass, and atlas.json's `passes`
-    section (assemble_atlas copies it in)."""
+    """The backward passes' tables (study/statistics/pass_stats): every comparison per pass with
+    torch_best and the best custom implementation, the geometric means per pass, and atlas.json's
+    `passes` section (assemble_atlas copies it in)."""
     input:
         stats=PLAN.passes.all_stats(),
         timing_meta=PLAN.passes.all_raw_timing("json"),
@@ -130,8 +131,9 @@ rule assemble_passes:
         check=PLAN.passes.record_check(),
         # the frozen shape set (the passes' record measured the same one): the kinds of shape
         shapes=f"{PLAN.results}/shapes.json",
-        code=code("artifacts", "comparisons", "jobs", "pass_stats", "provenance", "shapes_table",
-                  "stats"),
+        code=code("artifacts/atlas_document", "statistics/comparisons", "records/jobs",
+                  "statistics/pass_stats", "records/provenance", "plans/shapes_table",
+                  "statistics/stats"),
         notes=plan_notes("passes"),  # no file: the notes on where the passes come from
     output:
         table=PLAN.passes.table,

@@ -1,5 +1,5 @@
-# The quick kernel bench (live only; study/bench_plan.py, PLAN.bench): one kernel on a subset of
-# the shapes, through the atlas's own stages. `ceilings`, `build_kernel`, `tune_kernel` and
+# The quick kernel bench (live only; study/plans/bench_plan.py, PLAN.bench): one kernel on a subset
+# of the shapes, through the atlas's own stages. `ceilings`, `build_kernel`, `tune_kernel` and
 # `verify` run as they are (their raw-layer files are the ones a live atlas in the same folder
 # reads); then one timing job per bench reference group by time_job's script and sampler, on the
 # subset alone, with the bench's batches and samples and the floor in every job; then the table.
@@ -28,8 +28,9 @@ if PLAN.measures_on_gpu:
             tunings=PLAN.bench.tunings(),
             floor_source="kernels/floor_copy.cu",
             ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
-            code=code("build", "floors", "launcher", "sessions", "jobs", "kernels", "provenance",
-                      "shapes_table", "timing", "timing_workers"),
+            code=code("build", "measuring/floors", "launcher", "sessions", "records/jobs",
+                      "kernels", "records/provenance", "plans/shapes_table", "timing",
+                      "measuring/timing_workers"),
         output:
             samples=PLAN.bench.timing("{job}", "parquet", name="{bench}"),
             meta=PLAN.bench.timing("{job}", "json", name="{bench}"),
@@ -57,7 +58,7 @@ if PLAN.measures_on_gpu:
     rule bench_table:
         """The bench's table from its jobs' samples: per shape the kernel's and each reference's
         median over the same job's floor, and the paired ratio against the strongest reference
-        (study/bench.py), with its JSON (provenance) and Markdown."""
+        (study/measuring/bench.py), with its JSON (provenance) and Markdown."""
         input:
             samples=PLAN.bench.all_timing("parquet"),
             meta=PLAN.bench.all_timing("json"),
@@ -65,7 +66,7 @@ if PLAN.measures_on_gpu:
             shapes=f"{PLAN.results}/shapes.json",
             builds=PLAN.bench.builds(),
             tunings=PLAN.bench.tunings(),
-            code=code("bench", "jobs", "provenance", "record_formats"),
+            code=code("measuring/bench", "records/jobs", "records/provenance", "record_formats"),
         output:
             table=PLAN.bench.table("parquet", name="{bench}"),
             json=PLAN.bench.table("json", name="{bench}"),

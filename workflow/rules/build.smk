@@ -7,7 +7,7 @@ if PLAN.measures_on_gpu:
     rule build_kernel:
         input:
             sources=PLAN.kernel_sources,
-            code=code("build", "jobs", "provenance"),
+            code=code("build", "records/jobs", "records/provenance"),
         output:
             cubin=f"{PLAN.results}/raw/builds/{{kernel}}.cubin",
             record=f"{PLAN.results}/raw/builds/{{kernel}}.json",

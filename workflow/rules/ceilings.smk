@@ -5,7 +5,8 @@ if PLAN.measures_on_gpu:
     rule ceilings:
         input:
             source="kernels/ceilings.cu",
-            code=code("build", "ceilings", "launcher", "sessions", "jobs", "provenance"),
+            code=code("build", "measuring/ceilings", "launcher", "sessions", "records/jobs",
+                      "records/provenance"),
         output:
             ceilings=f"{PLAN.results}/raw/ceilings.json",
             prov=PLAN.prov("ceilings"),

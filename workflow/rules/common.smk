@@ -1,20 +1,21 @@
-# Configuration checks, then the run's plan: PLAN (groupconv_atlas.study.run_plan.RunPlan) decides
-# live or replay, the record, the raw layer's paths, the jobs and what `atlas` makes; every rule
-# reads it. Only what needs Snakemake is here: its errors, the core count, input-function adapters.
+# Configuration checks, then the run's plan: PLAN (groupconv_atlas.study.plans.run_plan.RunPlan)
+# decides live or replay, the record, the raw layer's paths, the jobs and what `atlas` makes; every
+# rule reads it. Only what needs Snakemake is here: its errors, the core count, input-function
+# adapters.
 import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from groupconv_atlas.study import plan as _plan  # noqa: E402
+from groupconv_atlas.study.plans import plan as _plan  # noqa: E402
 
 # Every job of this run imports the package of this checkout (a copy of the repository included),
 # not whichever one is installed.
 _plan.jobs_import_from(workflow.basedir)
-from groupconv_atlas.study.config_check import config_errors as _config_errors  # noqa: E402
-from groupconv_atlas.study.plan import PlanError  # noqa: E402
-from groupconv_atlas.study.run_plan import RunPlan  # noqa: E402
+from groupconv_atlas.study.plans.config_check import config_errors as _config_errors  # noqa: E402
+from groupconv_atlas.study.plans.plan import PlanError  # noqa: E402
+from groupconv_atlas.study.plans.run_plan import RunPlan  # noqa: E402
 
 # Errors that name the field first (and a misspelled key with the nearest known one); then
 # Snakemake's own validation, which fills the schema's defaults.

@@ -12,7 +12,8 @@ COMPARISONS = PLAN.atlas.comparisons
 rule compare_records:
     input:
         unpack(PLAN.atlas.compare_inputs),
-        code=code("compare_records", "report/compare_pages", "jobs", "provenance"),
+        code=code("artifacts/compare_records", "report/compare_pages", "records/jobs",
+                  "records/provenance"),
     output:
         table=f"{COMPARISONS}/records.parquet",
         page=report(f"{COMPARISONS}/records.html", caption="../report/compare_records.rst",
@@ -33,7 +34,7 @@ rule session_agreement:
     device that ran the same kernel code the most, nearest in time): the headline's agreement."""
     input:
         unpack(PLAN.atlas.session_agreement_records),
-        code=code("compare_records", "jobs", "provenance"),
+        code=code("artifacts/compare_records", "records/jobs", "records/provenance"),
     output:
         table=PLAN.atlas.session_agreement["table"],
         pair=PLAN.atlas.session_agreement["pair"],
@@ -52,10 +53,11 @@ rule session_agreement:
 rule compare_devices:
     """Each GPU's newest forward record, re-classified from its raw layer as its replay is, each
     layout's dispatcher against torch_best side by side per shape: how the map changes with the
-    GPU (study/device_comparison; its page report/device_pages)."""
+    GPU (study/artifacts/device_comparison; its page report/device_pages)."""
     input:
         unpack(PLAN.atlas.device_inputs),
-        code=code("device_comparison", "report/device_pages", "jobs", "provenance"),
+        code=code("artifacts/device_comparison", "report/device_pages", "records/jobs",
+                  "records/provenance"),
     output:
         table=f"{COMPARISONS}/devices.parquet",
         page=report(f"{COMPARISONS}/devices.html", caption="../report/compare_devices.rst",

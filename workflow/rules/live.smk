@@ -1,10 +1,10 @@
 from groupconv.kernels import KERNELS as _KERNELS
-from groupconv_atlas.study import live_run as _live_run
-from groupconv_atlas.study import rerun_check as _rerun_check
+from groupconv_atlas.study.live import live_run as _live_run
+from groupconv_atlas.study.live import rerun_check as _rerun_check
 
 # A live run on a GPU machine as one Snakemake call: `snakemake live_record --config mode=live`
-# (study/live_run.py). Its GPU tests run first (gpu_tests); a kernel named by `gate_kernel` whose
-# tests fail is left out of every kernel list by the plan, which reads the result when the
+# (study/live/live_run.py). Its GPU tests run first (gpu_tests); a kernel named by `gate_kernel`
+# whose tests fail is left out of every kernel list by the plan, which reads the result when the
 # workflow is read. So the measuring part (`live_atlas`: the atlas, the extra targets, the stage
 # times, the snapshot) is a Snakemake call of its own (live_run), made once the tests have
 # spoken, with this call's configuration files and --config entries. Then, with `rerun_check`,
@@ -51,7 +51,7 @@ if PLAN.measures_on_gpu:
         (counts, exit status, the log's end) is what decides."""
         input:
             tests=gpu_test_inputs,
-            code=code("jobs", "live_run", "provenance"),
+            code=code("records/jobs", "live/live_run", "records/provenance"),
         output:
             result=_live_run.result_path(PLAN.results, "{suite}"),
             prov=PLAN.prov("gpu_tests", "{suite}"),
@@ -86,7 +86,7 @@ if PLAN.measures_on_gpu:
         with their results (a failed gate leaves its kernel out); its output and wall time."""
         input:
             tests=LIVE_TESTS,
-            code=code("provenance"),
+            code=code("records/provenance"),
         output:
             run=f"{LIVE_DIR}/live-atlas.json",
         params:
@@ -127,7 +127,7 @@ rule rerun_check:
     input:
         run=(f"{LIVE_DIR}/live-atlas.json" if PLAN.measures_on_gpu
              else PLAN.atlas.provenance_complete),
-        code=code("provenance", "rerun_check"),
+        code=code("records/provenance", "live/rerun_check"),
     output:
         report=f"{LIVE_DIR}/rerun-check.json",
     params:

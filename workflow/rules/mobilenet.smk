@@ -32,8 +32,8 @@ if PLAN.measures_on_gpu:
             timing=MOBILENET_TIMING_TABLES,
             shapes=f"{PLAN.results}/shapes.json",
             ceilings_source="kernels/ceilings.cu",  # the overhead reading's empty kernel
-            code=code("build", "launcher", "sessions", "jobs", "mobilenet/__init__", "provenance", "record_formats",
-                      "shapes_table"),
+            code=code("build", "launcher", "sessions", "records/jobs", "probes/mobilenet/__init__",
+                      "records/provenance", "record_formats", "plans/shapes_table"),
         output:
             samples=PLAN.raw("mobilenet/samples.parquet"),
             probe=PLAN.raw("mobilenet/probe.json"),
@@ -58,7 +58,8 @@ rule mobilenet_stats:
         samples=PLAN.raw("mobilenet/samples.parquet"),
         probe=PLAN.raw("mobilenet/probe.json"),
         check=PLAN.record_check(),
-        code=code("files", "jobs", "mobilenet/__init__", "provenance", "record_formats", "stats"),
+        code=code("files", "records/jobs", "probes/mobilenet/__init__", "records/provenance",
+                  "record_formats", "statistics/stats"),
     output:
         summary=f"{PLAN.results}/mobilenet/summary.parquet",
         report=f"{PLAN.results}/mobilenet/mobilenet.json",

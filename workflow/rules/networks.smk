@@ -1,5 +1,5 @@
-# Two probes of the public op beyond the atlas's shapes (groupconv_atlas.study.networks): whole
-# torchvision networks converted with groupconv_atlas.convert (snakemake network_probe), and
+# Two probes of the public op beyond the atlas's shapes (groupconv_atlas.study.probes.networks):
+# whole torchvision networks converted with groupconv_atlas.convert (snakemake network_probe), and
 # realistic geometries the atlas did not measure (snakemake unseen_probe). Each: a GPU job (live
 # only) writes raw samples, a CPU job their statistics (in replay from the committed record, or
 # for a replay of the newest record that lacks the probe's samples, from the newest that holds
@@ -31,13 +31,14 @@ if PLAN.measures_on_gpu:
             tunings=PLAN.tuning_records(PLAN.kernels),
             dispatch_table=PLAN.raw("dispatch/table.json"),
             # The network probe's converted models train with this run's backward table where
-            # the run measures the passes (else the package's: study/networks.probe_backward_table).
+            # the run measures the passes (else the package's:
+            # study/probes/networks.probe_backward_table).
             backward_table=lambda wildcards: PLAN.passes.backward_dispatch()
                            if wildcards.probe == "networks" else [],
             wgrad_tunings=lambda wildcards: PLAN.passes.wgrad_tunings()
                           if wildcards.probe == "networks" else [],
-            code=code("launch_tables", "launcher", "sessions", "jobs", "networks",
-                      "network_training", "packaged_tables", "provenance", "timing"),
+            code=code("launch_tables", "launcher", "sessions", "records/jobs", "probes/networks",
+                      "probes/network_training", "packaged_tables", "records/provenance", "timing"),
         output:
             samples=PLAN.raw("probes/{probe}/samples.parquet"),
             probe=PLAN.raw("probes/{probe}/probe.json"),
@@ -65,8 +66,8 @@ rule probe_stats:
         probe=lambda wildcards: PLAN.probes.raw(wildcards.probe, "probe.json"),
         check=lambda wildcards: PLAN.probes.record_check(wildcards.probe),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("files", "jobs", "networks", "network_training", "provenance", "record_formats",
-                  "stats", "timing"),
+        code=code("files", "records/jobs", "probes/networks", "probes/network_training",
+                  "records/provenance", "record_formats", "statistics/stats", "timing"),
     output:
         summary=f"{PLAN.results}/probes/{{probe}}.parquet",
         report=f"{PLAN.results}/probes/{{probe}}.json",

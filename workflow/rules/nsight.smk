@@ -1,7 +1,7 @@
 # Evidence: Nsight Compute captures of chosen (shape, implementation) pairs and the machine code
 # (SASS) of every built kernel, each parsed into one table. Target: `snakemake nsight`.
 # Captures run live only (GPU); in replay the captures and cubins come from the record and only
-# the tables are rebuilt. Which pairs, from which record: PLAN.nsight (study/nsight_plan.py).
+# the tables are rebuilt. Which pairs, from which record: PLAN.nsight (study/plans/nsight_plan.py).
 # Reads config, PLAN, code() and plan_notes() (common.smk).
 
 
@@ -19,7 +19,8 @@ if PLAN.measures_on_gpu:
         input:
             unpack(PLAN.nsight.profile_inputs),
             # nsight_profile.py runs nsight_capture.py under Nsight Compute: what both import.
-            code=[*code("launcher", "sessions", "jobs", "kernels", "nsight", "shapes_table"),
+            code=[*code("launcher", "sessions", "records/jobs", "kernels", "probes/nsight",
+                        "plans/shapes_table"),
                   "workflow/scripts/nsight_capture.py"],
         output:
             report=PLAN.raw("nsight/{shape}__{impl}.ncu-rep"),
@@ -47,7 +48,8 @@ rule nsight_table:
         shapes=f"{PLAN.results}/shapes.json",
         check=PLAN.record_check(),
         nsight_check=PLAN.nsight.record_check(),
-        code=code("jobs", "nsight_table", "provenance", "shapes_table"),
+        code=code("records/jobs", "probes/nsight_table", "records/provenance",
+                  "plans/shapes_table"),
         notes=plan_notes("nsight"),  # no file: the notes on the captures the table shows
     output:
         table=f"{PLAN.results}/nsight.parquet",
@@ -69,7 +71,7 @@ rule machine_code:
         cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
         records=[PLAN.raw(f"builds/{k}.json") for k in PLAN.kernels],
         check=PLAN.record_check(),
-        code=code("jobs", "provenance", "sass"),
+        code=code("records/jobs", "records/provenance", "probes/sass"),
         notes=plan_notes("kernels"),  # no file: the note on kernels a replay leaves out
     output:
         table=f"{PLAN.results}/machine_code.parquet",

@@ -23,7 +23,8 @@ if PLAN.measures_on_gpu:
             cubins=[PLAN.raw(f"builds/{k}.cubin") for k in PLAN.kernels],
             tunings=PLAN.tuning_records(PLAN.kernels),
             dispatch_table=PLAN.raw("dispatch/table.json"),
-            code=code("launcher", "sessions", "jobs", "overhead", "provenance", "shapes_table", "timing"),
+            code=code("launcher", "sessions", "records/jobs", "probes/overhead",
+                      "records/provenance", "plans/shapes_table", "timing"),
         output:
             samples=PLAN.raw("overhead/samples.parquet"),
             host=PLAN.raw("overhead/host.parquet"),
@@ -50,7 +51,8 @@ rule overhead_stats:
         probe=PLAN.probes.raw("overhead", "probe.json"),
         check=PLAN.probes.record_check("overhead"),
         # overhead.py holds the GPU measurement beside the statistics: its imports come along.
-        code=code("files", "jobs", "overhead", "provenance", "record_formats", "stats"),
+        code=code("files", "records/jobs", "probes/overhead", "records/provenance",
+                  "record_formats", "statistics/stats"),
     output:
         report=f"{PLAN.results}/overhead.json",
         prov=PLAN.prov("overhead_stats"),

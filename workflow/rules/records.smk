@@ -1,11 +1,11 @@
 import re
 from datetime import date
 
-from groupconv_atlas.study.record_check import drift_warning as _drift_warning
-from groupconv_atlas.study.record_check import shape_set_difference as _shape_set_difference
-from groupconv_atlas.study.record_check import source_drift as _source_drift
-from groupconv_atlas.study.record_mixing import mixing_error as _mixing_error
-from groupconv_atlas.study.records import replay_arguments as _replay_arguments
+from groupconv_atlas.study.records.record_check import drift_warning as _drift_warning
+from groupconv_atlas.study.records.record_check import shape_set_difference as _shape_set_difference
+from groupconv_atlas.study.records.record_check import source_drift as _source_drift
+from groupconv_atlas.study.records.record_mixing import mixing_error as _mixing_error
+from groupconv_atlas.study.records.committed import replay_arguments as _replay_arguments
 
 # Records: a replay checks the committed record's hashes first; a live run can be snapshotted
 # into records/<device>-<date>/ to be committed, with its wall time per stage (stage_times).
@@ -114,7 +114,7 @@ if PLAN.measures_on_gpu:
             # The live run's extra targets (extra_targets) end before its times are taken, so
             # the snapshot after them carries their samples and times.
             extra=live_extra_inputs,
-            code=code("jobs", "provenance", "stage_times"),
+            code=code("records/jobs", "records/provenance", "live/stage_times"),
         output:
             times=PLAN.raw("stage_times.json"),
             prov=PLAN.prov("stage_times"),
@@ -162,7 +162,7 @@ if PLAN.measures_on_gpu:
         """Copy a live run of the backward passes alone (`snakemake backward_passes`) into
         records/<device>-<record_name>-passes/: their raw layer, their dispatch table and their
         jobs' provenance. A replay of the newest atlas record shows them beside its forward
-        (study/pass_plan); the record says it holds the passes alone."""
+        (study/plans/pass_plan); the record says it holds the passes alone."""
         input:
             artifacts=PLAN.passes.artifacts(),
             dispatch=PLAN.passes.backward_dispatch(),

@@ -2,8 +2,8 @@
 # figures (SVG), tables (HTML) and the self-contained atlas map. The MobileNet probe, Nsight and
 # machine-code stages join the report only when their table already exists, so a run without them
 # still reports; the probes page always renders (from atlas.json), naming the probes not measured.
-# Target: `snakemake report_assets`. Which pages and figures: PLAN.atlas (study/atlas_plan.py).
-# Reads config, PLAN and code() (common.smk).
+# Target: `snakemake report_assets`. Which pages and figures: PLAN.atlas
+# (study/plans/atlas_plan.py). Reads config, PLAN and code() (common.smk).
 
 REPORT = PLAN.atlas.report_dir
 # The probes page (report_probes): listed in PLAN.atlas.report_assets, so `atlas` renders it.
@@ -11,7 +11,7 @@ PROBES_PAGE = f"{REPORT}/probes.html"
 # reStructuredText the landing page includes (reports/workflow.rst: `.. include::`).
 LANDING_TEXT = f"{REPORT}/landing-headline.rst"
 # Every report job imports the report package (whose __init__ imports all its modules).
-REPORT_JOB_CODE = code("jobs", "provenance", "report/__init__", "floors")
+REPORT_JOB_CODE = code("records/jobs", "records/provenance", "report/__init__", "measuring/floors")
 
 
 rule report_assets:

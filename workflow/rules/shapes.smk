@@ -5,7 +5,7 @@ rule freeze_shapes:
     input:
         shapes=config["shapes"],
         schema="workflow/schemas/shapes.schema.yaml",
-        code=code("jobs", "provenance", "shapes_table"),
+        code=code("records/jobs", "records/provenance", "plans/shapes_table"),
     output:
         parquet=f"{PLAN.results}/shapes.parquet",
         json=f"{PLAN.results}/shapes.json",

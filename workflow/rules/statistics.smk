@@ -7,8 +7,8 @@ rule compare_job:
         meta=PLAN.raw("timing/{job}.json"),
         verification=PLAN.job_verification,
         check=PLAN.record_check(),
-        code=code("jobs", "provenance", "record_formats", "stats", "comparisons", "timing",
-             "timing_frames"),
+        code=code("records/jobs", "records/provenance", "record_formats", "statistics/stats",
+                  "statistics/comparisons", "timing", "statistics/timing_frames"),
     output:
         table=f"{PLAN.results}/stats/{{job}}.parquet",
         prov=PLAN.prov("compare_job", "{job}"),
@@ -31,7 +31,8 @@ rule compare_pass:
         meta=PLAN.passes.raw_timing("{passjob}", "json"),
         verification=PLAN.passes.job_verification,
         check=PLAN.passes.record_check(),
-        code=code("jobs", "pass_stats", "provenance", "stats", "comparisons", "timing"),
+        code=code("records/jobs", "statistics/pass_stats", "records/provenance", "statistics/stats",
+                  "statistics/comparisons", "timing"),
     output:
         table=f"{PLAN.passes.stats_dir}/{{passjob}}.parquet",
         prov=PLAN.prov("compare_pass", "{passjob}"),

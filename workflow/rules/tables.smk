@@ -2,12 +2,12 @@
 # tables of a committed record (config `record`: its name, or newest: the newest record of the
 # configured device that has tables), written to workflow/groupconv/tables/<the
 # GPU's name>.json, which a wheel carries and an installed conv2d reads by the GPU's name
-# (study/table_export). Target: `snakemake export_tables` (`make export_tables RECORD=<name>`,
-# which reruns it whatever the files' times); commit the file it writes. Reads config, PLAN and
-# code() (common.smk); the record is found only when this target is wanted.
-from groupconv_atlas.study.table_export import export_path as _export_path
-from groupconv_atlas.study.table_export import export_record as _export_record
-from groupconv_atlas.study.table_export import provenance_files as _provenance_files
+# (study/artifacts/table_export). Target: `snakemake export_tables` (`make export_tables
+# RECORD=<name>`, which reruns it whatever the files' times); commit the file it writes. Reads
+# config, PLAN and code() (common.smk); the record is found only when this target is wanted.
+from groupconv_atlas.study.artifacts.table_export import export_path as _export_path
+from groupconv_atlas.study.artifacts.table_export import export_record as _export_record
+from groupconv_atlas.study.artifacts.table_export import provenance_files as _provenance_files
 
 # The export's provenance and log: beside no device's results (it reads records/ only).
 EXPORTS = "results/tables"
@@ -46,7 +46,7 @@ rule export_tables:
 rule export_table:
     input:
         unpack(export_inputs),
-        code=code("table_export", "jobs", "provenance"),
+        code=code("artifacts/table_export", "records/jobs", "records/provenance"),
     output:
         table="workflow/groupconv/tables/{gpu_slug}.json",
         prov=f"{EXPORTS}/provenance/export_table-{{gpu_slug}}.json",

@@ -15,8 +15,9 @@ if PLAN.measures_on_gpu:
             tunings=PLAN.timing_tunings,
             floor_source="kernels/floor_copy.cu",
             ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
-            code=code("build", "floors", "launcher", "sessions", "jobs", "kernels", "provenance", "shapes_table",
-                      "timing", "timing_workers"),
+            code=code("build", "measuring/floors", "launcher", "sessions", "records/jobs",
+                      "kernels", "records/provenance", "plans/shapes_table", "timing",
+                      "measuring/timing_workers"),
         output:
             samples=f"{PLAN.results}/raw/timing/{{job}}.parquet",
             meta=f"{PLAN.results}/raw/timing/{{job}}.json",
@@ -43,8 +44,8 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             samples=f"{PLAN.results}/raw/timing/{PLAN.torch_tuned_job()}.parquet",
-            code=code("crosscheck", "launcher", "sessions", "jobs", "provenance", "record_formats", "shapes_table",
-                      "timing"),
+            code=code("measuring/crosscheck", "launcher", "sessions", "records/jobs",
+                      "records/provenance", "record_formats", "plans/shapes_table", "timing"),
         output:
             crosscheck=f"{PLAN.results}/raw/crosscheck.json",
             prov=PLAN.prov("crosscheck"),
@@ -70,8 +71,8 @@ if PLAN.measures_on_gpu:
                            job=PLAN.jobs_of(config["timing"]["candidates"])),
             verification=expand(PLAN.raw("verification/{impl}.parquet"), impl=PLAN.implementations),
             shapes=f"{PLAN.results}/shapes.json",
-            code=code("dispatch", "jobs", "kernels", "provenance", "record_formats", "shapes_table",
-                      "timing"),
+            code=code("statistics/dispatch", "records/jobs", "kernels", "records/provenance",
+                      "record_formats", "plans/shapes_table", "timing"),
         output:
             table=f"{PLAN.results}/raw/dispatch/table.json",
             verification=f"{PLAN.results}/raw/verification/dispatch.parquet",
@@ -84,11 +85,11 @@ if PLAN.measures_on_gpu:
         script:
             "../scripts/dispatch_table.py"
 
-    # The backward passes' timing jobs (PLAN.passes, study/pass_plan): one per (pass, reference
-    # group), the pass's custom implementations against the group's strict-FP32 references run as
-    # that pass, by the forward's worker loop and sampler (timing_workers.time_job, PairedSampler)
-    # at both boundaries, in the group's processes. A rule of their own, not more jobs of
-    # time_job: every raw/timing/ file is a forward job to the readers of the raw layer (the
+    # The backward passes' timing jobs (PLAN.passes, study/plans/pass_plan): one per (pass,
+    # reference group), the pass's custom implementations against the group's strict-FP32 references
+    # run as that pass, by the forward's worker loop and sampler (timing_workers.time_job,
+    # PairedSampler) at both boundaries, in the group's processes. A rule of their own, not more
+    # jobs of time_job: every raw/timing/ file is a forward job to the readers of the raw layer (the
     # plan's recorded jobs, dispatch_table, compare_records, the session agreement), so the
     # passes' samples live in raw/passes/ and leave the forward's files and every committed
     # record's replay as they were; and weight_grad's reduction over N*H*W would pace the forward's
@@ -100,8 +101,9 @@ if PLAN.measures_on_gpu:
             # the weight gradient's tuned cuts, which its workers launch (none for input_grad)
             tunings=PLAN.passes.pass_tunings,
             ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
-            code=PLAN.passes.code("floors", "launch_tables", "launcher", "sessions", "jobs", "pass_runs",
-                                  "provenance", "shapes_table", "timing", "timing_workers"),
+            code=PLAN.passes.code("measuring/floors", "launch_tables", "launcher", "sessions",
+                                  "records/jobs", "measuring/pass_runs", "records/provenance",
+                                  "plans/shapes_table", "timing", "measuring/timing_workers"),
         output:
             samples=PLAN.passes.raw_timing("{passjob}", "parquet"),
             meta=PLAN.passes.raw_timing("{passjob}", "json"),
@@ -132,7 +134,8 @@ if PLAN.measures_on_gpu:
             meta=PLAN.passes.all_raw_timing("json"),
             verification=PLAN.passes.all_verification(),
             shapes=f"{PLAN.results}/shapes.json",
-            code=code("jobs", "pass_stats", "provenance", "shapes_table"),
+            code=code("records/jobs", "statistics/pass_stats", "records/provenance",
+                      "plans/shapes_table"),
         output:
             table=f"{PLAN.results}/raw/dispatch/backward.json",
             prov=PLAN.prov("backward_dispatch_table"),

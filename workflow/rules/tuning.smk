@@ -11,8 +11,8 @@ if PLAN.measures_on_gpu:
             build=f"{PLAN.results}/raw/builds/{{kernel}}.json",
             cubin=f"{PLAN.results}/raw/builds/{{kernel}}.cubin",
             ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
-            code=code("floors", "launcher", "sessions", "jobs", "provenance", "shapes_table", "timing",
-                      "tuning"),
+            code=code("measuring/floors", "launcher", "sessions", "records/jobs",
+                      "records/provenance", "plans/shapes_table", "timing", "tuning"),
         output:
             record=f"{PLAN.results}/raw/tuning/{{kernel}}.json",
             prov=PLAN.prov("tune_kernel", "{kernel}"),
@@ -37,8 +37,9 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             ceilings=f"{PLAN.results}/raw/ceilings.json",  # each shape's one launch count
-            code=PLAN.passes.code("floors", "jobs", "provenance", "shapes_table", "timing", "tuning",
-                                  "wgrad_tuning"),
+            code=PLAN.passes.code("measuring/floors", "records/jobs", "records/provenance",
+                                  "plans/shapes_table", "timing", "tuning",
+                                  "measuring/wgrad_tuning"),
         output:
             record=PLAN.passes.wgrad_tuning("{layout}"),
             prov=PLAN.prov("tune_wgrad", "{layout}"),

@@ -6,7 +6,8 @@ if PLAN.measures_on_gpu:
         input:
             shapes=f"{PLAN.results}/shapes.json",
             builds=PLAN.verification_builds,
-            code=code("launcher", "sessions", "jobs", "provenance", "shapes_table", "verify"),
+            code=code("launcher", "sessions", "records/jobs", "records/provenance",
+                      "plans/shapes_table", "verify"),
         output:
             table=f"{PLAN.results}/raw/verification/{{impl}}.parquet",
             prov=PLAN.prov("verify", "{impl}"),
@@ -25,15 +26,16 @@ if PLAN.measures_on_gpu:
 
     rule verify_pass:
         """A backward pass (input_grad, weight_grad) of every implementation on every shape, both
-        layouts (study/pass_verify): the custom ones of groupconv/backward.py and PyTorch's four
-        strict-FP32 references run as that pass, against FP64, poisoned, unsupported cases kept
-        with their reason."""
+        layouts (study/measuring/pass_verify): the custom ones of groupconv/backward.py and
+        PyTorch's four strict-FP32 references run as that pass, against FP64, poisoned, unsupported
+        cases kept with their reason."""
         input:
             shapes=f"{PLAN.results}/shapes.json",
             # the weight gradient's tuned cuts, which its verification checks (none for input_grad)
             tunings=PLAN.passes.pass_tunings,
-            code=PLAN.passes.code("launch_tables", "launcher", "sessions", "jobs", "pass_verify",
-                                  "provenance", "shapes_table"),
+            code=PLAN.passes.code("launch_tables", "launcher", "sessions", "records/jobs",
+                                  "measuring/pass_verify", "records/provenance",
+                                  "plans/shapes_table"),
         output:
             table=PLAN.passes.raw_verification("{pass_}"),
             prov=PLAN.prov("verify_pass", "{pass_}"),

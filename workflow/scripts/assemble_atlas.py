@@ -4,18 +4,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study.artifacts import (atlas_document, clean, evidence_block, evidence_markdown,
-                                             map_details)
-from groupconv_atlas.study.headline_lines import with_passes
-from groupconv_atlas.study.floors import floor_table, read_floor_samples
-from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.artifacts.atlas_document import (atlas_document, clean, evidence_block,
+                                                            evidence_markdown, map_details)
+from groupconv_atlas.study.artifacts.headline_lines import with_passes
+from groupconv_atlas.study.measuring.floors import floor_table, read_floor_samples
+from groupconv_atlas.study.records.jobs import Job
 from groupconv import record_formats
 from groupconv.files import sha256_file
-from groupconv_atlas.study.provenance import write_json, write_parquet, write_text
-from groupconv_atlas.study.medians import with_torch_best
-from groupconv_atlas.study.probe_summaries import probes_block
-from groupconv_atlas.study.reference_algorithms import algorithm_table
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.records.provenance import write_json, write_parquet, write_text
+from groupconv_atlas.study.statistics.medians import with_torch_best
+from groupconv_atlas.study.artifacts.probe_summaries import probes_block
+from groupconv_atlas.study.statistics.reference_algorithms import algorithm_table
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "assemble_atlas.py")
@@ -37,7 +37,7 @@ if record_check is not None:
                          "config changed since; measure live or restore the shape set")
 timing_meta = {Path(m).stem: record_formats.read_timing_meta(m) for m in smk.input.timing_meta}
 # The kernels cuDNN ran per process for each PyTorch reference, where the record names them:
-# torch_best takes a reference's fastest algorithm (study/reference_algorithms).
+# torch_best takes a reference's fastest algorithm (study/statistics/reference_algorithms).
 algorithms = algorithm_table(timing_meta)
 comparisons = with_torch_best(pd.concat([pd.read_parquet(t) for t in smk.input.stats],
                                         ignore_index=True),

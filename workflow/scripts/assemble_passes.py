@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study.artifacts import clean
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.pass_stats import pass_tables, passes_section
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.artifacts.atlas_document import clean
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.statistics.pass_stats import pass_tables, passes_section
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "assemble_passes.py")

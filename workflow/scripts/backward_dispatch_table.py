@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.pass_stats import dispatch_choices
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.statistics.pass_stats import dispatch_choices
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "backward_dispatch_table.py")

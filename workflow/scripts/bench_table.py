@@ -1,16 +1,16 @@
 """Snakemake job (CPU): the quick kernel bench's table, JSON and Markdown from its timing jobs'
-raw samples and the verification (study/bench.py)."""
+raw samples and the verification (study/measuring/bench.py)."""
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from groupconv import record_formats
-from groupconv_atlas.study.bench import bench_table, document, markdown
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import (file_entries, git_state, now_utc, write_json,
+from groupconv_atlas.study.measuring.bench import bench_table, document, markdown
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import (file_entries, git_state, now_utc, write_json,
                                                write_parquet, write_text)
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "bench_table.py")

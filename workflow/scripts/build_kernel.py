@@ -3,8 +3,8 @@ with PyCUDA and record it (registers, spills, shared and local memory, driver at
 import pycuda.autoprimaryctx  # noqa: F401  (a context for reading the driver's attributes)
 
 from groupconv.build import compile_kernel, load_attributes
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import atomic_path, write_json
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import atomic_path, write_json
 
 job = Job(snakemake, "build_kernel.py")  # noqa: F821
 kernel = snakemake.wildcards.kernel  # noqa: F821

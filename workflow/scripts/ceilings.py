@@ -2,10 +2,10 @@
 from pathlib import Path
 
 from groupconv.build import compile_kernel_source
-from groupconv_atlas.study.ceilings import measure
+from groupconv_atlas.study.measuring.ceilings import measure
 from groupconv.sessions import GpuSession, check_device
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "ceilings.py")

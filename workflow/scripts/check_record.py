@@ -4,10 +4,10 @@ warn when the checkout's kernel sources differ from those the record built."""
 import sys
 from pathlib import Path
 
-from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.records.jobs import Job
 from groupconv.files import REPO_ROOT, RecordError
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.record_check import check, drift_warning, source_drift
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.records.record_check import check, drift_warning, source_drift
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "check_record.py")

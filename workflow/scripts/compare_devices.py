@@ -4,11 +4,11 @@ import json
 from pathlib import Path
 
 from groupconv.files import RecordError
-from groupconv_atlas.study.device_comparison import compare_devices
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_parquet, write_text
+from groupconv_atlas.study.artifacts.device_comparison import compare_devices
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_parquet, write_text
 from groupconv_atlas.study.report.device_pages import device_page
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_devices.py")

@@ -2,12 +2,12 @@
 import pandas as pd
 
 from groupconv import record_formats
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.comparisons import comparisons_for_job
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_parquet
+from groupconv_atlas.study.statistics.comparisons import comparisons_for_job
+from groupconv_atlas.study.statistics.stats import StatsConfig
 from groupconv.timing import BOUNDARIES
-from groupconv_atlas.study.timing_frames import batch_medians
+from groupconv_atlas.study.statistics.timing_frames import batch_medians
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_job.py")

@@ -1,14 +1,15 @@
 """Snakemake job (CPU): batch medians, paired ratios, intervals and classes for one backward
-pass's timing job, as compare_job makes the forward's (study/pass_stats.job_comparisons)."""
+pass's timing job, as compare_job makes the forward's
+(study/statistics/pass_stats.job_comparisons)."""
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.pass_stats import job_comparisons
-from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.statistics.pass_stats import job_comparisons
+from groupconv_atlas.study.records.provenance import write_parquet
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "compare_pass.py")

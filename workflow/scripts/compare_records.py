@@ -2,9 +2,10 @@
 own raw layer, side by side (records.parquet) and as a page (records.html)."""
 from pathlib import Path
 
-from groupconv_atlas.study.compare_records import agreement, compare_job, machine_code_matches
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_parquet, write_text
+from groupconv_atlas.study.artifacts.compare_records import (agreement, compare_job,
+                                                             machine_code_matches)
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_parquet, write_text
 from groupconv_atlas.study.report.compare_pages import comparison_page, share_text
 
 smk = snakemake  # noqa: F821

@@ -1,11 +1,11 @@
 """Snakemake job (GPU machine): tuned PyTorch under triton's do_bench_cudagraph vs the atlas."""
 from groupconv import record_formats
-from groupconv_atlas.study.crosscheck import atlas_medians, compare, measure
+from groupconv_atlas.study.measuring.crosscheck import atlas_medians, compare, measure
 from groupconv.launcher import Launcher
 from groupconv.sessions import GpuSession
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.plans.shapes_table import load_frozen, shapes_by_id
 from groupconv.timing import TimingConfig
 
 smk = snakemake  # noqa: F821

@@ -4,12 +4,12 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv import record_formats
-from groupconv_atlas.study.dispatch import choose, verification_rows
+from groupconv_atlas.study.statistics.dispatch import choose, verification_rows
 from groupconv.kernels import DISPATCH_NHWC
-from groupconv_atlas.study.timing_frames import job_adjusted_medians
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.statistics.timing_frames import job_adjusted_medians
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "dispatch_table.py")

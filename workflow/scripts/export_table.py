@@ -1,13 +1,13 @@
 """Snakemake job (CPU): a committed record's launch tables into the package
 (groupconv/tables/<GPU name>.json), with the record and the hashes they came from
-(study/table_export)."""
+(study/artifacts/table_export)."""
 import json
 import sys
 from pathlib import Path
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_text
-from groupconv_atlas.study.table_export import export_path, export_text
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_text
+from groupconv_atlas.study.artifacts.table_export import export_path, export_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "export_table.py")

@@ -1,7 +1,7 @@
 """Snakemake job: validate and freeze the shape set with every implementation's support verdict."""
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.shapes_table import frozen_shapes, load_shapes
-from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.plans.shapes_table import frozen_shapes, load_shapes
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
 
 job = Job(snakemake, "freeze_shapes.py")  # noqa: F821
 shapes = load_shapes(snakemake.input.shapes)  # noqa: F821

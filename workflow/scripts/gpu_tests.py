@@ -1,12 +1,13 @@
 """Snakemake job (GPU machine, before a live run measures anything): the GPU tests of a suite
-(groupconv_atlas.study.live_run), their counts, exit status and the log's end into the raw layer.
-It succeeds whatever the tests say: the result decides (a gate's failure leaves its kernel out)."""
+(groupconv_atlas.study.live.live_run), their counts, exit status and the log's end into the raw
+layer. It succeeds whatever the tests say: the result decides (a gate's failure leaves its kernel
+out)."""
 import subprocess
 import sys
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.live_run import suite_result
-from groupconv_atlas.study.provenance import write_json
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.live.live_run import suite_result
+from groupconv_atlas.study.records.provenance import write_json
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "gpu_tests.py")

@@ -1,11 +1,11 @@
 """Snakemake job (GPU machine, after the GPU tests): `snakemake live_atlas` with this run's
 configuration, read anew so that the gate's result decides the kernel lists; its output into the
-log, its exit status and wall time into the output (groupconv_atlas.study.live_run)."""
+log, its exit status and wall time into the output (groupconv_atlas.study.live.live_run)."""
 import subprocess
 import sys
 import time
 
-from groupconv_atlas.study.provenance import now_utc, write_json
+from groupconv_atlas.study.records.provenance import now_utc, write_json
 
 smk = snakemake  # noqa: F821
 command = [sys.executable, "-m", "snakemake", "live_atlas", "--keep-going", *smk.params.args]

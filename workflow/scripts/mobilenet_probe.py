@@ -6,11 +6,11 @@ import pandas as pd
 
 from groupconv import record_formats
 from groupconv.build import compile_kernel_source
-from groupconv_atlas.study import mobilenet
+from groupconv_atlas.study.probes import mobilenet
 from groupconv.launcher import launcher_inputs
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "mobilenet_probe.py")

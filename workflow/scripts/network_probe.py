@@ -1,11 +1,12 @@
 """Snakemake job (GPU machine): the network probe or the unseen-geometry probe
-(groupconv_atlas.study.networks), by the rule's `probe` parameter: raw samples and details (the
-network probe's also name the backward dispatch table its converted models trained with)."""
+(groupconv_atlas.study.probes.networks), by the rule's `probe` parameter: raw samples and details
+(the network probe's also name the backward dispatch table its converted models trained with)."""
 from groupconv.launcher import Launcher, launcher_inputs
 from groupconv.sessions import GpuSession
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.networks import measure_networks, measure_unseen, probe_backward_table
-from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.probes.networks import (measure_networks, measure_unseen,
+                                                   probe_backward_table)
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
 from groupconv.timing import TimingConfig
 
 smk = snakemake  # noqa: F821

@@ -5,12 +5,12 @@ import json
 from pathlib import Path
 
 from groupconv import record_formats
-from groupconv_atlas.study import network_training, networks
-from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.probes import network_training, networks
+from groupconv_atlas.study.records.jobs import Job
 from groupconv.files import sha256_file
-from groupconv_atlas.study.timing_frames import batch_medians
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.statistics.timing_frames import batch_medians
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "network_stats.py")

@@ -1,11 +1,11 @@
 """Run ONE (shape, implementation) pair for Nsight Compute; ncu starts this script (see
-groupconv_atlas.study.nsight.profile_pair) with --profile-from-start off.
+groupconv_atlas.study.probes.nsight.profile_pair) with --profile-from-start off.
 
 The inputs are drawn as verification draws them (GpuSession.random_inputs with the pair's check
 seed). Warm-up launches run first, outside the profiler range (for torch_tuned they also finish
 cudnn.benchmark's search); then exactly one call runs between cudaProfilerStart and Stop.
 `--pass input_grad|weight_grad` captures that backward pass instead of the forward: the pass's
-call as its timing job binds it (study/pass_runs.bind_pass: a custom implementation of
+call as its timing job binds it (study/measuring/pass_runs.bind_pass: a custom implementation of
 groupconv/backward.py, or PyTorch's aten.convolution_backward with the pass's output mask), the op
 left as a user gets it (the package's tables), as in that job.
 """
@@ -17,8 +17,8 @@ from groupconv.launch_tables import tuning_table
 from groupconv.launcher import Launcher
 from groupconv.sessions import GpuSession
 from groupconv.kernels import KERNELS, base_implementation
-from groupconv_atlas.study.pass_runs import bind_pass, pass_runtime
-from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
+from groupconv_atlas.study.measuring.pass_runs import bind_pass, pass_runtime
+from groupconv_atlas.study.plans.shapes_table import load_frozen, shapes_by_id
 
 
 def parse_args(argv=None) -> argparse.Namespace:

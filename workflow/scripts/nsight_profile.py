@@ -1,9 +1,9 @@
 """Snakemake job (GPU machine): capture one (shape, implementation) pair with ncu."""
 from pathlib import Path
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.nsight import profile_pair
-from groupconv_atlas.study.shapes_table import load_frozen, shapes_by_id
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.probes.nsight import profile_pair
+from groupconv_atlas.study.plans.shapes_table import load_frozen, shapes_by_id
 
 job = Job(snakemake, "nsight_profile.py")  # noqa: F821
 smk = snakemake  # noqa: F821

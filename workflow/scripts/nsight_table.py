@@ -1,9 +1,9 @@
 """Snakemake job: every Nsight capture parsed into results/<device>/nsight.parquet, with the
 atlas's graph_device median beside each Nsight duration."""
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.nsight_table import nsight_table
-from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.probes.nsight_table import nsight_table
+from groupconv_atlas.study.records.provenance import write_parquet
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 
 job = Job(snakemake, "nsight_table.py")  # noqa: F821
 smk = snakemake  # noqa: F821

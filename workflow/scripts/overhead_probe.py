@@ -1,11 +1,11 @@
-"""Snakemake job (GPU machine): the call-overhead benchmark (groupconv_atlas.study.overhead) on the
-configured shapes: raw samples, host cost per call, and what each op call resolved to."""
+"""Snakemake job (GPU machine): the call-overhead benchmark (groupconv_atlas.study.probes.overhead)
+on the configured shapes: raw samples, host cost per call, and what each op call resolved to."""
 from groupconv.launcher import Launcher, launcher_inputs
 from groupconv.sessions import GpuSession
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.overhead import measure
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.probes.overhead import measure
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 from groupconv.timing import TimingConfig
 
 smk = snakemake  # noqa: F821

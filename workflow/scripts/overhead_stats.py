@@ -6,11 +6,11 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv import record_formats
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.overhead import summarize, summary_lines
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.probes.overhead import summarize, summary_lines
 from groupconv.files import sha256_file
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.stats import StatsConfig
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.statistics.stats import StatsConfig
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "overhead_stats.py")

@@ -3,9 +3,9 @@
 `provenance_complete` writes provenance-complete.json last, over every output of the run."""
 from pathlib import Path
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.provenance_index import build_complete_index, build_index
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.records.provenance_index import build_complete_index, build_index
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "provenance.py")  # also checks every record file indexed against its manifest

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv_atlas.study import report
-from groupconv_atlas.study.floors import glance_floor
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_bytes
+from groupconv_atlas.study.measuring.floors import glance_floor
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_bytes
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_figures.py")

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_text
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_text
 from groupconv_atlas.study.report import atlas_map_html
 from groupconv_atlas.study.report.atlas_map import pass_payload
 

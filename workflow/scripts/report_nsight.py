@@ -2,8 +2,8 @@
 import pandas as pd
 
 from groupconv_atlas.study import report
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_text
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_nsight.py")

@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from groupconv_atlas.study import report
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_bytes, write_text
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_bytes, write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_passes.py")

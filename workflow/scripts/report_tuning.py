@@ -3,8 +3,8 @@ from pathlib import Path
 
 from groupconv import record_formats
 from groupconv_atlas.study import report
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_text
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_text
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "report_tuning.py")

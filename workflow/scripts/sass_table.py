@@ -3,9 +3,9 @@ into results/<device>/machine_code.parquet (the SASS text kept beside it)."""
 import json
 from pathlib import Path
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_parquet, write_text
-from groupconv_atlas.study.sass import (
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_parquet, write_text
+from groupconv_atlas.study.probes.sass import (
           check_record_matches,
           cuobjdump_version,
           dump_sass,

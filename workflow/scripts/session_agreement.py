@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from groupconv_atlas.study.compare_records import (agreement, compare_job, machine_code_matches,
-                                                   record_algorithms, same_source_kernels,
-                                                   session_changes)
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json, write_parquet
+from groupconv_atlas.study.artifacts.compare_records import (agreement, compare_job,
+                                                             machine_code_matches,
+                                                             record_algorithms, same_source_kernels,
+                                                             session_changes)
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "session_agreement.py")

@@ -1,9 +1,9 @@
 """Snakemake job (after a live run of the backward passes alone): copy their raw layer and job
 provenance into records/<name>-passes/ and enter its manifest's hash in records/INDEX.json (commit
-both). A replay of the newest atlas record takes its passes from there (study/pass_plan)."""
+both). A replay of the newest atlas record takes its passes from there (study/plans/pass_plan)."""
 from pathlib import Path
 
-from groupconv_atlas.study.record_writing import PASS_LAYER, snapshot
+from groupconv_atlas.study.records.record_writing import PASS_LAYER, snapshot
 
 smk = snakemake  # noqa: F821
 record_dir = Path(smk.output[0]).parent

@@ -2,8 +2,8 @@
 its manifest's hash, with how to replay it, in records/INDEX.json (commit both)."""
 from pathlib import Path
 
-from groupconv_atlas.study.provenance import now_utc
-from groupconv_atlas.study.record_writing import snapshot
+from groupconv_atlas.study.records.provenance import now_utc
+from groupconv_atlas.study.records.record_writing import snapshot
 
 smk = snakemake  # noqa: F821
 record_dir = Path(smk.output[0]).parent

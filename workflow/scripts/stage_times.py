@@ -1,11 +1,11 @@
 """Snakemake job (CPU, after a live run's atlas): wall time per stage and the GPU time inside each
-timing job's samples (groupconv_atlas.study.stage_times), written into the raw layer, which the
+timing job's samples (groupconv_atlas.study.live.stage_times), written into the raw layer, which the
 snapshot copies into the record."""
 from pathlib import Path
 
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.stage_times import job_times, stage_times, summary_lines
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.live.stage_times import job_times, stage_times, summary_lines
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "stage_times.py")

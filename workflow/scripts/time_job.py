@@ -7,13 +7,13 @@ import pandas as pd
 
 from groupconv.build import compile_kernel_source
 from groupconv.launcher import launcher_inputs
-from groupconv_atlas.study.jobs import Job
+from groupconv_atlas.study.records.jobs import Job
 from groupconv.kernels import base_implementation
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.floors import launch_counts
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.measuring.floors import launch_counts
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 from groupconv.timing import TimingConfig
-from groupconv_atlas.study.timing_workers import time_job
+from groupconv_atlas.study.measuring.timing_workers import time_job
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "time_job.py")
@@ -35,8 +35,8 @@ if "dispatch_table" in smk.input.keys():
     dispatch = smk.input.dispatch_table
     builds = sorted({*builds, *smk.input.all_builds})
     tunings = sorted({*tunings, *smk.input.all_tunings})
-# The shapes' floor (study/floors.py), built here with the atlas's flags: a same-bytes copy and
-# an empty launch sampled beside the implementations in this job's own processes.
+# The shapes' floor (study/measuring/floors.py), built here with the atlas's flags: a same-bytes
+# copy and an empty launch sampled beside the implementations in this job's own processes.
 floor_cubin, floor_build = None, None
 if smk.params.floor:
     floor_cubin = Path(smk.output.meta).with_suffix(".floor.cubin")

@@ -1,18 +1,19 @@
 """Snakemake job (GPU machine): one backward pass's timing job (its custom implementations
 interleaved with one reference group's PyTorch references run as that pass) in timing.processes
-worker processes whose batches alternate, by the forward's sampler (study/timing_workers)."""
+worker processes whose batches alternate, by the forward's sampler
+(study/measuring/timing_workers)."""
 import time
 
 import pandas as pd
 
 from groupconv.launcher import launcher_inputs
 from groupconv.timing import TimingConfig
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.pass_runs import backward_module, layout_of
-from groupconv_atlas.study.provenance import write_json, write_parquet
-from groupconv_atlas.study.floors import launch_counts
-from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.study.timing_workers import time_job
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.measuring.pass_runs import backward_module, layout_of
+from groupconv_atlas.study.records.provenance import write_json, write_parquet
+from groupconv_atlas.study.measuring.floors import launch_counts
+from groupconv_atlas.study.plans.shapes_table import load_frozen
+from groupconv_atlas.study.measuring.timing_workers import time_job
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "time_pass.py")

@@ -3,10 +3,10 @@ import time
 
 from groupconv.launcher import Launcher, launcher_inputs
 from groupconv.sessions import GpuSession
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.floors import launch_counts
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.measuring.floors import launch_counts
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 from groupconv.tuning import tune_kernel, tuning_timing
 
 smk = snakemake  # noqa: F821

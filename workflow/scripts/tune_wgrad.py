@@ -1,14 +1,14 @@
 """Snakemake job (GPU machine): the weight gradient's tuning stage in one layout on every frozen
-shape (study/wgrad_tuning)."""
+shape (study/measuring/wgrad_tuning)."""
 import time
 
 from groupconv.sessions import GpuSession
 from groupconv.tuning import tuning_timing
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_json
-from groupconv_atlas.study.floors import launch_counts
-from groupconv_atlas.study.shapes_table import load_frozen
-from groupconv_atlas.study.wgrad_tuning import tune_weight_grad
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_json
+from groupconv_atlas.study.measuring.floors import launch_counts
+from groupconv_atlas.study.plans.shapes_table import load_frozen
+from groupconv_atlas.study.measuring.wgrad_tuning import tune_weight_grad
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "tune_wgrad.py")

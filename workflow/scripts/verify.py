@@ -7,9 +7,9 @@ import pandas as pd
 
 from groupconv.launcher import Launcher, launcher_inputs
 from groupconv.sessions import GpuSession
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.records.provenance import write_parquet
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 from groupconv.verify import verify_implementation
 
 smk = snakemake  # noqa: F821

@@ -1,5 +1,5 @@
 """Snakemake job (GPU machine): verify one backward pass of every implementation on every frozen
-shape (study/pass_verify), before anything of it is timed."""
+shape (study/measuring/pass_verify), before anything of it is timed."""
 import json
 import time
 
@@ -7,18 +7,18 @@ import pandas as pd
 
 from groupconv.launch_tables import wgrad_tuning_table
 from groupconv.sessions import GpuSession
-from groupconv_atlas.study.jobs import Job
-from groupconv_atlas.study.pass_runs import pass_runtime
-from groupconv_atlas.study.pass_verify import verify_pass
-from groupconv_atlas.study.provenance import write_parquet
-from groupconv_atlas.study.shapes_table import load_frozen
+from groupconv_atlas.study.records.jobs import Job
+from groupconv_atlas.study.measuring.pass_runs import pass_runtime
+from groupconv_atlas.study.measuring.pass_verify import verify_pass
+from groupconv_atlas.study.records.provenance import write_parquet
+from groupconv_atlas.study.plans.shapes_table import load_frozen
 
 smk = snakemake  # noqa: F821
 job = Job(smk, "verify_pass.py")
 pass_ = smk.wildcards.pass_
 session = GpuSession()
 # The weight gradient's tuned cuts (this run's tuning stage), as its timing job launches them:
-# the pass's own runtime (study/pass_runs.pass_runtime), passed to each call.
+# the pass's own runtime (study/measuring/pass_runs.pass_runtime), passed to each call.
 tunings = job.input_files("tunings")
 runtime = pass_runtime(session, pass_, wgrad_tuning_table(tunings) if tunings else None)
 t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from groupconv_atlas.study.provenance_index import ProvenanceMismatch, verify_index
+from groupconv_atlas.study.records.provenance_index import ProvenanceMismatch, verify_index
 
 smk = snakemake  # noqa: F821
 index = Path(smk.params.index)

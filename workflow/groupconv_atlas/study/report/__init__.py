@@ -29,8 +29,8 @@ from .landing import landing_headline
 from .pass_pages import pass_figure, pass_page
 from .probe_pages import mobilenet_page, probes_page
 from .style import (BASELINE_LABELS, BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, PAGE_CSS, SVG_RC,
-                    UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio,
-                    responsive_svg, styled, svg_bytes)
+                    UNTIMED, baseline_label, figure_stem, fmt_interval, fmt_ratio, responsive_svg,
+                    styled, svg_bytes)
 
 __all__ = [
     "BASELINE_LABELS", "BOUNDARIES", "CLASS_COLOURS", "CLASS_GLYPHS", "MAP_DATA_MARKER",

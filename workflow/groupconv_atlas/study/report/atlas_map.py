@@ -8,9 +8,9 @@ import json
 import pandas as pd
 
 from groupconv.kernels import base_implementation, implementation_names, layout_of
-from ..map_cells import shape_cells, shape_verification
-from ..pass_stats import BEST_CUSTOM
-from ..stats import CLASSES, DERIVED_REFERENCES
+from ..statistics.map_cells import shape_cells, shape_verification
+from ..statistics.pass_stats import BEST_CUSTOM
+from ..statistics.stats import CLASSES, DERIVED_REFERENCES
 from .html_blocks import DATA_URL_LIMIT, data_url_bytes, packed_page
 from .style import BOUNDARIES, CLASS_COLOURS, CLASS_GLYPHS, UNTIMED, baseline_label
 

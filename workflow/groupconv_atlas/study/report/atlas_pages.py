@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 
-from ..medians import measured_medians
-from ..stats import CLASSES, classify
+from ..statistics.medians import measured_medians
+from ..statistics.stats import CLASSES, classify
 from .html_blocks import (Markup, abbreviated, esc, fmt_or_none, frame_html, hover, html_page,
                           int_or_none, markdown_html, table_html)
 from .style import baseline_label, fmt_interval, fmt_ratio, interval_columns

@@ -13,7 +13,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
-from ..stats import CLASSES, classify
+from ..statistics.stats import CLASSES, classify
 from .style import CLASS_COLOURS, TICK_PRIORITY, UNTIMED, fmt_interval, fmt_ratio
 
 

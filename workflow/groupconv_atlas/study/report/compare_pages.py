@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..compare_records import agreement, flips_by_comparison, reversals, timed_in_every_record
-from ..agreement_lines import reversal_cause_words
-from ..stats import CLASSES
+from ..artifacts.agreement_lines import reversal_cause_words
+from ..artifacts.compare_records import (agreement, flips_by_comparison, reversals,
+                                         timed_in_every_record)
+from ..statistics.stats import CLASSES
 from .html_blocks import esc, html_page, table_html
 from .style import fmt_interval, fmt_ratio
 

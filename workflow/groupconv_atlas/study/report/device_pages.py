@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..stats import CLASSES
+from ..statistics.stats import CLASSES
 from .axes import ratio_axis, ratio_limits
 from .html_blocks import esc, html_page, table_html
-from .style import CLASS_COLOURS, fmt_interval, fmt_ratio, new_figure, responsive_svg, styled, \
-    svg_bytes
+from .style import (CLASS_COLOURS, fmt_interval, fmt_ratio, new_figure, responsive_svg, styled,
+                    svg_bytes)
 
 
 def devices_of(wide: pd.DataFrame) -> list[str]:

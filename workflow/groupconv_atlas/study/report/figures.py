@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from ..mobilenet.config import empty_launch_words
-from ..stats import CLASSES, geometric_mean
+from ..probes.mobilenet.config import empty_launch_words
+from ..statistics.stats import CLASSES, geometric_mean
 from .axes import (FOREST_TITLE_PAD, axis_at_top, boundary_marker_legend, boundary_panel,
                    class_legend, draw_forest, draw_interval_rows, forest_margins, ratio_axis,
                    ratio_limits, top_ticks_height)

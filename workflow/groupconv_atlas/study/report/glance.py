@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from groupconv.kernels import DISPATCH
-from ..stats import CLASSES, classify
+from ..statistics.stats import CLASSES, classify
 from .axes import draw_interval_rows, ratio_axis
 from .style import CLASS_COLOURS, new_figure, styled
 

@@ -9,7 +9,7 @@ import re
 import textwrap
 
 from groupconv.kernels import layout_of
-from ..stats import classify
+from ..statistics.stats import classify
 from .glance import series_name
 
 # What the interval over shapes says of a lead as a whole (stats.classify's classes).

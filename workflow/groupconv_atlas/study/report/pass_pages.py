@@ -1,19 +1,20 @@
 """The backward passes' page and figure (report_passes): per pass, the best custom implementation
 against torch_best on every shape at both boundaries, losses drawn and listed as plainly as wins,
-from passes.parquet and atlas.json's `passes` section (study/pass_stats)."""
+from passes.parquet and atlas.json's `passes` section (study/statistics/pass_stats)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..pass_stats import held_record_words
-from ..stats import CLASSES, TORCH_BEST
-from .html_blocks import Markup, esc, html_page, table_html
+from ..statistics.pass_stats import held_record_words
+from ..statistics.stats import CLASSES, TORCH_BEST
 from .axes import axis_at_top, ratio_axis, ratio_limits
+from .html_blocks import Markup, esc, html_page, table_html
 from .style import BOUNDARIES, CLASS_COLOURS, fmt_interval, fmt_ratio, styled, svg_bytes
 
-BEST_CUSTOM = "best_custom"  # study/pass_stats.BEST_CUSTOM (the report reads its tables only)
+# study/statistics/pass_stats.BEST_CUSTOM (the report reads its tables only)
+BEST_CUSTOM = "best_custom"
 
 
 def best_rows(table: pd.DataFrame, pass_: str, boundary: str) -> pd.DataFrame:

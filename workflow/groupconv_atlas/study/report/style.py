@@ -1,8 +1,8 @@
 """The report's look, shared by its figures, pages and the atlas map: colours and glyphs by class,
 baseline labels, number formats, the fixed SVG settings and the page stylesheet.
 
-Ratios follow groupconv_atlas.study.stats: baseline time / candidate time, above 1 favours the
-candidate. Colours by class are defined once here."""
+Ratios follow groupconv_atlas.study.statistics.stats: baseline time / candidate time, above 1
+favours the candidate. Colours by class are defined once here."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from groupconv.timing import BOUNDARIES  # noqa: F401  (the report's name for it)
-from ..plan import figure_stem  # noqa: F401  (the report's name for it)
+from ..plans.plan import figure_stem  # noqa: F401  (the report's name for it)
 
 UNTIMED = ("UNSUPPORTED", "INCORRECT", "UNMEASURED")
 # Okabe-Ito colours (colour-blind safe); WIN and LOSS equally saturated so losses read as
