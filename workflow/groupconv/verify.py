@@ -13,6 +13,8 @@ orders of magnitude above the bound. The CPU parts here import without a GPU.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .kernels import BASELINES, KERNELS, base_implementation, support
@@ -35,6 +37,18 @@ def bound_scale(accumulation_length: int, factor: float, tf32: bool = False) -> 
     of operands rounded to TF32 errs by up to 2 u_tf32 relative before the FP32 sum."""
     products = 2 * UNIT_ROUNDOFF_TF32 if tf32 else 0.0
     return factor * (accumulation_length * UNIT_ROUNDOFF_FP32 + products)
+
+
+def long_sum_bound_scale(accumulation_length: int, factor: float) -> float:
+    """Multiplier of (|a| . |b|) that gives the elementwise tolerance of a long FP32 sum of K
+    products: factor * sqrt(K) * u, the probabilistic bound (Higham and Mary, "A new approach
+    to probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019, Thm. 3.1: with
+    rounding errors independent and of mean zero, |error| <= lambda sqrt(K) u sum|a_i b_i| with
+    probability at least 1 - 2 exp(-lambda^2 (1-u)^2 / 2); factor = lambda). The worst case
+    (bound_scale) grows as K u while a correct sum's error grows as sqrt(K) u: where K is
+    N * H * W (the weight gradient), millions, the worst case accepts an output that errs by
+    10^6 times a correct one's, and a kernel that drops a slice of its sum passes it."""
+    return factor * math.sqrt(accumulation_length) * UNIT_ROUNDOFF_FP32
 
 
 # Slots of the kernels after SEED_ORDER count up from its end; those of later baselines from here,

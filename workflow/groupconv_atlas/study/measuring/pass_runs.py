@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 
 from groupconv.kernels import BASELINES
+from groupconv.verify import bound_scale, long_sum_bound_scale
 from ..plans.pass_plan import BACKWARD_MODULE
 
 INPUT_GRAD, WEIGHT_GRAD = "input_grad", "weight_grad"
@@ -74,6 +75,21 @@ def reduction_length(pass_: str, shape) -> int:
     if pass_ == WEIGHT_GRAD:
         return shape.n * shape.h_out * shape.w_out
     raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
+
+
+def error_bound_scale(pass_: str, shape, factor: float) -> float:
+    """The multiplier of the pass's FP64 result on the operands' absolute values that gives its
+    elementwise tolerance. The input gradient sums 9 * C_out/groups products, as the forward
+    sums 9 * C_in/groups: the forward's worst-case bound (verify.bound_scale). The weight
+    gradient sums N * H * W, up to millions, where the worst case is ~sqrt(K) times too wide
+    to tell a dropped slice of the sum from rounding: the probabilistic bound
+    (verify.long_sum_bound_scale). Every correct weight gradient of the committed passes
+    records, PyTorch's four references included, stays well inside it
+    (tests/test_passes_verify_cpu.py reads them)."""
+    K = reduction_length(pass_, shape)
+    if pass_ == WEIGHT_GRAD:
+        return long_sum_bound_scale(K, factor)
+    return bound_scale(K, factor)
 
 
 def implementations(backward, pass_: str) -> list[str]:

@@ -4,21 +4,24 @@ that pass (study/measuring/pass_runs), in its own layout, as groupconv/verify ve
 
 Each (shape, implementation) check draws fresh seeded standard-normal x, weight and grad_y (never
 zeros) and compares the full result against PyTorch FP32 (torch_default's pass, NCHW) and PyTorch
-FP64 (the same aten.convolution_backward on FP64 tensors), with the forward's elementwise bound
-(groupconv/verify.bound_scale, full_output_errors): |g - ref| <= factor * K * u * (|.| conv |.|),
-K the pass's reduction length (study/measuring/pass_runs.reduction_length), the scale the pass
-itself computed in FP64 on the operands' absolute values. The result is poisoned: a block of the
-output's size is filled with NaN and freed just before the call, and where PyTorch's caching
-allocator hands the call that block (the same pointer) the row says so (`poisoned_before_launch`),
-so an unwritten element fails. The forward's FP64 point check (numpy) has no counterpart here: the
-FP64 reference is PyTorch's. Unsupported cases stay in the table with their reason.
+FP64 (the same aten.convolution_backward on FP64 tensors), with the forward's elementwise check
+(groupconv/verify.full_output_errors): |g - ref| <= scale * (|.| conv |.|), the latter the pass
+itself computed in FP64 on the operands' absolute values; scale = factor * K * u for the input
+gradient (the forward's worst case, K = 9 * C_out/groups) and factor * sqrt(K) * u for the
+weight gradient's long sums (K = N * H * W; study/measuring/pass_runs.error_bound_scale says
+why). The result is poisoned: a block of the output's size is filled with NaN and freed just
+before the call, and where PyTorch's caching allocator hands the call that block (the same
+pointer) the row says so (`poisoned_before_launch`), so an unwritten element fails. The
+forward's FP64 point check (numpy) has no counterpart here: the FP64 reference is PyTorch's.
+Unsupported cases stay in the table with their reason.
 """
 from __future__ import annotations
 
-from groupconv.verify import bound_scale, full_output_failures, full_output_errors
+from groupconv.verify import full_output_failures, full_output_errors
 from ..plans.pass_plan import BACKWARD_ORDER
-from .pass_runs import (INPUT_GRAD, OUTPUT_MASK, backward_module, bind, grad_output,
-                        implementations, layout_of, reduction_length, reference_call, support)
+from .pass_runs import (INPUT_GRAD, OUTPUT_MASK, backward_module, bind, error_bound_scale,
+                        grad_output, implementations, layout_of, reduction_length,
+                        reference_call, support)
 
 # Seeds: base + 1000 * shape index + PASS_SEED_SLOTS + 40 * pass index + the implementation's
 # place in the pass's list; the forward's slots (groupconv/verify.seed_slot) stay below 900 in use.
@@ -65,7 +68,7 @@ def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
         return unsupported_row(pass_, shape, impl, layout, reason, seed)
     torch = session.torch
     K = reduction_length(pass_, shape)
-    scale = bound_scale(K, factor)
+    scale = error_bound_scale(pass_, shape, factor)
     with session.on_stream():
         x, w = session.random_inputs(shape, seed)
         gy = grad_output(torch, shape, seed)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from groupconv.backward_kernels import TUNING_BLOCKS_PER_SM, wgrad_cuts, wgrad_plan
-from groupconv.verify import bound_scale, full_output_errors, full_output_failures
-from .pass_runs import WEIGHT_GRAD, grad_output, in_pass_layout, reduction_length
+from groupconv.verify import full_output_errors, full_output_failures
+from .pass_runs import WEIGHT_GRAD, error_bound_scale, grad_output, in_pass_layout
 from .pass_verify import fp32_reference, fp64_reference
 
 METHOD = ("per shape: every cut of the weight gradient's plan (tile, rows or channel vector, "
@@ -47,7 +47,7 @@ def references(session, shape, x, w, gy, factor: float):
     torch = session.torch
     ref32 = fp32_reference(torch, WEIGHT_GRAD, x, w, gy, shape.groups)
     ref64 = fp64_reference(torch, WEIGHT_GRAD, x, w, gy, shape.groups)
-    tol = bound_scale(reduction_length(WEIGHT_GRAD, shape), factor) * fp64_reference(
+    tol = error_bound_scale(WEIGHT_GRAD, shape, factor) * fp64_reference(
         torch, WEIGHT_GRAD, x, w, gy, shape.groups, absolute=True)
     return ref32, ref64, tol
 
