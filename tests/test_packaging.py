@@ -151,12 +151,14 @@ def installed(wheels, tmp_path_factory) -> tuple[Path, Path, Path, dict]:
         [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True, text=True, check=True).stdout.strip())
     (purelib / "environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # Without PYTHONPATH: a checkout's workflow/ on it holds the egg-info a build of the study
+    # leaves there, which pip then takes for the study installed and skips its wheel.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = run_guarded([sys.executable, "-m", "pip", "--python", str(python), "install",
                        "--no-deps", "--no-index", "-q", str(wheels["op"]), str(wheels["study"])],
-                      tmp_path)
+                      tmp_path, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return python, venv, elsewhere, env
 
 
