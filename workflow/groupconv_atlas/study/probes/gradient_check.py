@@ -21,8 +21,10 @@ more, which is why the reference is FP64.
 Each substituted layer (`layer_errors`): on the step's own tensors (the input it was given, the
 output gradient it received), its output, input gradient and weight gradient against FP64 with
 the atlas verifier's elementwise bound (groupconv/verify, study/measuring/pass_verify: factor x K x
-2^-24 x the operation on absolute values, K the reduction length). It is the sharp part: a layer
-that computes a wrong element is caught there whatever the step's conditioning.
+2^-24 x the operation on absolute values, K the reduction length; for the weight gradient's long
+sums factor x sqrt(K) x 2^-24, pass_runs.error_bound_scale). It is the sharp part: a layer that
+computes a wrong element is caught there whatever the step's conditioning. Records made before
+the weight gradient's bound changed hold their ratios to the worst case.
 
 Pure Python over plain numbers (`verdict`, `layer_verdict`), so a record's stored errors are
 judged again on any machine; torch only where gradients are taken."""
@@ -236,7 +238,9 @@ class LayerCapture:
     def _layer_errors(self, name: str, factor: float) -> dict:
         import torch
 
+        from groupconv.shapes import geometry_shape
         from groupconv.verify import bound_scale, fp64_references, full_output_errors
+        from ..measuring.pass_runs import error_bound_scale
         from ..measuring.pass_verify import fp64_reference
 
         module, seen = self.model.get_submodule(name), self.seen.get(name)
@@ -248,14 +252,15 @@ class LayerCapture:
         y64, magnitude = fp64_references(torch, x, w, groups)
         tol = bound_scale(9 * (c_in // groups), factor) * magnitude
         ratios = {"output": full_output_errors(torch, seen["y"], y64, y64, tol)["ratio64"]}
-        for pass_, got, length in (("input_grad", seen["dx"], 9 * (c_out // groups)),
-                                   ("weight_grad", module.weight.grad, n * h * width)):
+        geometry = geometry_shape(n, c_in, c_out, h, width, groups)
+        for pass_, got in (("input_grad", seen["dx"]), ("weight_grad", module.weight.grad)):
             if got is None:
                 ratios[pass_] = None
                 continue
             ref = fp64_reference(torch, pass_, x, w, dy, groups)
-            tol = bound_scale(length, factor) * fp64_reference(torch, pass_, x, w, dy, groups,
-                                                               absolute=True)
+            # the pass verifier's bound (the weight gradient's long sums: sqrt(K))
+            tol = error_bound_scale(pass_, geometry, factor) * fp64_reference(
+                torch, pass_, x, w, dy, groups, absolute=True)
             ratios[pass_] = full_output_errors(torch, got, ref, ref, tol)["ratio64"]
         # A non-finite ratio (a NaN or infinite element) is named, never stored as a number.
         bad = [t for t, r in ratios.items() if r is not None and not math.isfinite(r)]
