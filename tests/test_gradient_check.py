@@ -3,6 +3,8 @@ FP64 within GRADIENT_FACTOR x the original's + GRADIENT_FLOOR x the tensor's lar
 gradient that is zero in exact arithmetic; a missing gradient; the figures a summary reads."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from groupconv_atlas.study.probes import gradient_check as gc
@@ -202,3 +204,32 @@ def test_a_layer_the_step_never_reached_or_a_non_finite_tensor_fails_the_layer_c
 def test_a_step_with_no_swapped_layer_says_so():
     check = gc.layer_verdict({})
     assert check["passed"] and gc.layer_verdict_text(check) == "no layer swapped"
+
+
+def test_every_committed_per_layer_weight_gradient_reading_is_well_inside_the_pass_bound():
+    """The training checks committed beside the records hold each swapped layer's weight-gradient
+    error as a share of the worst-case bound they were taken with; the pass verifier's bound for
+    the weight gradient's long sums is sqrt(K) times tighter, and every reading stays within a
+    tenth of it."""
+    import json
+
+    from groupconv.files import REPO_ROOT
+
+    readings = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            share, geometry = node.get("weight_grad"), node.get("geometry")
+            if isinstance(share, (int, float)) and geometry:
+                n, _, _, h, w, _ = geometry
+                readings.append(share * math.sqrt(n * h * w))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in sorted((REPO_ROOT / "records").glob("*/device-logs/**/training-check.json")):
+        walk(json.loads(path.read_text()))
+    assert len(readings) >= 100
+    assert max(readings) < 0.1, max(readings)
