@@ -17,7 +17,7 @@ from gpu_helpers import SHAPES, TOLERANCE_FACTOR, check_seed, poison_free_memory
 
 from groupconv.files import REPO_ROOT
 from groupconv.shapes import geometry_shape
-from groupconv.verify import bound_scale, long_sum_bound_scale
+from groupconv_atlas.study.measuring.pass_runs import error_bound_scale, reduction_length
 
 pytestmark = pytest.mark.gpu
 
@@ -59,12 +59,12 @@ def _fp64(x, w, dy, groups, mask):
     return out[i], scale[i]
 
 
-def assert_within_bound(got, ref, scale, k, what, long_sum=False):
-    """Within the verifier's bound: the worst case for the input gradient's short sums, the
-    probabilistic one for the weight gradient's long ones (`long_sum`, as pass_verify bounds
-    it: study/measuring/pass_runs.error_bound_scale)."""
+def assert_within_bound(got, ref, scale, pass_, shape, what):
+    """Within the pass verifier's bound for `pass_` on `shape`
+    (study/measuring/pass_runs.error_bound_scale, as verify_pass takes it)."""
     torch = _torch()
-    tol = (long_sum_bound_scale if long_sum else bound_scale)(k, TOLERANCE_FACTOR) * scale
+    k = reduction_length(pass_, shape)
+    tol = error_bound_scale(pass_, shape, TOLERANCE_FACTOR) * scale
     err = (got.double() - ref).abs()
     bad = ~(err <= tol)  # NaN (an unwritten element) is bad
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {got.numel()} outside the bound "
@@ -98,8 +98,7 @@ def test_weight_grad_matches_fp64_and_is_bit_identical(shape, layout):
     got = backward.weight_grad(dy, x, shape.groups, impl)
     assert tuple(got.shape) == (shape.c_out, shape.cin_per_group, 3, 3) and got.is_contiguous()
     ref, scale = _fp64(x, w, dy, shape.groups, (False, True))
-    assert_within_bound(got, ref, scale, shape.n * shape.h * shape.w, f"{impl} {shape.id}",
-                        long_sum=True)
+    assert_within_bound(got, ref, scale, "weight_grad", shape, f"{impl} {shape.id}")
     poison_free_memory(torch, poison)
     again = backward.weight_grad(dy, x, shape.groups, impl)
     torch.cuda.synchronize()
@@ -118,7 +117,7 @@ def test_input_grad_matches_fp64(shape, layout):
     assert tuple(got.shape) == tuple(x.shape)
     assert got.is_contiguous(memory_format=_fmt(layout))
     ref, scale = _fp64(x, w, dy, shape.groups, (True, False))
-    assert_within_bound(got, ref, scale, 9 * shape.cout_per_group, f"{impl} {shape.id}")
+    assert_within_bound(got, ref, scale, "input_grad", shape, f"{impl} {shape.id}")
 
 
 DEPTHWISE = [s for s in CASES if s.c_in == s.c_out == s.groups]
@@ -170,7 +169,7 @@ def test_a_misaligned_grad_y_takes_the_turned_weights_reference(shape, layout):
     assert shifted.data_ptr() % 16 == 4
     got = backward.input_grad(shifted, w, shape.groups, impl)
     ref, scale = _fp64(x, w, dy, shape.groups, (True, False))
-    assert_within_bound(got, ref, scale, 9 * shape.cout_per_group, f"{impl} {shape.id} shifted")
+    assert_within_bound(got, ref, scale, "input_grad", shape, f"{impl} {shape.id} shifted")
 
 
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
@@ -226,9 +225,8 @@ def test_a_pass_planned_and_launched_on_a_fresh_thread_finds_pytorch_s_context(l
     assert "error" not in got, repr(got.get("error"))
     ref_x, scale_x = _fp64(x, w, dy, shape.groups, (True, False))
     ref_w, scale_w = _fp64(x, w, dy, shape.groups, (False, True))
-    assert_within_bound(got["dx"], ref_x, scale_x, 9 * shape.cout_per_group, "dX on a thread")
-    assert_within_bound(got["dw"], ref_w, scale_w, shape.n * shape.h * shape.w, "dW on a thread",
-                        long_sum=True)
+    assert_within_bound(got["dx"], ref_x, scale_x, "input_grad", shape, "dX on a thread")
+    assert_within_bound(got["dw"], ref_w, scale_w, "weight_grad", shape, "dW on a thread")
 
 
 def test_a_stage_s_runtime_plans_its_own_cuts_and_leaves_the_default_s_alone():
@@ -261,8 +259,7 @@ def test_a_stage_s_runtime_plans_its_own_cuts_and_leaves_the_default_s_alone():
     assert plan_of(stage) == tuned and plan_of(default) == rule
     ref, scale = _fp64(x, w, dy, shape.groups, (False, True))
     for name, grad in (("tuned", got), ("rule", want)):
-        assert_within_bound(grad, ref, scale, shape.n * shape.h * shape.w, f"{name} cut",
-                            long_sum=True)
+        assert_within_bound(grad, ref, scale, "weight_grad", shape, f"{name} cut")
 
 
 @pytest.mark.parametrize("layout", FORMATS)
@@ -285,14 +282,13 @@ def test_a_training_step_through_conv2d_takes_the_custom_backward(layout):
             y.backward(dy)
             ref_x, scale_x = _fp64(x.detach(), w, dy, s.groups, (True, False))
             ref_w, scale_w = _fp64(x.detach(), w, dy, s.groups, (False, True))
-            assert_within_bound(x.grad, ref_x, scale_x, 9 * s.cout_per_group, f"dX {s.id}")
-            assert_within_bound(weight.grad, ref_w, scale_w, s.n * s.h * s.w, f"dW {s.id}",
-                                long_sum=True)
+            assert_within_bound(x.grad, ref_x, scale_x, "input_grad", s, f"dX {s.id}")
+            assert_within_bound(weight.grad, ref_w, scale_w, "weight_grad", s, f"dW {s.id}")
             # the same through F.conv2d's backward, within the same bound
             xr = x.detach().clone().requires_grad_(True)
             wr = w.clone().requires_grad_(True)
             torch.nn.functional.conv2d(xr, wr, None, 1, 1, 1, s.groups).backward(dy)
-            assert_within_bound(xr.grad, ref_x, scale_x, 9 * s.cout_per_group, f"ref dX {s.id}")
+            assert_within_bound(xr.grad, ref_x, scale_x, "input_grad", s, f"ref dX {s.id}")
     finally:
         conv.configure()
 

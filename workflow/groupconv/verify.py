@@ -46,8 +46,8 @@ def long_sum_bound_scale(accumulation_length: int, factor: float) -> float:
     rounding errors independent and of mean zero, |error| <= lambda sqrt(K) u sum|a_i b_i| with
     probability at least 1 - 2 exp(-lambda^2 (1-u)^2 / 2); factor = lambda). The worst case
     (bound_scale) grows as K u while a correct sum's error grows as sqrt(K) u: where K is
-    N * H * W (the weight gradient), millions, the worst case accepts an output that errs by
-    10^6 times a correct one's, and a kernel that drops a slice of its sum passes it."""
+    N * H * W (the weight gradient, up to millions), the worst case is wide enough to pass a
+    kernel that drops a slice of its sum."""
     return factor * math.sqrt(accumulation_length) * UNIT_ROUNDOFF_FP32
 
 
