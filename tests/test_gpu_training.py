@@ -16,6 +16,7 @@ from gpu_helpers import TOLERANCE_FACTOR
 torch = pytest.importorskip("torch")
 conv = pytest.importorskip("groupconv.conv")
 layers = pytest.importorskip("groupconv.layers")
+from groupconv.backward_plans import CUSTOM_BACKWARD  # noqa: E402
 from groupconv.conversion import convert, substitute_convs  # noqa: E402
 from groupconv.torch_fallback import _strict_fp32_call  # noqa: E402
 from groupconv_atlas.study.probes import gradient_check  # noqa: E402
@@ -342,6 +343,68 @@ def test_a_converted_model_trains_under_torch_compile_through_the_op(layout, str
            if n.op == "call_function" and str(n.target).split(".")[0] == "groupconv"]
     swapped = sum(isinstance(m, layers.GroupConv2d) for m in converted.modules())
     assert len(ops) == swapped, (ops, swapped)
+    compiled_grads = {k: p.grad.clone() for k, p in converted.named_parameters()}
+    converted.zero_grad(set_to_none=True)
+    with conv.eager_training_as("kernels"):
+        loss(x).backward()
+    for k, p in converted.named_parameters():
+        torch.testing.assert_close(compiled_grads[k], p.grad, rtol=1e-4, atol=1e-5, msg=k)
+
+
+def _routing_every_pass(converted, x, layout: str) -> tuple[dict, int]:
+    """A backward table that sends both passes of every swapped layer's geometry to the custom
+    implementation of `layout`, and how many swapped layers ran."""
+    geometries = []
+
+    def seen(module, inputs, output):
+        n, _, h, w = inputs[0].shape
+        geometries.append((n, module.in_channels, module.out_channels, h, w, module.groups))
+
+    hooks = [m.register_forward_hook(seen) for m in converted.modules()
+             if isinstance(m, layers.GroupConv2d)]
+    with torch.no_grad():
+        converted(x)
+    for hook in hooks:
+        hook.remove()
+    custom = {p: next(i for i in impls if i.endswith(layout))
+              for p, impls in CUSTOM_BACKWARD.items()}
+    return {(p, layout, g): custom[p] for g in geometries for p in custom}, len(geometries)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_compiled_train_step_runs_the_custom_backward_its_table_names(layout, strict_fp32,
+                                                                        monkeypatch):
+    """torch.compile of a converted model's loss with a backward table that names the custom
+    passes for every swapped layer: the compiled backward launches them when it runs (each pass
+    of each layer once a step, counted where the op's backward ops compute), not at trace time,
+    and every gradient equals an eager step's through the same passes."""
+    model = _model("small", layout)
+    x, target = _inputs(model, layout)
+    converted = _converted(model, x, layout, "named")
+    dropout_off(converted)
+    table, swapped = _routing_every_pass(converted, x, layout)
+    assert set(table.values()) == {f"ig_{layout}", f"wg_{layout}"}, table
+    monkeypatch.setattr(conv, "_RUNTIME", conv._RUNTIME)  # the default runtime back afterwards
+    conv.configure(backward_dispatch=table)
+    backward = conv.runtime().backward
+    calls = {"input_grad": 0, "weight_grad": 0}
+    for name in calls:
+        def counted(*args, _run=getattr(backward, name), _name=name):
+            calls[_name] += 1
+            return _run(*args)
+        monkeypatch.setattr(backward, name, counted)
+
+    def loss(inp):
+        return nn.functional.cross_entropy(converted(inp), target)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, fullgraph=True)
+    converted.zero_grad(set_to_none=True)
+    compiled(x).backward()
+    torch.cuda.synchronize()
+    # every swapped layer follows the dense first layer: both of its passes are asked for
+    assert calls == {"input_grad": swapped, "weight_grad": swapped}, (calls, swapped)
     compiled_grads = {k: p.grad.clone() for k, p in converted.named_parameters()}
     converted.zero_grad(set_to_none=True)
     with conv.eager_training_as("kernels"):

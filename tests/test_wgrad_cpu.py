@@ -283,6 +283,45 @@ def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_geometry(m
     assert got_w is None and torch.equal(got_x, want_x)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_a_traced_backward_holds_the_routed_passes_as_ops(monkeypatch, layout):
+    """conv2d's backward traced on fake tensors (as torch.compile traces the compiled backward):
+    a pass the backward table routes to a custom implementation is a groupconv op in the graph,
+    with the output's shape and layout, and nothing launches at trace time; a geometry the table
+    lacks is aten's convolution_backward. Called directly, the passes would launch on the fake
+    tensors' missing memory at trace time and leave the graph without them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    routed, other = (2, 8, 16, 9, 13, 8), (2, 8, 16, 9, 14, 8)
+    table = {("weight_grad", layout, routed): f"wg_{layout}",
+             ("input_grad", layout, routed): f"ig_{layout}"}
+    monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=table))
+
+    def traced(geometry):
+        n, c_in, c_out, h, w, groups = geometry
+
+        def step(grad, x, weight):
+            return conv._conv2d_backward(_ctx(x, weight, groups), grad)[:2]
+
+        args = (torch.randn(n, c_out, h, w).contiguous(memory_format=fmt),
+                torch.randn(n, c_in, h, w).contiguous(memory_format=fmt),
+                torch.randn(c_out, c_in // groups, 3, 3))
+        graph = make_fx(step, tracing_mode="fake")(*args)
+        nodes = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+        outputs = [node for node in graph.graph.nodes if node.op == "output"][0].args[0]
+        return nodes, [o.meta["val"] for o in outputs]
+
+    nodes, (grad_x, grad_w) = traced(routed)
+    assert "groupconv.input_grad.default" in nodes and "groupconv.weight_grad.default" in nodes
+    assert not any("convolution_backward" in n for n in nodes), nodes
+    assert grad_x.shape == (2, 8, 9, 13) and grad_x.is_contiguous(memory_format=fmt)
+    assert grad_w.shape == (16, 1, 3, 3) and grad_w.is_contiguous()
+    nodes, _ = traced(other)
+    assert not any(n.startswith("groupconv.") for n in nodes), nodes
+    assert any("convolution_backward" in n for n in nodes), nodes
+
+
 def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):
     monkeypatch.setattr(conv, "_RUNTIME", conv._Unbuilt())
     table = {("weight_grad", "nhwc", (2, 8, 16, 9, 13, 8)): "wg_nhwc"}

@@ -297,11 +297,15 @@ def tuned_wgrad_plan(tunings: dict, shape, layout: str, sm_count: int, alignment
     return wgrad_plan(shape, layout, sm_count, alignment)
 
 
-def routed_backward(runtime, grad, x, weight, groups: int, needs):
+def routed_backward(runtime, grad, x, weight, groups: int, needs, calls=None):
     """(grad_x, grad_w) of the op's backward on `runtime` (op_runtime.Runtime): each pass its
     backward table (runtime.backward_dispatch) names for (pass, layout, geometry) through that
-    implementation and the runtime's backward plans, the others (every pass of a geometry the
-    table lacks) through aten.convolution_backward exactly as F.conv2d's backward calls it."""
+    implementation, the others (every pass of a geometry the table lacks) through
+    aten.convolution_backward exactly as F.conv2d's backward calls it. `calls` maps a pass to
+    the function that computes it, f(grad_y, weight or x, groups, implementation); conv passes
+    the op's registered backward ops (torch.ops.groupconv.input_grad, .weight_grad), which
+    torch.compile traces as opaque calls with a fake; by default the runtime's backward itself
+    (an eager caller with a runtime of its own)."""
     table, backward = runtime.backward_dispatch, runtime.backward
     layout = "nchw" if x.is_contiguous() else "nhwc"
     geometry = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], x.shape[3], groups)
@@ -312,12 +316,14 @@ def routed_backward(runtime, grad, x, weight, groups: int, needs):
     if rest_x or rest_w:
         grad_x, grad_w, _ = CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False,
                                           _ZEROS, groups, [rest_x, rest_w, False])
+    if calls is None:
+        calls = {"input_grad": lambda g, w, k, i: backward.input_grad(g, w, k, i, runtime),
+                 "weight_grad": backward.weight_grad}
     if impl_x is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_x)]
-        grad_x = backward.input_grad(grad.contiguous(memory_format=fmt), weight, groups, impl_x,
-                                     runtime)
+        grad_x = calls["input_grad"](grad.contiguous(memory_format=fmt), weight, groups, impl_x)
     if impl_w is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_w)]
-        grad_w = backward.weight_grad(grad.contiguous(memory_format=fmt),
+        grad_w = calls["weight_grad"](grad.contiguous(memory_format=fmt),
                                       x.contiguous(memory_format=fmt), groups, impl_w)
     return grad_x, grad_w

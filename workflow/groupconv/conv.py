@@ -43,6 +43,7 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call,  # noqa: F401
                           check_epilogue, implementations, support)
+from .backward_ops import BACKWARD_OPS
 from .backward_plans import routed_backward
 from .launcher import Launcher
 from .op_runtime import EAGER_TRAINING, Runtime, eager_training_choice  # noqa: F401
@@ -201,7 +202,8 @@ def _conv2d_backward(ctx, grad):
     needs = ctx.needs_input_grad
     # configure(backward_dispatch=...) or the tables' own: its passes, the rest aten's
     if _RUNTIME.backward_dispatch:
-        grad_x, grad_w = routed_backward(_RUNTIME, grad, x, weight, ctx.groups, needs)
+        grad_x, grad_w = routed_backward(_RUNTIME, grad, x, weight, ctx.groups, needs,
+                                         BACKWARD_OPS)
         return grad_x, grad_w, None, None
     grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,
                                        ctx.groups, [needs[0], needs[1], False])
