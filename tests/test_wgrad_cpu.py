@@ -254,14 +254,16 @@ def _stage_runtime(**kwargs):
     return Runtime(launcher=object(), **kwargs)
 
 
-def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_geometry(monkeypatch):
+def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_pass_and_layout(
+        monkeypatch):
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(2, 8, 9, 13, generator=gen, requires_grad=True)
     weight = torch.randn(16, 1, 3, 3, generator=gen, requires_grad=True)
     grad = torch.randn(2, 16, 9, 13, generator=gen)
     y = torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, 8)
     want_x, want_w = torch.autograd.grad(y, (x, weight), grad)
-    other = {("weight_grad", "nchw", (2, 8, 16, 9, 14, 8)): "wg_nchw",
+    # a table measured on the other layout only: no pass of an NCHW call has a choice to go by
+    other = {("weight_grad", "nhwc", (2, 8, 16, 9, 14, 8)): "wg_nhwc",
              ("input_grad", "nhwc", (2, 8, 16, 9, 13, 8)): "ig_nhwc"}
     for table in ({}, other):
         monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=table))
@@ -283,17 +285,53 @@ def test_conv2d_backward_falls_back_to_aten_where_the_table_lacks_the_geometry(m
     assert got_w is None and torch.equal(got_x, want_x)
 
 
+def test_an_unseen_geometry_s_backward_takes_the_nearest_measured_choice(caplog):
+    """A pass on a geometry the backward table lacks takes the choice of the nearest geometry
+    measured for the same pass and layout whose implementation supports it (a PyTorch reference
+    included), made once per key and logged; nothing measured for the pass and layout: None,
+    PyTorch's backward."""
+    from groupconv.unseen import distance, nearest_backward
+
+    seen = (32, 96, 96, 56, 56, 96)  # depthwise, as the call below
+    table = {("weight_grad", "nhwc", seen): "torch_tuned_nhwc",
+             ("weight_grad", "nhwc", (32, 256, 256, 56, 56, 32)): "wg_nhwc",
+             ("weight_grad", "nchw", (32, 96, 96, 56, 56, 96)): "wg_nchw",
+             ("input_grad", "nhwc", (8, 96, 96, 28, 28, 96)): "ig_nhwc"}
+    call = (16, 96, 96, 56, 56, 96)
+    assert distance(call, seen) < distance(call, (32, 256, 256, 56, 56, 32))
+    everything = lambda impl, geometry: True  # noqa: E731
+    assert nearest_backward("weight_grad", "nhwc", call, table, everything)[0] == \
+        "torch_tuned_nhwc"
+    assert nearest_backward("weight_grad", "nchw", call, table, everything)[0] == "wg_nchw"
+    assert nearest_backward("input_grad", "nhwc", call, table, everything)[0] == "ig_nhwc"
+    assert nearest_backward("input_grad", "nchw", call, table, everything)[0] is None
+    # the nearest's implementation does not support the geometry: the next nearest's
+    no_reference = lambda impl, geometry: not impl.startswith("torch")  # noqa: E731
+    impl, why = nearest_backward("weight_grad", "nhwc", call, table, no_reference)
+    assert impl == "wg_nhwc" and "(32, 256, 256, 56, 56, 32)" in why, why
+    # the runtime: the table's own where it holds the geometry, else the nearest, once per key
+    runtime = _stage_runtime(backward_dispatch=table)
+    assert runtime.backward_choice("weight_grad", "nchw", (32, 96, 96, 56, 56, 96)) == "wg_nchw"
+    with caplog.at_level("WARNING", logger="groupconv"):
+        for _ in range(2):
+            assert runtime.backward_choice("weight_grad", "nhwc", call) == "torch_tuned_nhwc"
+    assert [r.getMessage().count("not in the backward table") for r in caplog.records] == [1]
+    assert runtime.backward_choices == {("weight_grad", "nhwc", call): "torch_tuned_nhwc"}
+    assert runtime.backward_choice("input_grad", "nchw", call) is None
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_a_traced_backward_holds_the_routed_passes_as_ops(monkeypatch, layout):
     """conv2d's backward traced on fake tensors (as torch.compile traces the compiled backward):
     a pass the backward table routes to a custom implementation is a groupconv op in the graph,
-    with the output's shape and layout, and nothing launches at trace time; a geometry the table
-    lacks is aten's convolution_backward. Called directly, the passes would launch on the fake
-    tensors' missing memory at trace time and leave the graph without them."""
+    with the output's shape and layout, and nothing launches at trace time; a pass the table
+    measured on no geometry of the layout is aten's convolution_backward. Called directly, the
+    passes would launch on the fake tensors' missing memory at trace time and leave the graph
+    without them."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
-    routed, other = (2, 8, 16, 9, 13, 8), (2, 8, 16, 9, 14, 8)
+    routed = (2, 8, 16, 9, 13, 8)
     table = {("weight_grad", layout, routed): f"wg_{layout}",
              ("input_grad", layout, routed): f"ig_{layout}"}
     monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=table))
@@ -317,7 +355,12 @@ def test_a_traced_backward_holds_the_routed_passes_as_ops(monkeypatch, layout):
     assert not any("convolution_backward" in n for n in nodes), nodes
     assert grad_x.shape == (2, 8, 9, 13) and grad_x.is_contiguous(memory_format=fmt)
     assert grad_w.shape == (16, 1, 3, 3) and grad_w.is_contiguous()
-    nodes, _ = traced(other)
+    # the table measured the other layout alone: nothing to go by, aten's backward
+    elsewhere = "nchw" if layout == "nhwc" else "nhwc"
+    mirrored = {(p, elsewhere, routed): impl.replace(layout, elsewhere)
+                for (p, _, _), impl in table.items()}
+    monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=mirrored))
+    nodes, _ = traced(routed)
     assert not any(n.startswith("groupconv.") for n in nodes), nodes
     assert any("convolution_backward" in n for n in nodes), nodes
 

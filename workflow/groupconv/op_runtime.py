@@ -28,7 +28,7 @@ from .launcher import Launcher
 from .sessions import CallerSession
 from .torch_fallback import _strict_fp32_call
 from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, AutotuneCache, autotune,
-                     autotune_enabled, nearest_choice)
+                     autotune_enabled, nearest_backward, nearest_choice)
 
 LOG = logging.getLogger("groupconv")
 # What `dispatch` computes for an eager call that records a gradient (outside a CUDA graph
@@ -96,6 +96,7 @@ class Runtime:
         # reads it, one attribute a call; empty: every pass is aten's): configure()'s, else the
         # tables' own where they hold one.
         self.backward_dispatch = dict(backward_dispatch or {})
+        self.backward_choices: dict = {}  # (pass, layout, geometry) -> implementation, unseen
         # The backward passes' cubins (`cubins` may name the weight gradient's: "wg_nchw",
         # "wg_nhwc"), the weight gradient's tuned cuts {(layout, geometry): cut} (configure()'s,
         # else the tables' own) and their plan cache.
@@ -105,6 +106,27 @@ class Runtime:
     def wgrad_tunings(self) -> dict:
         """The weight gradient's tuned cuts {(layout, geometry): cut}: the backward's own."""
         return self.backward.wgrad_tunings
+
+    def backward_choice(self, pass_: str, layout: str, geometry) -> str | None:
+        """The implementation of backward pass `pass_` ("input_grad", "weight_grad") in `layout`
+        on `geometry` (N, C_in, C_out, H, W, groups): the backward table's where it holds the
+        geometry; else the nearest measured geometry's (unseen.nearest_backward), made once per
+        key and logged; None, PyTorch's backward, where the table has none for the pass and
+        layout."""
+        key = (pass_, layout, geometry)
+        found = self.backward_dispatch.get(key)
+        if found is not None:
+            return found
+        if key not in self.backward_choices:
+            from .backward import backward_support  # backward imports conv, which imports this
+
+            impl, why = nearest_backward(pass_, layout, geometry, self.backward_dispatch,
+                                         lambda i, g: backward_support(pass_, i, g)[0])
+            self.backward_choices[key] = impl
+            if impl is not None:
+                LOG.warning("backward: %s of geometry %s (%s) is not in the backward table "
+                            "(%s): %s (%s)", pass_, geometry, layout, self.source, impl, why)
+        return self.backward_choices[key]
 
     def choice_for(self, implementation: str, shape, layout: str = "nchw"
                    ) -> tuple[str, dict | None, str]:

@@ -80,6 +80,21 @@ def nearest_choice(shape, table: dict, tunings: dict, layout: str = "nchw"
                                    "rule")
 
 
+def nearest_backward(pass_: str, layout: str, geometry, table: dict, supports
+                     ) -> tuple[str | None, str]:
+    """(implementation, why) of backward pass `pass_` in `layout` on a geometry the backward
+    table {(pass, layout, geometry): implementation} lacks: the choice of the nearest geometry
+    measured for that pass and layout (by `distance`, as the forward's) whose implementation
+    `supports(implementation, geometry)`; None (PyTorch's own backward, what F.conv2d's runs)
+    where the table measured none."""
+    measured = [(g, impl) for (p, lay, g), impl in table.items() if p == pass_ and lay == layout]
+    for g, impl in sorted(measured, key=lambda kv: (distance(geometry, kv[0]), kv[0])):
+        if supports(impl, geometry):
+            return impl, (f"nearest measured geometry {tuple(g)} (distance "
+                          f"{distance(geometry, g):.2f}) ran {impl} fastest")
+    return None, f"no {pass_} measured on {layout}: PyTorch's backward"
+
+
 def autotune_enabled(setting: bool | None, covered: bool = True) -> bool:
     """Whether a geometry no table holds is measured on its first call: `setting` when given
     (configure(autotune=...)), else GROUPCONV_AUTOTUNE (1/0, true/false, yes/no, on/off), else
