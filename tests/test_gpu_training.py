@@ -126,7 +126,14 @@ def _profiled(step):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("model_name", MODELS[:2])
 def test_a_converted_train_step_makes_no_host_synchronisation(model_name, layout,
-                                                              implementation, benchmark_on):
+                                                              implementation, benchmark_on,
+                                                              monkeypatch):
+    if implementation == "named":
+        # The comparison of GPU work below holds the backward to the original's: a backward
+        # table that measured nothing, so no pass is routed to a custom implementation (the
+        # package's table may route an unseen geometry by the nearest measured one).
+        monkeypatch.setattr(conv, "_RUNTIME", conv._RUNTIME)  # the default back afterwards
+        conv.configure(backward_dispatch={})
     steps = _steps(_model(model_name, layout), layout, implementation)
     for name, step in steps.items():
         torch.cuda.set_sync_debug_mode("error")  # any synchronising PyTorch call raises

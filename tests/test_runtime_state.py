@@ -12,16 +12,19 @@ import pytest
 
 OP_DIR = Path(__file__).resolve().parents[1] / "workflow" / "groupconv"
 # The one name each module may rebind after import.
-STATE = {"conv": {"_RUNTIME"}, "backward_plans": set(), "op_runtime": set(), "backward": set()}
+STATE = {"conv": {"_RUNTIME"}, "backward_plans": set(), "op_runtime": set(), "backward": set(),
+         "backward_ops": set()}
 # Bound once at import and never changed after it: tables of names, the registered ops and the
 # torch functions the hot path calls without an attribute lookup.
 CONSTANTS = {
     "conv": {"_LIB", "_FUNCTION_APPLY", "_functorch_active", "_OP", "_ACTIVATION_BACKWARD",
              "_FUSED_OP", "_PLAIN_TENSORS", "_dispatch_modes", "_capturing", "_F_CONV2D",
-             "_function_modes"},
-    "backward_plans": {"PASSES", "CUSTOM_BACKWARD", "REFERENCES", "OTHER", "FLIPPING"},
+             "_function_modes", "BACKWARD_OPS"},
+    "backward_plans": {"PASSES", "CUSTOM_BACKWARD", "REFERENCES", "OTHER", "FLIPPING",
+                       "SUPPORT_SM_COUNT"},
     "op_runtime": {"LOG", "EAGER_TRAINING", "_Runtime"},
-    "backward": {"__all__", "SUPPORT_SM_COUNT", "_FIELDS"},
+    "backward": {"__all__", "_FIELDS"},
+    "backward_ops": set(),
 }
 # Methods that change a list, dict or set in place.
 MUTATORS = {"append", "extend", "insert", "update", "clear", "pop", "popitem", "setdefault",

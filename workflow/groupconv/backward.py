@@ -30,18 +30,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import conv
-from .backward_kernels import wgrad_plan
-from .backward_plans import (CUSTOM_BACKWARD, PASSES, REFERENCES, check_backward,
-                             implementation_layout)
+from .backward_plans import (CUSTOM_BACKWARD, PASSES, REFERENCES, SUPPORT_SM_COUNT,  # noqa: F401
+                             check_backward, implementation_layout, pass_support)
 from .call_checks import UnsupportedConv, support
 from .kernels import KERNELS, layout_of
 from .shapes import Shape, geometry_shape
 
 __all__ = ["PASSES", "CUSTOM_BACKWARD", "backward_implementations", "backward_layout",
            "backward_support", "input_grad", "input_grad_route", "weight_grad"]
-# The H200's SMs: support asks the launch rule on the GPU the atlas measures (the rule's limits
-# do not depend on it).
-SUPPORT_SM_COUNT = 132
 _FIELDS = ("n", "c_in", "c_out", "h", "w", "groups")
 
 
@@ -100,18 +96,7 @@ def backward_support(pass_: str, implementation: str, shape) -> tuple[bool, str]
     if implementation not in backward_implementations(pass_):
         return False, (f"implementation: unknown {implementation!r} for {pass_}; known: "
                        f"{', '.join(backward_implementations(pass_))}")
-    if implementation in REFERENCES:
-        return True, "PyTorch's convolution backward handles every valid grouped convolution"
-    layout = implementation_layout(implementation)
-    if pass_ == "input_grad":
-        return True, (f"the forward dispatcher ({layout}) on the swapped geometry "
-                      f"(N, C_out, C_in, H, W, groups) with the weight turned 180 degrees")
-    try:
-        plan = wgrad_plan(found, layout, SUPPORT_SM_COUNT)
-    except ValueError as err:
-        return False, f"shape: {err}"
-    return True, (f"weight gradient on {layout}: {plan.stage1.entry}, {plan.slices} slices "
-                  "summed in a fixed order (deterministic)")
+    return pass_support(pass_, implementation, found)
 
 
 def _default_runtime(pass_: str, grad_y, other, groups: int, implementation: str):

@@ -6,9 +6,8 @@ Why ops and not plain calls: the custom passes launch through the driver with th
 pointers, and under torch.compile the backward is traced on fake tensors, which have none. A plain
 call would launch at trace time on no memory and leave the compiled backward without the pass
 (its output an allocation nothing writes). As ops with a fake, the compiled backward holds them
-as opaque calls that launch when the graph runs, on the op's default runtime (conv.runtime()),
-in a CUDA graph capture as eagerly. A call on CPU tensors reaches the CPU kernel, which only says
-what is wrong."""
+as opaque calls that launch when it runs, in a CUDA graph capture as eagerly. A call on CPU
+tensors reaches the CPU kernel, which only says what is wrong."""
 from __future__ import annotations
 
 import torch
@@ -16,29 +15,10 @@ import torch
 from .backward_plans import check_backward, implementation_layout
 from .call_checks import MEMORY_FORMATS, UnsupportedConv
 
-_LIB = torch.library.Library("groupconv", "FRAGMENT")
-_LIB.define("input_grad(Tensor grad_y, Tensor weight, int groups, str implementation) -> Tensor")
-_LIB.define("weight_grad(Tensor grad_y, Tensor x, int groups, str implementation) -> Tensor")
-
 
 def _in_layout(t, implementation: str):
     # The layout the implementation computes in: the compiled graph may hand either.
     return t.contiguous(memory_format=MEMORY_FORMATS[implementation_layout(implementation)])
-
-
-def _input_grad_cuda(grad_y, weight, groups, implementation):
-    from .conv import runtime  # conv imports this module: its runtime is looked up per call
-
-    op_runtime = runtime()
-    return op_runtime.backward.input_grad(_in_layout(grad_y, implementation), weight, groups,
-                                          implementation, op_runtime)
-
-
-def _weight_grad_cuda(grad_y, x, groups, implementation):
-    from .conv import runtime
-
-    return runtime().backward.weight_grad(_in_layout(grad_y, implementation),
-                                          _in_layout(x, implementation), groups, implementation)
 
 
 def _refusal(pass_: str):
@@ -61,12 +41,27 @@ def _weight_grad_fake(grad_y, x, groups, implementation):
     return grad_y.new_empty((grad_y.shape[1], x.shape[1] // groups, 3, 3))
 
 
-for _name, _cuda, _fake in (("input_grad", _input_grad_cuda, _input_grad_fake),
-                            ("weight_grad", _weight_grad_cuda, _weight_grad_fake)):
-    _LIB.impl(_name, _cuda, "CUDA")
-    _LIB.impl(_name, _refusal(_name), "CPU")
-    torch.library.register_fake(f"groupconv::{_name}", _fake, lib=_LIB)
+def register_backward_ops(lib, runtime) -> dict:
+    """Define the two ops on `lib` (conv's library of the groupconv namespace), computing on
+    `runtime()` (conv.runtime: the op's default runtime, looked up per call); returns what
+    routed_backward calls per pass, f(grad_y, weight or x, groups, implementation)."""
+    def input_grad_cuda(grad_y, weight, groups, implementation):
+        op_runtime = runtime()
+        return op_runtime.backward.input_grad(_in_layout(grad_y, implementation), weight,
+                                              groups, implementation, op_runtime)
 
-# What routed_backward calls per pass (f(grad_y, weight or x, groups, implementation)).
-BACKWARD_OPS = {"input_grad": torch.ops.groupconv.input_grad.default,
-                "weight_grad": torch.ops.groupconv.weight_grad.default}
+    def weight_grad_cuda(grad_y, x, groups, implementation):
+        return runtime().backward.weight_grad(_in_layout(grad_y, implementation),
+                                              _in_layout(x, implementation), groups,
+                                              implementation)
+
+    lib.define("input_grad(Tensor grad_y, Tensor weight, int groups, str implementation) "
+               "-> Tensor")
+    lib.define("weight_grad(Tensor grad_y, Tensor x, int groups, str implementation) -> Tensor")
+    for name, cuda, fake in (("input_grad", input_grad_cuda, _input_grad_fake),
+                             ("weight_grad", weight_grad_cuda, _weight_grad_fake)):
+        lib.impl(name, cuda, "CUDA")
+        lib.impl(name, _refusal(name), "CPU")
+        torch.library.register_fake(f"groupconv::{name}", fake, lib=lib)
+    return {"input_grad": torch.ops.groupconv.input_grad.default,
+            "weight_grad": torch.ops.groupconv.weight_grad.default}

@@ -34,6 +34,9 @@ REFERENCES = {"torch_default": "nchw", "torch_tuned": "nchw", "torch_default_nhw
               "torch_tuned_nhwc": "nhwc"}
 # The tensor each backward pass reads beside grad_y.
 OTHER = {"input_grad": "weight", "weight_grad": "x"}
+# The H200's SMs: support asks the launch rule on the GPU the atlas measures (the rule's limits
+# do not depend on it).
+SUPPORT_SM_COUNT = 132
 
 
 def implementation_layout(implementation: str) -> str:
@@ -44,6 +47,24 @@ def implementation_layout(implementation: str) -> str:
         if implementation.endswith("_" + suffix):
             return suffix
     raise KeyError(f"implementation: unknown {implementation!r}")
+
+
+def pass_support(pass_: str, implementation: str, shape) -> tuple[bool, str]:
+    """Whether `implementation`, a reference or a custom implementation of backward pass `pass_`,
+    computes it on `shape` (a Shape), and why; no GPU needed (backward.backward_support checks
+    the arguments first)."""
+    if implementation in REFERENCES:
+        return True, "PyTorch's convolution backward handles every valid grouped convolution"
+    layout = implementation_layout(implementation)
+    if pass_ == "input_grad":
+        return True, (f"the forward dispatcher ({layout}) on the swapped geometry "
+                      f"(N, C_out, C_in, H, W, groups) with the weight turned 180 degrees")
+    try:
+        plan = wgrad_plan(shape, layout, SUPPORT_SM_COUNT)
+    except ValueError as err:
+        return False, f"shape: {err}"
+    return True, (f"weight gradient on {layout}: {plan.stage1.entry}, {plan.slices} slices "
+                  "summed in a fixed order (deterministic)")
 
 
 def _alignment(*pointers: int) -> int:

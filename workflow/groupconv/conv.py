@@ -11,11 +11,13 @@ launch resolved then (the launch tables' choice, entry, grid, block, scalars) is
 (op_runtime, call_plan), so a later call allocates the output and enqueues the kernel on the
 caller's current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
 use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
-backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless
-`configure(backward_dispatch=...)` names an implementation for a pass, layout and geometry
-(backward_plans.routed_backward): then that pass runs it (groupconv/backward.py: the weight
+backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless the
+backward table (the tables' own, or `configure(backward_dispatch=...)`) measured the pass in the
+layout (backward_plans.routed_backward): then the pass runs the implementation it names for the
+geometry, or for the nearest geometry it measured (groupconv/backward.py: the weight
 gradient's own kernels, deterministic, bit-identical across runs; the input gradient through the
-forward kernels), the rest through aten as before. It is registered as the op's autograd formula,
+forward kernels, as the registered ops of backward_ops, which a compiled backward holds), the
+rest through aten as before. It is registered as the op's autograd formula,
 and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
 With `dispatch`, an eager call that records a gradient outside a CUDA graph capture computes
 F.conv2d by default (configure(eager_training=...)): an eager training step is host-bound, and
@@ -43,7 +45,7 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call,  # noqa: F401
                           check_epilogue, implementations, support)
-from .backward_ops import BACKWARD_OPS
+from .backward_ops import register_backward_ops
 from .backward_plans import routed_backward
 from .launcher import Launcher
 from .op_runtime import EAGER_TRAINING, Runtime, eager_training_choice  # noqa: F401
@@ -92,7 +94,8 @@ def configure(cubins: dict[str, str] | None = None, tunings: dict | None = None,
     the GROUPCONV_AUTOTUNE variable, 1 or 0; unset, on only for a GPU no packaged table names).
     `backward_dispatch` maps (pass, layout, geometry) to the implementation of that backward
     pass ("input_grad" or "weight_grad", "nchw" or "nhwc") (default: the tables' own, if any); a
-    pass and geometry it lacks runs aten.convolution_backward as F.conv2d's backward does. `cubins` may name the
+    geometry it lacks takes its nearest measured geometry's choice for the pass and layout, and
+    a pass and layout it measured nowhere runs aten.convolution_backward as F.conv2d's does. `cubins` may name the
     weight-gradient kernels' cubins too ("wg_nchw", "wg_nhwc"). `eager_training`: what
     `dispatch` computes for an eager call that records a gradient, outside a CUDA graph capture
     and torch.compile: "pytorch" (the default) F.conv2d, PyTorch's own forward and autograd node,
@@ -252,6 +255,7 @@ def _register(name: str, cuda, elsewhere, fake, backward, setup):
 
 _OP = _register("conv2d", _conv2d_cuda, _conv2d_elsewhere, _conv2d_fake, _conv2d_backward,
                 _conv2d_setup)
+BACKWARD_OPS = register_backward_ops(_LIB, runtime)  # the backward's routed passes
 
 # The fused op: y = act(conv(x, weight) + bias), the bias and activation applied in registers by
 # kernels with fused entries (KernelFamily.epilogues), else by PyTorch after the convolution

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .backward_plans import BackwardRuntime
+from .backward_plans import BackwardRuntime, pass_support
 from .call_checks import UnsupportedConv, call_layout, check_call, check_epilogue
 from .choice_source import (AUTOTUNE, CONFIGURED, STAGE, TABLE_HIT, UNTUNED, TableSource,
                             gpu_tables, planned_choice, record_source, with_tables)
@@ -26,6 +26,7 @@ from .cubin_cache import built_cubins, cache_root
 from .kernels import DISPATCH, KERNELS, UNSEEN_FALLBACK
 from .launcher import Launcher
 from .sessions import CallerSession
+from .shapes import geometry_shape
 from .torch_fallback import _strict_fp32_call
 from .unseen import (AUTOTUNE_REFERENCES, AUTOTUNE_TIMING, AUTOTUNE_VAR, AutotuneCache, autotune,
                      autotune_enabled, nearest_backward, nearest_choice)
@@ -118,10 +119,9 @@ class Runtime:
         if found is not None:
             return found
         if key not in self.backward_choices:
-            from .backward import backward_support  # backward imports conv, which imports this
-
-            impl, why = nearest_backward(pass_, layout, geometry, self.backward_dispatch,
-                                         lambda i, g: backward_support(pass_, i, g)[0])
+            impl, why = nearest_backward(
+                pass_, layout, geometry, self.backward_dispatch,
+                lambda i, g: pass_support(pass_, i, geometry_shape(*g))[0])
             self.backward_choices[key] = impl
             if impl is not None:
                 LOG.warning("backward: %s of geometry %s (%s) is not in the backward table "
