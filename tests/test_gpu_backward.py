@@ -17,7 +17,7 @@ from gpu_helpers import SHAPES, TOLERANCE_FACTOR, check_seed, poison_free_memory
 
 from groupconv.files import REPO_ROOT
 from groupconv.shapes import geometry_shape
-from groupconv_atlas.study.measuring.pass_runs import error_bound_scale, reduction_length
+from groupconv.pass_checks import error_bound_scale, reduction_length
 
 pytestmark = pytest.mark.gpu
 
@@ -61,7 +61,7 @@ def _fp64(x, w, dy, groups, mask):
 
 def assert_within_bound(got, ref, scale, pass_, shape, what):
     """Within the pass verifier's bound for `pass_` on `shape`
-    (study/measuring/pass_runs.error_bound_scale, as verify_pass takes it)."""
+    (groupconv/pass_checks.error_bound_scale, as verify_pass takes it)."""
     torch = _torch()
     k = reduction_length(pass_, shape)
     tol = error_bound_scale(pass_, shape, TOLERANCE_FACTOR) * scale

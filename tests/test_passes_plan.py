@@ -132,7 +132,7 @@ def test_the_shipped_configs_turn_the_passes_on_and_the_default_leaves_them_off(
 
 
 def test_reduction_lengths_and_seeds_of_the_verification():
-    from groupconv_atlas.study.measuring.pass_runs import reduction_length
+    from groupconv.pass_checks import reduction_length
     from groupconv_atlas.study.measuring.pass_verify import pass_seed
 
     shape = Shape("s", "test", 8, 64, 128, 14, 10, 32)

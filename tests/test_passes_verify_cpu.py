@@ -12,7 +12,7 @@ import torch
 from groupconv.shapes import Shape
 from groupconv.verify import bound_scale, full_output_errors, full_output_failures
 from groupconv_atlas.study.measuring import pass_runs
-from groupconv_atlas.study.measuring.pass_verify import fp64_reference
+from groupconv.pass_checks import error_bound_scale, fp64_reference, reduction_length
 
 SHAPE = Shape("grouped", "test", 2, 16, 32, 9, 11, 4)
 
@@ -83,7 +83,7 @@ def test_a_custom_implementation_gets_its_layouts_tensors_and_the_stage_s_runtim
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
 def test_the_bound_passes_pytorchs_fp32_and_fails_a_wrong_result(pass_):
     x, w, gy = tensors(1)
-    scale = pass_runs.error_bound_scale(pass_, SHAPE, 16.0)
+    scale = error_bound_scale(pass_, SHAPE, 16.0)
     ref32 = pass_runs.reference_call(pass_, x, w, gy, SHAPE.groups, "torch_default")()
     ref64 = fp64_reference(torch, pass_, x, w, gy, SHAPE.groups)
     tol = scale * fp64_reference(torch, pass_, x, w, gy, SHAPE.groups, absolute=True)
@@ -110,7 +110,7 @@ def test_a_one_row_maps_weight_gradient_passes_with_its_padding_taps_exactly_zer
     x = torch.randn(shape.n, shape.c_in, h, w, generator=gen)
     wt = torch.randn(shape.c_out, shape.cin_per_group, 3, 3, generator=gen)
     gy = torch.randn(shape.n, shape.c_out, h, w, generator=gen)
-    scale = pass_runs.error_bound_scale("weight_grad", shape, 16.0)
+    scale = error_bound_scale("weight_grad", shape, 16.0)
     ref32 = pass_runs.reference_call("weight_grad", x, wt, gy, shape.groups, "torch_default")()
     ref64 = fp64_reference(torch, "weight_grad", x, wt, gy, shape.groups)
     tol = scale * fp64_reference(torch, "weight_grad", x, wt, gy, shape.groups, absolute=True)
@@ -139,12 +139,12 @@ def test_a_weight_gradient_that_leaves_out_a_slice_of_its_long_sum_fails():
     magnitude = fp64_reference(torch, "weight_grad", x, wt, gy, shape.groups, absolute=True)
     sliced = pass_runs.reference_call("weight_grad", x[:-2], wt, gy[:-2], shape.groups,
                                       "torch_default")()
-    K = pass_runs.reduction_length("weight_grad", shape)
+    K = reduction_length("weight_grad", shape)
     assert K == 34_848
     worst_case = bound_scale(K, 16.0) * magnitude
     assert full_output_failures(full_output_errors(torch, sliced, ref32, ref64, worst_case),
                                 poisoned=True) == []
-    tol = pass_runs.error_bound_scale("weight_grad", shape, 16.0) * magnitude
+    tol = error_bound_scale("weight_grad", shape, 16.0) * magnitude
     good = full_output_errors(torch, ref32.clone(), ref32, ref64, tol)
     assert full_output_failures(good, poisoned=True) == [] and good["ratio64"] < 0.1
     assert any("FP64" in f for f in full_output_failures(
@@ -153,7 +153,7 @@ def test_a_weight_gradient_that_leaves_out_a_slice_of_its_long_sum_fails():
 
 def test_the_input_gradient_keeps_the_forward_s_worst_case_bound():
     shape = Shape("grouped", "short-sum", 2, 64, 64, 8, 8, 2)
-    assert pass_runs.error_bound_scale("input_grad", shape, 16.0) == bound_scale(9 * 32, 16.0)
+    assert error_bound_scale("input_grad", shape, 16.0) == bound_scale(9 * 32, 16.0)
 
 
 def test_a_checkout_without_the_backward_module_says_so(monkeypatch):

@@ -21,16 +21,11 @@ from __future__ import annotations
 import importlib
 
 from groupconv.kernels import BASELINES
-from groupconv.verify import bound_scale, long_sum_bound_scale
+# The pass's draws and reference calls are the op's (its backward autotuning runs them too).
+from groupconv.pass_checks import INPUT_GRAD, WEIGHT_GRAD, grad_output, reference_call
 from ..plans.pass_plan import BACKWARD_MODULE
 
-INPUT_GRAD, WEIGHT_GRAD = "input_grad", "weight_grad"
-# aten.convolution_backward's output mask (grad_input, grad_weight, grad_bias) per pass.
-OUTPUT_MASK = {INPUT_GRAD: [True, False, False], WEIGHT_GRAD: [False, True, False]}
 STRICT_REFERENCES = tuple(r for r, spec in BASELINES.items() if not spec["tf32"])
-# grad_y's seed: the check's (or timed shape's) own seed plus this, far past every other seed of
-# the run (base + 1000 * shape index + slot), so grad_y is never another draw's x or weight.
-GRAD_SEED_OFFSET = 10**7
 
 
 def backward_module():
@@ -66,32 +61,6 @@ def pass_runtime(session, pass_: str, wgrad_tunings: dict | None = None, cubins=
     raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
 
 
-def reduction_length(pass_: str, shape) -> int:
-    """K of the error bound: how many products each output element of the pass sums. input_grad
-    sums 3x3 taps over a group's output channels (9 * C_out/groups); weight_grad sums over every
-    image and output position (N * H * W)."""
-    if pass_ == INPUT_GRAD:
-        return 9 * shape.cout_per_group
-    if pass_ == WEIGHT_GRAD:
-        return shape.n * shape.h_out * shape.w_out
-    raise ValueError(f"pass {pass_!r}: must be {INPUT_GRAD} or {WEIGHT_GRAD}")
-
-
-def error_bound_scale(pass_: str, shape, factor: float) -> float:
-    """The multiplier of the pass's FP64 result on the operands' absolute values that gives its
-    elementwise tolerance. The input gradient sums 9 * C_out/groups products, as the forward
-    sums 9 * C_in/groups: the forward's worst-case bound (verify.bound_scale). The weight
-    gradient sums N * H * W, up to millions, where the worst case is ~sqrt(K) times too wide
-    to tell a dropped slice of the sum from rounding: the probabilistic bound
-    (verify.long_sum_bound_scale). Every correct weight gradient of the committed passes
-    records, PyTorch's four references included, stays well inside it
-    (tests/test_passes_verify_cpu.py reads them)."""
-    K = reduction_length(pass_, shape)
-    if pass_ == WEIGHT_GRAD:
-        return long_sum_bound_scale(K, factor)
-    return bound_scale(K, factor)
-
-
 def implementations(backward, pass_: str) -> list[str]:
     """A pass's implementations: its custom ones, then the four strict-FP32 PyTorch references."""
     return [*backward.backward_implementations(pass_), *STRICT_REFERENCES]
@@ -108,34 +77,10 @@ def support(backward, pass_: str, impl: str, shape) -> tuple[bool, str]:
     return backward.backward_support(pass_, impl, shape)
 
 
-def grad_output(torch, shape, seed: int):
-    """Fresh standard-normal grad_y of the output's size (never zeros), reproducible from the
-    check's `seed` (drawn from seed + GRAD_SEED_OFFSET)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed + GRAD_SEED_OFFSET)
-    return torch.randn((shape.n, shape.c_out, shape.h_out, shape.w_out), generator=gen,
-                       device="cuda", dtype=torch.float32)
-
-
 def in_pass_layout(torch, layout: str, *tensors):
     if layout == "nchw":
         return tensors
     return tuple(t.contiguous(memory_format=torch.channels_last) for t in tensors)
-
-
-def reference_call(pass_: str, x, w, gy, groups: int, baseline: str):
-    """PyTorch's pass on these tensors: the op's own backward reference call
-    (torch_fallback.baseline_backward_call: aten.convolution_backward with the pass's one-output
-    mask, the reference's cudnn.benchmark, TF32 off, the caller's settings back afterwards)."""
-    from groupconv.torch_fallback import baseline_backward_call
-
-    mask = tuple(OUTPUT_MASK[pass_][:2])
-    index = 0 if pass_ == INPUT_GRAD else 1
-    call = baseline_backward_call(baseline, groups, mask)
-
-    def run():
-        return call(gy, x, w)[index]
-
-    return run
 
 
 def bind(torch, backward, pass_: str, impl: str, x, w, gy, groups: int, runtime=None):

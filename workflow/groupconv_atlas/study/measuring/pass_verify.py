@@ -8,7 +8,7 @@ FP64 (the same aten.convolution_backward on FP64 tensors), with the forward's el
 (groupconv/verify.full_output_errors): |g - ref| <= scale * (|.| conv |.|), the latter the pass
 itself computed in FP64 on the operands' absolute values; scale = factor * K * u for the input
 gradient (the forward's worst case, K = 9 * C_out/groups) and factor * sqrt(K) * u for the
-weight gradient's long sums (K = N * H * W; study/measuring/pass_runs.error_bound_scale says
+weight gradient's long sums (K = N * H * W; groupconv/pass_checks.error_bound_scale says
 why). The result is poisoned: a block of the output's size is filled with NaN and freed just
 before the call, and where PyTorch's caching allocator hands the call that block (the same
 pointer) the row says so (`poisoned_before_launch`), so an unwritten element fails. The
@@ -17,11 +17,11 @@ Unsupported cases stay in the table with their reason.
 """
 from __future__ import annotations
 
-from groupconv.verify import full_output_failures, full_output_errors
+from groupconv.pass_checks import (INPUT_GRAD, error_bound_scale, grad_output, output_errors,
+                                   reduction_length)
+from groupconv.verify import full_output_failures
 from ..plans.pass_plan import BACKWARD_ORDER
-from .pass_runs import (INPUT_GRAD, OUTPUT_MASK, backward_module, bind, error_bound_scale,
-                        grad_output, implementations, layout_of, reduction_length,
-                        reference_call, support)
+from .pass_runs import backward_module, bind, implementations, layout_of, support
 
 # Seeds: base + 1000 * shape index + PASS_SEED_SLOTS + 40 * pass index + the implementation's
 # place in the pass's list; the forward's slots (groupconv/verify.seed_slot) stay below 900 in use.
@@ -41,21 +41,6 @@ def unsupported_row(pass_: str, shape, impl: str, layout: str, reason: str, seed
     return {"pass": pass_, "shape_id": shape.id, "implementation": impl, "layout": layout,
             "status": "unsupported", "reason": reason, "seed": seed,
             "accumulation_length": reduction_length(pass_, shape)}
-
-
-def fp64_reference(torch, pass_: str, x, w, gy, groups: int, absolute: bool = False):
-    """The pass in FP64 (NCHW), on the operands' absolute values when `absolute` (the bound's
-    scale)."""
-    from groupconv.torch_fallback import baseline_backward_call
-
-    def prep(t):
-        t = t.double().contiguous()
-        return t.abs() if absolute else t
-
-    # PyTorch's own backward call (the op's reference path), on FP64 tensors
-    call = baseline_backward_call("torch_default", groups, tuple(OUTPUT_MASK[pass_][:2]))
-    grad_x, grad_w = call(prep(gy), prep(x), prep(w))
-    return grad_x if pass_ == INPUT_GRAD else grad_w
 
 
 def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
@@ -83,11 +68,7 @@ def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
         out = run()
         session.synchronize()  # a failed launch raises here
         poisoned = out.data_ptr() == poison_ptr
-        ref32 = fp32_reference(torch, pass_, x, w, gy, shape.groups)
-        ref64 = fp64_reference(torch, pass_, x, w, gy, shape.groups)
-        tol = scale * fp64_reference(torch, pass_, x, w, gy, shape.groups, absolute=True)
-        full = full_output_errors(torch, out, ref32, ref64, tol)
-        tol_max = float(tol.max().item())
+        full, tol_max = output_errors(torch, pass_, out, x, w, gy, shape.groups, scale)
     failures = full_output_failures(full, poisoned)
     status = "incorrect" if failures else "correct"
     return {
@@ -103,12 +84,6 @@ def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
         "accumulation_length": K, "seed": seed, "poisoned_before_launch": poisoned,
         "unwritten_elements": full["unwritten"], "launch": str(details),
     }
-
-
-def fp32_reference(torch, pass_: str, x, w, gy, groups: int):
-    """PyTorch's FP32 pass in NCHW with cudnn.benchmark off (torch_default's): the FP32 side of
-    the check, as F.conv2d is the forward's."""
-    return reference_call(pass_, x, w, gy, groups, "torch_default")()
 
 
 def verify_pass(session, pass_: str, shapes: list, base_seed: int, factor: float,

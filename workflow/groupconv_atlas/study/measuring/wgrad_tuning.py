@@ -20,8 +20,9 @@ import numpy as np
 
 from groupconv.backward_kernels import TUNING_BLOCKS_PER_SM, wgrad_cuts, wgrad_plan
 from groupconv.verify import full_output_errors, full_output_failures
-from .pass_runs import WEIGHT_GRAD, error_bound_scale, grad_output, in_pass_layout
-from .pass_verify import fp32_reference, fp64_reference
+from groupconv.pass_checks import (WEIGHT_GRAD, error_bound_scale, fp32_reference, fp64_reference,
+                                   grad_output)
+from .pass_runs import in_pass_layout
 
 METHOD = ("per shape: every cut of the weight gradient's plan (tile, rows or channel vector, "
           "blocks-per-SM aim) launched on fresh seeded inputs into a NaN-poisoned output, the "

@@ -22,7 +22,7 @@ Each substituted layer (`layer_errors`): on the step's own tensors (the input it
 output gradient it received), its output, input gradient and weight gradient against FP64 with
 the atlas verifier's elementwise bound (groupconv/verify, study/measuring/pass_verify: factor x K x
 2^-24 x the operation on absolute values, K the reduction length; for the weight gradient's long
-sums factor x sqrt(K) x 2^-24, pass_runs.error_bound_scale). It is the sharp part: a layer that
+sums factor x sqrt(K) x 2^-24, groupconv/pass_checks.error_bound_scale). It is the sharp part: a layer that
 computes a wrong element is caught there whatever the step's conditioning. Records made before
 the weight gradient's bound changed hold their ratios to the worst case.
 
@@ -240,8 +240,7 @@ class LayerCapture:
 
         from groupconv.shapes import geometry_shape
         from groupconv.verify import bound_scale, fp64_references, full_output_errors
-        from ..measuring.pass_runs import error_bound_scale
-        from ..measuring.pass_verify import fp64_reference
+        from groupconv.pass_checks import error_bound_scale, fp64_reference
 
         module, seen = self.model.get_submodule(name), self.seen.get(name)
         if seen is None or "dy" not in seen:
