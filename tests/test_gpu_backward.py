@@ -348,3 +348,44 @@ def test_the_backward_kernels_run_clean_under_the_sanitizer(tool, tmp_path):
     counts = reported_errors(output)
     assert res.returncode == 0 and counts and not any(counts), output[-6000:]
     assert res.stdout.count("ran ") == 2 * len(SANITIZED), output[-3000:]
+
+
+@pytest.mark.parametrize("layout", FORMATS)
+def test_autotuning_measures_an_unseen_geometry_s_backward_and_its_gradients_hold(
+        layout, tmp_path, monkeypatch):
+    """configure(autotune=True) with a backward table that holds nothing: a training call's
+    backward measures each pass of its geometry on first use (the custom pass verified first,
+    then timed with the layout's references), keeps the choice in the autotune cache under the
+    pass, and the gradients it returns are within the passes' bound of FP64."""
+    torch = _torch()
+    from groupconv import conv
+    from groupconv.backward_autotune import custom_of
+    from groupconv.unseen import AUTOTUNE_REFERENCES
+
+    monkeypatch.setenv("GROUPCONV_CACHE", str(tmp_path))
+    monkeypatch.setattr(conv, "_RUNTIME", conv._RUNTIME)  # the default back afterwards
+    conv.configure(autotune=True, backward_dispatch={}, eager_training="kernels")
+    shape = geometry_shape(3, 24, 24, 13, 17, 24)
+    x, w, dy = _inputs(shape, 67, layout)
+    x.requires_grad_()
+    w.requires_grad_()
+    grads = torch.autograd.grad(conv.conv2d(x, w, shape.groups), (x, w), dy)
+    torch.cuda.synchronize()
+    for got, (pass_, mask) in zip(grads, (("input_grad", (True, False)),
+                                          ("weight_grad", (False, True)))):
+        want, magnitude = _fp64(x.detach(), w.detach(), dy, shape.groups, mask)
+        tol = error_bound_scale(pass_, shape, TOLERANCE_FACTOR) * magnitude
+        assert bool(((got.double() - want).abs() <= tol).all()), pass_
+    runtime = conv.runtime()
+    candidates = {*AUTOTUNE_REFERENCES[layout]}
+    assert set(runtime.backward_choices) == {("input_grad", layout, shape.geometry),
+                                             ("weight_grad", layout, shape.geometry)}
+    cached = json.loads((tmp_path / "autotune.json").read_text())
+    for pass_ in ("input_grad", "weight_grad"):
+        [entry] = [v for k, v in cached.items() if k.split("|")[2] == f"{pass_}/{layout}"]
+        assert entry["custom"] == {**entry["custom"], "implementation": custom_of(pass_, layout),
+                                   "status": "correct"}, entry
+        assert entry["implementation"] in candidates | {custom_of(pass_, layout)}, entry
+        assert set(entry["trials"]) == candidates | {custom_of(pass_, layout)}, entry
+        assert runtime.backward_choices[(pass_, layout, shape.geometry)] == \
+            entry["implementation"]

@@ -8,6 +8,7 @@ interface (support, layouts, argument errors naming the field, conv2d's backward
 falls back to aten where its table lacks a geometry) on CPU objects."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import types
@@ -318,6 +319,63 @@ def test_an_unseen_geometry_s_backward_takes_the_nearest_measured_choice(caplog)
     assert [r.getMessage().count("not in the backward table") for r in caplog.records] == [1]
     assert runtime.backward_choices == {("weight_grad", "nhwc", call): "torch_tuned_nhwc"}
     assert runtime.backward_choice("input_grad", "nchw", call) is None
+
+
+def test_with_autotuning_on_an_unseen_backward_pass_is_measured_once_and_kept(
+        monkeypatch, tmp_path, caplog):
+    """Autotuning on (a GPU no table names): a pass on a geometry the backward table lacks is
+    measured on real tensors outside a capture (backward_autotune, planted here), kept in the
+    autotune cache under its pass and read back by a later runtime without measuring; where it
+    may not measure (`measure` False: a capture or a traced backward) or measuring fails, the
+    nearest measured geometry's choice, or PyTorch's with none."""
+    from groupconv import op_runtime
+
+    monkeypatch.setenv("GROUPCONV_CACHE", str(tmp_path))
+    monkeypatch.setattr(op_runtime.torch.cuda, "get_device_name", lambda: "Planted GPU")
+    cubin = tmp_path / "wg.cubin"
+    cubin.write_bytes(b"planted cubin")
+    measured = []
+
+    def planted(runtime, pass_, layout, shape, progress):
+        measured.append((pass_, layout, shape.geometry))
+        return {"implementation": f"wg_{layout}", "median_us": 1.0, "trials": {}, "custom": {}}
+
+    monkeypatch.setattr(op_runtime, "autotune_backward", planted)
+
+    def runtime(table=None):
+        built = op_runtime.Runtime(launcher=types.SimpleNamespace(cubins={}), autotune=True,
+                                   backward_dispatch=table,
+                                   cubins={"wg_nchw": cubin, "wg_nhwc": cubin})
+        assert built.routes_backward
+        return built
+
+    geometry = (4, 32, 32, 20, 20, 32)
+    first = runtime()
+    with caplog.at_level("WARNING", logger="groupconv"):
+        assert first.backward_choice("weight_grad", "nhwc", geometry, measure=True) == "wg_nhwc"
+    assert measured == [("weight_grad", "nhwc", geometry)]
+    assert "autotuned now" in caplog.text
+    cached = json.loads((tmp_path / "autotune.json").read_text())
+    assert [k.split("|")[2] for k in cached] == ["weight_grad/nhwc"]
+    # a later process's runtime reads it back, measuring nothing
+    second = runtime()
+    assert second.backward_choice("weight_grad", "nhwc", geometry, measure=True) == "wg_nhwc"
+    assert len(measured) == 1
+    # no measuring allowed: the nearest measured geometry's choice, else PyTorch's
+    table = {("weight_grad", "nchw", (8, 32, 32, 20, 20, 32)): "torch_tuned"}
+    assert runtime(table).backward_choice("weight_grad", "nchw", geometry) == "torch_tuned"
+    assert runtime().backward_choice("weight_grad", "nchw", geometry) is None
+    assert len(measured) == 1
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("planted failure")
+
+    monkeypatch.setattr(op_runtime, "autotune_backward", failing)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="groupconv"):
+        assert runtime(table).backward_choice("weight_grad", "nchw", geometry,
+                                              measure=True) == "torch_tuned"
+    assert "planted failure" in caplog.text and "nothing kept" in caplog.text
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

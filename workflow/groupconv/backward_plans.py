@@ -16,6 +16,7 @@ current stream through launch.LaunchPlan, so a CUDA graph captures it; nothing s
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .backward_kernels import (cut_keywords, transposed_weight_index,
                                wgrad_plan)
@@ -321,8 +322,8 @@ def tuned_wgrad_plan(tunings: dict, shape, layout: str, sm_count: int, alignment
 def routed_backward(runtime, grad, x, weight, groups: int, needs, calls=None):
     """(grad_x, grad_w) of the op's backward on `runtime` (op_runtime.Runtime): each pass its
     backward table (runtime.backward_dispatch) names for (pass, layout, geometry), or for a
-    geometry it lacks the nearest measured one's (runtime.backward_choice), through that
-    implementation; the others (a pass and layout the table measured nowhere) through
+    geometry it lacks one autotuned here or the nearest measured one's (runtime.backward_choice),
+    through that implementation; the others (a pass and layout the table measured nowhere) through
     aten.convolution_backward exactly as F.conv2d's backward calls it. `calls` maps a pass to
     the function that computes it, f(grad_y, weight or x, groups, implementation); conv passes
     the op's registered backward ops (torch.ops.groupconv.input_grad, .weight_grad), which
@@ -331,8 +332,12 @@ def routed_backward(runtime, grad, x, weight, groups: int, needs, calls=None):
     backward = runtime.backward
     layout = "nchw" if x.is_contiguous() else "nhwc"
     geometry = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], x.shape[3], groups)
-    impl_x = runtime.backward_choice("input_grad", layout, geometry) if needs[0] else None
-    impl_w = runtime.backward_choice("weight_grad", layout, geometry) if needs[1] else None
+    # a choice is measured (with autotuning on) only on real tensors outside a graph capture
+    measure = not (is_fake(grad) or grad.is_cuda and torch.cuda.is_current_stream_capturing())
+    impl_x = runtime.backward_choice("input_grad", layout, geometry, measure) if needs[0] \
+        else None
+    impl_w = runtime.backward_choice("weight_grad", layout, geometry, measure) if needs[1] \
+        else None
     grad_x = grad_w = None
     rest_x, rest_w = needs[0] and impl_x is None, needs[1] and impl_w is None
     if rest_x or rest_w:

@@ -63,6 +63,7 @@ class _Unbuilt:
 
     __slots__ = ("eager_training",)
     backward_dispatch = types.MappingProxyType({})
+    routes_backward = False
 
     def __init__(self, eager_training: str = "pytorch"):
         self.eager_training = eager_training
@@ -203,8 +204,8 @@ def _conv2d_backward(ctx, grad):
     # gradients, kernels and cost F.conv2d's backward has.
     x, weight = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    # configure(backward_dispatch=...) or the tables' own: its passes, the rest aten's
-    if _RUNTIME.backward_dispatch:
+    # the backward table, or autotuning, routes passes (routed_backward); else all aten's
+    if _RUNTIME.routes_backward:
         grad_x, grad_w = routed_backward(_RUNTIME, grad, x, weight, ctx.groups, needs,
                                          BACKWARD_OPS)
         return grad_x, grad_w, None, None

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .backward_autotune import autotune_backward, custom_of
+from .backward_autotune import cache_key as backward_cache_key
 from .backward_plans import BackwardRuntime, pass_support
 from .call_checks import UnsupportedConv, call_layout, check_call, check_epilogue
 from .choice_source import (AUTOTUNE, CONFIGURED, STAGE, TABLE_HIT, UNTUNED, TableSource,
@@ -108,25 +110,65 @@ class Runtime:
         """The weight gradient's tuned cuts {(layout, geometry): cut}: the backward's own."""
         return self.backward.wgrad_tunings
 
-    def backward_choice(self, pass_: str, layout: str, geometry) -> str | None:
+    @property
+    def routes_backward(self) -> bool:
+        """Whether a backward pass may run other than PyTorch's: a backward table, or
+        autotuning (which measures a pass the table lacks)."""
+        return bool(self.backward_dispatch) or self.autotune
+
+    def backward_choice(self, pass_: str, layout: str, geometry, measure: bool = False
+                        ) -> str | None:
         """The implementation of backward pass `pass_` ("input_grad", "weight_grad") in `layout`
         on `geometry` (N, C_in, C_out, H, W, groups): the backward table's where it holds the
-        geometry; else the nearest measured geometry's (unseen.nearest_backward), made once per
-        key and logged; None, PyTorch's backward, where the table has none for the pass and
-        layout."""
+        geometry; else, with autotuning on and `measure` (real tensors, outside a CUDA graph
+        capture), one measured here once and cached (backward_autotune); else the nearest
+        measured geometry's (unseen.nearest_backward); None, PyTorch's backward, where there is
+        none. Made once per key and logged."""
         key = (pass_, layout, geometry)
         found = self.backward_dispatch.get(key)
         if found is not None:
             return found
         if key not in self.backward_choices:
-            impl, why = nearest_backward(
-                pass_, layout, geometry, self.backward_dispatch,
-                lambda i, g: pass_support(pass_, i, geometry_shape(*g))[0])
+            impl = None
+            if self.autotune and measure:
+                impl, why = self._autotuned_backward(pass_, layout, geometry)
+            if impl is None:
+                impl, why = nearest_backward(
+                    pass_, layout, geometry, self.backward_dispatch,
+                    lambda i, g: pass_support(pass_, i, geometry_shape(*g))[0])
             self.backward_choices[key] = impl
             if impl is not None:
                 LOG.warning("backward: %s of geometry %s (%s) is not in the backward table "
                             "(%s): %s (%s)", pass_, geometry, layout, self.source, impl, why)
         return self.backward_choices[key]
+
+    def _autotuned_backward(self, pass_: str, layout: str, geometry
+                            ) -> tuple[str | None, str]:
+        """(implementation, where from) of a backward pass measured here, or read from the
+        autotune cache where an earlier process measured it; (None, why) where measuring
+        failed (on by default: a failure must not fail the training step)."""
+        cache = AutotuneCache(cache_root() / "autotune.json")
+        code = self.cubins_sha256()
+        if pass_ == "weight_grad":  # its own kernels' cubin too
+            custom = custom_of(pass_, layout)
+            code += hashlib.sha256(Path(self.backward.cubin(custom)).read_bytes()).hexdigest()[:16]
+        key = backward_cache_key(torch.cuda.get_device_name(), code, pass_, layout, geometry)
+        entry = cache.get(key)
+        if entry is not None:
+            return entry["implementation"], f"autotuned earlier, read from {cache.path}"
+        started = time.perf_counter()
+        try:
+            with _strict_fp32_call():
+                entry = autotune_backward(self, pass_, layout, geometry_shape(*geometry),
+                                          progress=LOG.info)
+        except Exception as err:  # noqa: BLE001 - on by default: must not fail the call
+            LOG.warning("backward: autotuning %s of %s (%s) failed (%s: %s); it takes the "
+                        "nearest measured geometry's choice, nothing kept", pass_, geometry,
+                        layout, type(err).__name__, str(err).splitlines()[0][:200])
+            return None, "autotuning failed"
+        cache.put(key, entry)
+        return entry["implementation"], (f"autotuned now in {time.perf_counter() - started:.1f} "
+                                         f"s, kept in {cache.path}")
 
     def choice_for(self, implementation: str, shape, layout: str = "nchw"
                    ) -> tuple[str, dict | None, str]:

@@ -99,3 +99,18 @@ def output_errors(torch, pass_: str, out, x, w, gy, groups: int, scale: float
     ref64 = fp64_reference(torch, pass_, x, w, gy, groups)
     tol = scale * fp64_reference(torch, pass_, x, w, gy, groups, absolute=True)
     return full_output_errors(torch, out, ref32, ref64, tol), float(tol.max().item())
+
+
+def poisoned_run(torch, run, size, layout: str):
+    """(out, poisoned) of run(): a block of the output's size in `layout` filled with NaN and
+    freed on the current stream just before the call, so where PyTorch's caching allocator hands
+    the call that block (the same pointer, `poisoned`) an element the pass leaves unwritten
+    stays NaN and fails the check."""
+    poison = torch.empty(size, device="cuda", dtype=torch.float32,
+                         memory_format=(torch.channels_last if layout == "nhwc"
+                                        else torch.contiguous_format))
+    poison.fill_(float("nan"))
+    poison_ptr = poison.data_ptr()
+    del poison  # freed on this stream: the call's allocation of the same size takes it back
+    out = run()
+    return out, out.data_ptr() == poison_ptr

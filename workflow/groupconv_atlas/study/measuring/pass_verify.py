@@ -18,7 +18,7 @@ Unsupported cases stay in the table with their reason.
 from __future__ import annotations
 
 from groupconv.pass_checks import (INPUT_GRAD, error_bound_scale, grad_output, output_errors,
-                                   reduction_length)
+                                   poisoned_run, reduction_length)
 from groupconv.verify import full_output_failures
 from ..plans.pass_plan import BACKWARD_ORDER
 from .pass_runs import backward_module, bind, implementations, layout_of, support
@@ -58,16 +58,9 @@ def verify_pass_one(session, backward, pass_: str, impl: str, shape, seed: int,
         x, w = session.random_inputs(shape, seed)
         gy = grad_output(torch, shape, seed)
         run, details = bind(torch, backward, pass_, impl, x, w, gy, shape.groups, runtime)
-        size = x.shape if pass_ == INPUT_GRAD else w.shape
-        poison = torch.empty(size, device="cuda", dtype=torch.float32,
-                             memory_format=(torch.channels_last if layout == "nhwc"
-                                            else torch.contiguous_format))
-        poison.fill_(float("nan"))
-        poison_ptr = poison.data_ptr()
-        del poison  # freed on this stream: the call's allocation of the same size takes it back
-        out = run()
+        out, poisoned = poisoned_run(torch, run, x.shape if pass_ == INPUT_GRAD else w.shape,
+                                     layout)
         session.synchronize()  # a failed launch raises here
-        poisoned = out.data_ptr() == poison_ptr
         full, tol_max = output_errors(torch, pass_, out, x, w, gy, shape.groups, scale)
     failures = full_output_failures(full, poisoned)
     status = "incorrect" if failures else "correct"
