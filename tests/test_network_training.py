@@ -257,7 +257,7 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     from groupconv.timing import ClockReader, TimingConfig
 
     class TorchForward:  # a runtime whose forward is F.conv2d, its backward aten's
-        eager_training, backward_dispatch = "pytorch", {}
+        eager_training, backward_dispatch, routes_backward = "pytorch", {}, False
 
         def forward(self, x, weight, groups, implementation):
             return torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, groups)
