@@ -363,9 +363,15 @@ def test_with_autotuning_on_an_unseen_backward_pass_is_measured_once_and_kept(
     assert len(measured) == 1
     # no measuring allowed: the nearest measured geometry's choice, else PyTorch's
     table = {("weight_grad", "nchw", (8, 32, 32, 20, 20, 32)): "torch_tuned"}
-    assert runtime(table).backward_choice("weight_grad", "nchw", geometry) == "torch_tuned"
+    unmeasured = runtime(table)
+    assert unmeasured.backward_choice("weight_grad", "nchw", geometry) == "torch_tuned"
     assert runtime().backward_choice("weight_grad", "nchw", geometry) is None
     assert len(measured) == 1
+    # not kept: the geometry's first call on real tensors measures it
+    assert unmeasured.backward_choices == {}
+    assert unmeasured.backward_choice("weight_grad", "nchw", geometry, measure=True) == "wg_nchw"
+    assert measured[-1] == ("weight_grad", "nchw", geometry)
+    measured.pop()
 
     def failing(*args, **kwargs):
         raise RuntimeError("planted failure")
@@ -373,7 +379,7 @@ def test_with_autotuning_on_an_unseen_backward_pass_is_measured_once_and_kept(
     monkeypatch.setattr(op_runtime, "autotune_backward", failing)
     caplog.clear()
     with caplog.at_level("WARNING", logger="groupconv"):
-        assert runtime(table).backward_choice("weight_grad", "nchw", geometry,
+        assert runtime(table).backward_choice("weight_grad", "nchw", (4, 32, 32, 21, 20, 32),
                                               measure=True) == "torch_tuned"
     assert "planted failure" in caplog.text and "nothing kept" in caplog.text
 

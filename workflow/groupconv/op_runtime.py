@@ -123,24 +123,33 @@ class Runtime:
         geometry; else, with autotuning on and `measure` (real tensors, outside a CUDA graph
         capture), one measured here once and cached (backward_autotune); else the nearest
         measured geometry's (unseen.nearest_backward); None, PyTorch's backward, where there is
-        none. Made once per key and logged."""
+        none. Made once per key and logged, except a nearest choice made with autotuning on
+        where nothing may be measured, which a later call on real tensors replaces."""
         key = (pass_, layout, geometry)
         found = self.backward_dispatch.get(key)
         if found is not None:
             return found
-        if key not in self.backward_choices:
-            impl = None
-            if self.autotune and measure:
-                impl, why = self._autotuned_backward(pass_, layout, geometry)
-            if impl is None:
-                impl, why = nearest_backward(
-                    pass_, layout, geometry, self.backward_dispatch,
-                    lambda i, g: pass_support(pass_, i, geometry_shape(*g))[0])
-            self.backward_choices[key] = impl
-            if impl is not None:
-                LOG.warning("backward: %s of geometry %s (%s) is not in the backward table "
-                            "(%s): %s (%s)", pass_, geometry, layout, self.source, impl, why)
-        return self.backward_choices[key]
+        if key in self.backward_choices:
+            return self.backward_choices[key]
+
+        def nearest():
+            return nearest_backward(pass_, layout, geometry, self.backward_dispatch,
+                                    lambda i, g: pass_support(pass_, i, geometry_shape(*g))[0])
+
+        if self.autotune and not measure:
+            # nothing measured here (a capture, a trace): the nearest choice for this call, not
+            # kept, so the geometry's first call on real tensors still measures it
+            return nearest()[0]
+        impl = None
+        if self.autotune:
+            impl, why = self._autotuned_backward(pass_, layout, geometry)
+        if impl is None:
+            impl, why = nearest()
+        self.backward_choices[key] = impl
+        if impl is not None:
+            LOG.warning("backward: %s of geometry %s (%s) is not in the backward table (%s): "
+                        "%s (%s)", pass_, geometry, layout, self.source, impl, why)
+        return impl
 
     def _autotuned_backward(self, pass_: str, layout: str, geometry
                             ) -> tuple[str | None, str]:
