@@ -13,10 +13,10 @@ caller's current stream with one driver call (`launch.LaunchPlan`, the same laun
 use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
 backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless the
 backward table (the tables' own, or `configure(backward_dispatch=...)`) measured the pass in the
-layout (backward_plans.routed_backward): then the pass runs the implementation it names for the
-geometry, or for the nearest geometry it measured (groupconv/backward.py: the weight
-gradient's own kernels, deterministic, bit-identical across runs; the input gradient through the
-forward kernels, as the registered ops of backward_ops, which a compiled backward holds), the
+layout or autotuning is on (backward_plans.routed_backward): the pass runs the table's choice
+for the geometry, else one autotuned or the nearest measured one's (groupconv/backward.py: the
+weight gradient's own kernels, deterministic, bit-identical across runs; the input gradient
+through the forward kernels; as the ops of backward_ops, which a compiled backward holds), the
 rest through aten as before. It is registered as the op's autograd formula,
 and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
 With `dispatch`, an eager call that records a gradient outside a CUDA graph capture computes
