@@ -6,9 +6,9 @@ graph_device ratio of it against PyTorch's backward in the same layout and job (
 in the default job, torch_tuned* in the tuned one). A per-pass estimate from the record's own
 comparisons, not a training step's time.
 
-    make replay RECORD=h100-2026-12-06-passes   # writes results/h100/passes.parquet
-    PYTHONPATH=workflow python3 tools/nearest_backward_check.py records/h100-2026-12-06-passes \\
-        results/h100/passes.parquet [--pass weight_grad]
+    make replay RECORD=<passes record>   # writes results/<device>/passes.parquet
+    PYTHONPATH=workflow python3 tools/nearest_backward_check.py records/<passes record> \\
+        results/<device>/passes.parquet [--pass weight_grad]
 """
 from __future__ import annotations
 
