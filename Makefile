@@ -36,7 +36,7 @@ install: $(VENV)/.installed
 atlas: $(VENV)/.installed
 	@$(WITH_RECORD) echo "$(SNAKEMAKE) atlas $$args $(QUIET)" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
-# The fast set (every test but the integration set: about 5 minutes on 2 cores, 312 s in a fresh
+# The fast set (every test but the integration set: about 6 minutes on 2 cores, 337 s in a fresh
 # clone); test-all adds
 # the integration set (the 80-shape record replay, the SLURM cluster, the browser);
 # test-integration runs that set alone. Each prints its 15 slowest tests.
