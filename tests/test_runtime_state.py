@@ -19,7 +19,7 @@ STATE = {"conv": {"_RUNTIME"}, "backward_plans": set(), "op_runtime": set(), "ba
 CONSTANTS = {
     "conv": {"_LIB", "_FUNCTION_APPLY", "_functorch_active", "_OP", "_ACTIVATION_BACKWARD",
              "_FUSED_OP", "_PLAIN_TENSORS", "_dispatch_modes", "_capturing", "_F_CONV2D",
-             "_function_modes", "BACKWARD_OPS"},
+             "_function_modes", "BACKWARD_OP"},
     "backward_plans": {"PASSES", "CUSTOM_BACKWARD", "REFERENCES", "OTHER", "FLIPPING",
                        "SUPPORT_SM_COUNT"},
     "op_runtime": {"LOG", "EAGER_TRAINING", "_Runtime"},

@@ -385,26 +385,26 @@ def test_with_autotuning_on_an_unseen_backward_pass_is_measured_once_and_kept(
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_a_traced_backward_holds_the_routed_passes_as_ops(monkeypatch, layout):
+def test_a_traced_backward_holds_one_op_whatever_the_table_says(monkeypatch, layout):
     """conv2d's backward traced on fake tensors (as torch.compile traces the compiled backward):
-    a pass the backward table routes to a custom implementation is a groupconv op in the graph,
-    with the output's shape and layout, and nothing launches at trace time; a pass the table
-    measured on no geometry of the layout is aten's convolution_backward. Called directly, the
-    passes would launch on the fake tensors' missing memory at trace time and leave the graph
-    without them."""
+    the graph holds the backward op, with the gradients' shapes and layouts, and neither a pass
+    of its own nor aten's convolution_backward, so nothing launches at trace time; and it is the
+    same graph whether the backward table routes the geometry, routes nothing, or there is no
+    table at all, since torch.compile caches compiled graphs under keys that know nothing of
+    the table. A pass not asked for is no output."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     routed = (2, 8, 16, 9, 13, 8)
     table = {("weight_grad", layout, routed): f"wg_{layout}",
              ("input_grad", layout, routed): f"ig_{layout}"}
-    monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=table))
 
-    def traced(geometry):
-        n, c_in, c_out, h, w, groups = geometry
+    def traced(runtime, needs=(True, True)):
+        monkeypatch.setattr(conv, "_RUNTIME", runtime)
+        n, c_in, c_out, h, w, groups = routed
 
         def step(grad, x, weight):
-            return conv._conv2d_backward(_ctx(x, weight, groups), grad)[:2]
+            return conv._conv2d_backward(_ctx(x, weight, groups, needs), grad)[:2]
 
         args = (torch.randn(n, c_out, h, w).contiguous(memory_format=fmt),
                 torch.randn(n, c_in, h, w).contiguous(memory_format=fmt),
@@ -412,21 +412,45 @@ def test_a_traced_backward_holds_the_routed_passes_as_ops(monkeypatch, layout):
         graph = make_fx(step, tracing_mode="fake")(*args)
         nodes = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
         outputs = [node for node in graph.graph.nodes if node.op == "output"][0].args[0]
-        return nodes, [o.meta["val"] for o in outputs]
+        return nodes, [o if o is None else o.meta["val"] for o in outputs]
 
-    nodes, (grad_x, grad_w) = traced(routed)
-    assert "groupconv.input_grad.default" in nodes and "groupconv.weight_grad.default" in nodes
-    assert not any("convolution_backward" in n for n in nodes), nodes
+    nodes, (grad_x, grad_w) = traced(_stage_runtime(backward_dispatch=table))
+    assert "groupconv.conv2d_backward.default" in nodes, nodes
+    assert not any("convolution_backward" in n or "_grad.default" in n for n in nodes), nodes
     assert grad_x.shape == (2, 8, 9, 13) and grad_x.is_contiguous(memory_format=fmt)
     assert grad_w.shape == (16, 1, 3, 3) and grad_w.is_contiguous()
-    # the table measured the other layout alone: nothing to go by, aten's backward
-    elsewhere = "nchw" if layout == "nhwc" else "nhwc"
-    mirrored = {(p, elsewhere, routed): impl.replace(layout, elsewhere)
-                for (p, _, _), impl in table.items()}
-    monkeypatch.setattr(conv, "_RUNTIME", _stage_runtime(backward_dispatch=mirrored))
-    nodes, _ = traced(routed)
-    assert not any(n.startswith("groupconv.") for n in nodes), nodes
-    assert any("convolution_backward" in n for n in nodes), nodes
+    assert traced(_stage_runtime(backward_dispatch={}))[0] == nodes
+    assert traced(conv._Unbuilt())[0] == nodes
+    nodes, (grad_x, grad_w) = traced(_stage_runtime(backward_dispatch=table), (False, True))
+    assert grad_x is None and grad_w.shape == (16, 1, 3, 3)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_the_backward_op_routes_on_the_runtime_as_it_is_when_it_runs(layout):
+    """What the op computes when it runs (backward_ops.run_backward): the passes as the runtime's
+    table names them then (here a custom weight gradient, which refuses CPU tensors by name),
+    aten's for a pass the table lacks, each gradient asked for in its tensor's layout with the
+    strides the fake promised, an empty tensor for one not asked for."""
+    from groupconv.backward_ops import _conv2d_backward_fake, run_backward
+
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    geometry = (2, 8, 16, 9, 13, 8)
+    x = torch.randn(2, 8, 9, 13).contiguous(memory_format=fmt)
+    weight = torch.randn(16, 1, 3, 3)
+    grad = torch.randn(2, 16, 9, 13).contiguous(memory_format=fmt)
+    want_x, want_w, _ = torch.ops.aten.convolution_backward(
+        grad, x, weight, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 8, [True, True, False])
+    table = {("weight_grad", layout, geometry): f"wg_{layout}"}
+    with pytest.raises(UnsupportedConv, match="^grad_y: on cpu"):
+        run_backward(_stage_runtime(backward_dispatch=table), grad, x, weight, 8, True, True)
+    runtime = _stage_runtime(backward_dispatch=table)
+    runtime.backward_dispatch = {}  # as configure(backward_dispatch={}) leaves it
+    got_x, got_w = run_backward(runtime, grad, x, weight, 8, True, True)
+    fake_x, fake_w = _conv2d_backward_fake(grad, x, weight, 8, True, True)
+    assert torch.equal(got_x, want_x) and torch.equal(got_w, want_w)
+    assert got_x.stride() == fake_x.stride() and got_w.stride() == fake_w.stride()
+    got_x, got_w = run_backward(runtime, grad, x, weight, 8, False, True)
+    assert got_x.numel() == 0 and torch.equal(got_w, want_w)
 
 
 def test_configure_sets_the_backward_table_without_a_gpu(monkeypatch):

@@ -1,67 +1,71 @@
-"""The backward passes as registered ops, `torch.ops.groupconv.input_grad` and `.weight_grad`
-(grad_y, weight or x, groups, implementation), which conv2d's backward calls where its backward
-table routes a pass to a custom implementation (backward_plans.routed_backward).
+"""conv2d's backward as a registered op, `torch.ops.groupconv.conv2d_backward(grad, x, weight,
+groups, needs_x, needs_w) -> (grad_x, grad_w)`, which a traced backward (torch.compile) holds
+in place of the passes: when it runs it routes each pass as an eager backward does
+(backward_plans.routed_backward on the op's runtime as it is then), so the choice of each pass is
+made at run time, not baked into the graph.
 
-Why ops and not plain calls: the custom passes launch through the driver with the tensors' data
-pointers, and under torch.compile the backward is traced on fake tensors, which have none. A plain
-call would launch at trace time on no memory and leave the compiled backward without the pass
-(its output an allocation nothing writes). As ops with a fake, the compiled backward holds them
-as opaque calls that launch when it runs, in a CUDA graph capture as eagerly. A call on CPU
-tensors reaches the CPU kernel, which only says what is wrong."""
+Why an op, and why one that chooses when it runs:
+- the custom passes launch through the driver with the tensors' data pointers, and under
+  torch.compile the backward is traced on fake tensors, which have none: a plain call would
+  launch at trace time on no memory and leave the compiled backward without the pass;
+- torch.compile keeps compiled graphs in caches (in the process and on disk) whose keys know
+  nothing of the op's runtime, so a graph holding a choice made at trace time would run that
+  choice after `configure` changed the backward table or autotuning measured another; a graph
+  holding this op is the same for every table.
+A pass not asked for comes back as an empty tensor (the formula returns None for it); a
+computed one in the layout of the tensor it is the gradient of, with the strides the fake gives
+(a compiled graph checks them). A call on CPU tensors reaches the CPU kernel, which only says
+what is wrong."""
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake  # noqa: F401  (conv's test of a trace)
 
-from .backward_plans import check_backward, implementation_layout
-from .call_checks import MEMORY_FORMATS, UnsupportedConv
-
-
-def _in_layout(t, implementation: str):
-    # The layout the implementation computes in: the compiled graph may hand either.
-    return t.contiguous(memory_format=MEMORY_FORMATS[implementation_layout(implementation)])
+from .backward_plans import routed_backward
+from .call_checks import UnsupportedConv, call_layout
 
 
-def _refusal(pass_: str):
-    def refuse(grad_y, other, groups, implementation):
-        check_backward(pass_, grad_y, other, groups, implementation)  # raises, naming the field
-        raise UnsupportedConv("grad_y: must be on a CUDA GPU")
-    return refuse
+def _strides(like) -> tuple:
+    # channels_last where `like` is (and not also contiguous), else contiguous: like's layout
+    n, c, h, w = like.shape
+    return (h * w * c, 1, w * c, c) if call_layout(like) == "nhwc" else (c * h * w, h * w, w, 1)
 
 
-def _input_grad_fake(grad_y, weight, groups, implementation):
-    # dX (N, C_in, H, W) in the implementation's layout, as the pass returns it
-    n, _, h, w = grad_y.shape
-    return torch.empty((n, weight.shape[1] * groups, h, w), dtype=grad_y.dtype,
-                       device=grad_y.device,
-                       memory_format=MEMORY_FORMATS[implementation_layout(implementation)])
+def _settled(t, like):
+    """t (a gradient of `like`) with exactly the strides the fake gives it."""
+    strides = _strides(like)
+    if t.stride() == strides:
+        return t
+    return like.new_empty_strided(like.shape, strides).copy_(t)
 
 
-def _weight_grad_fake(grad_y, x, groups, implementation):
-    # dW (C_out, C_in/groups, 3, 3), contiguous
-    return grad_y.new_empty((grad_y.shape[1], x.shape[1] // groups, 3, 3))
+def _conv2d_backward_fake(grad, x, weight, groups, needs_x, needs_w):
+    return (x.new_empty_strided(x.shape, _strides(x)) if needs_x else x.new_empty(0),
+            weight.new_empty_strided(weight.shape, _strides(weight)) if needs_w
+            else weight.new_empty(0))
 
 
-def register_backward_ops(lib, runtime) -> dict:
-    """Define the two ops on `lib` (conv's library of the groupconv namespace), computing on
-    `runtime()` (conv.runtime: the op's default runtime, looked up per call); returns what
-    routed_backward calls per pass, f(grad_y, weight or x, groups, implementation)."""
-    def input_grad_cuda(grad_y, weight, groups, implementation):
-        op_runtime = runtime()
-        return op_runtime.backward.input_grad(_in_layout(grad_y, implementation), weight,
-                                              groups, implementation, op_runtime)
+def _conv2d_backward_elsewhere(grad, x, weight, groups, needs_x, needs_w):
+    raise UnsupportedConv(f"grad: on {grad.device.type}, must be on a CUDA GPU")
 
-    def weight_grad_cuda(grad_y, x, groups, implementation):
-        return runtime().backward.weight_grad(_in_layout(grad_y, implementation),
-                                              _in_layout(x, implementation), groups,
-                                              implementation)
 
-    lib.define("input_grad(Tensor grad_y, Tensor weight, int groups, str implementation) "
-               "-> Tensor")
-    lib.define("weight_grad(Tensor grad_y, Tensor x, int groups, str implementation) -> Tensor")
-    for name, cuda, fake in (("input_grad", input_grad_cuda, _input_grad_fake),
-                             ("weight_grad", weight_grad_cuda, _weight_grad_fake)):
-        lib.impl(name, cuda, "CUDA")
-        lib.impl(name, _refusal(name), "CPU")
-        torch.library.register_fake(f"groupconv::{name}", fake, lib=lib)
-    return {"input_grad": torch.ops.groupconv.input_grad.default,
-            "weight_grad": torch.ops.groupconv.weight_grad.default}
+def run_backward(runtime, grad, x, weight, groups, needs_x, needs_w):
+    """What the op computes on a GPU: the passes routed on `runtime` as it is now, each
+    gradient asked for with the fake's strides, an empty tensor for one not asked for."""
+    grad_x, grad_w = routed_backward(runtime, grad, x, weight, groups, (needs_x, needs_w))
+    return (_settled(grad_x, x) if needs_x else x.new_empty(0),
+            _settled(grad_w, weight) if needs_w else weight.new_empty(0))
+
+
+def register_backward_op(lib, runtime):
+    """Define the op on `lib` (conv's library of the groupconv namespace), routing on
+    `runtime()` (conv.runtime: the op's default runtime, looked up per call); returns it."""
+    def conv2d_backward_cuda(grad, x, weight, groups, needs_x, needs_w):
+        return run_backward(runtime(), grad, x, weight, groups, needs_x, needs_w)
+
+    lib.define("conv2d_backward(Tensor grad, Tensor x, Tensor weight, int groups, bool needs_x, "
+               "bool needs_w) -> (Tensor, Tensor)")
+    lib.impl("conv2d_backward", conv2d_backward_cuda, "CUDA")
+    lib.impl("conv2d_backward", _conv2d_backward_elsewhere, "CPU")
+    torch.library.register_fake("groupconv::conv2d_backward", _conv2d_backward_fake, lib=lib)
+    return torch.ops.groupconv.conv2d_backward.default

@@ -16,7 +16,6 @@ current stream through launch.LaunchPlan, so a CUDA graph captures it; nothing s
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
 from .backward_kernels import (cut_keywords, transposed_weight_index,
                                wgrad_plan)
@@ -319,21 +318,18 @@ def tuned_wgrad_plan(tunings: dict, shape, layout: str, sm_count: int, alignment
     return wgrad_plan(shape, layout, sm_count, alignment)
 
 
-def routed_backward(runtime, grad, x, weight, groups: int, needs, calls=None):
-    """(grad_x, grad_w) of the op's backward on `runtime` (op_runtime.Runtime): each pass its
+def routed_backward(runtime, grad, x, weight, groups: int, needs):
+    """(grad_x, grad_w) of the op's backward on `runtime` (op_runtime.Runtime), on real tensors
+    (an eager backward, or backward_ops' op when a compiled backward runs it): each pass its
     backward table (runtime.backward_dispatch) names for (pass, layout, geometry), or for a
     geometry it lacks one autotuned here or the nearest measured one's (runtime.backward_choice),
     through that implementation; the others (a pass and layout the table measured nowhere) through
-    aten.convolution_backward exactly as F.conv2d's backward calls it. `calls` maps a pass to
-    the function that computes it, f(grad_y, weight or x, groups, implementation); conv passes
-    the op's registered backward ops (torch.ops.groupconv.input_grad, .weight_grad), which
-    torch.compile traces as opaque calls with a fake; by default the runtime's backward itself
-    (an eager caller with a runtime of its own)."""
+    aten.convolution_backward exactly as F.conv2d's backward calls it."""
     backward = runtime.backward
     layout = "nchw" if x.is_contiguous() else "nhwc"
     geometry = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], x.shape[3], groups)
-    # a choice is measured (with autotuning on) only on real tensors outside a graph capture
-    measure = not (is_fake(grad) or grad.is_cuda and torch.cuda.is_current_stream_capturing())
+    # a choice is measured (with autotuning on) only outside a CUDA graph capture
+    measure = not (grad.is_cuda and torch.cuda.is_current_stream_capturing())
     impl_x = runtime.backward_choice("input_grad", layout, geometry, measure) if needs[0] \
         else None
     impl_w = runtime.backward_choice("weight_grad", layout, geometry, measure) if needs[1] \
@@ -343,14 +339,12 @@ def routed_backward(runtime, grad, x, weight, groups: int, needs, calls=None):
     if rest_x or rest_w:
         grad_x, grad_w, _ = CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False,
                                           _ZEROS, groups, [rest_x, rest_w, False])
-    if calls is None:
-        calls = {"input_grad": lambda g, w, k, i: backward.input_grad(g, w, k, i, runtime),
-                 "weight_grad": backward.weight_grad}
     if impl_x is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_x)]
-        grad_x = calls["input_grad"](grad.contiguous(memory_format=fmt), weight, groups, impl_x)
+        grad_x = backward.input_grad(grad.contiguous(memory_format=fmt), weight, groups, impl_x,
+                                     runtime)
     if impl_w is not None:
         fmt = MEMORY_FORMATS[implementation_layout(impl_w)]
-        grad_w = calls["weight_grad"](grad.contiguous(memory_format=fmt),
+        grad_w = backward.weight_grad(grad.contiguous(memory_format=fmt),
                                       x.contiguous(memory_format=fmt), groups, impl_w)
     return grad_x, grad_w

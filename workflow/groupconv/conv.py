@@ -1,27 +1,25 @@
 """The public entry point: `conv2d(x, weight, groups, implementation)`, its fused form
 `conv2d_fused` and `configure` (the module form, `GroupConv2d`, is layers.py's).
 
-Registered as the custom op `torch.ops.groupconv.conv2d` (torch.library's define and impl,
-with a fake implementation), so CUDA graphs capture it and torch.compile traces it without a
-graph break. A call is checked against the fixed experiment (FP32, contiguous NCHW on the GPU, 3x3
-weights, stride 1, padding 1, dilation 1, no bias) and the implementation's support the first
-time its key (implementation, sizes, groups, dtypes, devices, layouts) is seen (call_checks);
-what does not fit raises `UnsupportedConv` naming the field, never a silent wrong launch. The
-launch resolved then (the launch tables' choice, entry, grid, block, scalars) is kept
-(op_runtime, call_plan), so a later call allocates the output and enqueues the kernel on the
-caller's current stream with one driver call (`launch.LaunchPlan`, the same launch the pipeline's stages
-use), with no stream fork or join; a PyTorch reference runs as torch_fallback calls it. The
-backward is F.conv2d's own (aten.convolution_backward, the same arguments and mask) unless the
-backward table (the tables' own, or `configure(backward_dispatch=...)`) measured the pass in the
-layout or autotuning is on (backward_plans.routed_backward): the pass runs the table's choice
-for the geometry, else one autotuned or the nearest measured one's (groupconv/backward.py: the
-weight gradient's own kernels, deterministic, bit-identical across runs; the input gradient
-through the forward kernels; as the ops of backward_ops, which a compiled backward holds), the
-rest through aten as before. It is registered as the op's autograd formula,
-and run by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes.
-With `dispatch`, an eager call that records a gradient outside a CUDA graph capture computes
-F.conv2d by default (configure(eager_training=...)): an eager training step is host-bound, and
-PyTorch's own path costs the host least; a captured step and torch.compile run the kernels.
+Registered as the custom op `torch.ops.groupconv.conv2d` (torch.library's define and impl, with a
+fake implementation), so CUDA graphs capture it and torch.compile traces it without a graph break.
+A call is checked against the fixed experiment (FP32, contiguous NCHW on the GPU, 3x3 weights,
+stride 1, padding 1, dilation 1, no bias) and the implementation's support the first time its key
+(implementation, sizes, groups, dtypes, devices, layouts) is seen (call_checks); what does not fit
+raises `UnsupportedConv` naming the field, never a silent wrong launch. The launch resolved then
+(the launch tables' choice, entry, grid, block, scalars) is kept (op_runtime, call_plan), so a
+later call allocates the output and enqueues the kernel on the caller's current stream with one
+driver call (`launch.LaunchPlan`, the same launch the pipeline's stages use), with no stream fork
+or join; a PyTorch reference runs as torch_fallback calls it. The backward is F.conv2d's own
+(aten.convolution_backward, the same arguments and mask) unless the backward table (the tables'
+own, or `configure(backward_dispatch=...)`) measured the pass in the layout or autotuning is on
+(backward_plans.routed_backward): then the table's choice for the geometry, else one autotuned or
+the nearest measured one's (groupconv/backward.py), the rest aten's. A traced backward holds
+backward_ops' op, which routes when it runs. It is registered as the op's autograd formula, and run
+by `_Conv2dFunction`, the cheaper path an eager call with a gradient to record takes. With
+`dispatch`, an eager call that records a gradient outside a CUDA graph capture computes F.conv2d by
+default (configure(eager_training=...)): an eager training step is host-bound, and PyTorch's own
+path costs the host least; a captured step and torch.compile run the kernels.
 
 The op computes with its default runtime (op_runtime.Runtime: the launch tables, cubins and
 plans of the forward and the backward, the backward table and the eager-training choice), this
@@ -45,7 +43,7 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call,  # noqa: F401
                           check_epilogue, implementations, support)
-from .backward_ops import register_backward_ops
+from .backward_ops import is_fake, register_backward_op
 from .backward_plans import routed_backward
 from .launcher import Launcher
 from .op_runtime import EAGER_TRAINING, Runtime, eager_training_choice  # noqa: F401
@@ -204,10 +202,12 @@ def _conv2d_backward(ctx, grad):
     # gradients, kernels and cost F.conv2d's backward has.
     x, weight = ctx.saved_tensors
     needs = ctx.needs_input_grad
+    if type(grad) is not torch.Tensor and is_fake(grad):  # traced: the op routes when it runs
+        grad_x, grad_w = BACKWARD_OP(grad, x, weight, ctx.groups, needs[0], needs[1])
+        return grad_x if needs[0] else None, grad_w if needs[1] else None, None, None
     # the backward table, or autotuning, routes passes (routed_backward); else all aten's
     if _RUNTIME.routes_backward:
-        grad_x, grad_w = routed_backward(_RUNTIME, grad, x, weight, ctx.groups, needs,
-                                         BACKWARD_OPS)
+        grad_x, grad_w = routed_backward(_RUNTIME, grad, x, weight, ctx.groups, needs)
         return grad_x, grad_w, None, None
     grad_x, grad_w, _ = _CONV_BACKWARD(grad, x, weight, None, _ONES, _ONES, _ONES, False, _ZEROS,
                                        ctx.groups, [needs[0], needs[1], False])
@@ -256,7 +256,7 @@ def _register(name: str, cuda, elsewhere, fake, backward, setup):
 
 _OP = _register("conv2d", _conv2d_cuda, _conv2d_elsewhere, _conv2d_fake, _conv2d_backward,
                 _conv2d_setup)
-BACKWARD_OPS = register_backward_ops(_LIB, runtime)  # the backward's routed passes
+BACKWARD_OP = register_backward_op(_LIB, runtime)  # the traced backward's, routing when it runs
 
 # The fused op: y = act(conv(x, weight) + bias), the bias and activation applied in registers by
 # kernels with fused entries (KernelFamily.epilogues), else by PyTorch after the convolution

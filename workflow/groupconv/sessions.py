@@ -102,6 +102,10 @@ class GpuSession:
             self.torch_stream = torch.cuda.Stream()
             self.stream = _TorchStream(self.torch_stream)
         else:
+            # PyCUDA's calls need a context current on this thread: a session made on a thread
+            # PyTorch started (autograd's backward, autotuning a pass there) may have none yet
+            from .launch import driver
+            driver().current_context()
             self.stream = drv.Stream()
             self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
         self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
