@@ -102,10 +102,12 @@ class GpuSession:
             self.torch_stream = torch.cuda.Stream()
             self.stream = _TorchStream(self.torch_stream)
         else:
-            # PyCUDA's calls need a context current on this thread: a session made on a thread
-            # PyTorch started (autograd's backward, autotuning a pass there) may have none yet
-            from .launch import driver
-            driver().current_context()
+            # PyCUDA keeps a stack of contexts per thread, and autoprimaryctx pushed the primary
+            # context on the importing thread's alone: a session made on a thread PyTorch
+            # started (autograd's backward, autotuning a pass there) pushes it on its own, else
+            # PyCUDA refuses the stream ("no currently active context")
+            if drv.Context.get_current() is None:
+                pycuda.autoprimaryctx.context.push()
             self.stream = drv.Stream()
             self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
         self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
