@@ -36,8 +36,8 @@ install: $(VENV)/.installed
 atlas: $(VENV)/.installed
 	@$(WITH_RECORD) echo "$(SNAKEMAKE) atlas $$args $(QUIET)" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
-# The fast set (every test but the integration set: about 6 minutes on 2 cores, 337 s in a fresh
-# clone); test-all adds
+# The fast set (every test but the integration set: 6 to 15 minutes on 2 cores, 337 s and 903 s in
+# fresh clones on two machines); test-all adds
 # the integration set (the 80-shape record replay, the SLURM cluster, the browser);
 # test-integration runs that set alone. Each prints its 15 slowest tests.
 # Workers (pytest-xdist, one per core); they share the one smoke replay (tests/conftest.py).
