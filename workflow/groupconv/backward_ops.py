@@ -19,10 +19,16 @@ what is wrong."""
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import is_fake  # noqa: F401  (conv's test of a trace)
+from torch._subclasses.fake_tensor import is_fake
 
 from .backward_plans import routed_backward
 from .call_checks import UnsupportedConv, call_layout
+
+
+def traced(grad) -> bool:
+    """Whether conv2d's backward is being traced (torch.compile: fake tensors), where it must
+    call the op rather than route: a plain tensor answers at once."""
+    return type(grad) is not torch.Tensor and is_fake(grad)
 
 
 def _strides(like) -> tuple:

@@ -43,7 +43,7 @@ import torch
 # support: the public face (groupconv_atlas.support) serves it from here.
 from .call_checks import (UnsupportedConv, call_layout, check_call,  # noqa: F401
                           check_epilogue, implementations, support)
-from .backward_ops import is_fake, register_backward_op
+from .backward_ops import register_backward_op, traced
 from .backward_plans import routed_backward
 from .launcher import Launcher
 from .op_runtime import EAGER_TRAINING, Runtime, eager_training_choice  # noqa: F401
@@ -202,7 +202,7 @@ def _conv2d_backward(ctx, grad):
     # gradients, kernels and cost F.conv2d's backward has.
     x, weight = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    if type(grad) is not torch.Tensor and is_fake(grad):  # traced: the op routes when it runs
+    if traced(grad):  # torch.compile's trace: the op, which routes when it runs
         grad_x, grad_w = BACKWARD_OP(grad, x, weight, ctx.groups, needs[0], needs[1])
         return grad_x if needs[0] else None, grad_w if needs[1] else None, None, None
     # the backward table, or autotuning, routes passes (routed_backward); else all aten's
