@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml workflow/groupconv/pyproject.toml
 	$(PY) -m pip install -q -e ".[evidence,test]"
 	touch $@
 
-.PHONY: install atlas test test-all test-integration report verify mobilenet_probe nsight compare_records overhead_probe \
+.PHONY: install atlas test test-all test-integration test-records report verify mobilenet_probe nsight compare_records overhead_probe \
 	network_probe unseen_probe replay export_tables clean
 install: $(VENV)/.installed
 
@@ -37,9 +37,9 @@ atlas: $(VENV)/.installed
 	@$(WITH_RECORD) echo "$(SNAKEMAKE) atlas $$args $(QUIET)" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
 # The fast set (every test but the integration set: 6 to 15 minutes on 2 cores, 337 s and 903 s in
-# fresh clones on two machines); test-all adds
-# the integration set (the 80-shape record replay, the SLURM cluster, the browser);
-# test-integration runs that set alone. Each prints its 15 slowest tests.
+# fresh clones on two machines); test-integration runs the integration set (the newest 80-shape
+# record replayed, the SLURM cluster, the browser) but its per-record replays, which test-records
+# runs; test-all runs every test. CI runs test and test-integration. Each prints its 15 slowest.
 # Workers (pytest-xdist, one per core); they share the one smoke replay (tests/conftest.py).
 PYTEST_ARGS ?= --durations=15 -n auto
 test: $(VENV)/.installed
@@ -49,7 +49,13 @@ test-all: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-integration: $(VENV)/.installed
-	$(PY) -m pytest -m integration $(PYTEST_ARGS)
+	$(PY) -m pytest -m "integration and not records" $(PYTEST_ARGS)
+
+# Every committed record's `make replay` from scratch, one test each (marker records): the check
+# that an older record still replays under today's code. Several minutes a record on 2 cores, so
+# it is run before a change to what a replay reads lands, not on every change.
+test-records: $(VENV)/.installed
+	$(PY) -m pytest -m records $(PYTEST_ARGS)
 
 # The report Snakemake bundles, written to reports/ (a bare `snakemake --report` would drop a
 # large report.html at the top of the checkout).

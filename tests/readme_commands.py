@@ -25,10 +25,11 @@ not in the table fails test_every_documented_command_is_classified (and so does 
 files no longer hold). The kinds:
 
 * RUN: run for real in one fresh copy of the checkout, in order of use (TARGET_SEQUENCE):
-  the probes from nothing, then `make atlas` (the newest record replayed, 80 shapes), then
-  everything that reads its results (integration: minutes);
-* REPLAY: `make replay RECORD=<name>` for real, each record in a fresh copy; the smoke record in
-  a copy of the session's `smoke_replay`, where it must find nothing to redo (integration);
+  the probes from nothing, then `make atlas` (the newest record replayed, 80 shapes, and checked
+  end to end), then everything that reads its results (integration: minutes);
+* REPLAY: `make replay RECORD=<name>` for real, each record in a fresh copy (marker `records`,
+  `make test-records`: minutes a record); the smoke record in a copy of the session's
+  `smoke_replay`, where it must find nothing to redo (integration);
 * PROBE: the public op's probes (`make overhead_probe`, `unseen_probe`, `network_probe` and
   their snakemake lines) replay, in the same sequence, the newest record of the device that holds
   their raw samples (PROBE_RECORD), naming it in one line: they write their JSON and leave the
@@ -134,7 +135,8 @@ def _probe(command: str) -> How:
 
 def _replay(name: str) -> How:
     if name == NEWEST.name:
-        return How(RUN, "after make atlas (the same record, the newest): succeeds, names it")
+        return How(REPLAY, "fresh copy: the record under its own configuration (make atlas "
+                   "replays it under the default one, in the RUN sequence), names it")
     if name == SMOKE_RECORD:
         return How(REPLAY, "copy of the smoke_replay fixture (the same replay): nothing to redo")
     if not any((ROOT / "records" / name).glob("raw/timing/*.json")):
@@ -222,8 +224,11 @@ COMMANDS: dict[str, How] = {
     # The test targets: never run here (the whole suite, inside itself).
     "make test": How(SUITE, 'make -n: pytest -m "not integration"; collected via the target',
                      expect='-m "not integration"'),
-    "make test-integration": How(SUITE, "make -n: pytest -m integration; collected via the "
-                                 "target", expect="-m integration"),
+    "make test-integration": How(SUITE, 'make -n: pytest -m "integration and not records"; '
+                                 "collected via the target",
+                                 expect='-m "integration and not records"'),
+    "make test-records": How(SUITE, "make -n: pytest -m records; collected via the target",
+                             expect="-m records"),
     "make test-all": How(SUITE, "make -n: pytest without -m; collected via the target"),
     "python -m pytest -m gpu": How(SUITE, "collected with --collect-only: selects the gpu tests",
                                    expect="-m gpu"),
@@ -252,7 +257,7 @@ TARGET_SEQUENCE = [
     "snakemake compare_records", "snakemake compare_devices", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
     "time_job=1 tune_kernel=1 ceilings=1",
-    f"make replay RECORD={NEWEST.name}", "make export_tables",
+    "make export_tables",
 ]
 
 # README's Python statements: CPU ones run here; GPU ones are bound against the API's signatures.

@@ -2,21 +2,20 @@
 measured and which kernels and references ran in each, what it did not measure, its caveats and
 amendments once each, in a page short enough to read (LINES lines at most, no line over
 evidence.LINE_LIMIT characters). On synthetic atlas documents, on the smoke record's replay, and
-(the integration set) on replays of the committed H100 record and of the newest H200 one."""
+(the integration set) on a replay of the committed H100 record; the newest H200 record's page where
+`make atlas` replays it (tests/test_readme_commands_run.py). The checks: tests/evidence_checks.py."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from groupconv.files import ATLAS_RECORD, find_record
-from groupconv.kernels import layout_of
-from groupconv_atlas.study.artifacts.evidence import LINE_LIMIT, cut_line, evidence_markdown
+from evidence_checks import (assert_readable, check_committed_page, check_replayed_page, items,
+                             layout_bullet, section)
+from groupconv_atlas.study.artifacts.evidence import cut_line, evidence_markdown
 from groupconv_atlas.study.artifacts.evidence_facts import NOT_MEASURED
 from groupconv_atlas.study.records.committed import replay_arguments
 from helpers import ROOT, SMOKE_DEVICE, copy_checkout, snakemake
 
-LINES = 149  # "under 150 lines"
 H100_RECORD = "h100-2026-12-06"
 
 
@@ -66,31 +65,6 @@ def synthetic_atlas(kernels: list[str], references: list[str], dispatchers: list
         "nsight": {"mode": "replay", "snakemake_target": "nsight", "captures": 0,
                    "borrowed_from": None, "borrowed_captures": 0},
     }
-
-
-def section(text: str, title: str) -> str:
-    """The lines under `## title`, up to the next section."""
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, f"no section {title!r} in:\n{text}"
-    return match.group(1)
-
-
-def items(block: str) -> list[str]:
-    """The bullets of a block, each with its wrapped lines joined."""
-    return [" ".join(b.split()) for b in re.split(r"^- ", block, flags=re.M)[1:]]
-
-
-def assert_readable(text: str, where: str) -> None:
-    lines = text.splitlines()
-    long = [f"{len(line)}: {line[:80]}" for line in lines if len(line) > LINE_LIMIT]
-    assert len(lines) <= LINES, f"{where}: {len(lines)} lines (at most {LINES})"
-    assert not long, f"{where}: lines over {LINE_LIMIT} characters:\n" + "\n".join(long)
-
-
-def layout_bullet(text: str, title: str) -> str:
-    found = [i for i in items(section(text, "Layouts measured")) if i.startswith(f"**{title}**")]
-    assert len(found) == 1, (title, section(text, "Layouts measured"))
-    return found[0]
 
 
 # --- synthetic records ---------------------------------------------------------------------------
@@ -211,55 +185,17 @@ def test_a_short_sentence_is_never_cut():
 
 # --- replays -------------------------------------------------------------------------------------
 
-def check_replayed_page(results: Path) -> None:
-    """The page a replay wrote: within the limits, and its layouts those of the record's own
-    builds and timed dispatchers."""
-    text = (results / "current-evidence.md").read_text()
-    atlas = json.loads((results / "atlas.json").read_text())
-    assert_readable(text, str(results))
-    layouts = {layout_of(k) for k in atlas["builds"]}
-    timed = {c["candidate"] for c in atlas["comparisons"]}
-    for layout, title in (("nchw", "contiguous NCHW"), ("nhwc", "channels_last (NHWC)")):
-        kernels = sorted(k for k in atlas["builds"] if layout_of(k) == layout)
-        if not kernels:  # its references may still have run in it
-            continue
-        bullet = layout_bullet(text, title)
-        for kernel in kernels:
-            assert re.search(rf"\b{kernel}\b", bullet), (kernel, bullet)
-        for dispatcher, its_layout in {"dispatch": "nchw", "dispatch_nhwc": "nhwc"}.items():
-            if its_layout == layout and dispatcher in timed:
-                assert f"dispatcher {dispatcher} " in bullet, bullet
-    if layouts == {"nchw"}:
-        assert "no channels_last implementation ran" in " ".join(text.split())
-    notes = {" ".join(n.split()).rstrip(".") for n in atlas["evidence"].get("amendments", [])}
-    if notes:
-        assert len(items(section(text, "Amendments to the record"))) == len(notes)
-    beyond = items(section(text, "Beyond the forward atlas"))
-    if not atlas.get("passes"):
-        assert f"Backward passes: {NOT_MEASURED}." in beyond
-    if not atlas.get("crosscheck"):
-        assert f"Independent timer cross-check: {NOT_MEASURED}." in beyond
-
-
 def test_the_smoke_replays_page_is_within_the_limits_and_states_its_layouts(smoke_replay):
     check_replayed_page(smoke_replay / "results" / SMOKE_DEVICE)
 
 
-def _committed_atlas_records() -> list[str]:
-    return [H100_RECORD, find_record(ROOT / "records", "newest", "h200", having=ATLAS_RECORD).name]
-
-
-# Each a replay of an 80-shape record up to its atlas (minutes on 2 cores): the integration set.
+# A replay of an 80-shape record up to its atlas (minutes on 2 cores): the integration set. The
+# newest H200 record's page is checked where `make atlas` replays it
+# (tests/test_readme_commands_run.py), rather than in a replay of its own.
 @pytest.mark.integration
-@pytest.mark.parametrize("record", _committed_atlas_records())
-def test_a_committed_records_page_is_within_the_limits(record, tmp_path):
+def test_the_committed_h100_records_page_is_within_the_limits(tmp_path):
     repo = copy_checkout(tmp_path / "repo")
-    args = replay_arguments(ROOT / "records", record)
-    device = json.loads((ROOT / "records" / record / "record.json").read_text())["device"]
+    args = replay_arguments(ROOT / "records", H100_RECORD)
+    device = json.loads((ROOT / "records" / H100_RECORD / "record.json").read_text())["device"]
     snakemake(repo, f"results/{device}/current-evidence.md", "--cores", "1", *args)
-    check_replayed_page(repo / "results" / device)
-    text = (repo / "results" / device / "current-evidence.md").read_text()
-    nsight = any((ROOT / "records" / record / "raw" / "nsight").glob("*.ncu-rep"))
-    beyond = items(section(text, "Beyond the forward atlas"))
-    assert any(b.startswith("Nsight Compute captures: ") and (NOT_MEASURED in b) != nsight
-               for b in beyond), beyond
+    check_committed_page(repo / "results" / device, ROOT / "records" / H100_RECORD)

@@ -1,6 +1,7 @@
 """The README's commands for real (integration): those that run here, in order of use in one
-fresh copy, each record's `make replay`, the smoke record's replay finding nothing to redo, and
-the test targets collected through their own command lines. What counts as a command and the
+fresh copy, each record's `make replay` (marker `records` too: `make test-records`, minutes a
+record), the smoke record's replay finding nothing to redo, and the test targets collected
+through their own command lines. What counts as a command and the
 table: tests/readme_commands.py."""
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from evidence_checks import check_committed_page
 from helpers import copy_checkout, copy_replayed, run_guarded
 
-from groupconv.files import sha256_file
+from groupconv.files import ATLAS_RECORD, find_record, sha256_file
 from readme_commands import (COMMANDS, DEVICE, NEWEST, PROBE, PROBE_OUTPUT, PROBE_RAW,
                              PROBE_RECORD, REPLAY, ROOT, SMOKE_RECORD, SUITE, TARGET_SEQUENCE,
                              atlas_of, output, repo_env, run_command, split)
@@ -69,6 +72,7 @@ def _after(command: str, repo: Path, res, atlas_before: dict[str, str]) -> None:
         atlas = json.loads((out / "atlas.json").read_text())
         assert atlas["evidence"]["mode"] == "replay"
         assert atlas["evidence"]["record"] == NEWEST.name
+        check_newest_atlas(repo)
     elif command == "make atlas QUIET=":
         assert re.search(r"snakemake atlas\s*$", res.stdout, re.MULTILINE), res.stdout[-2000:]
     elif command == "make verify":
@@ -78,9 +82,58 @@ def _after(command: str, repo: Path, res, atlas_before: dict[str, str]) -> None:
         assert "export_table[nvidia-h200]" in log, log[-2000:]
         assert (repo / table).read_bytes() == (ROOT / table).read_bytes(), \
             "make export_tables wrote another file than the committed one"
-    elif command == f"make replay RECORD={NEWEST.name}":
-        assert re.search(rf"^snakemake atlas .*record={re.escape(NEWEST.name)}\b", res.stdout,
-                         re.MULTILINE), res.stdout[-2000:]
+
+
+def check_newest_atlas(repo: Path) -> None:
+    """What `make atlas` leaves without a GPU: the newest H200 record replayed end to end, every
+    kernel it built verified on the 80 shapes, the A/A calibration, the roofline, the cross-job
+    spread, the Nsight page borrowed from the newest record that holds captures (named), the
+    MobileNet reading, the evidence page within its limits, every report page within the
+    frames' size."""
+    out = repo / "results" / "h200"
+    atlas = json.loads((out / "atlas.json").read_text())
+    assert atlas["evidence"]["mode"] == "replay"
+    # the newest atlas record (a newer record of the backward passes alone replays beside it)
+    newest = find_record(repo / "records", "newest", "h200", having=ATLAS_RECORD)
+    assert atlas["evidence"]["record"] == newest.name
+    assert atlas["shape_set"]["count"] == 80
+    # every kernel the record built is verified on all 80 shapes (correct or declared unsupported)
+    for kernel in (p.stem for p in (newest / "raw" / "builds").glob("*.json")):
+        counts = atlas["verification"][kernel]
+        assert sum(counts.values()) == 80 and counts["incorrect"] == 0, (kernel, counts)
+    assert atlas["aa"]["pairs"] == 160 and atlas["aa"]["passed"]
+    assert atlas["roofline"]["ceilings"]["dram_bandwidth_bytes_per_s"] > 0
+    # torch_tuned is timed by several jobs (processes); their agreement is reported.
+    spread = {(r["implementation"], r["boundary"]): r for r in atlas["cross_job_spread"]}
+    assert spread[("torch_tuned", "graph_device")]["max_jobs"] >= 2
+    # The newest record has no Nsight captures: the page replays an older record's, named.
+    nsight = pd.read_parquet(out / "nsight.parquet")
+    assert set(nsight["record"]) == {find_record(repo / "records", "newest", "h200",
+                                                 having="raw/nsight/*.ncu-rep").name}
+    assert atlas["mobilenet"]["readings"]["block"]["n1"]["graph_device"]["nchw"]["class"] in (
+        "WIN", "LOSS", "TIE", "INCONCLUSIVE")
+    layouts = atlas["mobilenet"]["layouts"]
+    assert layouts["nchw"]["measured"] and "nhwc" in layouts  # measured, or named as not
+    evidence = (out / "current-evidence.md").read_text()
+    assert "Stability across timing jobs" in evidence
+    # The configured session-to-session comparison renders with the atlas, flips listed.
+    from groupconv_atlas.study.report.html_blocks import unpacked_page
+
+    assert "Cells whose class flips" in unpacked_page(
+        (repo / "results" / "comparisons" / "records.html").read_text())
+    caveats = json.loads((newest / "record.json").read_text()).get("caveats", [])
+    if caveats:
+        assert "Known limitations of this record" in evidence
+    for page in ("atlas-map.html", "nsight.html", "machine-code.html", "mobilenet.html"):
+        assert (out / "report" / page).is_file(), page
+    # Every page fits the report's frames (a base64 data: URL, blank in Chromium over 2 MiB).
+    from groupconv_atlas.study.report.html_blocks import DATA_URL_LIMIT, data_url_bytes  # noqa: E402
+
+    pages = [*(out / "report").glob("*.html"), repo / "results" / "comparisons" / "records.html"]
+    too_large = {p.name: data_url_bytes(p.read_text()) for p in pages
+                 if data_url_bytes(p.read_text()) > DATA_URL_LIMIT}
+    assert not too_large, too_large
+    check_committed_page(out, newest)
 
 
 @pytest.mark.integration
@@ -97,6 +150,7 @@ def test_commands_that_run_here_run_for_real(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.records
 @pytest.mark.parametrize("command", sorted(c for c, h in COMMANDS.items() if h.kind == REPLAY
                                            and not c.endswith(f"={SMOKE_RECORD}")))
 def test_make_replay_of_each_record(tmp_path, command):
@@ -104,6 +158,9 @@ def test_make_replay_of_each_record(tmp_path, command):
     res = run_command(repo, command)
     assert res.returncode == 0, output(res)[-6000:]
     record = command.split("RECORD=", 1)[1]
+    # make echoes the line it runs: the record's own configuration, naming the record
+    assert re.search(rf"^snakemake atlas .*record={re.escape(record)}\b", res.stdout,
+                     re.MULTILINE), res.stdout[-2000:]
     assert atlas_of(repo, record)["evidence"]["mode"] == "replay"
 
 

@@ -1,14 +1,13 @@
 """The workflow end to end on a machine without a GPU: replaying the committed H200 smoke record,
-byte-identical replays, a tampered record refused, what an edit reruns, and the live DAG."""
+byte-identical replays, a tampered record refused, what an edit reruns, and the live DAG. The
+newest H200 record replayed end to end is the README's `make atlas`, run and checked in
+tests/test_readme_commands_run.py."""
 import json
 import re
 import subprocess
 from pathlib import Path
 
-import pandas as pd
 import pytest
-
-from groupconv.files import ATLAS_RECORD, find_record
 
 from helpers import SMOKE, copy_checkout, copy_replayed, snakemake
 
@@ -149,51 +148,3 @@ def test_a_bad_config_value_names_the_field(repo):
     assert res.returncode != 0 and "sometimes" in res.stdout + res.stderr
 
 
-@pytest.mark.integration
-def test_the_committed_h200_record_replays_into_the_atlas(repo):
-    """The README's main job on a machine without a GPU: the newest H200 record, end to end."""
-    run(repo, "--cores", "1", "atlas")
-    out = repo / "results" / "h200"
-    atlas = json.loads((out / "atlas.json").read_text())
-    assert atlas["evidence"]["mode"] == "replay"
-    # the newest atlas record (a newer record of the backward passes alone replays beside it)
-    newest = find_record(repo / "records", "newest", "h200", having=ATLAS_RECORD)
-    assert atlas["evidence"]["record"] == newest.name
-    assert atlas["shape_set"]["count"] == 80
-    # every kernel the record built is verified on all 80 shapes (correct or declared unsupported)
-    for kernel in (p.stem for p in (newest / "raw" / "builds").glob("*.json")):
-        counts = atlas["verification"][kernel]
-        assert sum(counts.values()) == 80 and counts["incorrect"] == 0, (kernel, counts)
-    assert atlas["aa"]["pairs"] == 160 and atlas["aa"]["passed"]
-    assert atlas["roofline"]["ceilings"]["dram_bandwidth_bytes_per_s"] > 0
-    # torch_tuned is timed by several jobs (processes); their agreement is reported.
-    spread = {(r["implementation"], r["boundary"]): r for r in atlas["cross_job_spread"]}
-    assert spread[("torch_tuned", "graph_device")]["max_jobs"] >= 2
-    # The newest record has no Nsight captures: the page replays an older record's, named.
-    nsight = pd.read_parquet(out / "nsight.parquet")
-    assert set(nsight["record"]) == {find_record(repo / "records", "newest", "h200",
-                                                 having="raw/nsight/*.ncu-rep").name}
-    assert atlas["mobilenet"]["readings"]["block"]["n1"]["graph_device"]["nchw"]["class"] in (
-        "WIN", "LOSS", "TIE", "INCONCLUSIVE")
-    layouts = atlas["mobilenet"]["layouts"]
-    assert layouts["nchw"]["measured"] and "nhwc" in layouts  # measured, or named as not
-    evidence = (out / "current-evidence.md").read_text()
-    assert "Stability across timing jobs" in evidence
-    # The configured session-to-session comparison renders with the atlas, flips listed.
-    from groupconv_atlas.study.report.html_blocks import unpacked_page
-
-    assert "Cells whose class flips" in unpacked_page(
-        (repo / "results" / "comparisons" / "records.html").read_text())
-    caveats = json.loads((newest / "record.json").read_text()).get("caveats", [])
-    if caveats:
-        assert "Known limitations of this record" in evidence
-    for page in ("atlas-map.html", "nsight.html", "machine-code.html", "mobilenet.html"):
-        assert (out / "report" / page).is_file(), page
-    # Every page fits the report's frames (a base64 data: URL, blank in Chromium over 2 MiB).
-    from groupconv_atlas.study.report.html_blocks import DATA_URL_LIMIT, data_url_bytes  # noqa: E402
-
-    pages = [*(out / "report").glob("*.html"), repo / "results" / "comparisons" / "records.html"]
-    too_large = {p.name: data_url_bytes(p.read_text()) for p in pages
-                 if data_url_bytes(p.read_text()) > DATA_URL_LIMIT}
-    assert not too_large, too_large
-    run(repo, "verify_provenance")
