@@ -6,6 +6,7 @@ script is then read with `ast`, and its imports of groupconv and groupconv_atlas
 through the packages, imports inside functions included (they run when the job calls them). A
 module that runs but is not listed means an edit to it would leave the job's outputs stale."""
 import ast
+import functools
 import json
 import sys
 from pathlib import Path
@@ -68,14 +69,22 @@ def _imports_in(nodes, module: str | None, is_package: bool) -> set[str]:
     return names
 
 
-def file_imports(path: Path, module: str | None, is_package: bool) -> tuple[set[str], set[str]]:
+def file_imports(path: Path, module: str | None,
+                 is_package: bool) -> tuple[frozenset[str], frozenset[str]]:
     """(modules imported when the file runs or calls its functions, modules imported by its
     module-level __getattr__). The latter runs only when an importer asks the module for a name
     it does not define (PEP 562), so it is followed only then."""
     body = ast.parse(path.read_text(), str(path)).body
     lazy = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
     eager = [n for n in body if n not in lazy]
-    return _imports_in(eager, module, is_package), _imports_in(lazy, module, is_package)
+    return (frozenset(_imports_in(eager, module, is_package)),
+            frozenset(_imports_in(lazy, module, is_package)))
+
+
+# Every rule's walk passes through most of the packages: each package file is parsed once per test
+# run (parsing it again for every rule made the test take minutes). A job's script is parsed each
+# time (a test rewrites one in place).
+package_file_imports = functools.cache(file_imports)
 
 
 def _dotted(file: Path) -> str:
@@ -89,8 +98,8 @@ def package_modules_run(script: Path) -> set[Path]:
     while todo:
         path = todo.pop()
         inside = PACKAGE_DIR in path.parents or OP_DIR in path.parents
-        eager, _lazy = file_imports(path, _dotted(path) if inside else None,
-                                    path.name == "__init__.py")
+        read = package_file_imports if inside else file_imports
+        eager, _lazy = read(path, _dotted(path) if inside else None, path.name == "__init__.py")
         names = list(eager)
         while names:
             name = names.pop()
@@ -98,8 +107,8 @@ def package_modules_run(script: Path) -> set[Path]:
             parent = module_file(name.rpartition(".")[0]) if "." in name else None
             if module_file(name) is None and parent is not None:
                 # A name the module may serve from its __getattr__: follow what that imports.
-                names.extend(file_imports(parent, _dotted(parent),
-                                          parent.name == "__init__.py")[1])
+                names.extend(package_file_imports(parent, _dotted(parent),
+                                                  parent.name == "__init__.py")[1])
             for file in files:
                 if file not in seen:
                     seen.add(file)
