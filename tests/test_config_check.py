@@ -22,14 +22,13 @@ def _with(edit):
 
 
 def _layered(*layers: str) -> dict:
-    """config/config.yaml with further files layered on it, section by section."""
+    """config/config.yaml with further files layered on it as Snakemake layers `--configfile`s
+    (its own update_config: nested sections merged key by key)."""
+    from snakemake.utils import update_config
+
     config = copy.deepcopy(BASE)
     for layer in layers:
-        for key, value in (yaml.safe_load((REPO_ROOT / layer).read_text()) or {}).items():
-            if isinstance(value, dict) and isinstance(config.get(key), dict):
-                config[key].update(value)
-            else:
-                config[key] = value
+        update_config(config, yaml.safe_load((REPO_ROOT / layer).read_text()) or {})
     return config
 
 

@@ -13,15 +13,17 @@ import pytest
 import yaml
 from helpers import CpuSession
 
-from groupconv.files import REPO_ROOT, find_record
+from groupconv.files import REPO_ROOT
 from groupconv.record_formats import read_samples
 from groupconv_atlas.study.statistics.timing_frames import batch_medians
 from groupconv_atlas.study.probes import network_training as nt
+from groupconv_atlas.study.probes import training_summary as ts
 from groupconv_atlas.study.plans.config_check import config_errors
 from groupconv_atlas.study.probes.networks import network_lines, summarize_networks
-from groupconv_atlas.study.artifacts.probe_summaries import (TRAIN_EAGER_MIN_LARGE,
+from groupconv_atlas.study.artifacts.probe_summaries import (TRAIN_BEST_MIN, TRAIN_BEST_N,
+                                                             TRAIN_EAGER_MIN_LARGE,
                                                              TRAIN_LARGE_MODELS, TRAIN_LARGE_N,
-                                                             probes_block)
+                                                             probes_block, training_targets)
 from groupconv_atlas.study.report import probes_page
 from groupconv_atlas.study.statistics.stats import StatsConfig
 
@@ -33,7 +35,7 @@ def _samples(network: str, layout: str, means: dict, boundaries=("graph_device",
     """Raw samples of one network's training runs: {role: (graph mean us, eager mean us)}."""
     rng = np.random.default_rng(len(network) + len(layout))
     return pd.DataFrame([
-        {"shape_id": network, "implementation": nt.run_name(role, layout), "boundary": b,
+        {"shape_id": network, "implementation": ts.run_name(role, layout), "boundary": b,
          "batch": batch, "sample": s, "latency_us": mean * rng.lognormal(0, 0.01),
          "clock_flagged": False, "process": 0}
         for role, means_ in means.items() for b, mean in zip(boundaries, means_)
@@ -86,12 +88,12 @@ def _probe_doc():
                        "swapped": 13, "output": {"top1_agreement": 1.0, "max_abs_difference": 1e-6,
                                                  "max_abs_output": 4.0},
                        "training": {"nchw": _detail("nchw", worst=1.3e-6, layer_share=1.5)}}}
-    rows = nt.summarize_training(batch_medians(samples), details, CFG)
+    rows = ts.summarize_training(batch_medians(samples), details, CFG)
     table = summarize_networks(samples, CFG)  # the inference rows: mobilenet_v2-n8's alone
     assert set(table["network"]) == {small}
     doc = {"summary": json.loads(table.to_json(orient="records")), "training_summary": rows,
            "details": details, "settings": {}, "sources": {}, "mode": "replay",
-           "summary_lines": network_lines(table, details) + nt.training_lines(rows, details)}
+           "summary_lines": network_lines(table, details) + ts.training_lines(rows, details)}
     return samples, rows, doc
 
 
@@ -164,7 +166,7 @@ def test_a_record_from_before_the_training_reading_summarises_and_shows_as_befor
     record = REPO_ROOT / "records" / "h200-2026-12-02-b"
     samples = read_samples(record / "raw/probes/networks/samples.parquet")
     probe = json.loads((record / "raw/probes/networks/probe.json").read_text())
-    assert nt.summarize_training(batch_medians(samples), probe["details"], CFG) == []
+    assert ts.summarize_training(batch_medians(samples), probe["details"], CFG) == []
     table = summarize_networks(samples, CFG)
     doc = {"summary": json.loads(table.to_json(orient="records")), "details": probe["details"],
            "settings": probe["settings"], "sources": {}, "mode": "replay",
@@ -208,7 +210,7 @@ def test_gradient_differences_are_relative_to_each_parameter_s_largest_gradient(
         "problem": "gradient missing in the converted"}
     assert broken["per_parameter"]["0.weight"]["problem"] == "non-finite gradient"
     json.dumps(broken, allow_nan=False)  # as the probe's JSON is written
-    assert "not comparable: 0.bias, 0.weight" in nt.worst_text(broken)
+    assert "not comparable: 0.bias, 0.weight" in ts.worst_text(broken)
 
 
 def test_the_training_configuration_is_checked_naming_the_field():
@@ -247,10 +249,10 @@ class _CpuTorch:
         return getattr(torch, name)
 
 
-def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(monkeypatch):
-    """measure_all_training as the probe calls it, on the CPU: the converted layers run conv2d's
-    autograd Function (its forward F.conv2d here), the step's capture fails and is recorded as
-    unsupported, every detail is finite JSON and the statistics read the samples back."""
+def _train_on_the_cpu(monkeypatch, **training):
+    """measure_all_training as the probe calls it, on the CPU, on a tiny network `tiny` at N = 2
+    (`training` overrides the reading's settings): (samples, details, progress lines). The
+    converted layers run conv2d's autograd Function, whose forward is F.conv2d here."""
     torch = pytest.importorskip("torch")
     conv = pytest.importorskip("groupconv.conv")
     from groupconv.conversion import substitute_convs
@@ -288,7 +290,7 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     settings = {"models": ["tiny"], "image": 8, "seed": 3,
                 "training": {"ns": [2], "layouts": ["nchw", "nhwc"], "batches": 2,
                              "samples_per_batch": 2, "warmup_steps": 1, "lr": 0.01,
-                             "op_path": True, "tolerance_factor": 16}}
+                             "op_path": True, "tolerance_factor": 16, **training}}
     timing = TimingConfig(batches=9, samples_per_batch=9, seed=1, warmup_launches=9,
                           graph_min_replay_us=100, graph_max_replay_us=2000,
                           graph_max_launches=10, l2_policy="warm", clock_flag_fraction=0.9)
@@ -296,9 +298,17 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     frames = nt.measure_all_training(session, settings, timing, ClockReader(session.torch),
                                      np.random.default_rng(0), build, convert, details,
                                      progress=lines.append)
-    samples = pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True), details, lines
+
+
+def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(monkeypatch):
+    """measure_all_training as the probe calls it, on the CPU: the converted layers run conv2d's
+    autograd Function (its forward F.conv2d here), the step's capture fails and is recorded as
+    unsupported, every detail is finite JSON and the statistics read the samples back."""
+    conv = pytest.importorskip("groupconv.conv")
+    samples, details, lines = _train_on_the_cpu(monkeypatch)
     # (op_path_copy finds no GroupConv2d in this stand-in: its third run is the converted one)
-    assert set(samples["implementation"]) == {nt.run_name(r, layout) for r in
+    assert set(samples["implementation"]) == {ts.run_name(r, layout) for r in
                                               ("original", "converted", "converted_op")
                                               for layout in ("nchw", "nhwc")}
     assert set(samples["boundary"]) == {"sync_api"}  # no graph: eager only
@@ -332,7 +342,79 @@ def test_the_gpu_part_runs_through_on_the_cpu_with_the_op_s_autograd_function(mo
     assert len(lines) == 2 and "graph unsupported" in lines[0]
     assert "gradients against FP64 within bound" in lines[0]
     assert "each of 1 swapped layers on the step's own tensors within the verifier's" in lines[0]
-    rows = nt.summarize_training(batch_medians(samples), details, CFG)
+    rows = ts.summarize_training(batch_medians(samples), details, CFG)
     assert {(r["layout"], r["path"], r["mode"]) for r in rows} == {
         (layout, path, "eager") for layout in ("nchw", "nhwc") for path in ("conv2d", "op")}
     assert all(r["n"] == 2 and r["model"] == "tiny" for r in rows)
+
+
+def test_a_compiled_step_is_timed_beside_its_compiled_original_after_its_gradients_compare(
+        monkeypatch):
+    """The (model, N) pairs `compile` names: both steps compiled on copies of the checked
+    models, the first compiled step's gradients compared with the eager step's at the same
+    weights, then timed at sync_api; the summary pairs converted_compiled with original_compiled
+    in the compile mode. On the CPU with a backend that generates no code (inductor on the GPU)."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr(nt, "COMPILE_OPTIONS", {"backend": "aot_eager"})
+    samples, details, lines = _train_on_the_cpu(monkeypatch, layouts=["nchw"], op_path=False,
+                                                compile=[["tiny", 2]])
+    names = {ts.run_name(r, "nchw") for r in ("original", "converted", "original_compiled",
+                                              "converted_compiled")}
+    assert set(samples["implementation"]) == names
+    compiled = samples[samples["implementation"].str.contains("compiled")]
+    assert set(compiled["boundary"]) == {"sync_api"} and len(compiled) == 2 * 2 * 2
+    t = details["tiny-n2"]["training"]["nchw"]
+    assert t["compiled"]["runs"] == sorted(n for n in names if "compiled" in n)
+    assert t["compiled"]["options"] == {"backend": "aot_eager"}
+    for role in ("original", "converted"):
+        found = t["compiled"]["gradients_against_eager"][role]
+        # the same function at the same weights: the compiled gradients are the eager ones, up
+        # to the order a compiled graph sums in
+        assert found["problems"] == [] and found["worst_relative"] <= 1e-5, (role, found)
+        assert t["compiled"]["first_call_s"][ts.run_name(f"{role}_compiled", "nchw")] > 0
+    json.dumps(details, allow_nan=False)
+    assert "first compiled step's gradients against the eager step's: converted " in lines[0]
+    rows = ts.summarize_training(batch_medians(samples), details, CFG)
+    assert {(r["path"], r["mode"]) for r in rows} == {("conv2d", "eager"), ("conv2d", "compile")}
+    compile_row = next(r for r in rows if r["mode"] == "compile")
+    medians = batch_medians(samples).groupby("implementation")["median_us"].median()
+    assert compile_row["baseline_median_us"] == pytest.approx(
+        medians[ts.run_name("original_compiled", "nchw")], rel=0.5)
+    assert compile_row["compiled_gradient_relative"] == \
+        t["compiled"]["gradients_against_eager"]["converted"]["worst_relative"]
+    assert next(r for r in rows if r["mode"] == "eager")["compiled_gradient_relative"] is None
+
+
+def test_the_train_step_targets_read_every_mode_and_the_better_layout():
+    """No reading of the model as shipped below TRAIN_STEP_FLOOR (the op path aside), and at
+    TRAIN_BEST_N each model's better layout at its minimum in the graph and compile modes; a
+    (model, mode) not measured fails, named."""
+    def row(model, layout, mode, ratio, path="conv2d"):
+        return {"network": f"{model}-n{TRAIN_BEST_N}", "model": model, "n": TRAIN_BEST_N,
+                "layout": layout, "path": path, "mode": mode, "ratio": ratio}
+
+    rows = [row(m, layout, mode, TRAIN_BEST_MIN[m] + (0.01 if layout == "nhwc" else -0.3))
+            for m in TRAIN_BEST_MIN for layout in ("nchw", "nhwc")
+            for mode in ("graph", "compile")]
+    rows.append(row("resnext50_32x4d", "nchw", "op-only", 0.5, path="op"))  # not as shipped
+    targets = {t["id"]: t for t in training_targets(rows)}
+    best = targets["train_best_layout"]
+    assert best["met"] and best["checked"] == 2 * len(TRAIN_BEST_MIN) and not best["failing"]
+    floor = targets["train_step_floor"]
+    # the NCHW readings sit 0.3 under each minimum: below the floor wherever the minimum < 1.28
+    low = sorted(f"{r['network']} nchw {r['mode']}" for r in rows
+                 if r["path"] == "conv2d" and r["layout"] == "nchw" and r["ratio"] < 0.98)
+    assert not floor["met"] and floor["failing"] == low and floor["checked"] == 16
+    rows = [r for r in rows if not (r["model"] == "mobilenet_v2" and r["mode"] == "compile")]
+    best = {t["id"]: t for t in training_targets(rows)}["train_best_layout"]
+    assert not best["met"] and best["failing"] == ["mobilenet_v2 compile: not measured"]
+
+
+def test_a_compile_pair_the_probe_does_not_run_is_refused_naming_the_field():
+    config = copy.deepcopy(BASE)
+    config["networks"]["training"]["compile"] = [["resnext50_32x4d", 32], ["vgg16", 32]]
+    assert config_errors(config)[0].startswith("networks.training.compile.1: 'vgg16', not among "
+                                               "networks.models")
+    config["networks"]["training"]["compile"] = [["resnext50_32x4d", 64]]
+    assert config_errors(config)[0].startswith("networks.training.compile.0: N = 64 for "
+                                               "resnext50_32x4d, not among the N it runs")

@@ -6,9 +6,9 @@ each pass, layout and geometry on the fastest verified implementation the record
 PyTorch's included). Older outputs name the first route `pytorch`; in those written before the
 package carried a backward table (commit 27a31b8), its captured step ran aten's backward. The
 measurement and its statistics are the network probe's own (study/probes/network_training:
-measure_all_training, summarize_training), so the figures read as the probe's; this runs without
-the forward jobs the probe's rule needs for its dispatch table (the op takes the package's
-tables, as a user's does).
+measure_all_training; study/probes/training_summary: summarize_training), so the figures read
+as the probe's; this runs without the forward jobs the probe's rule needs for its dispatch
+table (the op takes the package's tables, as a user's does).
 
   python tools/training_check.py RECORD OUT_DIR [--models M ...] [--ns N ...] [--gradients-only]
 
@@ -54,8 +54,8 @@ def main(argv: list[str]) -> int:
     from groupconv.sessions import GpuSession
     from groupconv.timing import ClockReader, TimingConfig
     from groupconv_atlas.study.statistics.timing_frames import batch_medians
-    from groupconv_atlas.study.probes.network_training import (measure_all_training,
-                                                               summarize_training)
+    from groupconv_atlas.study.probes.network_training import measure_all_training
+    from groupconv_atlas.study.probes.training_summary import summarize_training
     from groupconv_atlas.study.probes.networks import build_model
     from groupconv_atlas.study.plans.run_plan import timing_settings
     from groupconv_atlas.study.statistics.stats import StatsConfig

@@ -66,7 +66,7 @@ rule probe_stats:
         probe=lambda wildcards: PLAN.probes.raw(wildcards.probe, "probe.json"),
         check=lambda wildcards: PLAN.probes.record_check(wildcards.probe),
         # networks.py holds the GPU measurements beside the statistics: their imports come along.
-        code=code("files", "records/jobs", "probes/networks", "probes/network_training",
+        code=code("files", "records/jobs", "probes/networks", "probes/training_summary",
                   "records/provenance", "record_formats", "statistics/stats", "timing"),
     output:
         summary=f"{PLAN.results}/probes/{{probe}}.parquet",

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from groupconv import record_formats
-from groupconv_atlas.study.probes import network_training, networks
+from groupconv_atlas.study.probes import networks, training_summary
 from groupconv_atlas.study.records.jobs import Job
 from groupconv.files import sha256_file
 from groupconv_atlas.study.statistics.timing_frames import batch_medians
@@ -22,10 +22,10 @@ if smk.params.probe == "networks":
     table = networks.summarize_networks(samples, cfg)
     lines = networks.network_lines(table, probe["details"])
     # The training reading, where the samples hold one (a record without it writes what it did).
-    training = network_training.summarize_training(batch_medians(samples), probe["details"], cfg)
+    training = training_summary.summarize_training(batch_medians(samples), probe["details"], cfg)
     if training:
         extra["training_summary"] = training
-        lines += network_training.training_lines(training, probe["details"])
+        lines += training_summary.training_lines(training, probe["details"])
 else:
     table = networks.summarize_unseen(samples, cfg)
     lines = networks.unseen_lines(table)

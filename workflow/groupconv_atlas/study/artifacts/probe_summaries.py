@@ -19,6 +19,14 @@ TRAIN_EAGER_MIN = 1.0
 TRAIN_EAGER_MIN_LARGE = 1.2
 TRAIN_LARGE_MODELS = ("resnext50_32x4d", "regnet_y_400mf")
 TRAIN_LARGE_N = 32
+# The train step as users run it: no reading of the converted model as shipped below
+# TRAIN_STEP_FLOOR in any network, N, mode and layout; at TRAIN_BEST_N, captured (graph) and
+# compiled, each model's better layout at least its minimum here.
+TRAIN_STEP_FLOOR = 0.98
+TRAIN_BEST_N = 32
+TRAIN_BEST_MIN = {"resnext50_32x4d": 1.2, "regnet_y_400mf": 1.2, "mobilenet_v2": 1.05,
+                  "efficientnet_b0": 1.05}
+TRAIN_BEST_MODES = ("graph", "compile")
 UNSEEN_AUTOTUNE_WITHIN = 0.05  # autotune's time at most this fraction above the best's
 
 
@@ -146,7 +154,54 @@ def training_targets(rows: list[dict]) -> list[dict]:
                 + ", ".join(failing) + ".")
         out.append(_target(target_id, text, bool(cells) and not failing, len(cells), failing,
                            statement))
-    return out
+    return out + [_step_floor_target(rows), _best_layout_target(rows)]
+
+
+def _step_floor_target(rows: list[dict]) -> dict:
+    """Every reading of the converted model as shipped (path conv2d: eager, graph, compile) at
+    least TRAIN_STEP_FLOOR."""
+    shipped = {f"{r['network']} {r['layout']} {r['mode']}": r for r in rows
+               if r.get("path") == "conv2d"}
+    failing = sorted(k for k, r in shipped.items()
+                     if not _ratio_ok(r.get("ratio"), TRAIN_STEP_FLOOR))
+    text = (f"train step original ÷ converted ≥ {TRAIN_STEP_FLOOR:g} in every network, N, mode "
+            "and layout the probe trains")
+    if not shipped:
+        statement = f"Target: {text}. Not met: the probe holds no such reading."
+    else:
+        low = min(shipped, key=lambda k: (shipped[k]["ratio"], k))
+        detail = f"{low}: {shipped[low]['ratio']:.3f}"
+        statement = f"Target: {text}. " + (
+            f"Met on all {len(shipped)} (lowest: {detail})." if not failing else
+            f"Not met on {len(failing)} of {len(shipped)} (lowest: {detail}): "
+            + ", ".join(failing) + ".")
+    return _target("train_step_floor", text, bool(shipped) and not failing, len(shipped),
+                   failing, statement)
+
+
+def _best_layout_target(rows: list[dict]) -> dict:
+    """At N = TRAIN_BEST_N, captured and compiled: each model of TRAIN_BEST_MIN's better layout
+    at least its minimum; a (model, mode) the probe did not measure fails, named so."""
+    cells, failing = [], []
+    for (model, minimum), mode in ((m, mode) for m in TRAIN_BEST_MIN.items()
+                                   for mode in TRAIN_BEST_MODES):
+        found = [r for r in rows if r.get("model") == model and r.get("n") == TRAIN_BEST_N
+                 and r["mode"] == mode and r.get("path") == "conv2d"]
+        best = max(found, key=lambda r: r["ratio"]) if found else None
+        cell = f"{model} {mode}"
+        if best is None:
+            failing.append(f"{cell}: not measured")
+        else:
+            cells.append(f"{cell} {best['ratio']:.3f} ({best['layout']})")
+            if not _ratio_ok(best["ratio"], minimum):
+                failing.append(f"{cell}: {best['ratio']:.3f}, below {minimum:g}")
+    text = (f"train step at N = {TRAIN_BEST_N}, captured and compiled, each model's better "
+            "layout: " + ", ".join(f"{m} ≥ {v:g}" for m, v in TRAIN_BEST_MIN.items()))
+    checked = len(TRAIN_BEST_MIN) * len(TRAIN_BEST_MODES)
+    statement = f"Target: {text}. " + ("Met: " + "; ".join(cells) + "." if not failing else
+                                       f"Not met on {len(failing)} of {checked}: "
+                                       + "; ".join(failing) + ".")
+    return _target("train_best_layout", text, not failing, checked, failing, statement)
 
 
 def unseen_targets(summary: list[dict]) -> list[dict]:

@@ -113,7 +113,32 @@ def config_errors(config: dict, schema_path: str | Path = SCHEMA) -> list[str]:
     # With a shapes file in place of the path, the schema's own line on `shapes` says less.
     errors = [e for e in errors if not (shapes_file and list(e.absolute_path)[:1] == ["shapes"])]
     return (shapes_file + [line for err in errors for line in _describe(err)]
-            + registry_errors(config))
+            + registry_errors(config) + compile_pair_errors(config))
+
+
+def compile_pair_errors(config: dict) -> list[str]:
+    """Each (model, N) pair the network probe's `compile` lists (inference, and the training
+    reading's) that the probe does not run: a model it does not build, an N it does not take."""
+    networks = config.get("networks")
+    if not isinstance(networks, dict):
+        return []
+    training = networks.get("training") if isinstance(networks.get("training"), dict) else {}
+    lines = []
+    for field, pairs, ns in (("networks.compile", networks.get("compile"), networks.get("ns")),
+                             ("networks.training.compile", training.get("compile"),
+                              training.get("ns"))):
+        models = networks.get("models") or []
+        for i, pair in enumerate(pairs if isinstance(pairs, list) else []):
+            if not (isinstance(pair, list) and len(pair) == 2):
+                continue  # the schema's to report
+            model, n = pair
+            if model not in models:
+                lines.append(f"{field}.{i}: {model!r}, not among networks.models: "
+                             f"{', '.join(map(str, models))}")
+            elif n not in (ns or []):
+                lines.append(f"{field}.{i}: N = {n!r} for {model}, not among the N it runs: "
+                             f"{ns}")
+    return lines
 
 
 def shape_id_lists(config: dict) -> list[tuple[str, list]]:

@@ -11,43 +11,37 @@ of that parameter; where a gradient is zero in exact arithmetic, that reads roun
 difference). Then both steps are timed with the atlas's sampler: sync_api is one
 eager step plus synchronize (the eager mode), graph_device the step captured in a CUDA graph (the
 graph mode), where a trial capture of each step succeeds; where it fails the reason is recorded and
-the graph mode is named unsupported. The raw samples sit beside the inference readings in the
-probe's samples (implementations `original_train_<layout>`, `converted_train_<layout>` and
-`converted_op_train_<layout>`, shape_id `<model>-n<N>`); the statistics read them alone, so a
-record replays, and a record without them summarises as before.
+the graph mode is named unsupported. The (model, N) pairs `compile` names also run both steps
+under torch.compile (the whole step function, each side compiled on copies of the checked models):
+the first compiled step's gradients, at the checked weights, are compared with the eager step's
+(the original's own compiled-against-eager difference beside the converted one's), then both are
+timed at sync_api (the compile mode). The raw samples sit beside the inference readings in the
+probe's samples (implementations `original_train_<layout>`, `converted_train_<layout>`,
+`converted_op_train_<layout>`, `original_compiled_train_<layout>` and
+`converted_compiled_train_<layout>`, shape_id `<model>-n<N>`); the statistics read them alone, so
+a record replays, and a record without them summarises as before.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import dataclasses
-import itertools
 import math
 
 import pandas as pd
 
 from . import gradient_check
+from .training_summary import (PATHS, TRAIN_LAYOUTS, check_text, compiled_text, run_name,
+                               worst_text)
 
-TRAIN_LAYOUTS = ("nchw", "nhwc")
 DEVICE = "cuda"  # where the steps run (a CPU test runs this same code with its own session)
-MODE_OF_BOUNDARY = {"graph_device": "graph", "sync_api": "eager"}
+# torch.compile's arguments for a compiled step: its defaults (inductor), as a user compiles; a CPU
+# test names a backend that generates no code.
+COMPILE_OPTIONS: dict = {}
 # Modules whose training-mode forward is random: put in eval mode ("dropout off"), so the two
 # models' steps compute the same function and their gradients compare.
 RANDOM_MODULES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
                   "FeatureAlphaDropout", "StochasticDepth")
-
-
-# The converted model's two ways into the op, as a training summary row names them: `conv2d`,
-# what GroupConv2d calls (an eager call with a gradient through conv2d's autograd Function); `op`,
-# the same layers calling the op through the dispatcher and its registered autograd formula,
-# each call checked first: the path every call with a gradient took before that Function, kept
-# as a reading (`networks.training.op_path`) so a record shows what the Function changed.
-PATHS = {"conv2d": "converted", "op": "converted_op"}
-
-
-def run_name(role: str, layout: str) -> str:
-    """The implementation name of a training run in the raw samples."""
-    return f"{role}_train_{layout}"
 
 
 def op_path_copy(converted):
@@ -137,22 +131,33 @@ def fp64_rows(reference, original, converted, controls=()) -> dict[str, dict]:
     return gradient_check.tensor_errors(names, *grads[:3], controls=grads[3:])
 
 
-def check_text(detail: dict) -> str:
-    """The gradient check of one training reading in words; a record made before it has only the
-    FP32 comparison, which is then given as such."""
-    if "gradient_check" in detail:
-        layers = detail.get("layer_check")
-        return gradient_check.verdict_text(detail["gradient_check"]) + \
-            ("" if layers is None else f"; {gradient_check.layer_verdict_text(layers)}")
-    return f"worst gradient difference against the original {worst_text(detail['gradients'])}"
+def compiled_steps(session, models: dict, x, target, lr: float, layout: str) -> tuple[dict, dict]:
+    """{run name: the compiled step} of copies of `models` ({role: model}, each holding the
+    gradient of the checked step and not yet stepped), each called once (compiling it): and the
+    detail, with each role's first compiled gradients against its eager ones (the same weights)
+    and the seconds the first call took."""
+    import time
 
+    import torch
 
-def worst_text(gradients: dict) -> str:
-    """The worst gradient difference in words (with the parameters that could not compare)."""
-    value = gradients.get("worst_relative")
-    text = "none" if value is None else f"{value:.2e} ({gradients.get('worst_parameter')})"
-    problems = gradients.get("problems") or []
-    return text + (f"; not comparable: {', '.join(problems)}" if problems else "")
+    twins = {role: copy.deepcopy(m) for role, m in models.items()}
+    runs, seconds = {}, {}
+    for role, twin in twins.items():
+        name = run_name(f"{role}_compiled", layout)
+        runs[name] = torch.compile(step_function(twin, x, target,
+                                                 torch.optim.SGD(twin.parameters(), lr=lr)),
+                                   **COMPILE_OPTIONS)
+        start = time.perf_counter()
+        runs[name]()
+        session.synchronize()
+        seconds[name] = round(time.perf_counter() - start, 3)
+    gradients = {}
+    for role, twin in twins.items():
+        found = gradient_differences(models[role], twin)
+        gradients[role] = {k: v for k, v in found.items() if k != "per_parameter"}
+    return runs, {"runs": sorted(runs), "first_call_s": seconds,
+                  "options": COMPILE_OPTIONS or "torch.compile's defaults",
+                  "gradients_against_eager": gradients}
 
 
 def _trial_capture(session, run) -> str | None:
@@ -236,6 +241,11 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
             torch.cuda.empty_cache()
             return None, detail
         models = {"original": original, "converted": converted}
+        compiled, compiled_detail = {}, None
+        if (model_name, int(n)) in {(m, int(k)) for m, k in training.get("compile", [])}:
+            # before any eager step moves the weights: the first compiled gradients compare
+            compiled, compiled_detail = compiled_steps(session, models, x, target,
+                                                       training["lr"], layout)
         if training.get("op_path"):  # copied after the gradient step: the same weights
             models[PATHS["op"]] = op_path_copy(converted)
         runs = {run_name(role, layout): step_function(
@@ -249,6 +259,13 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         unsupported = {k: v for k, v in refusals.items() if v is not None}
         boundaries = ("sync_api",) if unsupported else ("graph_device", "sync_api")
         rows, _, _ = time_runs(session, runs, cfg, clocks, rng, boundaries=boundaries)
+        if compiled:  # paired with each other alone, as a user's compiled step runs: sync_api
+            warm_up(session, compiled.values(), cfg.warmup_launches)
+            rows += time_runs(session, compiled, cfg, clocks, rng, boundaries=("sync_api",))[0]
+            del compiled
+            # Dynamo keeps compiled code per code object (every step closure shares one) up to a
+            # cache limit, past which it would run the step eagerly: each reading starts clean.
+            torch._dynamo.reset()
     detail = {"layout": layout, "convs": len(report),
               **_check_detail(report, off, gradients, repeat_gradients, against_fp64,
                               layer_rows, training),
@@ -259,7 +276,8 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
               # what the converted model's eager step computed with `dispatch`
               # (configure(eager_training=...)): "pytorch", F.conv2d; "kernels", the kernels
               "eager_training": eager_training(),
-              "samples_per_batch": cfg.samples_per_batch, "warmup_steps": cfg.warmup_launches}
+              "samples_per_batch": cfg.samples_per_batch, "warmup_steps": cfg.warmup_launches,
+              "compiled": compiled_detail}
     del original, converted, model, models, runs, x, target
     torch.cuda.empty_cache()
     return samples_frame(rows, f"{model_name}-n{n}"), detail
@@ -315,70 +333,10 @@ def measure_all_training(session, settings: dict, timing_cfg, clocks, rng, build
                              f"{worst_text(detail['gradients_original_repeat'])})"
                              + ("" if graph is None else "; graph " + (
                                  "captured" if graph["supported"] else
-                                 f"unsupported ({graph['reason']})")))
+                                 f"unsupported ({graph['reason']})"))
+                             + compiled_text(detail.get("compiled")))
     finally:
         torch.backends.cudnn.benchmark = saved
     return frames
 
 
-def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
-    """Per (network, layout, mode): original / converted step time with its interval and class
-    (above 1: the converted step is faster), with the gradient agreement beside it. Empty where the
-    samples hold no training run (older records)."""
-    from ..statistics.comparisons import compare
-
-    rows = []
-    for layout, (path, role) in itertools.product(TRAIN_LAYOUTS, PATHS.items()):
-        table = compare(medians, run_name(role, layout), run_name("original", layout), cfg)
-        for r in table.to_dict("records"):
-            d = details.get(r["shape_id"], {})
-            train = (d.get("training") or {}).get(layout, {})
-            rows.append({"network": r["shape_id"], "model": d.get("model"), "n": d.get("n"),
-                         "layout": layout, "path": path, "mode": MODE_OF_BOUNDARY[r["boundary"]],
-                         "boundary": r["boundary"], "ratio": r["ratio"], "ci_low": r["ci_low"],
-                         "ci_high": r["ci_high"], "class": r["class"],
-                         "candidate_median_us": r["candidate_median_us"],
-                         "baseline_median_us": r["baseline_median_us"], "batches": r["batches"],
-                         "worst_gradient_relative": (train.get("gradients") or {})
-                         .get("worst_relative"),
-                         **_check_columns(train.get("gradient_check")),
-                         **_layer_columns(train.get("layer_check"))})
-    return rows
-
-
-def _check_columns(check: dict | None) -> dict:
-    """The gradient check's figures a summary row carries (None in a record made before it)."""
-    check = check or {}
-    return {"gradient_check_passed": check.get("passed"),
-            "gradient_worst_share_of_bound": check.get("worst_share_of_bound"),
-            "gradient_fp64_converted": check.get("candidate_worst_rel_error"),
-            "gradient_fp64_original": check.get("original_worst_rel_error"),
-            "gradient_fp64_control": check.get("control_worst_rel_error")}
-
-
-def _layer_columns(check: dict | None) -> dict:
-    """The swapped layers' check on the step's own tensors, as a summary row carries it (None in
-    a record made before it)."""
-    check = check or {}
-    return {"layer_check_passed": check.get("passed"),
-            "layer_worst_share_of_bound": check.get("worst_share_of_bound")}
-
-
-def training_lines(rows: list[dict], details: dict) -> list[str]:
-    lines = []
-    for (network, layout), part in pd.DataFrame(rows).groupby(["network", "layout"], sort=False):
-        train = details[network]["training"][layout]
-        cells = "; ".join(f"{r['mode']}{'' if r['path'] == 'conv2d' else ' (op path)'} "
-                          f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {r['class']}"
-                          for r in part.to_dict("records"))
-        graph = "" if train["graph"]["supported"] else \
-            f"; graph unsupported ({train['graph']['reason']})"
-        # Records before the repeat reading have no yardstick: the sentence says nothing of it.
-        repeat = train.get("gradients_original_repeat")
-        yardstick = f" (the original against itself: {worst_text(repeat)})" if repeat else ""
-        check = f"{check_text(train)}; " if "gradient_check" in train else ""
-        lines.append(f"{network} training ({layout}): {train['swapped']} of {train['convs']} convs "
-                     f"swapped, {check}worst FP32 gradient difference from the original "
-                     f"{worst_text(train['gradients'])}{yardstick}; original / converted step: "
-                     f"{cells}{graph}.")
-    return lines
