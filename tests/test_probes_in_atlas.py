@@ -6,7 +6,7 @@ it); the report's probes page shows the tables and states each target with wheth
 
 The smoke record holds no probe (the session's smoke replay); the newest H200 record that holds
 the call-overhead benchmark is read here through the probes' own CPU jobs (seconds), and replayed
-whole once in the integration set."""
+whole once with the per-record replays (marker records: make test-records)."""
 import json
 import sys
 from pathlib import Path
@@ -318,7 +318,9 @@ def test_the_network_target_and_table_come_from_the_probes_summary():
 
 # --- the whole replay of the probe record ---------------------------------------------------------
 
+# A whole committed record replayed (many minutes on 2 cores): with the per-record replays.
 @pytest.mark.integration
+@pytest.mark.records
 def test_the_probe_record_replays_its_probes_into_atlas_json_and_the_report(tmp_path):
     root = copy_checkout(tmp_path / "repo")
     snakemake(root, "--cores", "2", "atlas", *REPLAY)
