@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-MODE_OF_BOUNDARY = {"graph_device": "graph", "sync_api": "eager"}
+from .training_summary import COMPILED, MODE_OF_BOUNDARY
+
 
 
 def build_model(name: str, seed: int):
@@ -145,7 +146,7 @@ def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     parts = [plain.assign(mode=plain["boundary"].map(MODE_OF_BOUNDARY))]
     if "converted_compiled" in set(medians["implementation"]):
         parts.append(compare(medians, "converted_compiled", "original_compiled", cfg)
-                     .assign(mode="compile"))
+                     .assign(mode=COMPILED))
     table = pd.concat(parts, ignore_index=True)
     return table.rename(columns={"shape_id": "network"})[
         ["network", "mode", "boundary", "ratio", "ci_low", "ci_high", "class",

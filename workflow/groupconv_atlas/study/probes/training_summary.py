@@ -11,7 +11,10 @@ import pandas as pd
 from . import gradient_check
 
 TRAIN_LAYOUTS = ("nchw", "nhwc")
+# A reading's mode by the boundary it was timed at, and the mode of a compiled pair (timed at
+# sync_api alone), for the probe's inference rows (networks) and training rows alike.
 MODE_OF_BOUNDARY = {"graph_device": "graph", "sync_api": "eager"}
+COMPILED = "compile"
 
 # The converted model's two ways into the op, as a training summary row names them: `conv2d`,
 # what GroupConv2d calls (an eager call with a gradient through conv2d's autograd Function); `op`,
@@ -22,7 +25,6 @@ PATHS = {"conv2d": "converted", "op": "converted_op"}
 # The step pairs the summary compares, (path, candidate role, baseline role, mode or None for the
 # boundary's): the eager and captured steps of each path against the original's, and the compiled
 # converted step against the compiled original, a user's model as they compile it.
-COMPILED = "compile"
 PAIRS = (*((path, role, "original", None) for path, role in PATHS.items()),
          ("conv2d", "converted_compiled", "original_compiled", COMPILED))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..probes.training_summary import COMPILED
 from .frames import mobilenet_readings
 from .html_blocks import Markup, esc, fmt_or_none, html_page, int_or_none, table_html
 from .style import fmt_interval, fmt_ratio
@@ -249,7 +250,7 @@ def _training_table(entry: dict) -> str:
                      fmt_or_none(r.get("worst_gradient_relative"), "{:.2e}"),
                      # a compiled step is timed at sync_api alone
                      "captured" if (t.get("graph") or {}).get("supported")
-                     and r["mode"] != "compile" else None])
+                     and r["mode"] != COMPILED else None])
         classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 4
                        + [_cls("LOSS" if r.get(k) is False else None)
                           for k in ("gradient_check_passed", "layer_check_passed")]
