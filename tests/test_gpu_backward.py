@@ -4,8 +4,9 @@ NaN-poisoned free memory (outputs and workspaces come from it), within the verif
 with K the pass's reduction length (9 * C_out/groups for the input gradient, N * H * W for the
 weight gradient); the weight gradient bit-identical across runs; each captured in a CUDA graph;
 a stage's own runtime planning its tuned cut apart from the op's default; a training step through
-conv2d with configure(backward_dispatch=...); and compute-sanitizer memcheck and racecheck over
-the weight-gradient kernels and the input gradient's path."""
+conv2d with configure(backward_dispatch=...); compute-sanitizer memcheck and racecheck over
+the weight-gradient kernels and the input gradient's path; and a process whose backward made a
+session on autograd's thread exiting cleanly."""
 from __future__ import annotations
 
 import json
@@ -389,3 +390,37 @@ def test_autotuning_measures_an_unseen_geometry_s_backward_and_its_gradients_hol
         assert set(entry["trials"]) == candidates | {custom_of(pass_, layout)}, entry
         assert runtime.backward_choices[(pass_, layout, shape.geometry)] == \
             entry["implementation"]
+
+
+THREAD_PROGRAM = '''
+import sys
+import torch
+from groupconv import conv
+from groupconv.shapes import geometry_shape
+
+conv.configure(autotune=True, backward_dispatch={}, eager_training="kernels")
+shape = geometry_shape(2, 16, 16, 9, 11, 16)
+x = torch.randn(2, 16, 9, 11, device="cuda", requires_grad=True)
+w = torch.randn(16, 1, 3, 3, device="cuda", requires_grad=True)
+conv.conv2d(x, w, shape.groups).sum().backward()  # measured on autograd's own thread
+torch.cuda.synchronize()
+print("backward done", flush=True)
+'''
+
+
+def test_a_process_whose_backward_made_a_session_on_autograd_s_thread_exits_cleanly(tmp_path):
+    """The backward's autotuning makes a session on autograd's worker thread: PyCUDA aborts the
+    process at exit (status 134, "context stack was not empty") if that thread's context stack is
+    left holding the context, after every test of the run has passed."""
+    import os
+
+    program = tmp_path / "thread_program.py"
+    program.write_text(THREAD_PROGRAM)
+    env = {**os.environ, "GROUPCONV_CACHE": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "workflow"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    output = res.stdout + res.stderr
+    assert "backward done" in res.stdout, output[-3000:]
+    assert res.returncode == 0 and "context stack was not empty" not in output, output[-3000:]

@@ -104,11 +104,18 @@ class GpuSession:
         else:
             # PyCUDA keeps a stack of contexts per thread, and autoprimaryctx pushed the primary
             # context on the importing thread's alone: a session made on a thread PyTorch
-            # started (autograd's backward, autotuning a pass there) pushes it on its own, else
-            # PyCUDA refuses the stream ("no currently active context")
-            if drv.Context.get_current() is None:
+            # started (autograd's backward, autotuning a pass there) pushes it there for the
+            # stream's creation (else "no currently active context") and pops it again, since
+            # PyCUDA aborts the process when a thread ends with its stack not empty. Launches
+            # go through the driver on the context PyTorch made current, not PyCUDA's stack.
+            pushed = drv.Context.get_current() is None
+            if pushed:
                 pycuda.autoprimaryctx.context.push()
-            self.stream = drv.Stream()
+            try:
+                self.stream = drv.Stream()
+            finally:
+                if pushed:
+                    drv.Context.pop()
             self.torch_stream = torch.cuda.ExternalStream(self.stream.handle)
         self.sm_count, self.l2_bytes, self.capability = device_figures(torch)
 
