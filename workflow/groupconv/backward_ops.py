@@ -69,8 +69,11 @@ def register_backward_op(lib, runtime):
     def conv2d_backward_cuda(grad, x, weight, groups, needs_x, needs_w):
         return run_backward(runtime(), grad, x, weight, groups, needs_x, needs_w)
 
+    # flexible_layout, as the forward's: inductor's layout optimisation keeps a network's
+    # activations channels_last around cuDNN's convolutions, and without the tag the traced
+    # backward copied its inputs back to the layout eager tracing saw and ran that layout's passes
     lib.define("conv2d_backward(Tensor grad, Tensor x, Tensor weight, int groups, bool needs_x, "
-               "bool needs_w) -> (Tensor, Tensor)")
+               "bool needs_w) -> (Tensor, Tensor)", tags=(torch.Tag.flexible_layout,))
     lib.impl("conv2d_backward", conv2d_backward_cuda, "CUDA")
     lib.impl("conv2d_backward", _conv2d_backward_elsewhere, "CPU")
     torch.library.register_fake("groupconv::conv2d_backward", _conv2d_backward_fake, lib=lib)
