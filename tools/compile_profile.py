@@ -15,6 +15,13 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
   with --tail the custom conv followed by the compiled BN + activation (what an unfused
   converted model runs). The custom conv alone is what a fused epilogue would cost at best.
   `--blocks depthwise`: every depthwise shape of the frozen set.
+- `--train`: the networks' train step instead of their forward (one SGD step, the network probe's
+  step_function, dropout off), original and converted each compiled whole, timed at graph_device
+  and sync_api (the boundary the probe's compiled readings use) and profiled: where a compiled
+  converted step spends the time its original does not. `--host-profile`: each step's host time
+  too (cProfile over 20 steps, the functions that hold it). `--backward-table FILE` (a backward
+  dispatch table, raw/dispatch/backward.json) or `--autotune`: the op configured so before the
+  models are converted, in place of the package's tables for the GPU.
 
   python tools/compile_profile.py OUT [--nets model:layout:freeze ...] [--blocks SHAPE_ID ...]
   python tools/compile_profile.py --read FILE [FILE ...]     (no GPU)
@@ -134,16 +141,98 @@ def read(paths: list[str]) -> int:
                   f"fused: geomean {geomean(vs_best):.3f}; fused / conv alone: geomean "
                   f"{geomean(cost):.3f}, worst {max(cost):.3f}")
         for net in doc["networks"]:
-            medians = net["median_us"]
-            base = medians["original"]
-            print(f"  network {net['spec']} (N = {net['n']}): original {base:.0f} us; " + "; ".join(
-                f"{k} {v:.0f} us ({base / v:.3f}x)" for k, v in medians.items()
-                if k != "original") + f"; {net['swapped']} of {net['convs']} convs swapped"
-                + (f", {net['fused_layers']} fused" if "fused_layers" in net else ""))
-            for name, groups in net["groups"].items():  # the profile: CUDA time per kind
-                print(f"    {name}: " + ", ".join(f"{kind} {g['us']:.0f} us in {g['launches']:.0f}"
-                                                  for kind, g in sorted(groups.items())))
+            print_network(net)
     return 0
+
+
+def train_entry(torch, session, spec: str, n: int, timing, convert, build_model,
+                median_latencies, host_profile: bool = False) -> dict:
+    """One network's compiled train steps, original against converted: medians at both
+    boundaries and one profiled step each."""
+    import numpy as np
+
+    from groupconv_atlas.study.probes.network_training import dropout_off, step_function
+
+    model_name, layout = spec.split(":")[:2]
+    torch._dynamo.reset()
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    original = build_model(model_name, 0).cuda().to(memory_format=fmt)
+    dropout_off(original)
+    converted = copy.deepcopy(original)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    with session.on_stream():
+        x = torch.randn((n, 3, 224, 224), device="cuda", generator=gen).contiguous(
+            memory_format=fmt)
+        report = convert(converted, x)
+        with torch.no_grad():
+            target = torch.randint(0, original(x).shape[1], (n,), device="cuda", generator=gen)
+        runs, compile_s = {}, {}
+        for name, model in (("original", original), ("converted", converted)):
+            t0 = time.perf_counter()
+            runs[name] = torch.compile(step_function(
+                model, x, target, torch.optim.SGD(model.parameters(), lr=0.01)))
+            runs[name]()
+            torch.cuda.synchronize()
+            compile_s[name] = time.perf_counter() - t0
+        medians, refused = {}, {}
+        for boundary in ("sync_api", "graph_device"):
+            try:
+                found, _ = median_latencies(session, runs, timing, np.random.default_rng(0),
+                                            shape_id=spec, boundary=boundary)
+            except Exception as err:  # noqa: BLE001 - a step that will not capture is a finding
+                refused[boundary] = f"{type(err).__name__}: {err}"[:300]
+                session.synchronize()
+                continue
+            medians.update({f"{k} {boundary}": v for k, v in found.items()})
+        kernels = {name: profile(torch, f) for name, f in runs.items()}
+        hosts = {name: host_time(torch, f) for name, f in runs.items()} if host_profile else {}
+    for name, text in hosts.items():
+        print(f"  host profile of {spec} {name}:\n{text}", flush=True)
+    entry = {"spec": spec, "model": model_name, "layout": layout, "train": True, "n": n,
+             "host_profile": hosts, "kernels_by_layer": [r.get("kernel") for r in report
+                                                          if r["replaced"]],
+             "swapped": sum(r["replaced"] for r in report), "convs": len(report),
+             "compile_s": compile_s, "median_us": medians, "refused": refused,
+             "groups": {k: grouped(v) for k, v in kernels.items()},
+             "kernels": {k: v[:60] for k, v in kernels.items()}}
+    del original, converted, runs
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    return entry
+
+
+def host_time(torch, fn, runs: int = 20) -> str:
+    """cProfile over `runs` calls of `fn` (synchronised after each): the 30 functions holding the
+    most host time of their own."""
+    import cProfile
+    import io
+    import pstats
+
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(runs):
+        fn()
+        torch.cuda.synchronize()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue()
+
+
+def print_network(net: dict) -> None:
+    medians = net["median_us"]
+
+    def base(key: str) -> float:  # the original's median at the same boundary
+        return medians["original" + key[len(key.split(" ")[0]):]]
+    print(f"  network {net['spec']}{' train step' if net.get('train') else ''} (N = {net['n']}): "
+          + "; ".join(f"{k} {v:.0f} us ({base(k) / v:.3f}x)" for k, v in sorted(medians.items()))
+          + f"; {net['swapped']} of {net['convs']} convs swapped"
+          + (f", {net['fused_layers']} fused" if "fused_layers" in net else ""), flush=True)
+    for name, groups in net["groups"].items():  # the profile: CUDA time per kind
+        print(f"    {name}: " + ", ".join(f"{kind} {g['us']:.0f} us in {g['launches']:.0f}"
+                                          for kind, g in sorted(groups.items())), flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -157,6 +246,11 @@ def main(argv: list[str]) -> int:
     args.add_argument("--batches", type=int, default=4)
     args.add_argument("--samples", type=int, default=10)
     args.add_argument("--tail", action="store_true")
+    args.add_argument("--train", action="store_true",
+                      help="networks: the compiled train step rather than the forward")
+    args.add_argument("--host-profile", action="store_true")
+    args.add_argument("--backward-table")
+    args.add_argument("--autotune", action="store_true")
     args.add_argument("--fuse", action="store_true",
                       help="networks: a converted model with convert(fuse=True) beside the others")
     opts = args.parse_args(argv)
@@ -177,17 +271,31 @@ def main(argv: list[str]) -> int:
     timing = TimingConfig(**{**timing_settings(config["timing"]), "batches": opts.batches,
                              "samples_per_batch": opts.samples})
     session = GpuSession()
+    # Every graph compiled afresh: inductor's caches key a graph by its code, not by what the
+    # op's registration says (a changed layout tag compiled from the cache kept the old graph)
+    torch.compiler.config.force_disable_caches = True
+    if opts.backward_table or opts.autotune:
+        from groupconv.launch_tables import backward_dispatch_table
+        conv.configure(autotune=True if opts.autotune else None,
+                       backward_dispatch=backward_dispatch_table(opts.backward_table)
+                       if opts.backward_table else None)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"about": __doc__, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "timing": {"batches": opts.batches, "samples_per_batch": opts.samples},
+           "configured": {"backward_table": opts.backward_table, "autotune": opts.autotune},
            "networks": [], "blocks": []}
     lines = []
 
     def save():
         (out / "compile-profile.json").write_text(json.dumps(doc, indent=1, default=str))
 
-    for spec in opts.nets:
+    for spec in opts.nets if opts.train else ():
+        doc["networks"].append(train_entry(torch, session, spec, opts.n, timing, convert,
+                                           build_model, median_latencies, opts.host_profile))
+        save()
+        print_network(doc["networks"][-1])
+    for spec in opts.nets if not opts.train else ():
         model_name, layout, freeze = spec.split(":")
         inductor.freezing = freeze == "1"
         torch._dynamo.reset()
