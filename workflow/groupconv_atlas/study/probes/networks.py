@@ -113,8 +113,12 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
                 if (model_name, int(n)) in compiled:
                     fast = {"original_compiled": torch.compile(original),
                             "converted_compiled": torch.compile(converted)}
-                    crow, _ = _sampled(session, {k: (lambda m=m: m(x)) for k, m in fast.items()},
-                                       timing_cfg, clocks, rng, ("sync_api",))
+                    # compiled afresh: inductor's caches key a graph by its code, not by
+                    # what the op's registration says, so a cached graph could run an older op
+                    with torch.compiler.config.patch(force_disable_caches=True):
+                        crow, _ = _sampled(session, {k: (lambda m=m: m(x))
+                                                     for k, m in fast.items()},
+                                           timing_cfg, clocks, rng, ("sync_api",))
                     frame = pd.concat([frame, samples_frame(crow, key)], ignore_index=True)
             frames.append(frame)
             swapped = [r for r in report if r["replaced"]]

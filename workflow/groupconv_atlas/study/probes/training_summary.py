@@ -80,12 +80,12 @@ def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
 
 
 def _compiled_gradient(train: dict, role: str) -> float | None:
-    """For a compiled step's row: the worst difference of its first gradients from the eager
-    step's at the same weights (None elsewhere, or in a record made before it)."""
+    """For a compiled step's row: the worst relative error against FP64 of its first gradients
+    over the tensors the original resolves (gradient_check.verdict; None elsewhere)."""
     if not role.endswith("_compiled"):
         return None
-    found = ((train.get("compiled") or {}).get("gradients_against_eager") or {})
-    return (found.get(role.removesuffix("_compiled")) or {}).get("worst_relative")
+    found = ((train.get("compiled") or {}).get("gradients_against_fp64") or {})
+    return (found.get(role.removesuffix("_compiled")) or {}).get("candidate_worst_rel_error")
 
 
 def _check_columns(check: dict | None) -> dict:
@@ -127,10 +127,10 @@ def training_lines(rows: list[dict], details: dict) -> list[str]:
 
 
 def compiled_text(compiled: dict | None) -> str:
-    """The compiled steps' first gradients against the eager steps' in words (nothing where the
-    reading has no compiled step)."""
+    """The compiled steps' first gradients against FP64 in words, each by the eager step's
+    check (nothing where the reading has no compiled step)."""
     if not compiled:
         return ""
-    found = compiled["gradients_against_eager"]
-    return ("; first compiled step's gradients against the eager step's: converted "
-            f"{worst_text(found['converted'])}, original {worst_text(found['original'])}")
+    found = compiled["gradients_against_fp64"]
+    return "".join(f"; compiled {role} step's {gradient_check.verdict_text(found[role])}"
+                   for role in ("converted", "original"))
