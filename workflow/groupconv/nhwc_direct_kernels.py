@@ -6,11 +6,10 @@ need, the entries its cubin exports, and its launch on a shape. The registry (ke
 puts them together. Pure Python: nothing here needs a GPU."""
 from __future__ import annotations
 
-from .nhwc_row_kernels import k10_widths
 from .kernel_family import KernelFamily, entry_fields
 from .shapes import Shape
 from .source_tables import (INT32_LIMIT, MAX_GRID_YZ, Launch, SourceTable, _ceil_div,
-                            not_depthwise, with_flipped_and_fused)
+                            not_depthwise, vector_widths, with_flipped_and_fused)
 
 # (vec, pix, rows): channels per load, adjacent output pixels of a row and consecutive rows per
 # thread. 4 x 4 holds three rows of six 16-byte vectors and 36 taps in 128 registers without
@@ -25,9 +24,9 @@ K11_BLOCKS = (64, 128, 256)  # threads per block; the entries' __launch_bounds__
 VECTORS_PER_BLOCK_ROW = 32
 
 
-# The vector widths a shape's channel count allows, widest first: k10's own rule (both kernels
+# The vector widths a shape's channel count allows, widest first: k10's rule too (both kernels
 # load 4-, 2- or 1-channel vectors of one pixel).
-k11_widths = k10_widths
+k11_widths = vector_widths
 
 
 def k11_entry(vec: int, pix: int, rows: int = 1) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .kernel_family import KernelFamily, entry_fields
 from .shapes import Shape
 from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
-                            not_depthwise)
+                            not_depthwise, tile_fits, vector_widths)
 
 # (vec, rows, cols, cbv): channels per load, output rows a thread walks, output columns it holds,
 # channel vectors per block (threadIdx.x); the source instantiates one entry per row. No 4 x 4
@@ -30,20 +30,8 @@ K10_BLOCKS = (128, 256)  # threads per block; the entries' __launch_bounds__(256
 K10_BLOCKS_PER_SM = 4
 
 
-def k10_widths(s: Shape) -> tuple[int, ...]:
-    """Vector widths the shape's channel count allows, widest first (4 and 2 need C divisible
-    by them; 1 serves any C but runs only where neither does)."""
-    wide = tuple(v for v in (4, 2) if s.c_in % v == 0)
-    return wide or (1,)
-
-
 def k10_entry(vec: int, rows: int, cols: int, cbv: int) -> str:
     return f"k10_depthwise_rows_nhwc_v{vec}_r{rows}_c{cols}_b{cbv}"
-
-
-def _fits(s: Shape, rows: int, cols: int) -> bool:
-    """A strip no taller or wider than the map (one row or column always fits)."""
-    return (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
 
 
 def _blocks(s: Shape, v: dict) -> int:
@@ -62,7 +50,7 @@ class K10(KernelFamily):
     def supports(self, s: Shape) -> tuple[bool, str]:
         if refusal := not_depthwise(s, "k10"):
             return refusal
-        widths = "/".join(str(v) for v in k10_widths(s))
+        widths = "/".join(str(v) for v in vector_widths(s))
         return True, (f"depthwise on channels_last: {widths}-channel vectors, blocks of channel "
                       "vectors by pixel strips walking rows, taps staged in shared memory")
 
@@ -70,11 +58,11 @@ class K10(KernelFamily):
         """Every (vec, rows, cols, cbv, threads) the tuning stage measures on a shape: the tiles of
         the widths its channels allow, no taller or wider than the map, with no more channel vectors
         per block than the shape has (rounded up to the smallest block), at each block size."""
-        vectors = {v: s.c_in // v for v in k10_widths(s)}
+        vectors = {v: s.c_in // v for v in vector_widths(s)}
         smallest = min(cbv for *_, cbv in K10_TILES)
         return [{"vec": vec, "rows": rows, "cols": cols, "cbv": cbv, "threads": threads}
                 for vec, rows, cols, cbv in K10_TILES
-                if vec in vectors and _fits(s, rows, cols)
+                if vec in vectors and tile_fits(s, rows, cols)
                 and (cbv == smallest or cbv <= vectors[vec])
                 for threads in K10_BLOCKS]
 
@@ -82,10 +70,10 @@ class K10(KernelFamily):
         """Untuned fallback: the widest vectors, 32 channel vectors per block where the shape has
         them (else 8), 256 threads, and the tallest one- or two-column strip that still gives every
         SM K10_BLOCKS_PER_SM blocks, else the 1 x 1 strip (most blocks)."""
-        vec = k10_widths(s)[0]
+        vec = vector_widths(s)[0]
         cbv = 32 if s.c_in // vec >= 32 else 8
         tiles = sorted({(r, c) for v, r, c, b in K10_TILES if v == vec and b == cbv and c <= 2
-                        and _fits(s, r, c)}, key=lambda t: (t[0] * t[1], t[1]), reverse=True)
+                        and tile_fits(s, r, c)}, key=lambda t: (t[0] * t[1], t[1]), reverse=True)
         for rows, cols in tiles:
             variant = {"vec": vec, "rows": rows, "cols": cols, "cbv": cbv,
                        "threads": THREADS_PER_BLOCK}
@@ -96,7 +84,7 @@ class K10(KernelFamily):
     def launch(self, s: Shape, variant: dict | None = None, *, sm_count: int) -> Launch:
         v = variant or self.default_variant(s, sm_count)
         v = {k: int(v[k]) for k in ("vec", "rows", "cols", "cbv", "threads")}
-        if (not self.supports(s)[0] or v["vec"] not in k10_widths(s)
+        if (not self.supports(s)[0] or v["vec"] not in vector_widths(s)
                 or v["threads"] not in K10_BLOCKS
                 or (v["vec"], v["rows"], v["cols"], v["cbv"]) not in K10_TILES):
             raise ValueError(f"k10 variant {variant} does not fit shape {s.id} (C = {s.c_in}, "
@@ -117,7 +105,7 @@ class K10(KernelFamily):
     def alignment(self, s: Shape) -> tuple[int, int]:
         # x (and y, a fresh allocation) at the widest vector the shape's variants may load; the
         # taps are read as single floats
-        return 4 * k10_widths(s)[0], 4
+        return 4 * vector_widths(s)[0], 4
 
     def uncovered(self, s: Shape, launch: Launch) -> str | None:
         # one block per (channel block, strip block); threadIdx.x walks the entry's channel

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .kernel_family import KernelFamily, entry_fields
 from .shapes import Shape
 from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
-                            not_depthwise)
+                            not_depthwise, tile_fits)
 
 
 # k8 and k9 compute on channels_last (NHWC) tensors with the same work split: a work item is a
@@ -17,11 +17,6 @@ from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, 
 # varying fastest; threads stride over the items, so any grid is correct and the grid only sets
 # how many run at once. Tile and block size are tuned per shape; the untuned rule is shared.
 NHWC_BLOCKS = (128, 256)  # the entries' __launch_bounds__(256) allows both
-
-
-def _strip_fits(s: Shape, rows: int, cols: int) -> bool:
-    """A tile no taller or wider than the map (one row or column always fits)."""
-    return (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
 
 
 def _strip_items(s: Shape, rows: int, cols: int, vectors: int) -> int:
@@ -33,7 +28,7 @@ def _strip_tile(s: Shape, tiles: list[tuple[int, int]], vectors: int, sm_count: 
                 blocks_per_sm: int) -> tuple[int, int]:
     """Untuned (rows, cols) among `tiles`: the largest tile (most outputs per thread) that still
     gives every SM `blocks_per_sm` full blocks, else the smallest that fits the map."""
-    fits = [(r, c) for r, c in tiles if _strip_fits(s, r, c)]
+    fits = [(r, c) for r, c in tiles if tile_fits(s, r, c)]
     full = [(r, c) for r, c in fits if _strip_items(s, r, c, vectors)
             >= sm_count * blocks_per_sm * THREADS_PER_BLOCK]
     return max(full, key=lambda t: (t[0] * t[1], t[1])) if full else \
@@ -83,7 +78,7 @@ def _strip_variants(s: Shape, tiles: list[tuple[int, int]]) -> list[dict]:
     """Every (rows, columns, block) an NHWC kernel's tuner measures on a shape: its `tiles` no
     taller or wider than the map (1 always), at each block size."""
     return [{"rows": rows, "cols": cols, "threads": threads}
-            for rows, cols in tiles if _strip_fits(s, rows, cols) for threads in NHWC_BLOCKS]
+            for rows, cols in tiles if tile_fits(s, rows, cols) for threads in NHWC_BLOCKS]
 
 
 class K8(KernelFamily):
@@ -99,7 +94,7 @@ class K8(KernelFamily):
         if k8_vec(s) == 4:
             return True, ("depthwise on channels_last: 16-byte channel vectors, register tile "
                           "along H, W")
-        if not any(_strip_fits(s, r, c) for r, c in _k8_tiles(s)):
+        if not any(tile_fits(s, r, c) for r, c in _k8_tiles(s)):
             # Found on the GPU machine: the untuned rule had no tile to pick on a 1x1 map with
             # C = 1.
             return False, (f"C = {s.c_in} is not a multiple of 4 and the {s.h}x{s.w} map is "

@@ -117,6 +117,18 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def vector_widths(s) -> tuple[int, ...]:
+    """Channel-vector widths the shape's channel count allows, widest first (4 and 2 need C
+    divisible by them; 1 serves any C but runs only where neither does)."""
+    wide = tuple(v for v in (4, 2) if s.c_in % v == 0)
+    return wide or (1,)
+
+
+def tile_fits(s, rows: int, cols: int) -> bool:
+    """A pixel tile or strip no taller or wider than the map (one row or column always fits)."""
+    return (rows == 1 or rows <= s.h) and (cols == 1 or cols <= s.w)
+
+
 def not_depthwise(s, kernel: str) -> tuple[bool, str] | None:
     """A depthwise-only kernel's refusal of a shape with other than one input and one output
     channel per group (groups == C_in == C_out), or None for a depthwise shape."""
