@@ -166,3 +166,77 @@ def test_the_unseen_geometries_are_not_in_the_atlas():
     unseen = [tuple(g) for g in config["unseen"]["geometries"]]
     assert len(unseen) >= 20 and len(set(unseen)) == len(unseen)
     assert not set(unseen) & atlas
+
+
+def test_network_summary_pairs_each_layout_and_each_side_s_faster_layout():
+    """A reading in both layouts: each layout's converted model against its original, and per
+    (network, mode) a `best` row, the converted model in its faster layout against the original
+    in its own, the layouts named; the lines say both; a reading in NCHW alone has no best row."""
+    from groupconv_atlas.study.probes.networks import (BEST, inference_name, network_lines,
+                                                        summarize_networks)
+
+    means = {"original": 1200.0, "converted": 1000.0, "original_nhwc": 1100.0,
+             "converted_nhwc": 700.0}
+    compiled = {"original_compiled": 800.0, "converted_compiled": 900.0,
+                "original_compiled_nhwc": 1000.0, "converted_compiled_nhwc": 750.0}
+    samples = pd.concat([_frame("m-n32", means),
+                         _frame("m-n32", compiled, boundaries=("sync_api",))])
+    table = summarize_networks(samples, CFG)
+    got = {(r["layout"], r["mode"]): r for r in table.to_dict("records")}
+    assert set(got) == {(lay, mode) for lay in ("nchw", "nhwc", BEST)
+                        for mode in ("graph", "eager", "compile")}
+    assert got[("nhwc", "graph")]["ratio"] == pytest.approx(1100 / 700, rel=0.02)
+    assert got[("nchw", "compile")]["ratio"] == pytest.approx(800 / 900, rel=0.02)
+    # each side's faster layout: the original's NCHW compiled step against the converted
+    # model's channels_last one; outside compile the original's faster layout is channels_last
+    best = got[(BEST, "compile")]
+    assert (best["original_layout"], best["converted_layout"]) == ("nchw", "nhwc")
+    assert best["ratio"] == pytest.approx(800 / 750, rel=0.02)
+    assert (got[(BEST, "graph")]["original_layout"], got[(BEST, "graph")]["ratio"]) == \
+        ("nhwc", pytest.approx(1100 / 700, rel=0.02))
+    details = {"m-n32": {"swapped": 3, "convs": 9, "output": {"top1_agreement": 1.0},
+                         "layouts": {lay: {"swapped": 3, "convs": 9,
+                                           "output": {"top1_agreement": 1.0},
+                                           "layers": [{"fused": "relu6"}, {"fused": None}]}
+                                     for lay in ("nchw", "nhwc")}}}
+    lines = network_lines(table, details)
+    assert len(lines) == 3
+    assert "m-n32 (channels_last): 3 of 9 convs swapped, 1 fused" in lines[1]
+    assert lines[2].startswith("m-n32 (each in its faster layout): original / converted: graph")
+    assert f"compile {best['ratio']:.3f}" in lines[2] and "(nchw / nhwc)." in lines[2]
+    plain = summarize_networks(_frame("m-n8", {inference_name("original", "nchw"): 1.0,
+                                               "converted": 1.0}), CFG)
+    assert set(plain["layout"]) == {"nchw"} and len(plain) == 2
+
+
+def test_the_inference_targets_read_the_best_rows_and_name_what_is_missing():
+    """Where a reading holds both layouts: every best row at least NETWORK_FLOOR, and at
+    NETWORK_BEST_N compiled each model of NETWORK_COMPILE_MIN at its minimum, a model the
+    probe did not measure failing by name; a reading in one layout has neither target."""
+    from groupconv_atlas.study.artifacts.probe_summaries import (NETWORK_BEST_N,
+                                                                 NETWORK_COMPILE_MIN,
+                                                                 probe_targets)
+
+    def row(model, mode, ratio, layout="best"):
+        return {"network": f"{model}-n{NETWORK_BEST_N}", "layout": layout, "mode": mode,
+                "ratio": ratio, "ci_low": ratio, "ci_high": ratio, "original_layout": "nchw",
+                "converted_layout": "nhwc"}
+
+    summary = [row(m, mode, v + 0.01) for m, v in NETWORK_COMPILE_MIN.items()
+               for mode in ("graph", "eager", "compile")]
+    details = {f"{m}-n{NETWORK_BEST_N}": {"freezing": True} for m in NETWORK_COMPILE_MIN}
+    targets = {t["id"]: t for t in probe_targets("networks", {"summary": summary,
+                                                              "details": details})}
+    assert targets["network_floor"]["met"] and targets["network_compile_best"]["met"]
+    assert "freezing" in targets["network_compile_best"]["statement"]
+    worse = [r for r in summary if r["network"] != "mobilenet_v2-n32"] + [
+        row("mobilenet_v2", "eager", 0.97), row("mobilenet_v2", "graph", 1.1)]
+    targets = {t["id"]: t for t in probe_targets("networks", {"summary": worse,
+                                                              "details": details})}
+    assert not targets["network_floor"]["met"]
+    assert targets["network_floor"]["failing"] == ["mobilenet_v2-n32 eager"]
+    assert not targets["network_compile_best"]["met"]
+    assert "mobilenet_v2: not measured" in targets["network_compile_best"]["failing"]
+    one_layout = [row("mobilenet_v2", "graph", 1.1, layout="nchw")]
+    ids = [t["id"] for t in probe_targets("networks", {"summary": one_layout, "details": {}})]
+    assert ids == ["network_eager_ratio"]

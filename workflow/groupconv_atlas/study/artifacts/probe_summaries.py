@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from ..statistics.comparisons import BEST_LAYOUT as BEST
+
 PROBES = ("overhead", "unseen", "networks")
 # The targets the probes were built to check (thresholds, not measurements).
 IN_GRAPH_LIMIT_US = 0.1        # the op inside a CUDA graph within this of its bare kernel
@@ -28,6 +30,13 @@ TRAIN_BEST_MIN = {"resnext50_32x4d": 1.2, "regnet_y_400mf": 1.2, "mobilenet_v2":
                   "efficientnet_b0": 1.05}
 TRAIN_BEST_MODES = ("graph", "compile")
 UNSEEN_AUTOTUNE_WITHIN = 0.05  # autotune's time at most this fraction above the best's
+# Inference as users run it, where the reading holds both layouts (each side in its faster one):
+# no network, N and mode below NETWORK_FLOOR; at NETWORK_BEST_N under torch.compile (freezing on
+# both sides where the reading says so), each of these models at least its minimum.
+NETWORK_FLOOR = 1.0
+NETWORK_BEST_N = 32
+NETWORK_COMPILE_MIN = {"resnext50_32x4d": 1.3, "regnet_y_400mf": 1.3, "mobilenet_v2": 1.15,
+                       "efficientnet_b0": 1.15, "mobilenet_v3_large": 1.15}
 
 
 def _not_measured(name: str, plan: dict) -> dict:
@@ -94,8 +103,11 @@ def network_targets(summary: list[dict]) -> list[dict]:
     """Eager original / converted at least NETWORK_EAGER_MIN on every network whose graph ratio
     is at least NETWORK_EAGER_MIN. `summary` is probes/networks.json's `summary`."""
     by = {}
-    for row in summary:
-        by.setdefault(row["network"], {})[row["mode"]] = row
+    for row in summary:  # each layout's reading its own (a record before them has NCHW alone)
+        layout = row.get("layout", "nchw")
+        label = row["network"] + {"nchw": "", "nhwc": " channels_last"}.get(
+            layout, " (each in its faster layout)")
+        by.setdefault(label, {})[row["mode"]] = row
     graph_faster = [n for n, modes in by.items()
                     if _ratio_ok((modes.get("graph") or {}).get("ratio"), NETWORK_EAGER_MIN)]
     failing = [n for n in graph_faster
@@ -204,6 +216,42 @@ def _best_layout_target(rows: list[dict]) -> dict:
     return _target("train_best_layout", text, not failing, checked, failing, statement)
 
 
+def inference_targets(summary: list[dict], details: dict) -> list[dict]:
+    """Where the inference reading holds both layouts: every `best` row (each side in its faster
+    layout) at least NETWORK_FLOOR, and at N = NETWORK_BEST_N compiled each model of
+    NETWORK_COMPILE_MIN at least its minimum (a model not measured fails, named)."""
+    best = {f"{r['network']} {r['mode']}": r for r in summary if r.get("layout") == BEST}
+    failing = sorted(k for k, r in best.items() if not _ratio_ok(r.get("ratio"), NETWORK_FLOOR))
+    text = (f"inference original ÷ converted ≥ {NETWORK_FLOOR:g} in every network, N and mode, "
+            "each side in its faster layout")
+    low = min(best, key=lambda k: (best[k]["ratio"], k))
+    statement = f"Target: {text}. " + (
+        f"Met on all {len(best)} (lowest: {low} {best[low]['ratio']:.3f})." if not failing else
+        f"Not met on {len(failing)} of {len(best)} (lowest: {low} {best[low]['ratio']:.3f}): "
+        + ", ".join(failing) + ".")
+    out = [_target("network_floor", text, not failing, len(best), failing, statement)]
+    cells, failing = [], []
+    for model, minimum in NETWORK_COMPILE_MIN.items():
+        key = f"{model}-n{NETWORK_BEST_N}"
+        row = best.get(f"{key} compile")
+        if row is None:
+            failing.append(f"{model}: not measured")
+            continue
+        freezing = (details.get(key) or {}).get("freezing")
+        cells.append(f"{model} {row['ratio']:.3f} ({row['original_layout']} / "
+                     f"{row['converted_layout']}{', freezing' if freezing else ''})")
+        if not _ratio_ok(row["ratio"], minimum):
+            failing.append(f"{model}: {row['ratio']:.3f}, below {minimum:g}")
+    text = (f"inference at N = {NETWORK_BEST_N} under torch.compile, each side in its faster "
+            "layout: " + ", ".join(f"{m} ≥ {v:g}" for m, v in NETWORK_COMPILE_MIN.items()))
+    statement = f"Target: {text}. " + ("Met: " + "; ".join(cells) + "." if not failing else
+                                       f"Not met on {len(failing)} of {len(NETWORK_COMPILE_MIN)}"
+                                       ": " + "; ".join(failing) + ".")
+    out.append(_target("network_compile_best", text, not failing, len(NETWORK_COMPILE_MIN),
+                       failing, statement))
+    return out
+
+
 def unseen_targets(summary: list[dict]) -> list[dict]:
     """dispatch never below UNSEEN_DISPATCH_MIN x the fastest NCHW PyTorch reference
     (torch_best_nchw); autotune's time at most UNSEEN_AUTOTUNE_WITHIN above the fastest NCHW run
@@ -244,6 +292,9 @@ def _network_details(detail: dict) -> dict:
     """A network's details without the per-layer list and, per trained layout, the per-parameter
     gradient list (both stay in the probe's own JSON)."""
     trimmed = _without(detail, "layers")
+    if "layouts" in trimmed:
+        trimmed["layouts"] = {layout: _without(d, "layers")
+                              for layout, d in trimmed["layouts"].items()}
     if "training" in trimmed:
         trimmed["training"] = {layout: _without(t, "gradient_per_parameter")
                                for layout, t in trimmed["training"].items()}
@@ -274,6 +325,8 @@ def probe_targets(name: str, figures: dict) -> list[dict]:
     if name == "unseen":
         return unseen_targets(figures["summary"])
     targets = network_targets(figures["summary"])
+    if any(r.get("layout") == BEST for r in figures["summary"]):
+        targets += inference_targets(figures["summary"], figures["details"])
     if "training_summary" in figures:
         targets += training_targets(figures["training_summary"])
     return targets

@@ -1,12 +1,15 @@
 """Two probes of the public op outside the atlas's shapes.
 
 - Networks (`snakemake network_probe`): torchvision models with random weights (seeded, eval,
-  FP32), each at batch sizes `ns`, the original against a copy converted by
-  `groupconv_atlas.convert` (default policy: only layers the launch tables give to a kernel).
-  Outputs compared (largest difference over the largest output; top-1 agreement), then both
-  timed with the atlas's sampler: graph_device is a CUDA graph of one forward (the graph mode),
-  sync_api one eager forward plus synchronize (the eager mode); `compile` names the (model, N)
-  pairs also timed under torch.compile at sync_api (each compile takes a while). With
+  FP32), each at batch sizes `ns` and in each of `layouts`, the original against a copy
+  converted by `groupconv_atlas.convert` (default policy: only layers the launch tables give to
+  a kernel; with `fuse`, BatchNorm folded and the activation in the kernel's epilogue).
+  Outputs compared (largest difference over the largest output; top-1 agreement), then every
+  layout's runs timed together with the atlas's sampler: graph_device is a CUDA graph of one
+  forward (the graph mode), sync_api one eager forward plus synchronize (the eager mode);
+  `compile` names the (model, N) pairs also timed under torch.compile at sync_api (each compile
+  takes a while; `freezing` on both sides). The summary pairs each layout's two models, and
+  where both layouts were timed each side in its own faster layout (`best`). With
   `training` configured, one SGD step of each, eager and in a CUDA graph, in both layouts, with
   the gradients compared (network_training).
 - Unseen geometries (`snakemake unseen_probe`): realistic layers the atlas did not measure. Per
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..statistics.comparisons import BEST_LAYOUT
 from .training_summary import COMPILED, MODE_OF_BOUNDARY
 
 
@@ -71,6 +75,77 @@ def _sampled(session, runs, cfg, clocks, rng, boundaries) -> tuple[list[tuple], 
     return rows, launches
 
 
+def inference_name(role: str, layout: str) -> str:
+    """The implementation name of an inference run in the raw samples: the role alone in NCHW
+    (every record before channels_last readings), suffixed by the layout otherwise."""
+    return role if layout == "nchw" else f"{role}_{layout}"
+
+
+def _inference_reading(session, built, key: str, n: int, layouts: list[str], settings: dict,
+                       compiled: bool, convert, timing_cfg, clocks, rng
+                       ) -> tuple[pd.DataFrame, dict]:
+    """One (model, N) inference reading from `built` (the model on the CPU, copied), in each of
+    `layouts`: the original against the converted copy (fused where `fuse`), outputs compared,
+    every layout's runs timed in one sampler (so layouts compare pairwise as well) in a CUDA
+    graph and eagerly, and where `compiled` all compiled (freezing on both sides where
+    `freezing`) and timed in another, each graph compiled afresh. Returns the samples and
+    {layout: detail}."""
+    import torch
+    import torch._inductor.config as inductor
+
+    from ..statistics.timing_frames import samples_frame
+
+    models, inputs, reports, agreements = {}, {}, {}, {}
+    with session.on_stream(), torch.no_grad():
+        for layout in layouts:
+            fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+            original = copy.deepcopy(built).cuda().to(memory_format=fmt)
+            converted = copy.deepcopy(original)
+            gen = torch.Generator(device="cuda").manual_seed(settings["seed"] + n)
+            x = torch.randn((n, 3, settings["image"], settings["image"]), device="cuda",
+                            generator=gen).contiguous(memory_format=fmt)
+            reports[layout] = convert(converted, x, fuse=bool(settings.get("fuse")))
+            ref, out = original(x), converted(x)
+            session.synchronize()
+            agreements[layout] = {
+                "max_abs_difference": float((out - ref).abs().max().item()),
+                "max_abs_output": float(ref.abs().max().item()),
+                "top1_agreement": float((out.argmax(1) == ref.argmax(1)).float().mean())}
+            models.update({inference_name("original", layout): original,
+                           inference_name("converted", layout): converted})
+            inputs.update({inference_name("original", layout): x,
+                           inference_name("converted", layout): x})
+        runs = {name: (lambda m=m, x=inputs[name]: m(x)) for name, m in models.items()}
+        rows, launches = _sampled(session, runs, timing_cfg, clocks, rng,
+                                  ("graph_device", "sync_api"))
+        frame = samples_frame(rows, key)
+        if compiled:
+            fast = {f"{role}_compiled{name[len(role):]}": torch.compile(m)
+                    for name, m in models.items()
+                    for role in ("original", "converted") if name.startswith(role)}
+            # compiled afresh: inductor's caches key a graph by its code, not by what the op's
+            # registration says, so a cached graph could run an older op
+            with torch.compiler.config.patch(force_disable_caches=True), \
+                    inductor.patch(freezing=bool(settings.get("freezing"))):
+                crow, _ = _sampled(session, {
+                    name: (lambda m=m, x=inputs[name.replace("_compiled", "")]: m(x))
+                    for name, m in fast.items()}, timing_cfg, clocks, rng, ("sync_api",))
+            frame = pd.concat([frame, samples_frame(crow, key)], ignore_index=True)
+            del fast
+    details = {}
+    for layout in layouts:
+        report = reports[layout]
+        details[layout] = {
+            "layout": layout, "launches_per_replay": launches, "convs": len(report),
+            "swapped": sum(bool(r["replaced"]) for r in report), "output": agreements[layout],
+            "fuse": bool(settings.get("fuse")), "freezing": bool(settings.get("freezing")),
+            "layers": [{k: r.get(k) for k in ("layer", "input_shape", "replaced", "kernel",
+                                              "reason", "fused")} for r in report]}
+    del models, inputs, runs
+    torch.cuda.empty_cache()
+    return frame, details
+
+
 def measure_networks(session, launcher, settings: dict, timing_cfg, progress=print,
                      backward_dispatch: dict | None = None, wgrad_tunings: dict | None = None
                      ) -> tuple[pd.DataFrame, dict]:
@@ -82,7 +157,6 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
     from groupconv import conv
     from groupconv.conversion import convert
     from groupconv.timing import ClockReader
-    from ..statistics.timing_frames import samples_frame
 
     conv.configure(launcher=launcher, backward_dispatch=backward_dispatch,
                    wgrad_tunings=wgrad_tunings)
@@ -91,46 +165,24 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
     compiled = {(m, int(n)) for m, n in settings.get("compile", [])}
     frames, details = [], {}
     for model_name in settings["models"]:
+        built = build_model(model_name, settings["seed"])  # once: each reading copies it
         for n in settings["ns"]:
             key = f"{model_name}-n{n}"
-            original = build_model(model_name, settings["seed"]).cuda()
-            converted = copy.deepcopy(original)
-            gen = torch.Generator(device="cuda").manual_seed(settings["seed"] + int(n))
-            with session.on_stream(), torch.no_grad():
-                x = torch.randn((int(n), 3, settings["image"], settings["image"]), device="cuda",
-                                generator=gen)
-                report = convert(converted, x)
-                ref, out = original(x), converted(x)
-                session.synchronize()
-                agreement = {
-                    "max_abs_difference": float((out - ref).abs().max().item()),
-                    "max_abs_output": float(ref.abs().max().item()),
-                    "top1_agreement": float((out.argmax(1) == ref.argmax(1)).float().mean())}
-                runs = {"original": lambda: original(x), "converted": lambda: converted(x)}
-                rows, launches = _sampled(session, runs, timing_cfg, clocks, rng,
-                                          ("graph_device", "sync_api"))
-                frame = samples_frame(rows, key)
-                if (model_name, int(n)) in compiled:
-                    fast = {"original_compiled": torch.compile(original),
-                            "converted_compiled": torch.compile(converted)}
-                    # compiled afresh: inductor's caches key a graph by its code, not by
-                    # what the op's registration says, so a cached graph could run an older op
-                    with torch.compiler.config.patch(force_disable_caches=True):
-                        crow, _ = _sampled(session, {k: (lambda m=m: m(x))
-                                                     for k, m in fast.items()},
-                                           timing_cfg, clocks, rng, ("sync_api",))
-                    frame = pd.concat([frame, samples_frame(crow, key)], ignore_index=True)
+            layouts = list(settings.get("layouts") or ["nchw"])
+            frame, readings = _inference_reading(
+                session, built, key, int(n), layouts, settings, (model_name, int(n)) in compiled,
+                convert, timing_cfg, clocks, rng)
             frames.append(frame)
-            swapped = [r for r in report if r["replaced"]]
+            # The first layout's reading at the top (the fields every record has), each
+            # layout's under `layouts`.
             details[key] = {"model": model_name, "n": int(n), "image": settings["image"],
-                            "launches_per_replay": launches, "convs": len(report),
-                            "swapped": len(swapped), "output": agreement,
-                            "layers": [{k: r[k] for k in ("layer", "input_shape", "replaced",
-                                                          "kernel", "reason")} for r in report]}
-            progress(f"[networks] {key}: swapped {len(swapped)} of {len(report)} convs; "
-                     f"top-1 agreement {agreement['top1_agreement']:.3f}")
-            del original, converted, runs, x
-            torch.cuda.empty_cache()
+                            **readings[layouts[0]], "layouts": readings}
+            for layout, detail in readings.items():
+                fused = sum(bool(r.get("fused")) for r in detail["layers"])
+                progress(f"[networks] {key} {layout}: swapped {detail['swapped']} of "
+                         f"{detail['convs']} convs" + (f", fused {fused}" if fused else "")
+                         + f"; top-1 agreement {detail['output']['top1_agreement']:.3f}")
+        del built
     if settings.get("training"):  # one SGD step per model, N and layout (network_training)
         from .network_training import measure_all_training
 
@@ -139,31 +191,83 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
     return pd.concat(frames, ignore_index=True), details
 
 
+BEST = BEST_LAYOUT  # a summary row's layout where each side runs its own faster layout
+
+
 def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
-    """Per (network, mode): original / converted with its interval and class (above 1: the
-    converted network is faster)."""
+    """Per (network, layout, mode): original / converted with its interval and class (above 1:
+    the converted network is faster), each layout's runs against each other (inference_name);
+    where the reading holds both layouts, a `best` row per (network, mode) too: the converted
+    model in its faster layout against the original in its own (both timed in the same sampler,
+    so the pair is as paired as the others), the layouts named."""
     from ..statistics.comparisons import compare
     from ..statistics.timing_frames import batch_medians
 
     medians = batch_medians(samples)
-    plain = compare(medians, "converted", "original", cfg)
-    parts = [plain.assign(mode=plain["boundary"].map(MODE_OF_BOUNDARY))]
-    if "converted_compiled" in set(medians["implementation"]):
-        parts.append(compare(medians, "converted_compiled", "original_compiled", cfg)
-                     .assign(mode=COMPILED))
+    names = set(medians["implementation"])
+    present = [lay for lay in ("nchw", "nhwc") if inference_name("converted", lay) in names]
+    parts = []
+    for stem, mode in (("", None), ("_compiled", COMPILED)):
+        for layout in present:
+            got = compare(medians, inference_name(f"converted{stem}", layout),
+                          inference_name(f"original{stem}", layout), cfg)
+            if not got.empty:
+                parts.append(got.assign(layout=layout, mode=mode or got["boundary"].map(
+                    MODE_OF_BOUNDARY), original_layout=layout, converted_layout=layout))
+        if len(present) > 1:
+            parts += _best_rows(medians, stem, mode, present, cfg, compare)
     table = pd.concat(parts, ignore_index=True)
     return table.rename(columns={"shape_id": "network"})[
-        ["network", "mode", "boundary", "ratio", "ci_low", "ci_high", "class",
-         "candidate_median_us", "baseline_median_us", "batches"]]
+        ["network", "layout", "mode", "boundary", "ratio", "ci_low", "ci_high", "class",
+         "candidate_median_us", "baseline_median_us", "batches", "original_layout",
+         "converted_layout"]]
+
+
+def _best_rows(medians: pd.DataFrame, stem: str, mode, layouts: list[str], cfg,
+               compare) -> list[pd.DataFrame]:
+    """The `best` rows of summarize_networks for one run kind (plain or compiled): per
+    (network, boundary), each side's layout with the lower median."""
+    rows = []
+    median = medians.groupby(["shape_id", "boundary", "implementation"])["median_us"].median()
+    for (network, boundary), part in median.groupby(level=[0, 1]):
+        times = part.droplevel([0, 1])
+        faster = {}
+        for role in ("original", "converted"):
+            timed = {lay: times[inference_name(f"{role}{stem}", lay)] for lay in layouts
+                     if inference_name(f"{role}{stem}", lay) in times}
+            if timed:
+                faster[role] = min(timed, key=timed.get)
+        if len(faster) < 2:
+            continue
+        subset = medians[(medians["shape_id"] == network) & (medians["boundary"] == boundary)]
+        got = compare(subset, inference_name(f"converted{stem}", faster["converted"]),
+                      inference_name(f"original{stem}", faster["original"]), cfg)
+        rows.append(got.assign(layout=BEST, mode=mode or MODE_OF_BOUNDARY[boundary],
+                               original_layout=faster["original"],
+                               converted_layout=faster["converted"]))
+    return rows
 
 
 def network_lines(table: pd.DataFrame, details: dict) -> list[str]:
     lines = []
-    for network, part in table.groupby("network", sort=False):
+    layouts = table["layout"] if "layout" in table else pd.Series("nchw", index=table.index)
+    for (network, layout), part in table.groupby([table["network"], layouts], sort=False):
         d = details[network]
+        if layout == BEST:
+            cells = "; ".join(
+                f"{r['mode']} {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+                f"{r['class']} ({r['original_layout']} / {r['converted_layout']})"
+                for r in part.to_dict("records"))
+            lines.append(f"{network} (each in its faster layout): original / converted: "
+                         f"{cells}.")
+            continue
+        d = (d.get("layouts") or {}).get(layout, d)
+        fused = sum(bool(r.get("fused")) for r in d.get("layers", []))
         cells = "; ".join(f"{r['mode']} {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
                           f" {r['class']}" for r in part.to_dict("records"))
-        lines.append(f"{network}: {d['swapped']} of {d['convs']} convs swapped, top-1 agreement "
+        lines.append(f"{network}{'' if layout == 'nchw' else ' (channels_last)'}: "
+                     f"{d['swapped']} of {d['convs']} convs swapped"
+                     f"{f', {fused} fused' if fused else ''}, top-1 agreement "
                      f"{d['output']['top1_agreement']:.3f}; original / converted: {cells}.")
     return lines
 

@@ -180,26 +180,30 @@ def _unseen_table(entry: dict) -> str:
 
 def _networks_table(entry: dict) -> str:
     details = entry.get("details", {})
-    columns = ["network", "model", "N", "image", "mode", "original ÷ converted", "class",
-               "original median us", "converted median us", "batches", "convs swapped",
-               "top-1 agreement", "max |converted - original| / max |original|"]
+    columns = ["network", "model", "N", "image", "layout", "mode", "original ÷ converted",
+               "class", "original median us", "converted median us", "batches",
+               "convs swapped", "top-1 agreement", "max |converted - original| / max |original|"]
     rows, classes = [], []
     for r in entry.get("summary", []):
+        layout = r.get("layout", "nchw")  # a record before channels_last readings: NCHW alone
         d = details.get(r["network"], {})
+        d = {**d, **((d.get("layouts") or {}).get(layout) or {})}
         out = d.get("output") or {}
         scale = out.get("max_abs_output")
         rel = (out["max_abs_difference"] / scale if scale and out.get("max_abs_difference")
                is not None else out.get("max_abs_difference"))
-        rows.append([r["network"], d.get("model"), d.get("n"), d.get("image"), r["mode"],
-                     _ratio_cell(r), r.get("class"),
+        shown = layout if layout in ("nchw", "nhwc") else \
+            f"each its faster ({r.get('original_layout')} / {r.get('converted_layout')})"
+        rows.append([r["network"], d.get("model"), d.get("n"), d.get("image"), shown,
+                     r["mode"], _ratio_cell(r), r.get("class"),
                      fmt_or_none(r.get("baseline_median_us"), "{:.1f}"),
                      fmt_or_none(r.get("candidate_median_us"), "{:.1f}"),
                      int_or_none(r.get("batches")),
                      f"{d['swapped']} of {d['convs']}" if "swapped" in d else None,
                      fmt_or_none(out.get("top1_agreement")), fmt_or_none(rel, "{:.2e}")])
-        classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 6)
-    numeric = columns[5:6] + columns[7:10]
-    columns, rows, classes = _first([0, 4, 5, 6], columns, rows, classes)
+        classes.append([None] * 7 + [_cls(r.get("class"))] + [None] * 6)
+    numeric = columns[6:7] + columns[8:11]
+    columns, rows, classes = _first([0, 4, 5, 6, 7], columns, rows, classes)
     return table_html(columns, rows, classes, numeric=numeric)
 
 
@@ -265,7 +269,9 @@ def _training_table(entry: dict) -> str:
     note = ("Training: one SGD step (gradients set to None, forward, cross-entropy, backward, "
             "step; dropout off; strict FP32; cudnn.benchmark on), the original model against its "
             "converted copy in the same layout; eager is one step plus synchronize (sync_api), "
-            "graph the step captured in a CUDA graph (graph_device). Ratio above 1: the converted "
+            "graph the step captured in a CUDA graph (graph_device), compile the step compiled "
+            "whole by torch.compile on each side (sync_api; its first gradients checked against "
+            "FP64 as the eager step's, in the reading's lines). Ratio above 1: the converted "
             "step is faster. Gradients against FP64, after one step from identical weights: "
             "per parameter, the converted model's largest error against an FP64 copy of the "
             "original must be within 4 × the larger of the original's own error and its "

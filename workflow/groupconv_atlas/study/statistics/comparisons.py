@@ -13,6 +13,10 @@ from .stats import (CLASSES, DERIVED_REFERENCES, TORCH_BEST_NCHW_FROM, StatsConf
                     hierarchical_geomean, interval_method, paired_interval, process_means,
                     two_stage_geomean)
 
+# A comparison row's layout where each side runs in its own faster layout (both timed in one
+# sampler, so still a paired comparison), as against a row of one layout for both sides.
+BEST_LAYOUT = "best"
+
 
 def compare(medians: pd.DataFrame, candidate: str, baseline: str, cfg: StatsConfig) -> pd.DataFrame:
     """One row per (shape, boundary) where both were timed: ratio, interval, class."""
