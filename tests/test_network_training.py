@@ -367,6 +367,9 @@ def test_a_compiled_step_is_timed_beside_its_compiled_original_after_its_gradien
     t = details["tiny-n2"]["training"]["nchw"]
     assert t["compiled"]["runs"] == sorted(n for n in names if "compiled" in n)
     assert t["compiled"]["options"] == {"backend": "aot_eager"}
+    # no CUDA graph on the CPU: the compiled pair's graph_device reading is refused, named
+    assert t["compiled"]["graph"]["supported"] is False and t["compiled"]["graph"]["reason"]
+    assert "; compiled steps not captured in a CUDA graph (" in lines[0]
     for role in ("original", "converted"):
         found = t["compiled"]["gradients_against_fp64"][role]
         # the eager check's verdict, over the same tensors
@@ -385,6 +388,21 @@ def test_a_compiled_step_is_timed_beside_its_compiled_original_after_its_gradien
     assert compile_row["compiled_gradient_relative"] == \
         t["compiled"]["gradients_against_fp64"]["converted"]["candidate_worst_rel_error"]
     assert next(r for r in rows if r["mode"] == "eager")["compiled_gradient_relative"] is None
+
+
+def test_a_compiled_pair_captured_in_a_graph_reads_as_its_own_mode():
+    """Compiled steps timed at graph_device as well (where both capture): their rows take the
+    mode `compile (device)`, beside `compile` at sync_api; the step floor reads both."""
+    samples = _samples("m-n32", "nhwc", {"original_compiled": (1200.0, 2000.0),
+                                         "converted_compiled": (1000.0, 1900.0)})
+    details = {"m-n32": {"model": "m", "n": 32, "training": {"nhwc": {}}}}
+    rows = ts.summarize_training(batch_medians(samples), details, CFG)
+    modes = {r["mode"]: r for r in rows}
+    assert set(modes) == {ts.COMPILED, ts.COMPILED_DEVICE}
+    assert modes[ts.COMPILED_DEVICE]["boundary"] == "graph_device"
+    assert modes[ts.COMPILED_DEVICE]["ratio"] == pytest.approx(1.2, rel=0.02)
+    floor = {t["id"]: t for t in training_targets(rows)}["train_step_floor"]
+    assert floor["met"] and floor["checked"] == 2
 
 
 def test_a_compiled_gradient_that_is_rounding_noise_passes_and_a_wrong_one_fails():

@@ -271,9 +271,15 @@ def measure_training(session, built, model_name: str, n: int, layout: str, setti
         unsupported = {k: v for k, v in refusals.items() if v is not None}
         boundaries = ("sync_api",) if unsupported else ("graph_device", "sync_api")
         rows, _, _ = time_runs(session, runs, cfg, clocks, rng, boundaries=boundaries)
-        if compiled:  # paired with each other alone, as a user's compiled step runs: sync_api
+        if compiled:  # paired with each other alone: sync_api, as a user's compiled step
+            # runs, and where both capture, graph_device too (the device's time alone)
             warm_up(session, compiled.values(), cfg.warmup_launches)
-            rows += time_runs(session, compiled, cfg, clocks, rng, boundaries=("sync_api",))[0]
+            refused = {name: _trial_capture(session, run) for name, run in compiled.items()}
+            failed = {k: v for k, v in refused.items() if v is not None}
+            compiled_detail["graph"] = {"supported": not failed, "reason": "; ".join(
+                f"{k}: {v}" for k, v in failed.items()) or None}
+            rows += time_runs(session, compiled, cfg, clocks, rng, boundaries=(
+                ("sync_api",) if failed else ("graph_device", "sync_api")))[0]
             del compiled
             # Dynamo keeps compiled code per code object (every step closure shares one) up to a
             # cache limit, past which it would run the step eagerly: each reading starts clean.

@@ -15,6 +15,9 @@ TRAIN_LAYOUTS = ("nchw", "nhwc")
 # sync_api alone), for the probe's inference rows (networks) and training rows alike.
 MODE_OF_BOUNDARY = {"graph_device": "graph", "sync_api": "eager"}
 COMPILED = "compile"
+# A compiled pair's reading at graph_device (the compiled steps captured in a CUDA graph, where
+# they capture): the device's time alone, beside the sync_api reading a user's step runs at.
+COMPILED_DEVICE = "compile (device)"
 
 # The converted model's two ways into the op, as a training summary row names them: `conv2d`,
 # what GroupConv2d calls (an eager call with a gradient through conv2d's autograd Function); `op`,
@@ -66,7 +69,7 @@ def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
             train = (d.get("training") or {}).get(layout, {})
             rows.append({"network": r["shape_id"], "model": d.get("model"), "n": d.get("n"),
                          "layout": layout, "path": path,
-                         "mode": mode or MODE_OF_BOUNDARY[r["boundary"]],
+                         "mode": _mode(mode, r["boundary"]),
                          "boundary": r["boundary"], "ratio": r["ratio"], "ci_low": r["ci_low"],
                          "ci_high": r["ci_high"], "class": r["class"],
                          "candidate_median_us": r["candidate_median_us"],
@@ -77,6 +80,13 @@ def summarize_training(medians: pd.DataFrame, details: dict, cfg) -> list[dict]:
                          **_check_columns(train.get("gradient_check")),
                          **_layer_columns(train.get("layer_check"))})
     return rows
+
+
+def _mode(mode: str | None, boundary: str) -> str:
+    """A summary row's mode: the boundary's, or a compiled pair's by its boundary."""
+    if mode == COMPILED and boundary == "graph_device":
+        return COMPILED_DEVICE
+    return mode or MODE_OF_BOUNDARY[boundary]
 
 
 def _compiled_gradient(train: dict, role: str) -> float | None:
@@ -132,5 +142,8 @@ def compiled_text(compiled: dict | None) -> str:
     if not compiled:
         return ""
     found = compiled["gradients_against_fp64"]
+    graph = compiled.get("graph") or {}
+    captured = "" if graph.get("supported", True) else \
+        f"; compiled steps not captured in a CUDA graph ({graph.get('reason')})"
     return "".join(f"; compiled {role} step's {gradient_check.verdict_text(found[role])}"
-                   for role in ("converted", "original"))
+                   for role in ("converted", "original")) + captured

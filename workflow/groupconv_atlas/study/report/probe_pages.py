@@ -252,7 +252,7 @@ def _training_table(entry: dict) -> str:
                      f"{t['swapped']} of {t['convs']}" if "swapped" in t else None,
                      _gradient_check_cell(r), _layer_check_cell(r),
                      fmt_or_none(r.get("worst_gradient_relative"), "{:.2e}"),
-                     # a compiled step is timed at sync_api alone
+                     # a compiled pair's sync_api row is not captured
                      "captured" if (t.get("graph") or {}).get("supported")
                      and r["mode"] != COMPILED else None])
         classes.append([None] * 6 + [_cls(r.get("class"))] + [None] * 4
@@ -271,7 +271,8 @@ def _training_table(entry: dict) -> str:
             "converted copy in the same layout; eager is one step plus synchronize (sync_api), "
             "graph the step captured in a CUDA graph (graph_device), compile the step compiled "
             "whole by torch.compile on each side (sync_api; its first gradients checked against "
-            "FP64 as the eager step's, in the reading's lines). Ratio above 1: the converted "
+            "FP64 as the eager step's, in the reading's lines), compile (device) the same "
+            "compiled steps captured in a CUDA graph (graph_device). Ratio above 1: the converted "
             "step is faster. Gradients against FP64, after one step from identical weights: "
             "per parameter, the converted model's largest error against an FP64 copy of the "
             "original must be within 4 × the larger of the original's own error and its "
