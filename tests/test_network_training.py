@@ -14,7 +14,7 @@ import yaml
 from helpers import CpuSession
 
 from groupconv.files import REPO_ROOT
-from groupconv.record_formats import read_samples
+from groupconv.record_formats import read_samples, network_probe_document, read_network_probe
 from groupconv_atlas.study.statistics.timing_frames import batch_medians
 from groupconv_atlas.study.probes import network_training as nt
 from groupconv_atlas.study.probes import training_summary as ts
@@ -88,6 +88,7 @@ def _probe_doc():
                        "swapped": 13, "output": {"top1_agreement": 1.0, "max_abs_difference": 1e-6,
                                                  "max_abs_output": 4.0},
                        "training": {"nchw": _detail("nchw", worst=1.3e-6, layer_share=1.5)}}}
+    details = network_probe_document({"details": details})["details"]  # as the stats job reads
     rows = ts.summarize_training(batch_medians(samples), details, CFG)
     table = summarize_networks(samples, CFG)  # the inference rows: mobilenet_v2-n8's alone
     assert set(table["network"]) == {small}
@@ -165,7 +166,7 @@ def test_a_record_from_before_the_training_reading_summarises_and_shows_as_befor
     # the newest record whose network probe predates the training reading
     record = REPO_ROOT / "records" / "h200-2026-12-02-b"
     samples = read_samples(record / "raw/probes/networks/samples.parquet")
-    probe = json.loads((record / "raw/probes/networks/probe.json").read_text())
+    probe = read_network_probe(record / "raw/probes/networks/probe.json")
     assert ts.summarize_training(batch_medians(samples), probe["details"], CFG) == []
     table = summarize_networks(samples, CFG)
     doc = {"summary": json.loads(table.to_json(orient="records")), "details": probe["details"],

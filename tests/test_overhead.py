@@ -123,6 +123,7 @@ def _frame(shape_id, means, boundaries=("graph_device", "sync_api"), batches=6):
 
 
 def test_network_summary_reads_graph_eager_and_compile_modes():
+    from groupconv.record_formats import network_probe_document
     from groupconv_atlas.study.probes.networks import network_lines, summarize_networks
 
     samples = pd.concat([_frame("mobilenet_v2-n8", {"original": 1200.0, "converted": 1000.0}),
@@ -134,8 +135,8 @@ def test_network_summary_reads_graph_eager_and_compile_modes():
     assert set(modes) == {"graph", "eager", "compile"}
     assert modes["graph"] == pytest.approx(1.2, rel=0.02)
     assert modes["compile"] == pytest.approx(900 / 800, rel=0.02)
-    details = {"mobilenet_v2-n8": {"swapped": 17, "convs": 52,
-                                   "output": {"top1_agreement": 1.0}}}
+    details = network_probe_document({"details": {"mobilenet_v2-n8": {
+        "swapped": 17, "convs": 52, "output": {"top1_agreement": 1.0}}}})["details"]
     assert "17 of 52 convs swapped" in network_lines(table, details)[0]
 
 

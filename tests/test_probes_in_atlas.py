@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from groupconv_atlas.study.artifacts import atlas_document
+from groupconv.record_formats import network_probe_document
 from groupconv_atlas.study.artifacts.probe_summaries import network_targets, probes_block
 from groupconv.files import find_record, sha256_file
 from groupconv_atlas.study.records.committed import replay_arguments
@@ -198,7 +199,10 @@ def test_the_probes_section_holds_each_probe_outputs_figures(probe_repo):
                 assert "layers" not in trimmed and "trials" not in trimmed.get("autotune", {})
                 assert trimmed == {k: v for k, v in details.items() if k != "layers"} | (
                     {"autotune": {k: v for k, v in details["autotune"].items() if k != "trials"}}
-                    if "autotune" in details else {})
+                    if "autotune" in details else {}) | (
+                    {"layouts": {lay: {k: v for k, v in d.items() if k != "layers"}
+                                 for lay, d in details["layouts"].items()}}
+                    if name == "networks" else {})
     for name in set(PROBES) - set(HELD):
         assert section[name]["measured"] is False
         assert PROBE_RECORD.name in section[name]["reason"]
@@ -294,6 +298,7 @@ def test_the_network_target_and_table_come_from_the_probes_summary():
                      "output": {"top1_agreement": 1.0, "max_abs_difference": 2e-6,
                                 "max_abs_output": 4.0}, "layers": [{"layer": "x"}]}
                for key in ("a-n1", "b-n8", "c-n1")}
+    details = network_probe_document({"details": details})["details"]  # as the stats job reads
     doc = {"summary": json.loads(table.to_json(orient="records")), "details": details,
            "settings": {}, "sources": {}, "mode": "replay",
            "summary_lines": network_lines(table, details)}

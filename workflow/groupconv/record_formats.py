@@ -52,6 +52,9 @@ UPGRADES = (
     ("MobileNetV2 probe samples (raw/mobilenet/samples.parquet)",
      "`layout` column added after `experiment`: readings before it are contiguous NCHW, the "
      "overhead reading layout-free ('any')", "h200-2026-12-02-b"),
+    ("network probe document (raw/probes/networks/probe.json)",
+     "each network's inference reading per layout under `layouts`, with `layout`, `fuse` and "
+     "`freezing`: readings before it were NCHW alone, unfused, compiled without freezing", "-"),
 )
 
 # The MobileNetV2 probe's layouts, as records before `layout` meant them (frozen history, not
@@ -146,6 +149,24 @@ def stage_times_document(doc: dict) -> dict:
     the first job's start to the last one's end, in the newer records) is what was measured, not
     a format: the reader says which."""
     return doc if "timing_jobs" in doc else {**doc, "timing_jobs": []}
+
+
+def network_probe_document(doc: dict) -> dict:
+    """The network probe's probe.json with each network's inference reading under `layouts`
+    (a record from before the key: its one reading, NCHW, unfused, no freezing: UPGRADES)."""
+    details = {}
+    for network, d in doc.get("details", {}).items():
+        if "layouts" not in d:
+            reading = {k: v for k, v in d.items()
+                       if k not in ("model", "n", "image", "training")}
+            d = {**d, "layouts": {"nchw": {**reading, "layout": "nchw", "fuse": False,
+                                           "freezing": False}}}
+        details[network] = d
+    return {**doc, "details": details}
+
+
+def read_network_probe(path: str | Path) -> dict:
+    return network_probe_document(json.loads(Path(path).read_text()))
 
 
 def read_stage_times(path: str | Path) -> dict:

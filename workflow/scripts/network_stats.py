@@ -19,6 +19,7 @@ samples = record_formats.read_samples(smk.input.samples)
 probe = json.loads(Path(smk.input.probe).read_text())
 extra = {}
 if smk.params.probe == "networks":
+    probe = record_formats.network_probe_document(probe)
     table = networks.summarize_networks(samples, cfg)
     lines = networks.network_lines(table, probe["details"])
     # The training reading, where the samples hold one (a record without it writes what it did).

@@ -103,8 +103,8 @@ def network_targets(summary: list[dict]) -> list[dict]:
     """Eager original / converted at least NETWORK_EAGER_MIN on every network whose graph ratio
     is at least NETWORK_EAGER_MIN. `summary` is probes/networks.json's `summary`."""
     by = {}
-    for row in summary:  # each layout's reading its own (a record before them has NCHW alone)
-        layout = row.get("layout", "nchw")
+    for row in summary:  # each layout's reading its own
+        layout = row["layout"]
         label = row["network"] + {"nchw": "", "nhwc": " channels_last"}.get(
             layout, " (each in its faster layout)")
         by.setdefault(label, {})[row["mode"]] = row
@@ -292,9 +292,8 @@ def _network_details(detail: dict) -> dict:
     """A network's details without the per-layer list and, per trained layout, the per-parameter
     gradient list (both stay in the probe's own JSON)."""
     trimmed = _without(detail, "layers")
-    if "layouts" in trimmed:
-        trimmed["layouts"] = {layout: _without(d, "layers")
-                              for layout, d in trimmed["layouts"].items()}
+    trimmed["layouts"] = {layout: _without(d, "layers")
+                          for layout, d in trimmed["layouts"].items()}
     if "training" in trimmed:
         trimmed["training"] = {layout: _without(t, "gradient_per_parameter")
                                for layout, t in trimmed["training"].items()}

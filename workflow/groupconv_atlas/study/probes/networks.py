@@ -249,9 +249,10 @@ def _best_rows(medians: pd.DataFrame, stem: str, mode, layouts: list[str], cfg,
 
 
 def network_lines(table: pd.DataFrame, details: dict) -> list[str]:
+    """The summary in words, per network and layout; `details` as
+    record_formats.network_probe_document gives them (each reading under `layouts`)."""
     lines = []
-    layouts = table["layout"] if "layout" in table else pd.Series("nchw", index=table.index)
-    for (network, layout), part in table.groupby([table["network"], layouts], sort=False):
+    for (network, layout), part in table.groupby(["network", "layout"], sort=False):
         d = details[network]
         if layout == BEST:
             cells = "; ".join(
@@ -261,7 +262,7 @@ def network_lines(table: pd.DataFrame, details: dict) -> list[str]:
             lines.append(f"{network} (each in its faster layout): original / converted: "
                          f"{cells}.")
             continue
-        d = (d.get("layouts") or {}).get(layout, d)
+        d = d["layouts"][layout]
         fused = sum(bool(r.get("fused")) for r in d.get("layers", []))
         cells = "; ".join(f"{r['mode']} {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
                           f" {r['class']}" for r in part.to_dict("records"))

@@ -185,9 +185,9 @@ def _networks_table(entry: dict) -> str:
                "convs swapped", "top-1 agreement", "max |converted - original| / max |original|"]
     rows, classes = [], []
     for r in entry.get("summary", []):
-        layout = r.get("layout", "nchw")  # a record before channels_last readings: NCHW alone
+        layout = r["layout"]
         d = details.get(r["network"], {})
-        d = {**d, **((d.get("layouts") or {}).get(layout) or {})}
+        d = {**d, **(d["layouts"].get(layout) or {})}  # a best row: the first layout's
         out = d.get("output") or {}
         scale = out.get("max_abs_output")
         rel = (out["max_abs_difference"] / scale if scale and out.get("max_abs_difference")
