@@ -29,7 +29,7 @@ $(VENV)/.installed: pyproject.toml workflow/groupconv/pyproject.toml
 	touch $@
 
 .PHONY: install atlas test test-all test-integration test-records report verify mobilenet_probe nsight compare_records overhead_probe \
-	network_probe unseen_probe replay export_tables clean
+	network_probe unseen_probe epilogue_probe replay export_tables clean
 install: $(VENV)/.installed
 
 # The command is echoed whole (make's own echo would show the shell words that read RECORD).
@@ -68,10 +68,11 @@ report: $(VENV)/.installed
 verify: $(VENV)/.installed
 	@$(WITH_RECORD) $(SNAKEMAKE) verify_provenance $$args $(QUIET)
 
-# In a replay overhead_probe, unseen_probe and network_probe each read the newest record of the
+# In a replay overhead_probe, unseen_probe, network_probe and epilogue_probe each read the newest record of the
 # device that holds their samples, named in one line, beside the atlas's results; where none
 # does, that line says so and they exit 0 with nothing made.
-mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe: $(VENV)/.installed
+mobilenet_probe nsight compare_records overhead_probe network_probe unseen_probe epilogue_probe: \
+		$(VENV)/.installed
 	@$(WITH_RECORD) $(SNAKEMAKE) $@ $$args $(QUIET)
 
 # The op's launch tables from a record (default: the newest of the device that has tables) into

@@ -92,9 +92,10 @@ SMOKE_RECORD = "h200-smoke-2026-11-29"
 # that holds them (PROBE_RECORD), whichever record `make atlas` replays.
 PROBE_RAW = {"overhead_probe": "overhead/samples.parquet",
              "unseen_probe": "probes/unseen/samples.parquet",
-             "network_probe": "probes/networks/samples.parquet"}
+             "network_probe": "probes/networks/samples.parquet",
+             "epilogue_probe": "probes/epilogue/samples.parquet"}
 PROBE_OUTPUT = {"overhead_probe": "overhead.json", "unseen_probe": "probes/unseen.json",
-                "network_probe": "probes/networks.json"}
+                "network_probe": "probes/networks.json", "epilogue_probe": "probes/epilogue.json"}
 
 
 def committed_records() -> list[str]:

@@ -31,8 +31,11 @@ OTHER_LAUNCH3 = {"groupconv/backward_plans.py", "groupconv_atlas/study/probes/mo
 # F.conv2d outside the PyTorch path: verification's FP32/FP64 references (checked against, never
 # timed), the op's eager training path (dispatch computes F.conv2d there) and the fused op's
 # backward (conv + bias recomputed for the activation's derivative), and GroupConv2d on an input
-# in the other layout than its named kernel's (the layer it replaced, as it was).
-OTHER_CONV2D = {"groupconv/verify.py", "groupconv/conv.py", "groupconv/layers.py"}
+# in the other layout than its named kernel's (the layer it replaced, as it was), and the epilogue
+# axis's PyTorch reference with BatchNorm folded (F.conv2d with a bias, which no reference of the
+# PyTorch path takes) and its FP32 check of a bare convolution.
+OTHER_CONV2D = {"groupconv/verify.py", "groupconv/conv.py", "groupconv/layers.py",
+                "groupconv_atlas/study/probes/epilogue_blocks.py"}
 FUNCTIONAL = ("functional", "F")
 
 

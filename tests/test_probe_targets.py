@@ -55,7 +55,16 @@ def notes(res) -> list[str]:
     return [line for line in (res.stdout + res.stderr).splitlines() if line.startswith("note: ")]
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
+def devices() -> list[str]:
+    return sorted({json.loads(m.read_text()).get("device")
+                   for m in (ROOT / "records").glob("*/record.json")} - {None})
+
+
+HELD_ELSEWHERE = {t: d for t, p in TARGETS.items() if not holders(DEVICE, p)
+                  for d in devices() if holders(d, p)}
+
+
+@pytest.mark.parametrize("target", sorted(set(TARGETS) - set(HELD_ELSEWHERE)))
 def test_each_probe_target_plans_the_replay_of_the_newest_record_that_holds_it(
         fresh, atlas_dry_run, target):
     probe = TARGETS[target]
@@ -115,12 +124,35 @@ def test_a_named_record_without_the_probe_names_the_records_that_hold_it(fresh):
         res = snakemake(fresh, "-n", target, *replay_arguments(ROOT / "records", NEWEST.name))
         log = res.stdout + res.stderr
         said = [line for line in log.splitlines() if line.startswith(f"{target}: ")]
-        assert said == [f"{target}: nothing to replay: record {NEWEST.name} holds no "
-                        f"raw/{ATLAS_PROBES[probe]['raw']}/ (records of device {DEVICE} that do: "
-                        f"{', '.join(sorted(holders(DEVICE, probe)))}; a replay of the newest "
-                        "record, the default, replays the newest of them); measure it live on a "
-                        "GPU"], log[-3000:]
+        others = sorted(holders(DEVICE, probe))
+        held = f"raw/{ATLAS_PROBES[probe]['raw']}/"
+        assert said == [f"{target}: nothing to replay: record {NEWEST.name} holds no {held} "
+                        + (f"(records of device {DEVICE} that do: {', '.join(others)}; a replay "
+                           "of the newest record, the default, replays the newest of them)"
+                           if others else f"and no record of device {DEVICE} does")
+                        + "; measure it live on a GPU"], log[-3000:]
         assert "Traceback" not in log and rules_of(dag_jobs(res.stdout)) == {target}
+
+
+@pytest.mark.parametrize("target", sorted(HELD_ELSEWHERE))
+def test_a_probe_only_another_device_s_record_holds_replays_there_and_not_here(fresh, target):
+    """The default device's target says no record of it holds the probe; the device whose record
+    does replays that record's samples, after checking its hashes."""
+    probe, device = TARGETS[target], HELD_ELSEWHERE[target]
+    raw = ATLAS_PROBES[probe]["raw"]
+    here = snakemake(fresh, "-n", target)
+    said = [line for line in (here.stdout + here.stderr).splitlines()
+            if line.startswith(f"{target}: ")]
+    assert said == [f"{target}: nothing to replay: no record of device {DEVICE} holds raw/{raw}/;"
+                    " measure it live on a GPU"], said
+    record = holders(device, probe)[-1]
+    there = snakemake(fresh, "-n", target, "--config", f"device={device}")
+    said = [line for line in (there.stdout + there.stderr).splitlines()
+            if line.startswith(f"{target}: ")]
+    assert len(said) == 1 and said[0].startswith(f"{target}: replays record {record}"), said
+    assert f"records/{record}/raw/{raw}/samples.parquet" in there.stdout, there.stdout[-3000:]
+    assert "check_record" in rules_of(dag_jobs(there.stdout))
+    assert f"results/{device}/{ATLAS_PROBES[probe]['result']}" in planned_outputs(there.stdout)
 
 
 def _plan_notes() -> dict[str, list[str]]:

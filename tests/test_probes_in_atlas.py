@@ -31,6 +31,8 @@ PROBES = {
                "unseen_probe"),
     "networks": ("probes/networks", ["samples.parquet", "probe.json"], "probes/networks.json",
                  "network_probe"),
+    "epilogue": ("probes/epilogue", ["samples.parquet", "verification.parquet", "probe.json"],
+                 "probes/epilogue.json", "epilogue_probe"),
 }
 # The newest H200 record with the call-overhead benchmark; what else it holds is read from its
 # raw/ folder, not assumed.
@@ -107,7 +109,7 @@ def test_the_report_has_the_probes_page_naming_each_probe_not_measured(smoke_rep
         assert f"snakemake {target}" in page
         assert probes[name]["reason"].replace("'", "&#x27;") in page
     assert page.count("Not measured.") == len(PROBES)
-    assert "0 of 3 measured here" in page
+    assert f"0 of {len(PROBES)} measured here" in page
     # In the bundled report, with its caption.
     bundle = (smoke_replay / "reports" / "atlas.html").read_text()
     assert "probes.html" in bundle and "call-overhead benchmark" in bundle
@@ -267,7 +269,7 @@ def test_the_probes_page_lists_the_tables_and_the_verdicts(probe_repo):
                 assert f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" in row
     for name in set(PROBES) - set(HELD):
         assert section[name]["reason"].replace("'", "&#x27;") in page
-    assert f"{len(HELD)} of 3 measured here" in page
+    assert f"{len(HELD)} of {len(PROBES)} measured here" in page
 
 
 # --- the network probe (no committed record holds it yet): synthetic samples, test input -------

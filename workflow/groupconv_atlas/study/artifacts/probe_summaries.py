@@ -9,7 +9,7 @@ import math
 
 from ..statistics.comparisons import BEST_LAYOUT as BEST
 
-PROBES = ("overhead", "unseen", "networks")
+PROBES = ("overhead", "unseen", "networks", "epilogue")
 # The targets the probes were built to check (thresholds, not measurements).
 IN_GRAPH_LIMIT_US = 0.1        # the op inside a CUDA graph within this of its bare kernel
 NETWORK_EAGER_MIN = 1.0        # eager original / converted on networks whose graph ratio >= this
@@ -315,7 +315,20 @@ def probe_figures(name: str, doc: dict) -> dict:
         if "training_summary" in doc:  # records from before the training reading have none
             figures["training_summary"] = doc["training_summary"]
         return figures
+    if name == "epilogue":  # the per-row table stays in probes/epilogue.json
+        return {"figures": doc["figures"], "verification": doc.get("verification", {}),
+                "tables": doc.get("tables"), "targets_of_axis": doc["targets"]}
     raise ValueError(f"unknown probe {name!r}")
+
+
+def epilogue_targets(targets: list[dict]) -> list[dict]:
+    """The epilogue axis's targets (probes/epilogue_axis.targets, computed where its figures
+    were) in the probes' form."""
+    return [_target(t["target"], f"{t['target']}: {t['bound']}", t["met"], 1,
+                    [] if t["met"] else [t["target"]],
+                    f"figure {t['figure']:.3f}, bound {t['bound']}"
+                    if isinstance(t["figure"], (int, float)) else "no figure")
+            for t in targets]
 
 
 def probe_targets(name: str, figures: dict) -> list[dict]:
@@ -323,6 +336,8 @@ def probe_targets(name: str, figures: dict) -> list[dict]:
         return overhead_targets(figures["shapes"])
     if name == "unseen":
         return unseen_targets(figures["summary"])
+    if name == "epilogue":
+        return epilogue_targets(figures["targets_of_axis"])
     targets = network_targets(figures["summary"])
     if any(r.get("layout") == BEST for r in figures["summary"]):
         targets += inference_targets(figures["summary"], figures["details"])

@@ -25,6 +25,9 @@ ATLAS_PROBES = {
                "files": ["samples.parquet", "probe.json"], "result": "probes/unseen.json"},
     "networks": {"snakemake_target": "network_probe", "raw": "probes/networks",
                  "files": ["samples.parquet", "probe.json"], "result": "probes/networks.json"},
+    "epilogue": {"snakemake_target": "epilogue_probe", "raw": "probes/epilogue",
+                 "files": ["samples.parquet", "verification.parquet", "probe.json"],
+                 "result": "probes/epilogue.json"},
 }
 
 # The atlas's tables (assemble_atlas), beside its index and the index of everything it made.

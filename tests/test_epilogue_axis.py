@@ -1,0 +1,127 @@
+"""The atlas's epilogue axis on the CPU: its summary of paired samples (each reference, the
+strongest of six, the epilogue's cost over the floor), its figures and targets, a run that failed
+verification left out and named, and the FP64 check it verifies with catching planted faults (a
+bias applied twice, a clamp at the wrong bound) while passing a correct FP32 computation."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from groupconv_atlas.study.probes import epilogue_axis as ax
+from groupconv_atlas.study.statistics.stats import StatsConfig
+
+CFG = StatsConfig(seed=1, resamples=2000)
+DW, GR = "mobilenetv2-n8-c144-56x56-g144", "resnext50-32x4d-n8-c128-56x56-g32"
+
+
+def _frame(shape_id, means, batches=6):
+    rng = np.random.default_rng(len(shape_id))
+    return pd.DataFrame([{"shape_id": shape_id, "implementation": impl, "boundary": b,
+                          "batch": batch, "sample": s, "latency_us": mean * rng.lognormal(0, 0.01),
+                          "clock_flagged": False, "process": 0}
+                         for impl, mean in means.items() for b in ("graph_device", "sync_api")
+                         for batch in range(batches) for s in range(4)])
+
+
+def _means(fused, conv, eager, folded, compiled, nhwc_scale=1.0):
+    out = {"floor_copy": 10.0, "floor_launch": 2.0}
+    for layout, scale in (("nchw", 1.0), ("nhwc", nhwc_scale)):
+        for role, value in (("fused", fused), ("conv", conv), ("torch_eager", eager),
+                            ("torch_folded", folded), ("torch_compiled", compiled)):
+            out[ax.run_name(role, layout)] = value * scale
+    return out
+
+
+def _verification(shape_ids, bad=()):
+    return pd.DataFrame([{"shape_id": s, "implementation": n,
+                          "status": "incorrect" if (s, n) in bad else "correct",
+                          "reason": "planted" if (s, n) in bad else None}
+                         for s in shape_ids for n in ax.run_names()])
+
+
+def test_the_summary_pairs_the_fused_layer_with_each_reference_and_the_strongest():
+    samples = pd.concat([_frame(DW, _means(20, 19, 90, 60, 40, nhwc_scale=0.9)),
+                         _frame(GR, _means(100, 95, 300, 260, 150))], ignore_index=True)
+    table = ax.summarize(samples, _verification([DW, GR]), {DW: "depthwise", GR: "grouped"}, CFG)
+    at = table[table.boundary == "graph_device"].set_index(["shape_id", "layout", "reference"])
+    assert at.loc[(DW, "nchw", "torch_compiled"), "ratio"] == pytest.approx(2.0, rel=0.02)
+    assert at.loc[(DW, "nchw", "torch_compiled"), "class"] == "WIN"
+    # torch_best: the fastest of the six PyTorch runs of either layout (here channels_last's
+    # compiled), against each layout's fused layer
+    best = at.loc[(DW, "nchw", ax.TORCH_BEST)]
+    assert best["best_reference"] == "torch_compiled_nhwc"
+    assert best["ratio"] == pytest.approx(36 / 20, rel=0.02)
+    assert at.loc[(DW, "nhwc", "conv"), "ratio"] == pytest.approx(19 / 20, rel=0.02)
+    assert at.loc[(DW, "nchw", "torch_compiled"), "floor_us"] == pytest.approx(10, rel=0.02)
+    fig = ax.figures(table)
+    assert fig["vs_compiled_depthwise"]["nchw"]["shapes"] == 1  # the grouped shape is not there
+    assert fig["vs_compiled_depthwise"]["nhwc"]["geomean"] == pytest.approx(2.0, rel=0.02)
+    better = fig["better_layout_vs_torch_best"]
+    assert better["shapes"] == 2 and better["layouts"] == {"nhwc": 1, "nchw": 1}
+    assert fig["epilogue_cost"]["nchw"]["highest"] == pytest.approx(100 / 95, rel=0.02)
+    met = {t["target"]: t["met"] for t in ax.targets(fig)}
+    assert met == {"epilogue_vs_compiled_depthwise_nhwc": True,
+                   "epilogue_vs_compiled_depthwise_nchw": True,
+                   "epilogue_better_layout_vs_torch_best": False,  # 1.5x on the grouped shape
+                   "epilogue_cost_nchw": True, "epilogue_cost_nhwc": True}
+    assert any("strongest reference: torch_compiled" in line for line in ax.lines(fig))
+
+
+def test_a_run_that_failed_verification_is_never_compared_and_is_named():
+    samples = _frame(DW, _means(20, 19, 90, 60, 40))
+    bad = {(DW, "fused_nhwc"), (DW, "torch_compiled")}
+    table = ax.summarize(samples, _verification([DW], bad), {DW: "depthwise"}, CFG)
+    nhwc = table[(table.layout == "nhwc") & (table.boundary == "graph_device")]
+    assert set(nhwc["class"]) == {"UNVERIFIED"} and nhwc["ratio"].isna().all()
+    assert all("fused_nhwc: incorrect (planted)" in r for r in nhwc["reason"])
+    nchw = table[(table.layout == "nchw") & (table.boundary == "graph_device")]
+    assert "torch_compiled" not in set(nchw["reference"])  # not a reference once it failed
+    assert nchw.set_index("reference").loc[ax.TORCH_BEST, "best_reference"] == "torch_compiled_nhwc"
+    fig = ax.figures(table)
+    assert fig["unverified"] and fig["vs_compiled_depthwise"]["nchw"]["shapes"] == 0
+    assert not {t["target"]: t["met"] for t in ax.targets(fig)}[
+        "epilogue_vs_compiled_depthwise_nchw"]
+
+
+def test_each_shape_takes_its_network_s_activation():
+    assert ax.activation_of("mobilenetv2-train-n128-c32-112x112-g32") == "relu6"
+    assert ax.activation_of("efficientnet-b3-n16-c192-75x75-g192") == "silu"
+    assert ax.activation_of("mobilenetv3-l-n32-c480-14x14-g480") == "hardswish"
+    assert ax.activation_of("stress-oddw-n8-c64-33x33-g64") == "relu"
+    assert ax.split_name(ax.run_name("torch_folded", "nhwc")) == ("torch_folded", "nhwc")
+    with pytest.raises(ValueError, match="layout 'nhcw'"):
+        ax.run_name("fused", "nhcw")
+
+
+@pytest.mark.parametrize("activation", ["relu6", "silu", "hardswish", "relu"])
+def test_the_fp64_check_passes_fp32_and_catches_a_doubled_bias_and_a_wrong_clamp(activation):
+    torch = pytest.importorskip("torch")
+    from groupconv.epilogues import torch_epilogue
+    from groupconv.verify import full_output_errors, full_output_failures
+    from groupconv_atlas.study.probes.epilogue_blocks import references
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 8, 9, 11, generator=gen)
+    w = torch.randn(8, 1, 3, 3, generator=gen)
+    b = torch.randn(8, generator=gen) * 3
+    refs = references(torch, x, w, b, 8, activation, 16.0)
+    conv32 = torch.nn.functional.conv2d(x, w, None, 1, 1, 1, 8)
+    good = torch_epilogue(torch, conv32, b, activation)
+    ref32 = torch_epilogue(torch, conv32, b, activation)
+
+    def failures(out):
+        return full_output_failures(full_output_errors(torch, out, ref32, *refs["epilogue"]),
+                                    poisoned=True)
+
+    assert failures(good) == []
+    assert failures(torch_epilogue(torch, conv32 + b.view(1, -1, 1, 1), b, activation))
+    if activation == "relu6":
+        assert failures(torch.clamp(conv32 + b.view(1, -1, 1, 1), 0.0, 7.0))
+    unwritten = good.clone()
+    unwritten[0, 0, 0, 0] = math.nan
+    assert any("non-finite" in f for f in failures(unwritten))
+    bare = full_output_errors(torch, conv32, conv32, *refs["conv"])
+    assert full_output_failures(bare, poisoned=True) == []
