@@ -30,7 +30,8 @@ files no longer hold). The kinds:
 * REPLAY: `make replay RECORD=<name>` for real, each record in a fresh copy (marker `records`,
   `make test-records`: minutes a record); the smoke record in a copy of the session's
   `smoke_replay`, where it must find nothing to redo (integration);
-* PROBE: the public op's probes (`make overhead_probe`, `unseen_probe`, `network_probe` and
+* PROBE: the public op's probes (`make overhead_probe`, `unseen_probe`, `network_probe`,
+  `epilogue_probe` and
   their snakemake lines) replay, in the same sequence, the newest record of the device that holds
   their raw samples (PROBE_RECORD), naming it in one line: they write their JSON and leave the
   atlas's results as they were; where no record holds the samples they say so in one line and
@@ -169,8 +170,9 @@ COMMANDS: dict[str, How] = {
                                      "to do)"),
     # The probes of the public op: they replay what the newest record holds.
     **{command: _probe(command) for command in (
-        "make overhead_probe", "make unseen_probe", "make network_probe",
-        "snakemake overhead_probe", "snakemake unseen_probe", "snakemake network_probe")},
+        "make overhead_probe", "make unseen_probe", "make network_probe", "make epilogue_probe",
+        "snakemake overhead_probe", "snakemake unseen_probe", "snakemake network_probe",
+        "snakemake epilogue_probe")},
     # Every committed record's replay (a row per records/*/record.json: the records are data;
     # test_every_committed_record_has_a_replay_command holds the README to the same list).
     **{f"make replay RECORD={name}": _replay(name) for name in committed_records()},
@@ -251,11 +253,11 @@ COMMANDS: dict[str, How] = {
 # make atlas; then what reads its results).
 TARGET_SEQUENCE = [
     "make mobilenet_probe", "make overhead_probe", "make unseen_probe", "make network_probe",
-    "make nsight", "make compare_records", "make atlas", "make atlas QUIET=",
+    "make epilogue_probe", "make nsight", "make compare_records", "make atlas", "make atlas QUIET=",
     "make verify", "make report", "snakemake --report reports/atlas.html", "snakemake --report",
     "snakemake verify_provenance", "snakemake mobilenet_probe", "snakemake nsight",
     "snakemake overhead_probe", "snakemake unseen_probe", "snakemake network_probe",
-    "snakemake compare_records", "snakemake compare_devices", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
+    "snakemake epilogue_probe", "snakemake compare_records", "snakemake compare_devices", "snakemake --cores 1 atlas", "snakemake mobilenet_probe nsight",
     "GROUPCONV_GPUS=0,1,2,3 snakemake atlas --cores 4 --resources gpu=4 --set-threads "
     "time_job=1 tune_kernel=1 ceilings=1",
     "make export_tables",

@@ -125,3 +125,20 @@ def test_the_fp64_check_passes_fp32_and_catches_a_doubled_bias_and_a_wrong_clamp
     assert any("non-finite" in f for f in failures(unwritten))
     bare = full_output_errors(torch, conv32, conv32, *refs["conv"])
     assert full_output_failures(bare, poisoned=True) == []
+
+
+def test_the_headline_takes_the_axis_sentences_only_where_the_axis_was_measured():
+    from groupconv_atlas.study.artifacts.headline_lines import with_epilogue
+
+    atlas = {"headline": {"summary_lines": ["forward line"]},
+             "probes": {"epilogue": {"measured": False, "reason": "not measured"}}}
+    assert with_epilogue(atlas) is atlas
+    assert with_epilogue({"headline": {"summary_lines": []}}) == {"headline": {"summary_lines": []}}
+    measured = {**atlas, "probes": {"epilogue": {
+        "measured": True, "source": {"path": "probes/epilogue.json"},
+        "summary_lines": ["epilogue nchw: depthwise ... 2.491"]}}}
+    out = with_epilogue(measured)
+    assert out["headline"]["summary_lines"] == [
+        "forward line", "Epilogue axis (probes/epilogue.json): epilogue nchw: depthwise ... 2.491"]
+    assert out["headline"]["epilogue"] == out["headline"]["summary_lines"][1:]
+    assert measured["headline"]["summary_lines"] == ["forward line"]  # the input is not changed

@@ -109,7 +109,8 @@ def test_the_smoke_replay_has_no_nsight_captures_probes_or_mobilenet(smoke):
                                   "a GPU)"}
     assert smoke.atlas.mobilenet_readings() == []
     # No record of the device holds a probe: its own target says so in one line, making nothing.
-    assert smoke.probes.records == {"overhead": None, "unseen": None, "networks": None}
+    assert smoke.probes.records == {"overhead": None, "unseen": None, "networks": None,
+                                    "epilogue": None}
     assert smoke.probes.result("unseen") is None and not smoke.probes.borrowed_records
     assert smoke.probes.replayed_line("unseen") == (
         f"unseen_probe: nothing to replay: record {SMOKE_RECORD} holds no raw/probes/unseen/ and "

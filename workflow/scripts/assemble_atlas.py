@@ -6,7 +6,7 @@ import pandas as pd
 
 from groupconv_atlas.study.artifacts.atlas_document import (atlas_document, clean, evidence_block,
                                                             evidence_markdown, map_details)
-from groupconv_atlas.study.artifacts.headline_lines import with_passes
+from groupconv_atlas.study.artifacts.headline_lines import with_epilogue, with_passes
 from groupconv_atlas.study.measuring.floors import floor_table, read_floor_samples
 from groupconv_atlas.study.records.jobs import Job
 from groupconv import record_formats
@@ -86,6 +86,8 @@ details = map_details(shapes_doc, comparisons, verification, evidence, floors)
 # their headline sentences. Without them nothing here changes (a forward-only record's bytes).
 if smk.input.get("passes"):
     atlas = with_passes(atlas, load_json(smk.input.passes[0]))
+# The epilogue axis's sentences, where the record holds it (else nothing changes).
+atlas = with_epilogue(atlas)
 # What the record holds of the Nsight captures (the nsight target's tables hold the captures).
 atlas = {**atlas, "nsight": dict(p.nsight)}
 

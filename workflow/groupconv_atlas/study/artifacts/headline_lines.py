@@ -215,3 +215,19 @@ def with_passes(atlas: dict, section: dict) -> dict:
     headline = {**atlas["headline"], "passes": lines,
                 "summary_lines": [*atlas["headline"].get("summary_lines", []), *lines]}
     return {**atlas, "passes": section, "headline": headline}
+
+
+def with_epilogue(atlas: dict) -> dict:
+    """`atlas` with the epilogue axis's sentences (its probe's summary lines: the fused layer
+    against compiled-with-freezing per layout on depthwise shapes, the better layout against the
+    strongest PyTorch run on every shape, the epilogue's cost over the floor) after the
+    headline's own and under headline.epilogue, where the axis was measured; unchanged where it
+    was not (a record without it keeps its bytes)."""
+    entry = (atlas.get("probes") or {}).get("epilogue") or {}
+    if not entry.get("measured"):
+        return atlas
+    lines = [f"Epilogue axis ({entry['source']['path']}): {line}"
+             for line in entry.get("summary_lines", [])]
+    headline = {**atlas["headline"], "epilogue": lines,
+                "summary_lines": [*atlas["headline"].get("summary_lines", []), *lines]}
+    return {**atlas, "headline": headline}
