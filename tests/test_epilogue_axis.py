@@ -68,6 +68,15 @@ def test_the_summary_pairs_the_fused_layer_with_each_reference_and_the_strongest
                    "epilogue_better_layout_vs_torch_best": False,  # 1.5x on the grouped shape
                    "epilogue_cost_nchw": True, "epilogue_cost_nhwc": True}
     assert any("strongest reference: torch_compiled" in line for line in ax.lines(fig))
+    from groupconv_atlas.study.artifacts.probe_summaries import epilogue_targets
+
+    stated = {t["id"]: t for t in epilogue_targets(ax.targets(fig))}
+    cost = stated["epilogue_cost_nchw"]
+    assert cost["met"] and "within 1.1x of its convolution's alone" in cost["statement"]
+    assert float(cost["statement"].rsplit(": ", 1)[1]) == pytest.approx(100 / 95, rel=0.02)
+    best = stated["epilogue_better_layout_vs_torch_best"]
+    assert not best["met"] and best["failing"] == ["epilogue_better_layout_vs_torch_best"]
+    assert "strongest PyTorch run" in best["statement"]
 
 
 def test_a_run_that_failed_verification_is_never_compared_and_is_named():

@@ -323,12 +323,15 @@ def probe_figures(name: str, doc: dict) -> dict:
 
 def epilogue_targets(targets: list[dict]) -> list[dict]:
     """The epilogue axis's targets (probes/epilogue_axis.targets, computed where its figures
-    were) in the probes' form."""
-    return [_target(t["target"], f"{t['target']}: {t['bound']}", t["met"], 1,
-                    [] if t["met"] else [t["target"]],
-                    f"figure {t['figure']:.3f}, bound {t['bound']}"
-                    if isinstance(t["figure"], (int, float)) else "no figure")
-            for t in targets]
+    were) in the probes' form, each stated with its figure."""
+    out = []
+    for t in targets:
+        figure = t["figure"]
+        shown = f"{figure:.3f}" if isinstance(figure, (int, float)) else "no figure"
+        out.append(_target(t["target"], f"{t['words']}: {t['bound']}", t["met"], 1,
+                           [] if t["met"] else [t["target"]],
+                           f"{t['words']} ({t['bound']}): {shown}"))
+    return out
 
 
 def probe_targets(name: str, figures: dict) -> list[dict]:

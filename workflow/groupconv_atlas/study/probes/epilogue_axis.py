@@ -228,21 +228,29 @@ def lines(fig: dict) -> list[str]:
 
 
 def targets(fig: dict) -> list[dict]:
-    """Each target of the axis: its figure, its bound and whether it holds."""
+    """Each target of the axis: what it asks in words, its figure, its bound and whether it
+    holds."""
     out = []
     for layout, bound in FUSED_VS_COMPILED_MIN.items():
         s = fig["vs_compiled_depthwise"].get(layout, {})
         out.append({"target": f"epilogue_vs_compiled_depthwise_{layout}",
+                    "words": f"depthwise shapes in {layout}: the fused layer against "
+                             "torch.compile with freezing, geometric mean, none below 1.0",
                     "figure": s.get("geomean"), "bound": f">= {bound}",
                     "met": bool(s.get("shapes")) and s["geomean"] >= bound
                     and s["below_1"] == 0})
     b = fig["better_layout_vs_torch_best"]
-    out.append({"target": "epilogue_better_layout_vs_torch_best", "figure": b.get("geomean"),
-                "bound": f">= {FUSED_VS_BEST_MIN}, 0 LOSS",
+    out.append({"target": "epilogue_better_layout_vs_torch_best",
+                "words": "every shape: the better layout's fused layer against the strongest "
+                         "PyTorch run, geometric mean, no LOSS",
+                "figure": b.get("geomean"), "bound": f">= {FUSED_VS_BEST_MIN}, 0 LOSS",
                 "met": bool(b.get("shapes")) and b["geomean"] >= FUSED_VS_BEST_MIN
                 and not b["classes"].get("LOSS")})
     for layout, c in fig["epilogue_cost"].items():
-        out.append({"target": f"epilogue_cost_{layout}", "figure": c.get("geomean"),
-                    "bound": f"<= {EPILOGUE_COST_MAX} (highest)",
+        out.append({"target": f"epilogue_cost_{layout}",
+                    "words": f"{layout}: the fused layer's time over the floor within "
+                             f"{EPILOGUE_COST_MAX}x of its convolution's alone, on every shape "
+                             "(the highest)",
+                    "figure": c.get("highest"), "bound": f"<= {EPILOGUE_COST_MAX}",
                     "met": bool(c.get("shapes")) and c["highest"] <= EPILOGUE_COST_MAX})
     return out
