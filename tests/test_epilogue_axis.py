@@ -151,3 +151,25 @@ def test_the_headline_takes_the_axis_sentences_only_where_the_axis_was_measured(
         "forward line", "Epilogue axis (probes/epilogue.json): epilogue nchw: depthwise ... 2.491"]
     assert out["headline"]["epilogue"] == out["headline"]["summary_lines"][1:]
     assert measured["headline"]["summary_lines"] == ["forward line"]  # the input is not changed
+
+
+@pytest.mark.parametrize("geometry", [(4, 32, 32, 20, 20, 32), (4, 64, 64, 12, 12, 8)])
+def test_the_block_s_batchnorm_gives_the_activation_values_spread_as_in_a_network(geometry):
+    """After the block's BatchNorm the values spread about as its affine says (a trained
+    BatchNorm's output), not as the raw sum of 9 * C_in/groups standard-normal products."""
+    torch = pytest.importorskip("torch")
+    from groupconv.shapes import geometry_shape
+    from groupconv_atlas.study.probes.epilogue_blocks import block
+
+    shape = geometry_shape(*geometry)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(shape.n, shape.c_in, shape.h, shape.w, generator=gen)
+    w = torch.randn(shape.c_out, shape.cin_per_group, 3, 3, generator=gen)
+    blk = block(torch, shape, w, "hardswish", 5, device="cpu")
+    with torch.no_grad():
+        raw = blk[0](x)
+        normed = blk[1](raw)
+    assert float(raw.std()) > 2.5  # the unnormalised sum: sqrt(9 * C_in/groups) or more
+    assert 0.5 < float(normed.std()) < 2.0
+    # Hardswish's flat region (x < -3) holds a small share, as after a network's BatchNorm
+    assert float((normed < -3).float().mean()) < 0.05

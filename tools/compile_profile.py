@@ -9,9 +9,9 @@ fused epilogue could earn per block: two measurements on a GPU machine, inferenc
   layout copies (an inductor kernel that only moves a tensor to another layout), other Triton
   kernels, and the rest. `--fuse`: a model converted with convert(fuse=True) beside them.
 - Blocks: for depthwise shapes of the frozen set, conv -> BatchNorm -> activation (the network's
-  own: ACTIVATION_OF_NETWORK), timed at graph_device: eager, compiled with freezing (BN folded
-  into the convolution; the strongest a user can choose), the custom conv alone, the fused layer
-  convert(fuse=True) makes (GroupConv2d.from_conv_bn: conv + bias + activation in one call), and
+  own: epilogue_axis.ACTIVATION_OF_NETWORK), timed at graph_device: eager, compiled with
+  freezing (BN folded into the convolution; the strongest a user can choose), the custom conv
+  alone, the fused layer convert(fuse=True) makes (GroupConv2d.from_conv_bn: conv + bias + activation in one call), and
   with --tail the custom conv followed by the compiled BN + activation (what an unfused
   converted model runs). The custom conv alone is what a fused epilogue would cost at best.
   `--blocks depthwise`: every depthwise shape of the frozen set.
@@ -51,16 +51,9 @@ NETS = ("efficientnet_b0:nchw:0", "efficientnet_b0:nchw:1", "mobilenet_v3_large:
 BLOCKS = ("mobilenetv2-n32-c144-56x56-g144:relu6", "mobilenetv2-n32-c960-7x7-g960:relu6",
           "mobilenetv2-n1-c144-56x56-g144:relu6", "efficientnet-b0-n32-c480-14x14-g480:silu",
           "efficientnet-b3-n16-c192-75x75-g192:silu", "mobilenetv2-train-n128-c32-112x112-g32:relu6")
-# The activation after each network's depthwise 3x3 convolution (by the shape id's network);
-# the stress shapes take ReLU. MobileNetV3-Large's later stages (the frozen shapes') use
-# Hardswish, PicoDet's ESNet too.
-ACTIVATION_OF_NETWORK = (("mobilenetv2", "relu6"), ("mobilenetv3", "hardswish"),
-                         ("efficientnet", "silu"), ("yolo-picodet", "hardswish"))
-
-
-def network_activation(shape_id: str) -> str:
-    return next((act for prefix, act in ACTIVATION_OF_NETWORK if shape_id.startswith(prefix)),
-                "relu")
+# The activation after each network's convolution: the epilogue axis's one table.
+from groupconv_atlas.study.probes.epilogue_axis import (  # noqa: E402
+    activation_of as network_activation)
 
 
 # An inductor kernel whose name says it only reads one tensor and writes it elsewhere: the

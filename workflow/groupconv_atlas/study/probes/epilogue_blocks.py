@@ -25,21 +25,27 @@ VERIFICATION_COLUMNS = ["shape_id", "implementation", "layout", "activation", "s
                         "ratio64", "ratio32", "seed"]
 
 
-def block(torch, shape, w, activation: str, seed: int):
-    """conv (weight `w`, no bias) -> BatchNorm2d (running statistics and affine drawn from
-    `seed`, eval mode) -> the activation's module, on the GPU."""
+def block(torch, shape, w, activation: str, seed: int, device: str = "cuda"):
+    """conv (weight `w`, no bias) -> BatchNorm2d (eval mode) -> the activation's module, on the
+    GPU. The BatchNorm's statistics are a trained one's: its running variance is the
+    convolution output's (9 * C_in/groups for standard-normal x and w, times a draw in
+    [0.5, 1.5]), its running mean a small draw, its affine drawn from `seed` (scale in
+    [0.5, 1.5], shift standard normal), so the activation sees values spread as in a network.
+    Unnormalised, they spread sqrt(9 * C_in/groups) times wider, and an activation whose cost
+    depends on its input (Hardswish's flat region, a division's slow path) is timed on values
+    no network gives it."""
     nn = torch.nn
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     conv = nn.Conv2d(shape.c_in, shape.c_out, 3, padding=1, groups=shape.groups, bias=False,
-                     device="cuda")
-    bn = nn.BatchNorm2d(shape.c_out, device="cuda")
+                     device=device)
+    bn = nn.BatchNorm2d(shape.c_out, device=device)
     with torch.no_grad():
         conv.weight.copy_(w)
-        c = shape.c_out
-        bn.weight.copy_(0.5 + torch.rand(c, device="cuda", generator=gen))
-        bn.bias.copy_(torch.randn(c, device="cuda", generator=gen))
-        bn.running_mean.copy_(torch.randn(c, device="cuda", generator=gen))
-        bn.running_var.copy_(0.5 + torch.rand(c, device="cuda", generator=gen))
+        c, variance = shape.c_out, 9.0 * shape.cin_per_group
+        bn.weight.copy_(0.5 + torch.rand(c, device=device, generator=gen))
+        bn.bias.copy_(torch.randn(c, device=device, generator=gen))
+        bn.running_mean.copy_(0.1 * torch.randn(c, device=device, generator=gen))
+        bn.running_var.copy_(variance * (0.5 + torch.rand(c, device=device, generator=gen)))
     return nn.Sequential(conv, bn, getattr(nn, MODULES[activation])()).eval()
 
 
