@@ -84,7 +84,7 @@ def test_a_run_that_failed_verification_is_never_compared_and_is_named():
     bad = {(DW, "fused_nhwc"), (DW, "torch_compiled")}
     table = ax.summarize(samples, _verification([DW], bad), {DW: "depthwise"}, CFG)
     nhwc = table[(table.layout == "nhwc") & (table.boundary == "graph_device")]
-    assert set(nhwc["class"]) == {"UNVERIFIED"} and nhwc["ratio"].isna().all()
+    assert set(nhwc["class"]) == {"INCORRECT"} and nhwc["ratio"].isna().all()
     assert all("fused_nhwc: incorrect (planted)" in r for r in nhwc["reason"])
     nchw = table[(table.layout == "nchw") & (table.boundary == "graph_device")]
     assert "torch_compiled" not in set(nchw["reference"])  # not a reference once it failed

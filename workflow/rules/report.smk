@@ -34,10 +34,14 @@ rule report_map:
         code=REPORT_JOB_CODE,
         # the pass switch's data, where the run has backward passes
         **PLAN.passes.map_inputs(),
+        # and the epilogue axis's, where the record holds it
+        **PLAN.atlas.epilogue_map_inputs(),
     output:
         page=report(f"{REPORT}/atlas-map.html", caption="../report/atlas_map.rst",
                     category="Atlas map", subcategory="Map"),
         prov=PLAN.prov("report_map"),
+    params:
+        statistics=config["statistics"],
     log:
         f"{PLAN.results}/logs/report_map.log",
     conda:

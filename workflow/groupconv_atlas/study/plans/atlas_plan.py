@@ -111,6 +111,17 @@ class AtlasPlan:
             return [self.mobilenet_report]
         return []
 
+    def epilogue_map_inputs(self) -> dict[str, list[str]]:
+        """The atlas map's epilogue entry (its table, made beside probes/epilogue.json, and the
+        axis's verification) where atlas.json holds the axis; empty lists otherwise, so a map
+        without it is as it was."""
+        result = self.probe_plan["epilogue"]["result"]
+        if not result:
+            return {"epilogue_table": [], "epilogue_verification": []}
+        return {"epilogue_table": [result.replace(".json", ".parquet")],
+                "epilogue_verification": [self.run.probes.raw("epilogue",
+                                                              "verification.parquet")]}
+
     def _probe_plan(self, name: str, probe: dict, notes: list[str]) -> dict:
         """What assemble_atlas reads for one probe: its output JSON (`result`), or none and why."""
         run = self.run

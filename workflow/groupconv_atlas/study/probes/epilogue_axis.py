@@ -44,6 +44,12 @@ FUSED_VS_COMPILED_MIN = {"nhwc": 1.6, "nchw": 1.5}
 FUSED_VS_BEST_MIN = 2.0
 EPILOGUE_COST_MAX = 1.1
 BOUNDARY = "graph_device"
+# What a summary row keeps of its paired cell (statistics/comparisons.compare): the figures, and
+# the per-batch readings the map and the geometric means over shapes read.
+CELL_COLUMNS = ("ratio", "ci_low", "ci_high", "class", "interval_method", "batches", "processes",
+                "candidate_median_us", "baseline_median_us", "batch_ratios", "batch_processes",
+                "candidate_batch_medians_us", "baseline_batch_medians_us",
+                "clock_flagged_batches")
 
 
 def run_name(role: str, layout: str) -> str:
@@ -77,8 +83,10 @@ def summarize(samples: pd.DataFrame, verification: pd.DataFrame, kinds: dict[str
     faster) with its interval and class, the medians and each over the shape's floor. The
     `reference` torch_best is per shape and boundary the fastest verified PyTorch run of either
     layout (its name in `best_reference`); `conv` rows hold the fused layer against its own
-    convolution alone (the epilogue's cost: below 1 it costs time). A run its verification
-    failed is never compared: its rows carry its status. `kinds`: {shape id: depthwise, grouped
+    convolution alone (the epilogue's cost: below 1 it costs time). Each row names its
+    `candidate` and `baseline` as the map does (torch_best derived, with `torch_best_choice`)
+    and keeps its paired cell (CELL_COLUMNS). A run its verification failed is never compared:
+    its rows are INCORRECT, with its status as the reason. `kinds`: {shape id: depthwise, grouped
     or ...}."""
     from ..statistics.comparisons import compare
     from ..statistics.timing_frames import batch_medians, pooled_medians
@@ -108,7 +116,9 @@ def summarize(samples: pd.DataFrame, verification: pd.DataFrame, kinds: dict[str
                 row = {"shape_id": shape_id, "kind": kinds.get(shape_id), "boundary": boundary,
                        "layout": layout, "activation": activation_of(shape_id),
                        "reference": label, "best_reference": ref if label == TORCH_BEST
-                       else None, "fused_median_us": median_of.get((shape_id, fused, boundary)),
+                       else None, "candidate": fused,
+                       "baseline": TORCH_BEST if label == TORCH_BEST else ref,
+                       "fused_median_us": median_of.get((shape_id, fused, boundary)),
                        "reference_median_us": median_of.get((shape_id, ref, boundary)),
                        "floor_us": floor}
                 for column, run in (("fused", fused), ("reference", ref)):
@@ -118,17 +128,17 @@ def summarize(samples: pd.DataFrame, verification: pd.DataFrame, kinds: dict[str
                 if missing:
                     statuses = verification.set_index(["shape_id", "implementation"])
                     row.update(ratio=math.nan, ci_low=math.nan, ci_high=math.nan,
-                               **{"class": "UNVERIFIED"},
+                               **{"class": "INCORRECT"},
                                reason="; ".join(f"{r}: {_status(statuses, shape_id, r)}"
                                                 for r in missing))
                 elif (cell := compare(part, fused, ref, cfg)).empty:
                     row.update(ratio=math.nan, ci_low=math.nan, ci_high=math.nan,
                                **{"class": "UNMEASURED"}, reason="no paired batches")
-                else:
+                else:  # the paired cell whole, as the atlas's comparisons hold it
                     c = cell.iloc[0]
-                    row.update(ratio=float(c["ratio"]), ci_low=float(c["ci_low"]),
-                               ci_high=float(c["ci_high"]), reason=None,
-                               **{"class": c["class"]})
+                    row.update({k: c[k] for k in CELL_COLUMNS}, reason=None)
+                    if label == TORCH_BEST:
+                        row["torch_best_choice"] = ref
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -186,7 +196,7 @@ def figures(table: pd.DataFrame) -> dict:
         **_summary(best), "layouts": {k: int(v) for k, v in best["layout"].value_counts().items()},
         "strongest_references": {k: int(v) for k, v in
                                  best["best_reference"].value_counts().items()}}
-    unverified = table[table["class"] == "UNVERIFIED"]
+    unverified = table[table["class"] == "INCORRECT"]
     out["unverified"] = sorted({f"{r.shape_id} {r.reason}" for r in unverified.itertuples()})
     return out
 

@@ -183,3 +183,48 @@ def _page(payload: dict, details: dict, template: str) -> str:
     title = f"GroupConv Atlas map: {details['evidence'].get('device')}"
     return template.replace(MAP_DATA_MARKER, data).replace("__ATLAS_MAP_TITLE__",
                                                            html.escape(title))
+
+
+def epilogue_payload(table: pd.DataFrame, verification: pd.DataFrame, cfg) -> dict:
+    """The epilogue axis (probes/epilogue.parquet, probes/epilogue_axis.summarize, and its
+    verification) in a pass's form, for the map's pass switch: each layout's fused layer against
+    each PyTorch run of its layout, torch_best (the fastest of the six, either layout) and its
+    own convolution alone; the footer's geometric means with their intervals over shapes as the
+    atlas's (comparisons.geomean_block)."""
+    from ..probes.epilogue_axis import (LAYOUTS, REFERENCE_TITLES, REFERENCES, TORCH_BEST,
+                                        run_name, split_name)
+    from ..statistics.comparisons import geomean_block
+
+    rows = table.assign(candidate_over_floor=table["fused_over_floor"],
+                        baseline_over_floor=table["reference_over_floor"])
+    pairs = sorted(set(zip(rows["candidate"], rows["baseline"])))
+    summary = []
+    for (cand, base, boundary), part in rows.groupby(["candidate", "baseline", "boundary"],
+                                                    sort=True):
+        chosen = part["torch_best_choice"].dropna().value_counts() if base == TORCH_BEST \
+            else pd.Series(dtype=int)
+        summary.append({"candidate": cand, "baseline": base, "boundary": boundary,
+                        **geomean_block(part, cfg),
+                        "torch_best_chosen": {k: int(v) for k, v in chosen.items()}})
+
+    def own(name: str) -> dict:
+        role, layout = split_name(name)
+        title = REFERENCE_TITLES.get(role) or ("the fused layer's convolution alone (no bias, no "
+                                               "activation)" if role == "conv" else
+                                               "the op's fused layer (conv + bias + activation)")
+        return {"id": name, "layout": layout, "derived": False, "covers": [layout],
+                "measured_covers": [layout], "label": f"{name}: {title}"}
+
+    best = {"id": TORCH_BEST, "layout": EITHER, "derived": True, "covers": list(LAYOUTS),
+            "measured_covers": list(LAYOUTS),
+            "sources": [run_name(r, lay) for lay in LAYOUTS for r in REFERENCES],
+            "label": "torch_best: the fastest verified PyTorch run of the six"}
+    return {
+        "comparisons": [f"{c}:{b}" for c, b in pairs],
+        "candidates": [own(c) for c in sorted({c for c, _ in pairs})],
+        "baselines": [best if b == TORCH_BEST else own(b) for b in sorted({b for _, b in pairs})],
+        "cells": _short_batches(shape_cells(rows)),
+        "verification": shape_verification(verification),
+        "summary": json.loads(pd.DataFrame(summary).to_json(orient="records",
+                                                            double_precision=15)),
+    }
