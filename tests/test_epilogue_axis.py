@@ -56,8 +56,11 @@ def test_the_summary_pairs_the_fused_layer_with_each_reference_and_the_strongest
     assert best["ratio"] == pytest.approx(36 / 20, rel=0.02)
     assert at.loc[(DW, "nhwc", "conv"), "ratio"] == pytest.approx(19 / 20, rel=0.02)
     assert at.loc[(DW, "nchw", "torch_compiled"), "floor_us"] == pytest.approx(10, rel=0.02)
-    fig = ax.figures(table)
+    fig = ax.figures(table, CFG)
     assert fig["vs_compiled_depthwise"]["nchw"]["shapes"] == 1  # the grouped shape is not there
+    both = fig["better_layout_vs_torch_best"]  # the interval over shapes brackets the mean
+    assert both["shape_ci_low"] <= both["geomean"] <= both["shape_ci_high"]
+    assert "[" in ax.lines(fig)[2] and "[" not in ax.lines(ax.figures(table))[2]
     assert fig["vs_compiled_depthwise"]["nhwc"]["geomean"] == pytest.approx(2.0, rel=0.02)
     better = fig["better_layout_vs_torch_best"]
     assert better["shapes"] == 2 and better["layouts"] == {"nhwc": 1, "nchw": 1}

@@ -20,7 +20,7 @@ verification = pd.read_parquet(smk.input.verification)
 probe = json.loads(Path(smk.input.probe).read_text())
 kinds = {sid: d.get("kind") for sid, d in probe["details"].items()}
 table = epilogue_axis.summarize(samples, verification, kinds, cfg)
-figures = epilogue_axis.figures(table)
+figures = epilogue_axis.figures(table, cfg)
 lines = epilogue_axis.lines(figures)
 write_parquet(smk.output.summary, table)
 write_json(smk.output.report, {

@@ -173,17 +173,18 @@ def epilogue_cost(table: pd.DataFrame, boundary: str = BOUNDARY) -> pd.DataFrame
     return conv[conv["cost"].notna()]
 
 
-def figures(table: pd.DataFrame) -> dict:
+def figures(table: pd.DataFrame, cfg=None) -> dict:
     """The axis's figures at graph_device: per layout the depthwise shapes' fused layer against
-    compiled-with-freezing (geometric mean, lowest, count below 1.0, classes), every shape's
-    better layout against torch_best, and the epilogue's cost over the floor."""
+    compiled-with-freezing (geometric mean, with `cfg` its interval over shapes as the atlas's
+    (comparisons.geomean_block), lowest, count below 1.0, classes), every shape's better layout
+    against torch_best, and the epilogue's cost over the floor."""
     at = table[table["boundary"] == BOUNDARY]
     out = {"boundary": BOUNDARY, "vs_compiled_depthwise": {}, "epilogue_cost": {}}
     for layout in LAYOUTS:
         part = at[(at["layout"] == layout) & (at["kind"] == "depthwise")
                   & (at["reference"] == run_name("torch_compiled", layout))
                   & at["ratio"].notna()]
-        out["vs_compiled_depthwise"][layout] = _summary(part)
+        out["vs_compiled_depthwise"][layout] = _summary(part, cfg)
         cost = epilogue_cost(table)
         cost = cost[cost["layout"] == layout]
         out["epilogue_cost"][layout] = {
@@ -193,7 +194,8 @@ def figures(table: pd.DataFrame) -> dict:
             else None}
     best = better_layout(table)
     out["better_layout_vs_torch_best"] = {
-        **_summary(best), "layouts": {k: int(v) for k, v in best["layout"].value_counts().items()},
+        **_summary(best, cfg),
+        "layouts": {k: int(v) for k, v in best["layout"].value_counts().items()},
         "strongest_references": {k: int(v) for k, v in
                                  best["best_reference"].value_counts().items()}}
     unverified = table[table["class"] == "INCORRECT"]
@@ -201,15 +203,25 @@ def figures(table: pd.DataFrame) -> dict:
     return out
 
 
-def _summary(part: pd.DataFrame) -> dict:
+def _summary(part: pd.DataFrame, cfg=None) -> dict:
     if part.empty:
         return {"shapes": 0, "geomean": math.nan, "lowest": math.nan, "lowest_shape": None,
                 "below_1": 0, "classes": {}}
     low = part.loc[part["ratio"].idxmin()]
-    return {"shapes": int(len(part)), "geomean": _geomean(part["ratio"]),
+    interval = {}
+    if cfg is not None:  # the interval over shapes, from each shape's batch ratios
+        from ..statistics.comparisons import geomean_block
+
+        block = geomean_block(part, cfg)
+        interval = {"shape_ci_low": block["shape_ci_low"], "shape_ci_high": block["shape_ci_high"]}
+    return {"shapes": int(len(part)), "geomean": _geomean(part["ratio"]), **interval,
             "lowest": float(low["ratio"]), "lowest_shape": str(low["shape_id"]),
             "below_1": int((part["ratio"] < 1.0).sum()),
             "classes": {k: int(v) for k, v in part["class"].value_counts().sort_index().items()}}
+
+
+def _interval(s: dict) -> str:
+    return f" [{s['shape_ci_low']:.3f}, {s['shape_ci_high']:.3f}]" if "shape_ci_low" in s else ""
 
 
 def lines(fig: dict) -> list[str]:
@@ -217,12 +229,14 @@ def lines(fig: dict) -> list[str]:
     out = []
     for layout, s in fig["vs_compiled_depthwise"].items():
         out.append(f"epilogue {layout}: depthwise, fused / torch.compile with freezing at "
-                   f"{fig['boundary']}: geometric mean {s['geomean']:.3f} over {s['shapes']} "
+                   f"{fig['boundary']}: geometric mean {s['geomean']:.3f}{_interval(s)} over "
+                   f"{s['shapes']} "
                    f"shapes, lowest {s['lowest']:.3f} ({s['lowest_shape']}), {s['below_1']} "
                    f"below 1.0; " + ", ".join(f"{k} {v}" for k, v in s["classes"].items()))
     b = fig["better_layout_vs_torch_best"]
     out.append(f"epilogue: every shape, the better layout's fused layer / the strongest PyTorch "
-               f"run: geometric mean {b['geomean']:.3f} over {b['shapes']} shapes, lowest "
+               f"run: geometric mean {b['geomean']:.3f}{_interval(b)} over {b['shapes']} shapes, "
+               f"lowest "
                f"{b['lowest']:.3f} ({b['lowest_shape']}), {b['below_1']} below 1.0; "
                + ", ".join(f"{k} {v}" for k, v in b["classes"].items())
                + "; strongest reference: " + ", ".join(
