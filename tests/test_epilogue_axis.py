@@ -176,3 +176,24 @@ def test_the_block_s_batchnorm_gives_the_activation_values_spread_as_in_a_networ
     assert 0.5 < float(normed.std()) < 2.0
     # Hardswish's flat region (x < -3) holds a small share, as after a network's BatchNorm
     assert float((normed < -3).float().mean()) < 0.05
+
+
+def test_a_cold_l2_policy_gives_every_sampler_the_same_flush_buffer_and_warm_none():
+    """timing.l2_flush: what the atlas's timing workers and the epilogue axis both sample with."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from groupconv.timing import TimingConfig, l2_flush
+
+    made = []
+    torch_stub = SimpleNamespace(float32="f32", empty=lambda n, **kw: made.append((n, kw)) or n)
+    session = SimpleNamespace(torch=torch_stub, l2_bytes=50 * 2**20,
+                              on_stream=contextlib.nullcontext)
+    fields = {f: 1 for f in TimingConfig.__dataclass_fields__}
+    warm = TimingConfig(**{**fields, "l2_policy": "warm"})
+    cold = TimingConfig(**{**fields, "l2_policy": "cold"})
+    assert l2_flush(session, warm) is None and made == []
+    assert l2_flush(session, cold) == 2 * 50 * 2**20 // 4
+    assert made == [(2 * 50 * 2**20 // 4, {"device": "cuda", "dtype": "f32"})]
+    unknown = SimpleNamespace(**{**vars(session), "l2_bytes": None})  # an L2 of 64 MiB assumed
+    assert l2_flush(unknown, cold) == 2 * 2**26 // 4

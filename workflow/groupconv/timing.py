@@ -222,6 +222,16 @@ def warm_up(session, runs, launches: int) -> None:
     session.synchronize()
 
 
+def l2_flush(session, cfg: TimingConfig):
+    """The buffer a cold-L2 sample zeroes before its launch (twice the GPU's L2, 64 MiB where
+    the size is unknown), on the session's stream; None for a warm-L2 policy."""
+    if cfg.l2_policy != "cold":
+        return None
+    with session.on_stream():
+        return session.torch.empty(2 * (session.l2_bytes or 2**26) // 4, device="cuda",
+                                   dtype=session.torch.float32)
+
+
 def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
               clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES,
               launches: int | None = None) -> tuple[list[tuple], int, dict[str, float]]:

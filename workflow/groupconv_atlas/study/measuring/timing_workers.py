@@ -95,11 +95,9 @@ def _worker(conn, settings: Settings) -> None:
                                    if settings.wgrad_tunings else None)
         torch = session.torch
         clocks = ClockReader(torch)
-        flush = None
-        if cfg.l2_policy == "cold":
-            with session.on_stream():
-                flush = torch.empty(2 * (session.l2_bytes or 2**26) // 4, device="cuda",
-                                    dtype=torch.float32)
+        from groupconv.timing import l2_flush
+
+        flush = l2_flush(session, cfg)
         from ..records.provenance import gpu_environment, software_environment
 
         conn.send(Started(max_sm_clock_mhz=clocks.max_sm_clock_mhz, l2_bytes=session.l2_bytes,

@@ -150,7 +150,7 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
     `launch_counts`: each shape's one launch count (study/measuring/floors.launch_counts)."""
     from groupconv import conv as op
     from groupconv.layers import GroupConv2d
-    from groupconv.timing import ClockReader, PairedSampler, batch_order, warm_up
+    from groupconv.timing import ClockReader, PairedSampler, batch_order, l2_flush, warm_up
     from ..measuring.floors import FLOOR_RUNS, bind_floor
     from ..measuring.timing_workers import flag_batches
     from ..statistics.timing_frames import samples_frame
@@ -160,6 +160,7 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
     clocks = ClockReader(torch)
     rng = np.random.default_rng(settings["seed"])
     compile_fn = compile_with_freezing(torch)
+    flush = l2_flush(session, timing_cfg)  # the atlas's L2 policy (timing.l2_policy)
     frames, checks, details = [], [], {}
     for index, shape in enumerate(shapes):
         activation = activation_of(shape.id)
@@ -188,8 +189,8 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
         timed = {**verified, **floor_runs}
         with session.on_stream(), torch.no_grad():
             warm_up(session, list(timed.values()), timing_cfg.warmup_launches)
-            sampler = PairedSampler(session, timed, timing_cfg, clocks, unpaced=FLOOR_RUNS,
-                                    launches=launch_counts[shape.id]).prepare()
+            sampler = PairedSampler(session, timed, timing_cfg, clocks, flush,
+                                    unpaced=FLOOR_RUNS, launches=launch_counts[shape.id]).prepare()
             sampled = []
             for batch in range(timing_cfg.batches):
                 sampled += sampler.batch(batch, batch_order(rng, timed))
@@ -197,6 +198,7 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
         frame = samples_frame(sampled, shape.id)
         frame["clock_flagged"] = flag_batches(frame, clocks.max_sm_clock_mhz,
                                               timing_cfg.clock_flag_fraction)
+        frame["l2_policy"] = timing_cfg.l2_policy
         frames.append(frame)
         fused_runs = {layout: op.runtime().describe_fused(
             x.contiguous(memory_format=torch.channels_last if layout == "nhwc"
