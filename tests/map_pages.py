@@ -3,6 +3,21 @@ map-details.json and atlas.json, and the page opened in headless Chromium."""
 from pathlib import Path
 
 
+def payload_cell(row: dict) -> dict:
+    """A table row's cell as the map's payload holds it (report/atlas_map._short_batches):
+    map_cell's, less the per-batch medians, its per-batch ratios at 4 significant digits."""
+    from groupconv_atlas.study.report import atlas_map
+    from groupconv_atlas.study.statistics.map_cells import map_cell
+
+    cell = map_cell(row)
+    for key in atlas_map.LEFT_OUT:
+        cell.pop(key, None)
+    for key in atlas_map.BATCH_ARRAYS:
+        if isinstance(cell.get(key), list):
+            cell[key] = [float(f"{v:.4g}") for v in cell[key]]
+    return cell
+
+
 def synthetic_cell(ratio: float, choice: str | None = None) -> dict:
     cell = {"class": "WIN" if ratio > 1.05 else "LOSS" if ratio < 1 / 1.05 else "TIE",
             "ratio": ratio, "ci_low": ratio * 0.97, "ci_high": ratio * 1.03, "batches": 2,

@@ -11,13 +11,12 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from map_pages import open_map, two_layout_inputs
+from map_pages import open_map, payload_cell, two_layout_inputs
 from test_epilogue_axis import _frame, _means, _verification
 
 from groupconv_atlas.study.probes import epilogue_axis as ax
 from groupconv_atlas.study.report import atlas_map
 from groupconv_atlas.study.statistics.comparisons import geomean_block
-from groupconv_atlas.study.statistics.map_cells import map_cell
 from groupconv_atlas.study.statistics.stats import StatsConfig
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -51,13 +50,7 @@ def test_the_epilogue_entry_holds_every_cell_and_the_footer_s_means():
                         baseline_over_floor=table["reference_over_floor"])
     for r in rows.to_dict("records"):
         cell = view["cells"][r["shape_id"]][f"{r['candidate']}:{r['baseline']}"][r["boundary"]]
-        whole = map_cell(r)
-        for key in atlas_map.LEFT_OUT:
-            whole.pop(key, None)
-        for key in atlas_map.BATCH_ARRAYS:
-            if isinstance(whole.get(key), list):
-                whole[key] = [float(f"{v:.4g}") for v in whole[key]]
-        assert cell == whole
+        assert cell == payload_cell(r)
     # a reference its verification failed is no reference of that shape, and the map says so
     assert "fused:torch_eager" not in view["cells"]["dw-b"]
     assert "fused:torch_eager" in view["cells"]["dw-a"]
