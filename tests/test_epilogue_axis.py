@@ -65,6 +65,10 @@ def test_the_summary_pairs_the_fused_layer_with_each_reference_and_the_strongest
     better = fig["better_layout_vs_torch_best"]
     assert better["shapes"] == 2 and better["layouts"] == {"nhwc": 1, "nchw": 1}
     assert fig["epilogue_cost"]["nchw"]["highest"] == pytest.approx(100 / 95, rel=0.02)
+    # by activation, depthwise shapes alone (the grouped shape's epilogue is not in a kernel)
+    assert fig["epilogue_cost_depthwise_by_activation"]["nchw"] == {
+        "relu6": {"shapes": 1, "geomean": pytest.approx(20 / 19, rel=0.02),
+                  "highest": pytest.approx(20 / 19, rel=0.02)}}
     met = {t["target"]: t["met"] for t in ax.targets(fig)}
     assert met == {"epilogue_vs_compiled_depthwise_nhwc": True,
                    "epilogue_vs_compiled_depthwise_nchw": True,

@@ -234,11 +234,13 @@ def l2_flush(session, cfg: TimingConfig):
 
 def time_runs(session, runs: dict[str, Callable[[], object]], cfg: TimingConfig,
               clocks: ClockReader, rng, flush=None, boundaries: tuple[str, ...] = BOUNDARIES,
-              launches: int | None = None) -> tuple[list[tuple], int, dict[str, float]]:
+              launches: int | None = None, unpaced: tuple[str, ...] = ()
+              ) -> tuple[list[tuple], int, dict[str, float]]:
     """Every batch of a PairedSampler in this process (`launches`: the shape's fixed L, or None
-    to choose it from these runs). Returns rows, L and the estimates."""
+    to choose it from these runs; `unpaced`: runs left out of choosing L, the floor's).
+    Returns rows, L and the estimates."""
     sampler = PairedSampler(session, runs, cfg, clocks, flush, boundaries,
-                            launches=launches).prepare()
+                            unpaced=unpaced, launches=launches).prepare()
     rows: list[tuple] = []
     for batch in range(cfg.batches):
         rows += sampler.batch(batch, batch_order(rng, runs))

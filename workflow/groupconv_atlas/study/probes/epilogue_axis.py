@@ -192,6 +192,15 @@ def figures(table: pd.DataFrame, cfg=None) -> dict:
             "highest": float(cost["cost"].max()) if len(cost) else math.nan,
             "highest_shape": str(cost.loc[cost["cost"].idxmax(), "shape_id"]) if len(cost)
             else None}
+    # The cost by activation where the kernel holds the epilogue (depthwise shapes): what each
+    # activation's formula adds before the store.
+    cost = epilogue_cost(table)
+    cost = cost[cost["kind"] == "depthwise"]
+    out["epilogue_cost_depthwise_by_activation"] = {
+        layout: {act: {"shapes": int(len(part)), "geomean": _geomean(part["cost"]),
+                       "highest": float(part["cost"].max())}
+                 for act, part in cost[cost["layout"] == layout].groupby("activation")}
+        for layout in LAYOUTS}
     best = better_layout(table)
     out["better_layout_vs_torch_best"] = {
         **_summary(best, cfg),
@@ -245,6 +254,10 @@ def lines(fig: dict) -> list[str]:
         out.append(f"epilogue {layout}: fused time over the floor / its convolution alone's: "
                    f"geometric mean {c['geomean']:.3f} over {c['shapes']} shapes, highest "
                    f"{c['highest']:.3f} ({c['highest_shape']})")
+    for layout, by_act in fig.get("epilogue_cost_depthwise_by_activation", {}).items():
+        out.append(f"epilogue {layout}: depthwise, the same cost by activation: " + ", ".join(
+            f"{act} {c['geomean']:.3f} (highest {c['highest']:.3f}, {c['shapes']} shapes)"
+            for act, c in by_act.items()))
     if fig["unverified"]:
         out.append(f"epilogue: {len(fig['unverified'])} comparisons left out, a run not "
                    f"verified correct: " + "; ".join(fig["unverified"][:5]))

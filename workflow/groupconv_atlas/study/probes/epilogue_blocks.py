@@ -150,7 +150,7 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
     `launch_counts`: each shape's one launch count (study/measuring/floors.launch_counts)."""
     from groupconv import conv as op
     from groupconv.layers import GroupConv2d
-    from groupconv.timing import ClockReader, PairedSampler, batch_order, l2_flush, warm_up
+    from groupconv.timing import ClockReader, l2_flush, time_runs, warm_up
     from ..measuring.floors import FLOOR_RUNS, bind_floor
     from ..measuring.timing_workers import flag_batches
     from ..statistics.timing_frames import samples_frame
@@ -189,12 +189,9 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
         timed = {**verified, **floor_runs}
         with session.on_stream(), torch.no_grad():
             warm_up(session, list(timed.values()), timing_cfg.warmup_launches)
-            sampler = PairedSampler(session, timed, timing_cfg, clocks, flush,
-                                    unpaced=FLOOR_RUNS, launches=launch_counts[shape.id]).prepare()
-            sampled = []
-            for batch in range(timing_cfg.batches):
-                sampled += sampler.batch(batch, batch_order(rng, timed))
-            sampler.close()
+            sampled, launches, _ = time_runs(session, timed, timing_cfg, clocks, rng, flush,
+                                             unpaced=FLOOR_RUNS,
+                                             launches=launch_counts[shape.id])
         frame = samples_frame(sampled, shape.id)
         frame["clock_flagged"] = flag_batches(frame, clocks.max_sm_clock_mhz,
                                               timing_cfg.clock_flag_fraction)
@@ -205,15 +202,15 @@ def measure_epilogue(session, shapes, settings: dict, timing_cfg, launch_counts:
                          else torch.contiguous_format), folded.weight.detach(), shape.groups,
             activation, "dispatch") for layout in LAYOUTS}
         details[shape.id] = {"activation": activation, "seed": seed,
-                             "launches_per_replay": sampler.launches,
+                             "launches_per_replay": launches,
                              "fused_runs": fused_runs, "floor": floor_details,
                              "incorrect": [r["implementation"] for r in rows
                                            if r["status"] != "correct"]}
         progress(f"[epilogue] {index + 1}/{len(shapes)} {shape.id} ({activation}): "
-                 f"{len(verified)} of {len(runs)} runs verified, L={sampler.launches}, fused "
+                 f"{len(verified)} of {len(runs)} runs verified, L={launches}, fused "
                  + ", ".join(f"{lay} {r.get('implementation')} ({r.get('epilogue')})"
                              for lay, r in fused_runs.items()))
-        del x, w, blk, runs, verified, timed, sampler, folded, refs, ref32
+        del x, w, blk, runs, verified, timed, folded, refs, ref32
         torch._dynamo.reset()
         torch.cuda.empty_cache()
     return (pd.concat(frames, ignore_index=True),
