@@ -150,12 +150,18 @@ def test_the_headline_takes_the_axis_sentences_only_where_the_axis_was_measured(
              "probes": {"epilogue": {"measured": False, "reason": "not measured"}}}
     assert with_epilogue(atlas) is atlas
     assert with_epilogue({"headline": {"summary_lines": []}}) == {"headline": {"summary_lines": []}}
+    samples = _frame(DW, _means(20, 19, 90, 60, 40))
+    fig = ax.figures(ax.summarize(samples, _verification([DW]), {DW: "depthwise"}, CFG), CFG)
     measured = {**atlas, "probes": {"epilogue": {
-        "measured": True, "source": {"path": "probes/epilogue.json"},
-        "summary_lines": ["epilogue nchw: depthwise ... 2.491"]}}}
+        "measured": True, "source": {"path": "probes/epilogue.json"}, "figures": fig,
+        "summary_lines": ax.lines(fig)}}}
     out = with_epilogue(measured)
-    assert out["headline"]["summary_lines"] == [
-        "forward line", "Epilogue axis (probes/epilogue.json): epilogue nchw: depthwise ... 2.491"]
+    # the comparisons against PyTorch, each named by its source; the epilogue's cost over its
+    # own convolution stays with the probe's lines
+    assert out["headline"]["summary_lines"] == ["forward line", *(
+        f"Epilogue axis (probes/epilogue.json): {line}" for line in ax.comparison_lines(fig))]
+    assert len(out["headline"]["epilogue"]) == 3 and len(ax.lines(fig)) > 3
+    assert not any("its convolution alone" in line for line in out["headline"]["epilogue"])
     assert out["headline"]["epilogue"] == out["headline"]["summary_lines"][1:]
     assert measured["headline"]["summary_lines"] == ["forward line"]  # the input is not changed
 

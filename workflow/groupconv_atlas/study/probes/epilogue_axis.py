@@ -233,8 +233,9 @@ def _interval(s: dict) -> str:
     return f" [{s['shape_ci_low']:.3f}, {s['shape_ci_high']:.3f}]" if "shape_ci_low" in s else ""
 
 
-def lines(fig: dict) -> list[str]:
-    """The axis's figures as sentences (the target's output, the probes page, the notes)."""
+def comparison_lines(fig: dict) -> list[str]:
+    """The fused layer against PyTorch as sentences (per layout on depthwise shapes, the better
+    layout on every shape), and the runs left out unverified: what the headline carries."""
     out = []
     for layout, s in fig["vs_compiled_depthwise"].items():
         out.append(f"epilogue {layout}: depthwise, fused / torch.compile with freezing at "
@@ -250,6 +251,16 @@ def lines(fig: dict) -> list[str]:
                + ", ".join(f"{k} {v}" for k, v in b["classes"].items())
                + "; strongest reference: " + ", ".join(
                    f"{k} {v}" for k, v in b["strongest_references"].items()))
+    if fig["unverified"]:
+        out.append(f"epilogue: {len(fig['unverified'])} comparisons left out, a run not "
+                   f"verified correct: " + "; ".join(fig["unverified"][:5]))
+    return out
+
+
+def lines(fig: dict) -> list[str]:
+    """The axis's figures as sentences (the target's output, the probes page, the notes): the
+    comparisons, then what the epilogue costs over its own convolution."""
+    out = comparison_lines(fig)
     for layout, c in fig["epilogue_cost"].items():
         out.append(f"epilogue {layout}: fused time over the floor / its convolution alone's: "
                    f"geometric mean {c['geomean']:.3f} over {c['shapes']} shapes, highest "
@@ -258,9 +269,6 @@ def lines(fig: dict) -> list[str]:
         out.append(f"epilogue {layout}: depthwise, the same cost by activation: " + ", ".join(
             f"{act} {c['geomean']:.3f} (highest {c['highest']:.3f}, {c['shapes']} shapes)"
             for act, c in by_act.items()))
-    if fig["unverified"]:
-        out.append(f"epilogue: {len(fig['unverified'])} comparisons left out, a run not "
-                   f"verified correct: " + "; ".join(fig["unverified"][:5]))
     return out
 
 
