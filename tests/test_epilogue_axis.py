@@ -102,6 +102,46 @@ def test_a_run_that_failed_verification_is_never_compared_and_is_named():
         "epilogue_vs_compiled_depthwise_nchw"]
 
 
+def test_time_over_the_floor_by_region_takes_each_side_s_lowest_layout_and_only_verified_runs():
+    """The forward's regions (kind x size) for the axis: per shape the fused layer, its
+    convolution alone and the strongest of the six PyTorch runs, each the lowest of either layout
+    over the floor sampled beside it (here 10 us, the copy); a run that failed verification is
+    never one of them."""
+    samples = pd.concat([_frame(DW, _means(20, 19, 90, 60, 40, nhwc_scale=0.9)),
+                         _frame(GR, _means(100, 95, 300, 260, 150))], ignore_index=True)
+    bad = {(GR, "torch_compiled")}
+    table = ax.summarize(samples, _verification([DW, GR], bad),
+                         {DW: "depthwise", GR: "grouped"}, CFG)
+    shapes_doc = {"shapes": [
+        {"id": DW, "n": 8, "cin_per_group": 1, "cout_per_group": 1, "min_bytes": 29 * 10**6},
+        {"id": GR, "n": 8, "cin_per_group": 4, "cout_per_group": 4, "min_bytes": 10**9},
+        {"id": "a-shape-the-axis-did-not-measure", "n": 1, "cin_per_group": 1,
+         "cout_per_group": 1, "min_bytes": 10**6}]}
+    runs = ax.over_floor_runs(table)
+    assert "torch_compiled" not in set(runs[runs.shape_id == GR]["implementation"])
+    fig = ax.figures(table, CFG, shapes_doc, l2_bytes=50 * 10**6)
+    regions = fig["over_floor_by_region"]["by_boundary"]["graph_device"]
+    by_kind = {(r["kind"], r["size"]): r for r in regions}
+    assert set(by_kind) == {("depthwise", "between"), ("grouped", "over 2x L2")}
+    dw = by_kind[("depthwise", "between")]
+    assert dw["shapes"] == 1
+    assert dw["best_custom_geomean_over_floor"] == pytest.approx(1.8, rel=0.02)  # fused_nhwc
+    assert dw["best_conv_geomean_over_floor"] == pytest.approx(19 * 0.9 / 10, rel=0.02)
+    assert dw["best_torch_geomean_over_floor"] == pytest.approx(3.6, rel=0.02)
+    # the grouped shape's compiled run failed: its strongest PyTorch run is channels_last's
+    assert by_kind[("grouped", "over 2x L2")]["best_torch_geomean_over_floor"] == pytest.approx(
+        15.0, rel=0.02)
+    line = ax.lines(fig)[-1]
+    assert line.startswith("epilogue: time over the floor at graph_device per region")
+    fused = f"{dw['best_custom_geomean_over_floor']:.2f}x"
+    assert f"depthwise, between (1 shapes): fused {fused} (worst {fused}, {DW})" in line
+    from groupconv_atlas.study.report.epilogue_tables import epilogue_table
+
+    page = epilogue_table({"figures": fig})
+    assert "Time over the floor at graph_device, per region" in page and fused[:-1] in page
+    assert "Time over the floor" not in epilogue_table({"figures": ax.figures(table, CFG)})
+
+
 def test_each_shape_takes_its_network_s_activation():
     assert ax.activation_of("mobilenetv2-train-n128-c32-112x112-g32") == "relu6"
     assert ax.activation_of("efficientnet-b3-n16-c192-75x75-g192") == "silu"
@@ -152,9 +192,14 @@ def test_the_headline_takes_the_axis_sentences_only_where_the_axis_was_measured(
     assert with_epilogue({"headline": {"summary_lines": []}}) == {"headline": {"summary_lines": []}}
     samples = _frame(DW, _means(20, 19, 90, 60, 40))
     fig = ax.figures(ax.summarize(samples, _verification([DW]), {DW: "depthwise"}, CFG), CFG)
-    measured = {**atlas, "probes": {"epilogue": {
-        "measured": True, "source": {"path": "probes/epilogue.json"}, "figures": fig,
-        "summary_lines": ax.lines(fig)}}}
+    # the probe's document as its statistics job writes it, into atlas.json's probes
+    from groupconv_atlas.study.artifacts.probe_summaries import probes_block
+
+    doc = {"figures": fig, "targets": ax.targets(fig), "summary_lines": ax.lines(fig),
+           "headline_lines": ax.comparison_lines(fig)}
+    measured = {**atlas, "probes": probes_block(
+        {"epilogue": {"snakemake_target": "epilogue_probe", "result": "probes/epilogue.json"}},
+        {"epilogue": doc}, {"epilogue": "0" * 64})}
     out = with_epilogue(measured)
     # the comparisons against PyTorch, each named by its source; the epilogue's cost over its
     # own convolution stays with the probe's lines

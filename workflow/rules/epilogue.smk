@@ -50,9 +50,12 @@ rule epilogue_stats:
         samples=PLAN.probes.raw("epilogue", "samples.parquet"),
         verification=PLAN.probes.raw("epilogue", "verification.parquet"),
         probe=PLAN.probes.raw("epilogue", "probe.json"),
+        shapes=f"{PLAN.results}/shapes.json",  # the regions of time over floor
+        ceilings=PLAN.probes.ceilings("epilogue"),  # the GPU's L2 size, for the same
         check=PLAN.probes.record_check("epilogue"),
         code=code("probes/epilogue_axis", "files", "records/jobs", "records/provenance",
-                  "record_formats", "statistics/stats", "measuring/floors"),
+                  "record_formats", "statistics/stats", "measuring/floors",
+                  "plans/shapes_table"),
     output:
         summary=f"{PLAN.results}/probes/epilogue.parquet",
         report=f"{PLAN.results}/probes/epilogue.json",

@@ -20,7 +20,9 @@ verification = pd.read_parquet(smk.input.verification)
 probe = json.loads(Path(smk.input.probe).read_text())
 kinds = {sid: d.get("kind") for sid, d in probe["details"].items()}
 table = epilogue_axis.summarize(samples, verification, kinds, cfg)
-figures = epilogue_axis.figures(table, cfg)
+shapes_doc = json.loads(Path(smk.input.shapes).read_text())
+l2_bytes = json.loads(Path(smk.input.ceilings).read_text()).get("l2_bytes")
+figures = epilogue_axis.figures(table, cfg, shapes_doc, l2_bytes)
 lines = epilogue_axis.lines(figures)
 write_parquet(smk.output.summary, table)
 write_json(smk.output.report, {
@@ -29,11 +31,13 @@ write_json(smk.output.report, {
     "verification": {k: int(v) for k, v in verification["status"].value_counts().items()},
     "figures": figures, "targets": epilogue_axis.targets(figures),
     "summary": json.loads(table.to_json(orient="records")), "summary_lines": lines,
+    "headline_lines": epilogue_axis.comparison_lines(figures),
     "mode": smk.params.mode,
     "sources": {name: {"path": str(p), "sha256": sha256_file(p)}
                 for name, p in (("samples", smk.input.samples),
                                 ("verification", smk.input.verification),
-                                ("probe", smk.input.probe))}})
+                                ("probe", smk.input.probe), ("shapes", smk.input.shapes),
+                                ("ceilings", smk.input.ceilings))}})
 for line in lines:
     job.progress(line)
 job.finish()

@@ -7,7 +7,6 @@ import pandas as pd
 
 from groupconv.kernels import DISPATCH, KERNELS, layout_of
 from groupconv.timing import BOUNDARIES
-from ..probes.epilogue_axis import comparison_lines
 from ..statistics.pass_stats import held_record_words
 from ..statistics.stats import TORCH_BEST
 from .agreement_lines import agreement_lines
@@ -223,13 +222,14 @@ def with_epilogue(atlas: dict) -> dict:
     compiled-with-freezing per layout on depthwise shapes, the better layout against the strongest
     PyTorch run on every shape, any run left out unverified) after the headline's own and under
     headline.epilogue, where the axis was measured; unchanged where it was not (a record without
-    it keeps its bytes). The epilogue's cost over its own convolution stays with the probe's
-    lines (probes/epilogue.json, the probes page)."""
+    it keeps its bytes): the probe's `headline_lines` (epilogue_axis.comparison_lines, written by
+    its statistics job). The epilogue's cost over its own convolution stays with the probe's
+    summary lines (probes/epilogue.json, the probes page)."""
     entry = (atlas.get("probes") or {}).get("epilogue") or {}
     if not entry.get("measured"):
         return atlas
     lines = [f"Epilogue axis ({entry['source']['path']}): {line}"
-             for line in comparison_lines(entry["figures"])]
+             for line in entry["headline_lines"]]
     headline = {**atlas["headline"], "epilogue": lines,
                 "summary_lines": [*atlas["headline"].get("summary_lines", []), *lines]}
     return {**atlas, "headline": headline}

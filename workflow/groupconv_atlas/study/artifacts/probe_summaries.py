@@ -317,7 +317,8 @@ def probe_figures(name: str, doc: dict) -> dict:
         return figures
     if name == "epilogue":  # the per-row table stays in probes/epilogue.json
         return {"figures": doc["figures"], "verification": doc.get("verification", {}),
-                "tables": doc.get("tables"), "targets_of_axis": doc["targets"]}
+                "tables": doc.get("tables"), "targets_of_axis": doc["targets"],
+                "headline_lines": doc["headline_lines"]}
     raise ValueError(f"unknown probe {name!r}")
 
 

@@ -230,16 +230,19 @@ def size_class(entry: dict, l2_bytes: int | None) -> str:
 
 
 def floor_block(roofline: pd.DataFrame, shapes_doc: dict, l2_bytes: int | None,
-                customs: list[str], torch_refs: list[str]) -> dict | None:
+                customs: list[str], torch_refs: list[str],
+                more: dict[str, list[str]] | None = None) -> dict | None:
     """Per boundary and region (kind x size class): over how many shapes, and the geometric mean
     and worst of time over floor of the best PyTorch reference (`torch_refs`, strict FP32, either
-    layout) and of the best custom kernel (`customs`) on each shape. None without floors."""
+    layout) and of the best custom kernel (`customs`) on each shape; `more` ({side: runs}) adds
+    sides of its own (best_<side>_...), on the shapes every side measured. None without
+    floors."""
     if "time_over_floor" not in roofline or roofline["time_over_floor"].isna().all():
         return None
     by_id = {e["id"]: e for e in shapes_doc["shapes"]}
     measured = roofline.dropna(subset=["time_over_floor"])
     best = {}
-    for side, names in (("torch", torch_refs), ("custom", customs)):
+    for side, names in (("torch", torch_refs), ("custom", customs), *(more or {}).items()):
         rows = measured[measured["implementation"].isin(names)]
         idx = rows.groupby(["shape_id", "boundary"])["time_over_floor"].idxmin()
         best[side] = rows.loc[idx].set_index(["shape_id", "boundary"])
@@ -251,15 +254,15 @@ def floor_block(roofline: pd.DataFrame, shapes_doc: dict, l2_bytes: int | None,
            "by_boundary": {}}
     for boundary in sorted(measured["boundary"].unique()):
         regions = []
-        keys = sorted({k for k in best["torch"].index if k[1] == boundary}
-                      & {k for k in best["custom"].index if k[1] == boundary})
+        keys = sorted(set.intersection(*({k for k in b.index if k[1] == boundary}
+                                         for b in best.values())))
         groups: dict[tuple[str, str], list] = {}
         for key in keys:
             e = by_id[key[0]]
             groups.setdefault((shape_kind(e), size_class(e, l2_bytes)), []).append(key)
         for (kind, size), members in sorted(groups.items()):
             row = {"kind": kind, "size": size, "shapes": len(members)}
-            for side in ("torch", "custom"):
+            for side in best:
                 ratios = best[side].loc[members, "time_over_floor"]
                 worst = ratios.idxmax()
                 row[f"best_{side}_geomean_over_floor"] = geomean_over_floor(ratios)
@@ -301,12 +304,15 @@ def floor_lines(block: dict | None, boundary: str = "graph_device") -> list[str]
     regions = ((block or {}).get("by_boundary") or {}).get(boundary) or []
     if not regions:
         return []
-
-    def side(row, who):
-        return (f"{row[f'best_{who}_geomean_over_floor']:.2f}x (worst "
-                f"{row[f'best_{who}_worst_over_floor']:.2f}x, {row[f'best_{who}_worst_shape']})")
-
     return [f"Against the measured floor at {boundary} (time over a same-bytes copy or an empty "
             "launch timed beside the kernels; 1 is the floor), per region: " + "; ".join(
-                f"{r['kind']}, {r['size']} ({r['shapes']} shapes): best PyTorch {side(r, 'torch')}"
-                f", best custom kernel {side(r, 'custom')}" for r in regions) + "."]
+                f"{r['kind']}, {r['size']} ({r['shapes']} shapes): best PyTorch "
+                f"{region_side(r, 'torch')}, best custom kernel {region_side(r, 'custom')}"
+                for r in regions) + "."]
+
+
+def region_side(row: dict, who: str) -> str:
+    """One side of a floor_block region in words: its geometric mean over the floor and its
+    worst shape."""
+    return (f"{row[f'best_{who}_geomean_over_floor']:.2f}x (worst "
+            f"{row[f'best_{who}_worst_over_floor']:.2f}x, {row[f'best_{who}_worst_shape']})")

@@ -75,6 +75,16 @@ class ProbePlan:
         record = self.records.get(name)
         return f"{record}/raw/{path}" if record and self.run.replays_record else self.run.raw(path)
 
+    def ceilings(self, name: str) -> str:
+        """The GPU's ceilings beside the probe's samples (their L2 size sizes the regions of time
+        over floor): live, this run's; in a replay, the copy in the probe's raw folder where its
+        record holds one (a probe measured after the record), else the record's own."""
+        record = self.records.get(name)
+        if not (record and self.run.replays_record):
+            return self.run.raw("ceilings.json")
+        own = self.raw(name, "ceilings.json")
+        return own if self.run.at(own).is_file() else f"{record}/raw/ceilings.json"
+
     def record_check(self, name: str) -> list[str]:
         """What the probe's statistics wait for: the main record's check, which marks the
         results folder as that record's replay, and the borrowed record's own."""

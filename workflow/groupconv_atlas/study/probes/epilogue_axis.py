@@ -173,11 +173,49 @@ def epilogue_cost(table: pd.DataFrame, boundary: str = BOUNDARY) -> pd.DataFrame
     return conv[conv["cost"].notna()]
 
 
-def figures(table: pd.DataFrame, cfg=None) -> dict:
+def over_floor_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """(shape_id, implementation, boundary, time_over_floor): each run the axis compared, verified
+    correct, its median over the floor sampled beside it (the one sampler's)."""
+    compared = table[table["class"] != "INCORRECT"]
+    run = compared["best_reference"].where(compared["reference"] == TORCH_BEST,
+                                           compared["baseline"])
+    sides = [compared.assign(implementation=compared["candidate"],
+                             time_over_floor=compared["fused_over_floor"]),
+             compared.assign(implementation=run, time_over_floor=compared["reference_over_floor"])]
+    out = pd.concat(sides, ignore_index=True)[
+        ["shape_id", "implementation", "boundary", "time_over_floor"]]
+    return out.drop_duplicates(["shape_id", "implementation", "boundary"]) \
+        .sort_values(["shape_id", "implementation", "boundary"], ignore_index=True)
+
+
+def over_floor_by_region(table: pd.DataFrame, shapes_doc: dict, l2_bytes: int | None) -> dict:
+    """The forward's regions of time over floor (measuring/floors.floor_block: kind x size, the
+    best of each side on each shape, either layout) for the axis: the fused layer (`custom`), its
+    convolution alone (`conv`) and the strongest PyTorch run of the six (`torch`)."""
+    from ..measuring.floors import floor_block
+
+    runs = over_floor_runs(table)
+    frozen = {e["id"] for e in shapes_doc["shapes"]}
+    block = floor_block(runs[runs["shape_id"].isin(frozen)], shapes_doc, l2_bytes,
+                        customs=[run_name("fused", lay) for lay in LAYOUTS],
+                        torch_refs=[run_name(r, lay) for lay in LAYOUTS for r in REFERENCES],
+                        more={"conv": [run_name("conv", lay) for lay in LAYOUTS]})
+    if block is None:
+        return {}
+    return {**block, "definition": "time over floor: a run's median over its shape's floor (the "
+                                   "larger of a same-bytes copy and an empty launch, sampled "
+                                   "beside it); per shape the lowest of each side, either layout: "
+                                   "custom the fused layer, conv its convolution alone, torch the "
+                                   "strongest of the six PyTorch runs"}
+
+
+def figures(table: pd.DataFrame, cfg=None, shapes_doc: dict | None = None,
+            l2_bytes: int | None = None) -> dict:
     """The axis's figures at graph_device: per layout the depthwise shapes' fused layer against
     compiled-with-freezing (geometric mean, with `cfg` its interval over shapes as the atlas's
     (comparisons.geomean_block), lowest, count below 1.0, classes), every shape's better layout
-    against torch_best, and the epilogue's cost over the floor."""
+    against torch_best, and the epilogue's cost over the floor; with `shapes_doc` (the frozen
+    shapes) and the GPU's `l2_bytes`, time over floor by region (over_floor_by_region)."""
     at = table[table["boundary"] == BOUNDARY]
     out = {"boundary": BOUNDARY, "vs_compiled_depthwise": {}, "epilogue_cost": {}}
     for layout in LAYOUTS:
@@ -209,6 +247,8 @@ def figures(table: pd.DataFrame, cfg=None) -> dict:
                                  best["best_reference"].value_counts().items()}}
     unverified = table[table["class"] == "INCORRECT"]
     out["unverified"] = sorted({f"{r.shape_id} {r.reason}" for r in unverified.itertuples()})
+    if shapes_doc is not None:
+        out["over_floor_by_region"] = over_floor_by_region(table, shapes_doc, l2_bytes)
     return out
 
 
@@ -269,7 +309,19 @@ def lines(fig: dict) -> list[str]:
         out.append(f"epilogue {layout}: depthwise, the same cost by activation: " + ", ".join(
             f"{act} {c['geomean']:.3f} (highest {c['highest']:.3f}, {c['shapes']} shapes)"
             for act, c in by_act.items()))
+    regions = ((fig.get("over_floor_by_region") or {}).get("by_boundary") or {}).get(
+        fig["boundary"]) or []
+    if regions:
+        from ..measuring.floors import region_side as _over_floor
+
+        out.append(f"epilogue: time over the floor at {fig['boundary']} per region, the lowest of "
+                   "either layout: " + "; ".join(
+                       f"{r['kind']}, {r['size']} ({r['shapes']} shapes): fused "
+                       f"{_over_floor(r, 'custom')}, its convolution alone "
+                       f"{_over_floor(r, 'conv')}, best PyTorch {_over_floor(r, 'torch')}"
+                       for r in regions))
     return out
+
 
 
 def targets(fig: dict) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..probes.training_summary import COMPILED
+from .epilogue_tables import epilogue_table
 from .frames import mobilenet_readings
 from .html_blocks import Markup, esc, fmt_or_none, html_page, int_or_none, table_html
 from .style import fmt_interval, fmt_ratio
@@ -310,31 +311,8 @@ def _networks_tables(entry: dict) -> str:
     return _networks_table(entry) + _training_table(entry)
 
 
-def _epilogue_table(entry: dict) -> str:
-    """The axis's figures per layout (the per-shape rows stay in probes/epilogue.json and
-    probes/epilogue.parquet)."""
-    fig = entry.get("figures", {})
-    columns = ["figure", "layout", "shapes", "geometric mean", "lowest / highest", "at",
-               "below 1.0", "classes"]
-    rows = []
-    for layout, s in fig.get("vs_compiled_depthwise", {}).items():
-        rows.append(["depthwise: fused vs torch.compile (freezing)", layout, s["shapes"],
-                     fmt_ratio(s["geomean"]), fmt_ratio(s["lowest"]), s["lowest_shape"],
-                     s["below_1"], ", ".join(f"{k} {v}" for k, v in s["classes"].items())])
-    b = fig.get("better_layout_vs_torch_best")
-    if b:
-        rows.append(["every shape: better layout's fused vs torch_best", "better", b["shapes"],
-                     fmt_ratio(b["geomean"]), fmt_ratio(b["lowest"]), b["lowest_shape"],
-                     b["below_1"], ", ".join(f"{k} {v}" for k, v in b["classes"].items())])
-    for layout, c in fig.get("epilogue_cost", {}).items():
-        rows.append(["fused / conv alone, each over the floor", layout, c["shapes"],
-                     fmt_ratio(c["geomean"]), fmt_ratio(c["highest"]), c["highest_shape"],
-                     None, None])
-    return table_html(columns, rows, numeric={"shapes", "geometric mean", "lowest / highest"})
-
-
 _PROBE_TABLES = {"overhead": _overhead_table, "unseen": _unseen_table,
-                 "networks": _networks_tables, "epilogue": _epilogue_table}
+                 "networks": _networks_tables, "epilogue": epilogue_table}
 _PROBE_NOTES = {
     "overhead": ("Host us/call: median over repeats of back-to-back calls with no "
                  "synchronisation between them (the eager cost of the call). In-graph: per-call "
@@ -351,7 +329,9 @@ _PROBE_NOTES = {
                  "verified PyTorch run per shape of six (eager conv -> BN -> activation, BN "
                  "folded, torch.compile with freezing; each in NCHW and channels_last). The "
                  "epilogue's cost: the fused layer's time over the floor divided by its "
-                 "convolution's alone (1.0: free)."),
+                 "convolution's alone (1.0: free). Time over the floor: a run's median over its "
+                 "shape's floor (the larger of a same-bytes copy and an empty launch, sampled "
+                 "beside it); per shape the lowest of either layout."),
     "networks": ("Ratio = original time / converted time (above 1 the converted network is "
                  "faster): graph is a CUDA graph of one forward (graph_device), eager one "
                  "forward plus synchronize (sync_api), compile the same under torch.compile. "
