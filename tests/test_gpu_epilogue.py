@@ -195,7 +195,7 @@ def test_convert_fuse_leaves_train_mode_and_unfusable_chains_alone():
     depthwise, grouped = records["0.0"], records["1.0"]
     assert depthwise["fused"]["activation"] == "relu6" and depthwise["fused"]["in_kernel"]
     assert isinstance(inference[0][1], torch.nn.Identity)
-    # The grouped layer's epilogue is fused only in a kernel that holds it (k7, k9); where the
+    # The grouped layer's epilogue is fused only in a kernel that holds it (k5, k7, k9); where the
     # dispatcher picks one without fused entries its BatchNorm and ReLU stay modules.
     assert grouped["replaced"], grouped
     if grouped["fused"] is None:

@@ -315,8 +315,8 @@ class Runtime:
     def fused_choice(self, implementation: str, shape, layout: str
                      ) -> tuple[str, dict | None, str]:
         """choice_for of a fused call: the plain call's choice, except that `dispatch` takes the
-        layout's first kernel with fused entries that takes the shape (k7 or k12 on NCHW, k9 or
-        k11 on channels_last, with its tuned launch) where the plain choice has none. PyTorch's bias add and activation after an
+        layout's first kernel with fused entries that takes the shape (in the registry's order,
+        with its tuned launch) where the plain choice has none. PyTorch's bias add and activation after an
         unfused kernel are two more passes over the output: on the NCHW maps where dispatch
         picks k5 or k6 they cost 1.6 to 2.1 times the convolution (measured on an H100 with
         tools/compile_profile.py), more than k12's convolution loses to theirs."""
