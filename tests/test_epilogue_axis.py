@@ -139,6 +139,8 @@ def test_time_over_the_floor_by_region_takes_each_side_s_lowest_layout_and_only_
 
     page = epilogue_table({"figures": fig})
     assert "Time over the floor at graph_device, per region" in page and fused[:-1] in page
+    # a row per region and run (each worst shape in a column of its own, not three side by side)
+    assert page.count("<td>its convolution alone</td>") == len(regions)
     assert "Time over the floor" not in epilogue_table({"figures": ax.figures(table, CFG)})
 
 

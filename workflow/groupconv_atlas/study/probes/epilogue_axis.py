@@ -312,16 +312,15 @@ def lines(fig: dict) -> list[str]:
     regions = ((fig.get("over_floor_by_region") or {}).get("by_boundary") or {}).get(
         fig["boundary"]) or []
     if regions:
-        from ..measuring.floors import region_side as _over_floor
+        from ..measuring.floors import region_side
 
         out.append(f"epilogue: time over the floor at {fig['boundary']} per region, the lowest of "
                    "either layout: " + "; ".join(
                        f"{r['kind']}, {r['size']} ({r['shapes']} shapes): fused "
-                       f"{_over_floor(r, 'custom')}, its convolution alone "
-                       f"{_over_floor(r, 'conv')}, best PyTorch {_over_floor(r, 'torch')}"
+                       f"{region_side(r, 'custom')}, its convolution alone "
+                       f"{region_side(r, 'conv')}, best PyTorch {region_side(r, 'torch')}"
                        for r in regions))
     return out
-
 
 
 def targets(fig: dict) -> list[dict]:
