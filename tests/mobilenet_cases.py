@@ -10,14 +10,26 @@ from groupconv.shapes import Shape  # noqa: E402
 
 
 class TaggedConv(nn.Module):
-    """Stands in for the PyCUDA module on the CPU: records the kernel, computes the conv."""
+    """Stands in for the PyCUDA module on the CPU: records the kernel, computes the conv; with a
+    fusable chain (the fused block), the op's own fused layer (GroupConv2d.from_conv_bn: the
+    BatchNorm folded into weight and bias) computed by PyTorch with the op's epilogue."""
 
-    def __init__(self, conv, kernel):
+    def __init__(self, conv, kernel, chain=None):
         super().__init__()
-        self.conv, self.kernel = conv, kernel
+        self.conv, self.kernel, self.chain = conv, kernel, chain
+        if chain is not None:
+            from groupconv.layers import GroupConv2d
+
+            self.fused = GroupConv2d.from_conv_bn(conv, chain["bn"], chain["activation"], kernel)
 
     def forward(self, x):
-        return self.conv(x)
+        if self.chain is None:
+            return self.conv(x)
+        from groupconv.epilogues import torch_epilogue
+
+        f = self.fused
+        y = nn.functional.conv2d(x, f.weight, None, 1, 1, 1, f.groups)
+        return torch_epilogue(torch, y, f.bias, f.activation)
 
 
 # A small atlas for the chooser, made up for the test (not measured): three shapes, kernels

@@ -45,6 +45,15 @@ def test_probe_config_names_the_bad_field():
         mobilenet.ProbeConfig(**{**good, "block_kernel_nhwc": "k3"})
     with pytest.raises(ValueError, match="mobilenet.default_kernel must .*not 'k8'"):
         mobilenet.ProbeConfig(**{**good, "default_kernel": "k8"})
+    # The fused block's kernels: of the layout, with fused entries (defaults k12 and k11).
+    assert (cfg.fused_kernel_for("nchw"), cfg.fused_kernel_for("nhwc")) == ("k12", "k11")
+    with pytest.raises(ValueError, match=r"mobilenet.fused_kernel must name a kernel with fused "
+                                         r"entries that computes on contiguous NCHW \(.*k12.*\), "
+                                         r"not 'k3': it has no fused entries"):
+        mobilenet.ProbeConfig(**{**good, "fused_kernel": "k3"})
+    with pytest.raises(ValueError, match="mobilenet.fused_kernel_nhwc must .*not 'k12': it "
+                                         "computes on contiguous NCHW"):
+        mobilenet.ProbeConfig(**{**good, "fused_kernel_nhwc": "k12"})
 
 
 def test_the_channels_last_keys_have_defaults_for_older_configs():
@@ -57,11 +66,13 @@ def test_the_channels_last_keys_have_defaults_for_older_configs():
 
     root = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((root / "config" / "config.yaml").read_text())
-    for key in ("block_kernel_nhwc", "default_kernel_nhwc"):
+    for key in ("block_kernel_nhwc", "default_kernel_nhwc", "fused_kernel", "fused_kernel_nhwc"):
         del config["mobilenet"][key]
     assert config_errors(config) == []
     validate(config, schema=str(SCHEMA))
-    assert mobilenet.ProbeConfig(**config["mobilenet"]).kernels_for("nhwc") == ("k8", "k8")
+    cfg = mobilenet.ProbeConfig(**config["mobilenet"])
+    assert cfg.kernels_for("nhwc") == ("k8", "k8")
+    assert (cfg.fused_kernel_for("nchw"), cfg.fused_kernel_for("nhwc")) == ("k12", "k11")
 
 
 def test_timing_config_takes_the_atlas_settings_with_the_probes_batches():
@@ -196,6 +207,30 @@ def test_a_record_without_the_layout_column_replays_nchw_and_names_channels_last
     assert set(report["readings"]["block"]["n1"]["graph_device"]) == {"nchw"}
 
 
+def test_the_fused_block_fuses_the_depthwise_chain_alone_and_refuses_another():
+    """fused_block folds features[3]'s depthwise conv, its BatchNorm and ReLU6 into one layer
+    (the op's GroupConv2d.from_conv_bn, through the stand-in) and leaves the 1x1 convs; a block
+    whose depthwise conv has no BatchNorm after it is refused, naming what was made."""
+    probe = importlib.import_module("groupconv_atlas.study.probes.mobilenet.probe")
+    torch.manual_seed(0)
+    block = TinyBlock().eval()
+    for bn in (block.conv[0][1], block.conv[1][1], block.conv[3]):  # statistics off 0 and 1
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    x = mobilenet.random_input((24, 9, 9), 2, 1, "cpu")
+    fused, records = probe.fused_block(block, x, "k12", TaggedConv)
+    assert isinstance(fused.conv[1][1], nn.Identity) and isinstance(fused.conv[1][2], nn.Identity)
+    assert isinstance(fused.conv[0][1], nn.BatchNorm2d)  # the expand conv's chain is not touched
+    check = mobilenet.check_substitution(block, fused, x, 16)
+    assert check["passed"] and check["max_abs_diff"] > 0  # folded: not bit-identical
+    assert isinstance(block.conv[1][1], nn.BatchNorm2d)  # the block itself is left as it was
+    without_bn = copy.deepcopy(block)
+    without_bn.conv[1][1] = nn.Identity()
+    with pytest.raises(mobilenet.ProbeMismatch, match="expected to fuse only conv.1.0 with its "
+                                                      "BatchNorm and relu6, made"):
+        probe.fused_block(without_bn, x, "k12", TaggedConv)
+
+
 def test_a_reading_is_never_pooled_across_layouts():
     samples = synthetic_samples()
     samples.loc[samples["reading"] == "block-nhwc-n1", "reading"] = "block-n1"
@@ -298,14 +333,18 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
 
     assert [(r, e, lay) for r, e, lay, _ in timed] == [
         ("block-n1", "block", "nchw"), ("block_train-n1", "block_train", "nchw"),
-        ("network-n1", "network", "nchw"), ("block-nhwc-n1", "block", "nhwc"),
-        ("block_train-nhwc-n1", "block_train", "nhwc"), ("network-nhwc-n1", "network", "nhwc")]
+        ("block_fused-n1", "block_fused", "nchw"), ("network-n1", "network", "nchw"),
+        ("block-nhwc-n1", "block", "nhwc"), ("block_train-nhwc-n1", "block_train", "nhwc"),
+        ("block_fused-nhwc-n1", "block_fused", "nhwc"), ("network-nhwc-n1", "network", "nhwc")]
     # The timed block computes in its reading's layout, original and substituted alike.
     assert timed[0][3] == {"original": "nchw", "substituted": "nchw"}
-    assert timed[3][3] == {"original": "nhwc", "substituted": "nhwc"}
+    assert timed[4][3] == {"original": "nhwc", "substituted": "nhwc"}
     # So does the timed training step: its input gradient comes back in the reading's layout.
     assert timed[1][3] == {"original": "nchw", "substituted": "nchw"}
-    assert timed[4][3] == {"original": "nhwc", "substituted": "nhwc"}
+    assert timed[5][3] == {"original": "nhwc", "substituted": "nhwc"}
+    # And the fused block, against the original.
+    assert timed[2][3] == {"original": "nchw", "fused": "nchw"}
+    assert timed[6][3] == {"original": "nhwc", "fused": "nhwc"}
     assert {(r["reading"], r["layout"]) for r in rows} == {(t[0], t[2]) for t in timed}
     # The NCHW network was not converted: channels_last is a copy.
     assert all(p.is_contiguous() for p in network.parameters())
@@ -326,6 +365,17 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
             ("features.3.conv.1.0", kernel, layout)]
         assert whole["agreement"]["n1"]["layout"] == layout
         assert whole["agreement"]["n1"]["top1_unchanged_share"] == 1.0
+        # The fused block: its depthwise conv, BatchNorm and ReLU6 one layer on the layout's
+        # fused kernel, checked against the original (within the bound) before it was timed.
+        fused = block["fused"]
+        assert fused["kernel"] == {"nchw": "k12", "nhwc": "k11"}[layout]
+        [check] = fused["checks"]
+        assert check["passed"] and check["kernel"] == fused["kernel"]
+        assert 0 < check["max_abs_diff"] <= check["tolerance"]
+        done = [r for r in fused["replacements"]["n1"] if r["replaced"]]
+        assert [(r["layer"], r["kernel"], r["fused"]) for r in done] == [
+            (mobilenet.BLOCK_DEPTHWISE_LAYER, fused["kernel"],
+             {"batchnorm": True, "activation": "relu6"})]
     assert layouts["nhwc"]["network"]["geomean_ratios"]["baseline"] == "torch_tuned_nhwc"
     assert list(layouts["nhwc"]["network"]["geomean_ratios"]["kernels"]) == ["k8"]
     assert layouts["nchw"]["network"]["geomean_ratios"]["baseline"] == "torch_tuned"
@@ -377,4 +427,53 @@ def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_ses
             assert public.call_layout(y) == layout
             # Captured in a CUDA graph, the PyCUDA launch must follow the refilled input.
             assert mobilenet.graph_replay_diff(session, substituted, x, x_next) \
+                <= check["tolerance"], (layout, n)
+
+
+@pytest.mark.gpu
+def test_the_fused_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_session):
+    """In each layout, as the probe runs it: the block in inference with its depthwise conv,
+    BatchNorm and ReLU6 one fused layer on the layout's fused kernel (the stage's launcher, as
+    the probe configures the op), fed inputs in that layout, agrees with the original within the
+    probe's bound, eagerly and replayed from a CUDA graph; the output keeps the layout."""
+    pytest.importorskip("torchvision")
+    from groupconv import conv as public
+    from groupconv.build import compile_kernel
+    from groupconv.launcher import Launcher
+    from groupconv.layers import GroupConv2d
+
+    probe = importlib.import_module("groupconv_atlas.study.probes.mobilenet.probe")
+    cfg = mobilenet.ProbeConfig(seed=0, batches=2, samples_per_batch=1, ns=[1],
+                                agreement_inputs=2, agreement_batch=1, tolerance_factor=16,
+                                **LAYOUT_KERNELS)
+    kernels = {layout: cfg.fused_kernel_for(layout) for layout in ("nchw", "nhwc")}
+    cubins = {}
+    for kernel in kernels.values():
+        cubins[kernel] = str(tmp_path / f"{kernel}.cubin")
+        compile_kernel(kernel, cubins[kernel])
+    session = gpu_session
+    public.configure(launcher=Launcher(session, cubins))
+
+    def make(conv, kernel, chain=None):
+        return GroupConv2d.from_conv_bn(conv, chain["bn"], chain["activation"], kernel)
+
+    with session.on_stream():
+        nchw_block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].to(
+            "cuda")
+        blocks = {"nchw": nchw_block,
+                  "nhwc": copy.deepcopy(nchw_block).to(memory_format=torch.channels_last)}
+    for layout, kernel in kernels.items():
+        for n in (1, 4):
+            with session.on_stream():
+                x = mobilenet.random_input(mobilenet.BLOCK_INPUT_CHW, n, n, "cuda", layout)
+                x_next = mobilenet.random_input(mobilenet.BLOCK_INPUT_CHW, n, n + 10, "cuda",
+                                                layout)
+                fused, records = probe.fused_block(blocks[layout], x, kernel, make)
+                assert mobilenet.check_input_layouts(fused, x, records) == {
+                    mobilenet.BLOCK_DEPTHWISE_LAYER: layout}
+                check = mobilenet.check_substitution(blocks[layout], fused, x, factor=16.0)
+                y = fused(x)
+            assert check["passed"], (layout, n, check)
+            assert public.call_layout(y) == layout
+            assert mobilenet.graph_replay_diff(session, fused, x, x_next) \
                 <= check["tolerance"], (layout, n)

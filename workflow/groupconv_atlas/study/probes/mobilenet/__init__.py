@@ -5,7 +5,11 @@
   layout's block kernel (k3 on NCHW, k8 on channels_last) run through PyCUDA; checked against
   the original block, then timed against it; then as a training step (train-mode copies,
   forward and backward to the input and every weight), its gradients checked against FP64, then
-  timed (reading `block_train`).
+  timed (reading `block_train`); then in inference with that conv, its BatchNorm and ReLU6 one
+  fused layer on the layout's fused kernel (k12 on NCHW, k11 on channels_last: the BatchNorm
+  folded into weight and bias, the ReLU6 applied before the kernel's store, as
+  `convert(..., fuse=True)` makes it), checked and timed against the original (reading
+  `block_fused`).
 - Network: every eligible convolution of the whole network replaced by the kernel the atlas
   says is fastest for its shape among the kernels of the model's layout (`layout_chooser`,
   `choose_kernel`), checked for agreement and timed.

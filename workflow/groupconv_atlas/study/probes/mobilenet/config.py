@@ -11,6 +11,10 @@ from groupconv.timing import TimingConfig
 BLOCK_INDEX = 3
 BLOCK_INPUT_CHW = (24, 56, 56)  # features[3]'s input for a 224x224 image
 BLOCK_DEPTHWISE_LAYER = "conv.1.0"  # the block's 3x3 depthwise conv, as named inside the block
+# What the fused block folds into that conv: its BatchNorm and activation (torchvision's
+# Conv2dNormActivation), as named inside the block, and the activation's name in the op.
+BLOCK_FUSED_AFTER = ("conv.1.1", "conv.1.2")
+BLOCK_ACTIVATION = "relu6"
 IMAGE_CHW = (3, 224, 224)
 DEVICE = "cuda"
 BASELINE_FOR_GEOMEAN = "torch_tuned"
@@ -24,6 +28,8 @@ ANY_LAYOUT = "any"
 # The config keys naming each layout's kernels: (block kernel, default kernel of the network).
 LAYOUT_KERNEL_KEYS = {"nchw": ("block_kernel", "default_kernel"),
                       "nhwc": ("block_kernel_nhwc", "default_kernel_nhwc")}
+# The config key naming each layout's fused-block kernel (one with fused entries).
+FUSED_KERNEL_KEYS = {"nchw": "fused_kernel", "nhwc": "fused_kernel_nhwc"}
 
 # experiment -> (baseline, candidate); every ratio is baseline / candidate, above 1 favours the
 # candidate (the convention of groupconv_atlas.study.statistics.stats).
@@ -32,6 +38,9 @@ COMPARISONS = {
     # The block's training step: forward and backward in train mode (input and weight
     # gradients), measured from records made after issue 30's training reading.
     "block_train": ("original", "substituted"),
+    # The block in inference with its depthwise conv, BatchNorm and ReLU6 one fused layer
+    # (convert's fuse, on the layout's fused kernel), against the original.
+    "block_fused": ("original", "fused"),
     "network": ("original", "substituted"),
     "overhead": ("torch_add_one_element", "launcher_empty_kernel"),
 }
@@ -82,6 +91,8 @@ class ProbeConfig:
     default_kernel: str
     block_kernel_nhwc: str
     default_kernel_nhwc: str
+    fused_kernel: str = "k12"
+    fused_kernel_nhwc: str = "k11"
 
     def __post_init__(self):
         object.__setattr__(self, "ns", tuple(self.ns))
@@ -108,10 +119,24 @@ class ProbeConfig:
                     raise ValueError(f"mobilenet.{key} must name a kernel that computes on "
                                      f"{LAYOUT_TITLES[layout]} ({', '.join(fits) or 'none'}), "
                                      f"not {value!r}: {known}")
+            fusing = [k for k in fits if KERNELS[k].epilogues]
+            key = FUSED_KERNEL_KEYS[layout]
+            value = getattr(self, key)
+            if value not in fusing:
+                known = ("it has no fused entries" if value in fits else
+                         f"it computes on {LAYOUT_TITLES[layout_of(value)]}" if value in KERNELS
+                         else "no such kernel")
+                raise ValueError(f"mobilenet.{key} must name a kernel with fused entries that "
+                                 f"computes on {LAYOUT_TITLES[layout]} "
+                                 f"({', '.join(fusing) or 'none'}), not {value!r}: {known}")
 
     def kernels_for(self, layout: str) -> tuple[str, str]:
         """(block kernel, the network chooser's default kernel) of a model in `layout`."""
         return tuple(getattr(self, key) for key in LAYOUT_KERNEL_KEYS[layout])
+
+    def fused_kernel_for(self, layout: str) -> str:
+        """The fused block's kernel of a model in `layout`."""
+        return getattr(self, FUSED_KERNEL_KEYS[layout])
 
 
 def timing_config(probe: ProbeConfig, timing: dict) -> TimingConfig:

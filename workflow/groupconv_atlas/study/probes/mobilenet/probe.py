@@ -17,11 +17,11 @@ from ...measuring.timing_workers import flag_batches
 from .checks import (agreement, block_gradients, check_block_gradients, check_input_layouts,
                      gradient_leaf, check_substitution, graph_replay_diff, random_input)
 from .choice import layout_chooser, layout_geomean_ratios
-from .config import (ANY_LAYOUT, BLOCK_DEPTHWISE_LAYER, BLOCK_INDEX, BLOCK_INPUT_CHW, DEVICE,
-                     IMAGE_CHW, LAYOUT_TITLES, LAYOUTS, SAMPLE_COLUMNS, ProbeConfig, ProbeMismatch,
-                     reading_name)
+from .config import (ANY_LAYOUT, BLOCK_ACTIVATION, BLOCK_DEPTHWISE_LAYER, BLOCK_INDEX,
+                     BLOCK_INPUT_CHW, DEVICE, IMAGE_CHW, LAYOUT_TITLES, LAYOUTS, SAMPLE_COLUMNS,
+                     ProbeConfig, ProbeMismatch, reading_name)
 from .summary import json_ready
-from .surgery import named_kernel, substitute_convs
+from .surgery import fusable_chains, named_kernel, substitute_convs
 
 
 def time_variants(session, runs: dict[str, Callable], reading: str, experiment: str,
@@ -153,7 +153,54 @@ def probe_block(bench: Bench, network, cfg: ProbeConfig, make_module, layout: st
                                                            layout=layout)
         rows += new_rows + probe_block_train(bench, block, substituted, x, n, offset, cfg,
                                              layout, record)
+        rows += probe_block_fused(bench, block, x, x_next, n, cfg, make_module, layout, record)
     return rows, record
+
+
+def fused_block(block, x, kernel: str, make_module, describe=None):
+    """A copy of `block` (in inference) whose depthwise conv, BatchNorm and activation are one
+    fused layer on `kernel`, as convert(fuse=True) makes it (fusable_chains, then make_module
+    with the chain: GroupConv2d.from_conv_bn); every other layer as it is. Returns the copy and
+    the substitution's records; ProbeMismatch unless exactly the depthwise chain was fused."""
+    fused = copy.deepcopy(block).eval()
+    records = substitute_convs(fused, x, named_kernel(kernel), make_module, describe,
+                               chains=fusable_chains(fused))
+    done = [(r["layer"], r.get("fused")) for r in records if r["replaced"]]
+    wanted = [(BLOCK_DEPTHWISE_LAYER, {"batchnorm": True, "activation": BLOCK_ACTIVATION})]
+    if [(layer, {k: (f or {}).get(k) for k in ("batchnorm", "activation")})
+            for layer, f in done] != wanted:
+        raise ProbeMismatch(f"expected to fuse only {BLOCK_DEPTHWISE_LAYER} with its BatchNorm "
+                            f"and {BLOCK_ACTIVATION}, made {done}")
+    return fused, records
+
+
+def probe_block_fused(bench: Bench, block, x, x_next, n: int, cfg: ProbeConfig, make_module,
+                      layout: str, record: dict) -> list[dict]:
+    """The block in inference with its depthwise conv -> BatchNorm -> ReLU6 one fused layer on
+    the layout's fused kernel (reading block_fused): checked (eager and graph replay) against
+    the original, then timed against it, on the block reading's inputs."""
+    kernel = cfg.fused_kernel_for(layout)
+    reading = reading_name("block_fused", layout, n)
+    with bench.session.on_stream():
+        fused, records = fused_block(block, x, kernel, make_module, bench.describe)
+        check = check_substitution(block, fused, x, cfg.tolerance_factor)
+        check.update(layout=layout, kernel=kernel)
+    check["graph_replay_max_abs_diff"] = graph_replay_diff(bench.session, fused, x, x_next)
+    if not check["graph_replay_max_abs_diff"] <= check["tolerance"]:
+        raise ProbeMismatch(f"{reading}: graph replay differs from eager by "
+                            f"{check['graph_replay_max_abs_diff']:.6g} > tolerance "
+                            f"{check['tolerance']:.6g}")
+    fused_record = record.setdefault("fused", {"kernel": kernel, "checks": [],
+                                               "replacements": {}})
+    fused_record["checks"].append(check)
+    fused_record["replacements"][f"n{n}"] = records
+    bench.progress(f"[mobilenet] {reading}: {kernel} with BatchNorm and {BLOCK_ACTIVATION} "
+                   f"fused, max abs diff {check['max_abs_diff']:.3g} <= "
+                   f"{check['tolerance']:.3g}; timing")
+    pair = {"original": lambda b=block, x=x: b(x), "fused": lambda f=fused, x=x: f(x)}
+    rows, record["readings"][reading] = bench.time(pair, reading, "block_fused", n,
+                                                   layout=layout)
+    return rows
 
 
 def probe_block_train(bench: Bench, block, substituted, x, n: int, offset: int,
@@ -281,14 +328,17 @@ def run_probe(launcher_args: dict, atlas_shapes: list[Shape], medians: pd.DataFr
     bench = Bench(session, timing, ClockReader(torch), np.random.default_rng(cfg.seed), progress,
                   describe)
 
-    def make_module(conv, kernel):
+    def make_module(conv, kernel, chain=None):
         if kernel not in launcher.cubins:
             raise KeyError(f"no cubin for {kernel}: the rule's inputs hold "
                            f"{', '.join(launcher.cubins)}")
-        return GroupConv2d.from_conv(conv, kernel)
+        if chain is None:
+            return GroupConv2d.from_conv(conv, kernel)
+        return GroupConv2d.from_conv_bn(conv, chain["bn"], chain["activation"], kernel)
 
-    # Every layout's block kernel has its cubin, checked before any GPU work.
-    block_kernels = [cfg.kernels_for(layout)[0] for layout in LAYOUTS]
+    # Every layout's block kernels have their cubins, checked before any GPU work.
+    block_kernels = [k for layout in LAYOUTS
+                     for k in (cfg.kernels_for(layout)[0], cfg.fused_kernel_for(layout))]
     missing = [k for k in block_kernels if k not in launcher.cubins]
     if missing:
         raise KeyError(f"no cubin for the block kernels {', '.join(missing)}: the rule's inputs "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from groupconv.conversion import conv_input_shapes, conv_skip_reason, substitute_convs  # noqa: F401
+from groupconv.conversion import (conv_input_shapes, conv_skip_reason, fusable_chains,  # noqa: F401
+                                  substitute_convs)
 from groupconv.kernels import KERNELS
 from groupconv.shapes import Shape
 
