@@ -356,84 +356,6 @@ __device__ __forceinline__ void wg_nhwc_smem(const float* __restrict__ dy,
     }
 }
 
-// Depthwise, staged (wg_nhwc_smem_dw): as the grouped staged entries, for depthwise geometries
-// (groups == C_in == C_out), where the weight gradient is a pass over the bytes of x and dY. A
-// block owns 32 channels (threadIdx.x) and walks its slice's strips one at a time, staging each
-// input row once per column segment (the register strips above read their halo rows again, about
-// 1.15x the least bytes on large maps); its warps split a strip's columns (threadIdx.y: a warp
-// slides its channel windows along its own columns), and the block adds their sums in warp order
-// at the end, one partial a slice. Assumptions as the grouped entries'; grid = (ceil(C / 32),
-// slices).
-__device__ __forceinline__ void wg_nhwc_dw_smem(const float* __restrict__ dy,
-                                                const float* __restrict__ x,
-                                                float* __restrict__ ws, int N, int C, int H, int W,
-                                                int seg, int sps) {
-    constexpr int THREADS = 32 * WG_SMEM_WARPS;
-    __shared__ float xs[3][WG_SMEM_SEG + 2][32];  // input rows by ring slot ((row + 3) % 3)
-    __shared__ float dys[WG_SMEM_SEG][32];
-    __shared__ float red[WG_SMEM_WARPS][9][32];
-    const int c0 = blockIdx.x * 32;
-    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * 32 + lane;
-    const int col_segs = (W + seg - 1) / seg;
-    const int s_begin = blockIdx.y * sps;
-    const int s_end = min(N * H * col_segs, s_begin + sps);
-    const int per_warp = (seg + WG_SMEM_WARPS - 1) / WG_SMEM_WARPS;  // columns a warp sums
-    float acc[9];
-#pragma unroll
-    for (int t = 0; t < 9; ++t) acc[t] = 0.f;
-
-    auto stage_x = [&](int n, int hh, int w0) {
-        wg_stage_row<THREADS>(xs, x + c0, n, hh, w0, seg, H, W, C, C - c0, tid);
-    };
-    int prev[3] = {-1, -1, -2};  // the strip before: none
-    for (int s = s_begin; s < s_end; ++s) {
-        const WgStrip strip = wg_next_strip(s, N, H, W, seg, prev, stage_x);
-        const int n = strip.n, h = strip.h, w0 = strip.w0, cols = strip.cols;
-        for (int e = tid; e < cols * 32; e += THREADS) {
-            const int col = e >> 5, c = e & 31;
-            dys[col][c] = c0 + c < C
-                              ? __ldg(dy + (((long long)n * H + h) * W + w0 + col) * C + c0 + c)
-                              : 0.f;
-        }
-        __syncthreads();
-        const int top = (h + 2) % 3, mid = h % 3, bottom = (h + 1) % 3;  // rows h - 1, h, h + 1
-        const int w_begin = warp * per_warp, w_end = min(cols, w_begin + per_warp);
-        if (w_begin < w_end) {
-            // win[kh][kw]: X of this thread's channel at row h - 1 + kh, column w - 1 + kw.
-            float win[3][3];
-            win[0][0] = xs[top][w_begin][lane], win[0][1] = xs[top][w_begin + 1][lane];
-            win[1][0] = xs[mid][w_begin][lane], win[1][1] = xs[mid][w_begin + 1][lane];
-            win[2][0] = xs[bottom][w_begin][lane], win[2][1] = xs[bottom][w_begin + 1][lane];
-            for (int w = w_begin; w < w_end; ++w) {
-                win[0][2] = xs[top][w + 2][lane];
-                win[1][2] = xs[mid][w + 2][lane];
-                win[2][2] = xs[bottom][w + 2][lane];
-                const float d = dys[w][lane];
-#pragma unroll
-                for (int kh = 0; kh < 3; ++kh)
-#pragma unroll
-                    for (int kw = 0; kw < 3; ++kw)
-                        acc[kh * 3 + kw] = fmaf(d, win[kh][kw], acc[kh * 3 + kw]);
-#pragma unroll
-                for (int kh = 0; kh < 3; ++kh) win[kh][0] = win[kh][1], win[kh][1] = win[kh][2];
-            }
-        }
-    }
-
-    // The block's sums over its warps, in warp order.
-#pragma unroll
-    for (int t = 0; t < 9; ++t) red[warp][t][lane] = acc[t];
-    __syncthreads();
-    for (int e = tid; e < 9 * 32; e += THREADS) {
-        const int t = e >> 5, c = e & 31;
-        if (c0 + c >= C) continue;
-        float sum = red[0][t][c];
-#pragma unroll
-        for (int k = 1; k < WG_SMEM_WARPS; ++k) sum += red[k][t][c];
-        ws[((long long)blockIdx.y * C + c0 + c) * 9 + t] = sum;
-    }
-}
-
 #define WG_NHWC_DW_ENTRY(VEC, ROWS)                                                             \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) wg_nhwc_dw_v##VEC##_r##ROWS(      \
         const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ ws,     \
@@ -456,12 +378,6 @@ __device__ __forceinline__ void wg_nhwc_dw_smem(const float* __restrict__ dy,
         int N, int C_in, int C_out, int H, int W, int groups, int unused, int seg, int sps) {   \
         wg_nhwc_smem<COW>(dy, x, ws, N, C_in, C_out, H, W, groups, seg, sps);                  \
     }
-
-extern "C" __global__ void __launch_bounds__(32 * WG_SMEM_WARPS) wg_nhwc_smem_dw(
-    const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ ws, int N,
-    int C_in, int C_out, int H, int W, int groups, int unused, int seg, int sps) {
-    wg_nhwc_dw_smem(dy, x, ws, N, C_in, H, W, seg, sps);
-}
 
 WG_NHWC_DW(WG_NHWC_DW_ENTRY)
 WG_NHWC_TILES(WG_NHWC_TILE_ENTRY)

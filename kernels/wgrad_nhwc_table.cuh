@@ -63,5 +63,4 @@
 
 // WG_NHWC_SMEM(ENTRY): ENTRY(...) once per row, in order.
 #define WG_NHWC_SMEM(ENTRY) \
-    ENTRY(4) \
     ENTRY(8)

@@ -294,8 +294,8 @@ BACKWARD_MUTANTS = (
            "if (w_local == 0) l = (ok && w > 0 && w - 1 < W)",
            "if (w_local == 0) l = (ok && w - 1 < W)",
            ("stress-tiny-n1-c32-7x7-g32", "resnext50-32x4d-n1-c256-28x28-g32")),
-    # The staged grouped entries, as the tuning stage's cut (the rule never takes them). The
-    # first fault is in the strip walk both staged entries share (wg_next_strip).
+    # The staged grouped entry, as the tuning stage's cut (the rule never takes it). The first
+    # fault is in its strip walk (wg_next_strip).
     Mutant("wg_nhwc_smem_rows_never_restaged", "wg_nhwc",
            "    if (!slide) {\n        stage(strip.n, strip.h - 1, strip.w0);",
            "    if (false) {\n        stage(strip.n, strip.h - 1, strip.w0);",
@@ -305,17 +305,11 @@ BACKWARD_MUTANTS = (
            "// rows h - 1, h, h + 1\n        // win[kh][kw]",
            "const int top = h % 3, mid = (h + 2) % 3, bottom = (h + 1) % 3;  "
            "// rows h - 1, h, h + 1\n        // win[kh][kw]",
-           ("regnety-1-6gf-n32-c336-14x14-g14",), variant={"staged_co": 4}),
+           ("regnety-1-6gf-n32-c336-14x14-g14",), variant={"staged_co": 8}),
     Mutant("wg_nhwc_smem_right_halo_not_zero_padded", "wg_nhwc",
            "xs[slot][col][c] = (row_ok && ww >= 0 && ww < W && c < channels)",
            "xs[slot][col][c] = (row_ok && ww >= 0 && c < channels)",
            ("resnext101-32x8d-n32-c1024-14x14-g32",), variant={"staged_co": 8}),
-    # The depthwise staged entry: the warps' sums without the last warp's columns.
-    Mutant("wg_nhwc_smem_dw_block_sum_drops_the_last_warp", "wg_nhwc",
-           "for (int k = 1; k < WG_SMEM_WARPS; ++k) sum += red[k][t][c];",
-           "for (int k = 1; k < WG_SMEM_WARPS - 1; ++k) sum += red[k][t][c];",
-           ("mobilenetv2-n32-c192-28x28-g192", "xception-n8-c128-147x147-g128"),
-           variant={"staged_co": 1}),
     # Stage 2, in the header both kernels include: the last slice lane's partial left out.
     Mutant("wg_reduce_drops_the_last_slice_lane", "wg_nhwc",
            "for (int y = 1; y < ry; ++y) total += part[y][threadIdx.x];",

@@ -159,3 +159,49 @@ def test_a_flipped_plan_asks_for_the_flipped_entry_and_its_fallback_turns_the_we
     torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w.flip((2, 3)), None, 1, 1, 1, 8))
     plan.call(x, w)  # aligned: the kernel runs
     assert len(launcher.calls) == 1
+
+
+class _FusedLauncher:
+    """What plan_fused_call asks of a launcher: kernel_plan with the activation, a plan whose
+    launch_pointers appends (stream, x, w, y, bias) to `calls`."""
+
+    def __init__(self):
+        self.calls, self.asked = [], []
+
+    def kernel_plan(self, kernel, shape, variant=None, activation=None):
+        self.asked.append((kernel, activation))
+        calls = self.calls
+
+        class Plan(RecordingPlan):
+            entry = f"{kernel}_ep_{activation}"
+
+            def launch_pointers(self, stream, x, w, y, bias):
+                calls.append((stream, x, w, y, bias))
+
+        return Plan(calls, Plan.entry), None
+
+
+@pytest.mark.parametrize("layout, c_out", [("nhwc", 32), ("nhwc", 16), ("nchw", 32)])
+def test_a_fused_plan_allocates_the_output_of_the_calls_size_in_its_layout(monkeypatch, layout,
+                                                                           c_out):
+    """A kernel with fused entries whose output differs from x (a grouped kernel with C_out !=
+    C_in) gets an output of (N, C_out, H, W) in the call's layout, as a plain call does
+    (call_plan.output_layout), and its bias pointer; the epilogue's entry is asked for."""
+    from groupconv.kernels import KERNELS
+
+    plan_on_cpu(monkeypatch, call_plan)
+    kernel = "k9" if layout == "nhwc" else "k5"
+    monkeypatch.setattr(KERNELS[kernel], "epilogues", True)
+    fmt = CL if layout == "nhwc" else torch.contiguous_format
+    x = torch.randn(2, 16, 5, 7).contiguous(memory_format=fmt)
+    w = torch.randn(c_out, 4, 3, 3).contiguous(memory_format=fmt)
+    bias = torch.randn(c_out)
+    launcher = _FusedLauncher()
+    shape = geometry_shape(2, 16, c_out, 5, 7, 4)
+    plan = call_plan.plan_fused_call(launcher, kernel, shape, layout, x, w, "relu")
+    y = plan.call(x, w, bias)
+    assert tuple(y.shape) == (2, c_out, 5, 7)
+    assert y.is_contiguous(memory_format=fmt)
+    assert launcher.asked == [(kernel, "relu")] and plan.details["epilogue"] == "fused"
+    assert launcher.calls == [(CALLER_STREAM, x.data_ptr(), w.data_ptr(), y.data_ptr(),
+                               bias.data_ptr())]

@@ -134,7 +134,7 @@ def test_time_over_the_floor_by_region_takes_each_side_s_lowest_layout_and_only_
     line = ax.lines(fig)[-1]
     assert line.startswith("epilogue: time over the floor at graph_device per region")
     fused = f"{dw['best_custom_geomean_over_floor']:.2f}x"
-    assert f"depthwise, between (1 shapes): fused {fused} (worst {fused}, {DW})" in line
+    assert f"depthwise, between (1 shape): fused {fused} (worst {fused}, {DW})" in line
     from groupconv_atlas.study.report.epilogue_tables import epilogue_table
 
     page = epilogue_table({"figures": fig})

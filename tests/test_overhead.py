@@ -173,8 +173,9 @@ def test_network_summary_pairs_each_layout_and_each_side_s_faster_layout():
     """A reading in both layouts: each layout's converted model against its original, and per
     (network, mode) a `best` row, the converted model in its faster layout against the original
     in its own, the layouts named; the lines say both; a reading in NCHW alone has no best row."""
-    from groupconv_atlas.study.probes.networks import (BEST, inference_name, network_lines,
+    from groupconv_atlas.study.probes.networks import (inference_name, network_lines,
                                                         summarize_networks)
+    from groupconv_atlas.study.statistics.comparisons import BEST_LAYOUT as BEST
 
     means = {"original": 1200.0, "converted": 1000.0, "original_nhwc": 1100.0,
              "converted_nhwc": 700.0}

@@ -736,8 +736,8 @@ def test_a_cut_that_fails_to_run_stops_the_tuning_stage_naming_it(monkeypatch):
     monkeypatch.setattr(wgrad_tuning, "in_pass_layout", lambda torch, layout, x, w, gy: (x, w, gy))
     monkeypatch.setattr(wgrad_tuning, "check_cut", check_cut)
     shape = geometry_shape(2, 64, 64, 9, 9, 4)
-    with pytest.raises(RuntimeError, match=rf"wg_nhwc on {shape.id}: cut staged_co4_bpsm2 "
-                       r"\(wg_nhwc_smem_o4\) failed to run \(RuntimeError: "
+    with pytest.raises(RuntimeError, match=rf"wg_nhwc on {shape.id}: cut staged_co8_bpsm2 "
+                       r"\(wg_nhwc_smem_o8\) failed to run \(RuntimeError: "
                        r"CUDA_ERROR_ILLEGAL_ADDRESS\).*writes no record"):
         wgrad_tuning.tune_weight_grad(Session(), "nhwc", [shape], None, 1, 16.0, blocks=(2,),
                                       progress=lambda line: None)

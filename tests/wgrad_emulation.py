@@ -146,8 +146,7 @@ def emulate_nhwc(plan, choice: dict):
 
 
 def emulate_nhwc_staged(plan):
-    """As emulate_nchw, for the staged channels_last entries (wg_nhwc_smem_o{COW}, and
-    wg_nhwc_smem_dw, whose warps split a strip's columns and add their sums at the end): a block's
+    """As emulate_nchw, for the staged channels_last entries (wg_nhwc_smem_o{COW}): a block's
     strips one at a time (rows fastest), input rows staged into a ring of three shared-memory rows
     (X indices here, ZERO outside the map or past the group's channels, UNSTAGED where no stage
     wrote), kept while the strips slide down one image's rows and restaged where they do not."""
@@ -155,27 +154,18 @@ def emulate_nhwc_staged(plan):
     blocks, slices, _ = plan.stage1.grid
     lanes, warps, _ = plan.stage1.block
     cig, cog = C_in // G, C_out // G
-    # Depthwise (staged_co = 1): a lane per channel, its own group; the warps split the columns.
-    depthwise = plan.stage1.entry == "wg_nhwc_smem_dw"
-    chunk = 1 if depthwise else warps * plan.choice["staged_co"]
-    ci_chunks, co_chunks = -(-(C_in if depthwise else cig) // lanes), -(-cog // chunk)
+    chunk = warps * plan.choice["staged_co"]
+    ci_chunks, co_chunks = -(-cig // lanes), -(-cog // chunk)
     strips = N * H * -(-W // seg)
-    per_warp = -(-seg // warps)
     lane, outs = np.arange(lanes), np.arange(chunk)  # threadIdx.x; warp * COW + o
     found, writes = [], []
     for bx in range(blocks):
         cic, coc, g = _split(bx, ci_chunks, co_chunks)
         ci0, co0 = cic * lanes, coc * chunk
-        if depthwise:  # channel ci0 + lane: group ci0 + lane, in-group input 0, output itself
-            ci_ok, co_ok = ci0 + lane < C_in, np.ones(1, bool)
-            held = ci_ok
-            e0 = ((ci0 + lane) * 9)[None, :]
-            chan = ci0 + lane
-        else:
-            ci_ok, co_ok = ci0 + lane < cig, co0 + outs < cog
-            held = (co_ok[:, None] & ci_ok[None, :]).ravel()
-            e0 = ((g * cog + co0 + outs)[:, None] * cig + (ci0 + lane)[None, :]) * 9
-            chan = g * cig + ci0 + lane
+        ci_ok, co_ok = ci0 + lane < cig, co0 + outs < cog
+        held = (co_ok[:, None] & ci_ok[None, :]).ravel()
+        e0 = ((g * cog + co0 + outs)[:, None] * cig + (ci0 + lane)[None, :]) * 9
+        chan = g * cig + ci0 + lane
         for by in range(slices):
             xs = np.full((3, seg + 2, lanes), UNSTAGED)
 
@@ -196,18 +186,14 @@ def emulate_nhwc_staged(plan):
                 stage(n, h + 1, w0)
                 slots = ((h + 2) % 3, h % 3, (h + 1) % 3)  # rows h - 1, h, h + 1
                 cols = min(seg, W - w0)
-                # the columns each warp slides along: all of them for the grouped entries (the
-                # warps differ in output channels), a warp's share for the depthwise one
-                spans = ([(wp * per_warp, min(cols, wp * per_warp + per_warp))
-                          for wp in range(warps)] if depthwise else [(0, cols)])
-                for w_begin, w_end in spans:
-                    for w in range(w_begin, w_end):
-                        pix = np.full(held.size, (n * H + h) * W + w0 + w)
-                        for kh in range(3):
-                            for kw in range(3):
-                                xi = np.broadcast_to(xs[slots[kh], w + kw],
-                                                     (chunk, lanes)).ravel()
-                                _products(found, (e0 + kh * 3 + kw).ravel(), pix, xi, held)
+                # every warp slides along all the strip's columns (the warps differ in output
+                # channels)
+                for w in range(cols):
+                    pix = np.full(held.size, (n * H + h) * W + w0 + w)
+                    for kh in range(3):
+                        for kw in range(3):
+                            xi = np.broadcast_to(xs[slots[kh], w + kw], (chunk, lanes)).ravel()
+                            _products(found, (e0 + kh * 3 + kw).ravel(), pix, xi, held)
                 prev = (n, cs, h)
             writes += [(by, e + k) for e in e0.ravel()[held] for k in range(9)]
     return found, writes

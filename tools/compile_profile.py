@@ -257,6 +257,7 @@ def main(argv: list[str]) -> int:
     from groupconv.layers import GroupConv2d
     from groupconv.sessions import GpuSession
     from groupconv.timing import TimingConfig, median_latencies
+    from groupconv_atlas.study.probes.network_training import compiled_afresh
     from groupconv_atlas.study.probes.networks import build_model
     from groupconv_atlas.study.plans.run_plan import timing_settings
 
@@ -264,9 +265,8 @@ def main(argv: list[str]) -> int:
     timing = TimingConfig(**{**timing_settings(config["timing"]), "batches": opts.batches,
                              "samples_per_batch": opts.samples})
     session = GpuSession()
-    # Every graph compiled afresh: inductor's caches key a graph by its code, not by what the
-    # op's registration says (a changed layout tag compiled from the cache kept the old graph)
-    torch.compiler.config.force_disable_caches = True
+    # Every graph compiled afresh, for the whole run (network_training.compiled_afresh says why).
+    compiled_afresh().__enter__()
     if opts.backward_table or opts.autotune:
         from groupconv.launch_tables import backward_dispatch_table
         conv.configure(autotune=True if opts.autotune else None,

@@ -42,9 +42,11 @@ NHWC_TILES = tuple((o, i, rows, v) for o, i in TILES for rows in ((1, 2) if o * 
 # Grouped, staged (wg_nhwc_smem_o{COW}): a block of SMEM_WARPS warps over a 32-input-channel chunk
 # of a group, each warp COW output channels, the input rows and dY of one strip (an output row of
 # a column segment of at most SMEM_SEG columns) staged in shared memory; for the groups of many
-# channels, where the register tiles above hold 144 sums a thread and few warps an SM.
+# channels, where the register tiles above hold 144 sums a thread and few warps an SM. Eight
+# output channels a warp only: four, and a depthwise staged entry, were the tuned cut on none of
+# the shapes they were offered (kernels/NOTES-wgrad.md).
 SMEM_SEG, SMEM_WARPS, SMEM_LANES = 32, 4, 32
-NHWC_SMEM = ((4,), (8,))
+NHWC_SMEM = ((8,),)
 SMEM_MIN_CIG = 8  # fewer input channels a group leave over three quarters of a block's lanes idle
 WG_NHWC_TABLE = SourceTable("kernels/wgrad_nhwc.cu",
                             defines={**_DEFINES, "WG_SMEM_SEG": SMEM_SEG,
@@ -86,10 +88,6 @@ def nhwc_smem_entry(cow: int) -> str:
     return f"wg_nhwc_smem_o{cow}"
 
 
-# The depthwise staged entry: a lane per channel, its own output channel (staged_co = 1).
-NHWC_SMEM_DW = "wg_nhwc_smem_dw"
-
-
 class WeightGradKernel(KernelSource):
     """A weight-gradient kernel source: its layout, its table and the entries its cubin exports,
     read off that table. Its launches are wgrad_plan's, not a forward family's."""
@@ -113,8 +111,7 @@ class WgNhwc(WeightGradKernel):
         lists = self.table.lists
         return [*(nhwc_dw_entry(*t) for t in lists["WG_NHWC_DW"]),
                 *(nhwc_tile_entry(*t) for t in lists["WG_NHWC_TILES"]),
-                *(nhwc_smem_entry(*t) for t in lists["WG_NHWC_SMEM"]),
-                NHWC_SMEM_DW, "wg_reduce"]
+                *(nhwc_smem_entry(*t) for t in lists["WG_NHWC_SMEM"]), "wg_reduce"]
 
 
 @dataclass(frozen=True)
@@ -211,11 +208,10 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
     choice, the longest that reaches the aims) and the depthwise channels_last entries' channel
     vector `vec` (None: the widest up to DW_VEC that C and the alignment allow; fewer channels per
     lane, fewer registers) and the grouped entries' `tile` (COB, CIB) (None: _tile's rule) may be
-    given, to measure other choices; `staged_co` (COW of NHWC_SMEM; 1 for a depthwise geometry)
-    takes a channels_last geometry's staged entry instead of a register tile or channel vector
-    (strips of one output row, at most SMEM_SEG columns: `seg` caps them; `rows`, `tile` and
-    `vec` do not apply). A value the layout's
-    table, C or the alignment rules out is refused."""
+    given, to measure other choices; `staged_co` (COW of NHWC_SMEM) takes a grouped
+    channels_last geometry's staged entry instead of a register tile (strips of one output row,
+    at most SMEM_SEG columns: `seg` caps them; `rows`, `tile` and `vec` do not apply). A value
+    the layout's table, C or the alignment rules out is refused."""
     s = shape
     depthwise_nhwc = layout == "nhwc" and s.cin_per_group == s.cout_per_group == 1
     if blocks_per_sm is None:
@@ -248,25 +244,22 @@ def wgrad_plan(shape: Shape, layout: str, sm_count: int, alignment: int = 16, *,
         choice = {"cob": cob, "cib": cib, "wt": wt, "seg_rows": seg}
         tail = (wt, seg, sps)
     elif layout == "nhwc" and staged_co is not None:
-        if depthwise_nhwc != (staged_co == 1):
-            raise ValueError(
-                f"staged_co = {staged_co}: depthwise geometries take the depthwise staged entry "
-                "(staged_co = 1), grouped ones the grouped staged entries "
-                f"({'/'.join(str(c) for c, in NHWC_SMEM)} output channels a warp, WG_NHWC_SMEM)")
-        if not depthwise_nhwc and (staged_co,) not in NHWC_SMEM:
+        if depthwise_nhwc:
+            raise ValueError(f"staged_co = {staged_co}: the staged entries are for grouped "
+                             "geometries; a depthwise one takes the channel-vector strips (vec)")
+        if (staged_co,) not in NHWC_SMEM:
             raise ValueError(f"staged_co = {staged_co}: wgrad_nhwc.cu's staged entries take "
                              f"{'/'.join(str(c) for c, in NHWC_SMEM)} output channels a warp "
                              "(WG_NHWC_SMEM)")
         if rows is not None or tile is not None or vec is not None:
             raise ValueError("rows, tile and vec are for the register tiles; the staged entries "
                              "(staged_co) take one output row a strip, a 32-channel lane chunk")
-        tile_blocks = (_ceil_div(s.c_in, SMEM_LANES) if depthwise_nhwc else
-                       groups * _ceil_div(cig, SMEM_LANES) * _ceil_div(cog, SMEM_WARPS * staged_co))
+        tile_blocks = groups * _ceil_div(cig, SMEM_LANES) * _ceil_div(cog, SMEM_WARPS * staged_co)
         # One strip at a time per block (its threads together); the segment at most SMEM_SEG.
         seg, strips, slices, sps = _split(
             tile_blocks, 1, lambda seg: s.n * s.h * _ceil_div(s.w, seg),
             (min(SMEM_SEG, s.w, seg or SMEM_SEG),), elems, sm_count, blocks_per_sm, min_iters)
-        entry = NHWC_SMEM_DW if depthwise_nhwc else nhwc_smem_entry(staged_co)
+        entry = nhwc_smem_entry(staged_co)
         grid, block = (tile_blocks, slices, 1), (SMEM_LANES, SMEM_WARPS, 1)
         choice = {"staged_co": staged_co, "seg_cols": seg}
         tail = (0, seg, sps)
@@ -331,13 +324,12 @@ def wgrad_cuts(shape: Shape, layout: str, blocks=TUNING_BLOCKS_PER_SM) -> list[d
     """Every keyword set of wgrad_plan the kernels' tables hold for this shape and layout, the
     rule's own first ({}): grouped, each (COB, CIB) tile within the group (channels_last: with
     each row count WG_NHWC_TILES lists for it, up to H); depthwise channels_last, each channel
-    vector and row count up to H, and the depthwise staged entry; grouped channels_last with at
+    vector and row count up to H; grouped channels_last with at
     least SMEM_MIN_CIG input channels a group, each staged entry too; each at every blocks-per-SM
     aim of `blocks`. A cut the alignment or C rules out is refused by wgrad_plan, not here."""
     cig, cog = shape.cin_per_group, shape.cout_per_group
     if layout == "nhwc" and cig == cog == 1:
         kinds = [{"vec": v, "rows": r} for v, r in NHWC_DW if r <= max(1, shape.h)]
-        kinds.append({"staged_co": 1})
     elif layout == "nhwc":
         kinds = [{"tile": (o, i), "rows": r} for o, i in TILES if o <= cog and i <= cig
                  for r in sorted({r for oo, ii, r, _ in NHWC_TILES if (oo, ii) == (o, i)})

@@ -67,6 +67,17 @@ def baseline_details(baseline: str) -> dict:
     return {"cudnn_benchmark": spec["benchmark"], "tf32": spec["tf32"], "layout": spec["layout"]}
 
 
+def output_layout(shape, layout: str, x) -> tuple[tuple, tuple, bool, bool]:
+    """(out_shape, out_strides, same, nhwc) of a kernel's output: the cheapest allocation of an
+    FP32 output on x's device in x's layout is empty_like(x) (which keeps channels_last) where
+    `same` (the output has x's size), else new_empty(out_shape) (contiguous NCHW) or, where
+    `nhwc`, new_empty_strided(out_shape, out_strides) with channels_last strides (C_out !=
+    C_in). The calls below write that expression out: a helper call would cost every call."""
+    _, c_out, h, w = out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
+    return (out_shape, (h * w * c_out, 1, w * c_out, c_out), out_shape == tuple(x.shape),
+            layout == "nhwc")
+
+
 def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict | None = None,
               requested: str | None = None, handle: str = "main", flip: bool = False) -> CallPlan:
     """The plan of `impl` (a custom kernel or a PyTorch reference, already chosen) on `shape` for
@@ -90,13 +101,7 @@ def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict 
     details = {"entry": plan.entry, "grid": list(plan.grid), "block": list(plan.block)}
     if origin is not None:
         details["variant_from"] = origin
-    _, c_out, h, w = out_shape = (shape.n, shape.c_out, shape.h_out, shape.w_out)
-    # The cheapest allocation of an FP32 output on x's device in x's layout: empty_like(x)
-    # (which keeps channels_last) when the output has x's size, else new_empty (contiguous
-    # NCHW) or new_empty_strided with channels_last strides (k9 with C_out != C_in).
-    same = out_shape == tuple(x.shape)
-    nhwc = layout == "nhwc"
-    out_strides = (h * w * c_out, 1, w * c_out, c_out)
+    out_shape, out_strides, same, nhwc = output_layout(shape, layout, x)
     # An NHWC kernel reads the weight's channels_last memory (k9: OHWI, w[co][kh][kw][ci]). A
     # weight that is not channels_last-contiguous (a contiguous NCHW one) is converted on every
     # call, a copy before the launch (captured with it in a CUDA graph, so a replay reads the
@@ -200,13 +205,13 @@ def plan_fused_call(launcher, impl: str, shape, layout: str, x, weight, activati
                "epilogue": "fused"}
     if origin is not None:
         details["variant_from"] = origin
-    if tuple(x.shape) != (shape.n, shape.c_out, shape.h_out, shape.w_out):
-        raise ValueError(f"{impl}'s fused entries are depthwise: the output has x's size")
-    # As plan_call: an NHWC kernel reads the weight's channels_last memory (a depthwise (C, 1, 3,
-    # 3) weight has it in either layout, so this converts nothing in practice), and the pointers
-    # its vector loads need aligned are checked; a misaligned call computes PyTorch's reference
-    # and epilogue where `dispatch` asked, and refuses a named kernel.
-    convert = layout == "nhwc" and not weight.is_contiguous(memory_format=torch.channels_last)
+    # As plan_call: the output allocated in x's layout (output_layout; C_out may differ from
+    # C_in on a grouped kernel), an NHWC kernel reads the weight's channels_last memory (a
+    # depthwise (C, 1, 3, 3) weight has it in either layout), and the pointers its vector loads
+    # need aligned are checked; a misaligned call computes PyTorch's reference and epilogue where
+    # `dispatch` asked, and refuses a named kernel.
+    out_shape, out_strides, same, nhwc = output_layout(shape, layout, x)
+    convert = nhwc and not weight.is_contiguous(memory_format=torch.channels_last)
     x_align, w_align = pointer_alignment(impl, shape)
     x_mask = x_align - 1 if x_align > 4 else 0
     w_mask = w_align - 1 if w_align > 4 and not convert else 0
@@ -223,7 +228,8 @@ def plan_fused_call(launcher, impl: str, shape, layout: str, x, weight, activati
                 raise UnsupportedConv(f"x or weight: a data pointer is not {max(x_align, w_align)}"
                                       f"-byte aligned, which {impl} needs on {shape.id}")
             return torch_epilogue(torch, fallback(x, weight), bias, activation)
-        y = torch.empty_like(x)
+        y = torch.empty_like(x) if same else \
+            x.new_empty_strided(out_shape, out_strides) if nhwc else x.new_empty(out_shape)
         enqueue(_raw_stream(index), x.data_ptr(), weight.data_ptr(), y.data_ptr(),
                 0 if bias is None else bias.data_ptr())
         return y

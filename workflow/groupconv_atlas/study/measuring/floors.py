@@ -306,9 +306,14 @@ def floor_lines(block: dict | None, boundary: str = "graph_device") -> list[str]
         return []
     return [f"Against the measured floor at {boundary} (time over a same-bytes copy or an empty "
             "launch timed beside the kernels; 1 is the floor), per region: " + "; ".join(
-                f"{r['kind']}, {r['size']} ({r['shapes']} shapes): best PyTorch "
+                f"{r['kind']}, {r['size']} ({shape_count(r['shapes'])}): best PyTorch "
                 f"{region_side(r, 'torch')}, best custom kernel {region_side(r, 'custom')}"
                 for r in regions) + "."]
+
+
+def shape_count(n: int) -> str:
+    """A region's size in words: "1 shape", "9 shapes"."""
+    return f"{n} shape" if n == 1 else f"{n} shapes"
 
 
 def region_side(row: dict, who: str) -> str:

@@ -312,11 +312,11 @@ def lines(fig: dict) -> list[str]:
     regions = ((fig.get("over_floor_by_region") or {}).get("by_boundary") or {}).get(
         fig["boundary"]) or []
     if regions:
-        from ..measuring.floors import region_side
+        from ..measuring.floors import region_side, shape_count
 
         out.append(f"epilogue: time over the floor at {fig['boundary']} per region, the lowest of "
                    "either layout: " + "; ".join(
-                       f"{r['kind']}, {r['size']} ({r['shapes']} shapes): fused "
+                       f"{r['kind']}, {r['size']} ({shape_count(r['shapes'])}): fused "
                        f"{region_side(r, 'custom')}, its convolution alone "
                        f"{region_side(r, 'conv')}, best PyTorch {region_side(r, 'torch')}"
                        for r in regions))

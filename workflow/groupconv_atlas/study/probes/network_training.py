@@ -132,6 +132,16 @@ def fp64_rows(reference, original, converted, controls=()) -> dict[str, dict]:
     return gradient_check.tensor_errors(names, *grads[:3], controls=grads[3:])
 
 
+def compiled_afresh():
+    """A block in which torch.compile compiles every graph afresh (force_disable_caches):
+    inductor's caches key a graph by its code, not by what the op's registration says, so a
+    cached graph could run an older op (a changed layout tag compiled from the cache kept the
+    old graph)."""
+    import torch
+
+    return torch.compiler.config.patch(force_disable_caches=True)
+
+
 def compiled_steps(session, models: dict, x, target, lr: float, layout: str,
                    judge) -> tuple[dict, dict]:
     """{run name: the compiled step} of copies of `models` ({role: model}, not yet stepped),
@@ -139,8 +149,7 @@ def compiled_steps(session, models: dict, x, target, lr: float, layout: str,
     judged by `judge` (the eager step's check against FP64: a plain difference from the eager
     gradients reads rounding noise as an error on a gradient that is zero in exact arithmetic,
     such as a BatchNorm bias a later batch-statistics BatchNorm cancels) and the seconds the
-    first call took. Compiled afresh (force_disable_caches): inductor's caches key a graph by
-    its code, not by what the op's registration says, so a cached graph could run an older op."""
+    first call took, compiled afresh (compiled_afresh)."""
     import time
 
     import torch
@@ -153,7 +162,7 @@ def compiled_steps(session, models: dict, x, target, lr: float, layout: str,
                                                  torch.optim.SGD(twin.parameters(), lr=lr)),
                                    **COMPILE_OPTIONS)
         start = time.perf_counter()
-        with torch.compiler.config.patch(force_disable_caches=True):
+        with compiled_afresh():
             runs[name]()
         session.synchronize()
         seconds[name] = round(time.perf_counter() - start, 3)

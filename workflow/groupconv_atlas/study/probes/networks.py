@@ -94,6 +94,7 @@ def _inference_reading(session, built, key: str, n: int, layouts: list[str], set
     import torch._inductor.config as inductor
 
     from ..statistics.timing_frames import samples_frame
+    from .network_training import compiled_afresh
 
     models, inputs, reports, agreements = {}, {}, {}, {}
     with session.on_stream(), torch.no_grad():
@@ -123,10 +124,7 @@ def _inference_reading(session, built, key: str, n: int, layouts: list[str], set
             fast = {f"{role}_compiled{name[len(role):]}": torch.compile(m)
                     for name, m in models.items()
                     for role in ("original", "converted") if name.startswith(role)}
-            # compiled afresh: inductor's caches key a graph by its code, not by what the op's
-            # registration says, so a cached graph could run an older op
-            with torch.compiler.config.patch(force_disable_caches=True), \
-                    inductor.patch(freezing=bool(settings.get("freezing"))):
+            with compiled_afresh(), inductor.patch(freezing=bool(settings.get("freezing"))):
                 crow, _ = _sampled(session, {
                     name: (lambda m=m, x=inputs[name.replace("_compiled", "")]: m(x))
                     for name, m in fast.items()}, timing_cfg, clocks, rng, ("sync_api",))
@@ -191,7 +189,6 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
     return pd.concat(frames, ignore_index=True), details
 
 
-BEST = BEST_LAYOUT  # a summary row's layout where each side runs its own faster layout
 
 
 def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
@@ -242,7 +239,7 @@ def _best_rows(medians: pd.DataFrame, stem: str, mode, layouts: list[str], cfg,
         subset = medians[(medians["shape_id"] == network) & (medians["boundary"] == boundary)]
         got = compare(subset, inference_name(f"converted{stem}", faster["converted"]),
                       inference_name(f"original{stem}", faster["original"]), cfg)
-        rows.append(got.assign(layout=BEST, mode=mode or MODE_OF_BOUNDARY[boundary],
+        rows.append(got.assign(layout=BEST_LAYOUT, mode=mode or MODE_OF_BOUNDARY[boundary],
                                original_layout=faster["original"],
                                converted_layout=faster["converted"]))
     return rows
@@ -254,7 +251,7 @@ def network_lines(table: pd.DataFrame, details: dict) -> list[str]:
     lines = []
     for (network, layout), part in table.groupby(["network", "layout"], sort=False):
         d = details[network]
-        if layout == BEST:
+        if layout == BEST_LAYOUT:
             cells = "; ".join(
                 f"{r['mode']} {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
                 f"{r['class']} ({r['original_layout']} / {r['converted_layout']})"

@@ -7,14 +7,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..statistics.pass_stats import held_record_words
+from ..statistics.pass_stats import BEST_CUSTOM, held_record_words
 from ..statistics.stats import CLASSES, TORCH_BEST
 from .axes import axis_at_top, ratio_axis, ratio_limits
 from .html_blocks import Markup, esc, html_page, table_html
 from .style import BOUNDARIES, CLASS_COLOURS, fmt_interval, fmt_ratio, styled, svg_bytes
 
-# study/statistics/pass_stats.BEST_CUSTOM (the report reads its tables only)
-BEST_CUSTOM = "best_custom"
 
 
 def best_rows(table: pd.DataFrame, pass_: str, boundary: str) -> pd.DataFrame:
