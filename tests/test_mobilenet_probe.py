@@ -382,29 +382,36 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
     assert "k8" not in layouts["nchw"]["network"]["geomean_ratios"]["kernels"]
 
 
+def _blocks_on_the_gpu(tmp_path, session, kernels: dict) -> dict:
+    """As the probe's GPU job sets up: `kernels` ({layout: kernel}) compiled and the op
+    configured with a launcher of their cubins; features[3] on the GPU in each layout (the
+    channels_last one converted once)."""
+    pytest.importorskip("torchvision")
+    from groupconv import conv as public
+    from groupconv.build import compile_kernel
+    from groupconv.launcher import Launcher
+
+    cubins = {}
+    for kernel in kernels.values():
+        cubins[kernel] = str(tmp_path / f"{kernel}.cubin")
+        compile_kernel(kernel, cubins[kernel])
+    public.configure(launcher=Launcher(session, cubins))
+    with session.on_stream():
+        block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].to("cuda")
+        return {"nchw": block, "nhwc": copy.deepcopy(block).to(memory_format=torch.channels_last)}
+
+
 @pytest.mark.gpu
 def test_substituted_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_session):
     """In each layout, as the probe runs it: the block (converted once to channels_last for the
     channels_last reading) with its depthwise conv on that layout's block kernel, fed inputs in
     that layout, agrees with the original, eagerly and replayed from a CUDA graph."""
-    pytest.importorskip("torchvision")
     from groupconv import conv as public
     from groupconv.layers import GroupConv2d
-    from groupconv.build import compile_kernel
-    from groupconv.launcher import Launcher
 
     kernels = {"nchw": "k3", "nhwc": "k8"}
-    cubins = {}
-    for kernel in kernels.values():
-        cubins[kernel] = str(tmp_path / f"{kernel}.cubin")
-        compile_kernel(kernel, cubins[kernel])
     session = gpu_session
-    public.configure(launcher=Launcher(session, cubins))
-    with session.on_stream():
-        nchw_block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].to(
-            "cuda")
-        blocks = {"nchw": nchw_block,
-                  "nhwc": copy.deepcopy(nchw_block).to(memory_format=torch.channels_last)}
+    blocks = _blocks_on_the_gpu(tmp_path, session, kernels)
     for layout, kernel in kernels.items():
         block = blocks[layout]
         for n in (1, 4):
@@ -436,10 +443,7 @@ def test_the_fused_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_sessi
     BatchNorm and ReLU6 one fused layer on the layout's fused kernel (the stage's launcher, as
     the probe configures the op), fed inputs in that layout, agrees with the original within the
     probe's bound, eagerly and replayed from a CUDA graph; the output keeps the layout."""
-    pytest.importorskip("torchvision")
     from groupconv import conv as public
-    from groupconv.build import compile_kernel
-    from groupconv.launcher import Launcher
     from groupconv.layers import GroupConv2d
 
     probe = importlib.import_module("groupconv_atlas.study.probes.mobilenet.probe")
@@ -447,21 +451,12 @@ def test_the_fused_block_agrees_with_the_original_on_the_gpu(tmp_path, gpu_sessi
                                 agreement_inputs=2, agreement_batch=1, tolerance_factor=16,
                                 **LAYOUT_KERNELS)
     kernels = {layout: cfg.fused_kernel_for(layout) for layout in ("nchw", "nhwc")}
-    cubins = {}
-    for kernel in kernels.values():
-        cubins[kernel] = str(tmp_path / f"{kernel}.cubin")
-        compile_kernel(kernel, cubins[kernel])
     session = gpu_session
-    public.configure(launcher=Launcher(session, cubins))
+    blocks = _blocks_on_the_gpu(tmp_path, session, kernels)
 
     def make(conv, kernel, chain=None):
         return GroupConv2d.from_conv_bn(conv, chain["bn"], chain["activation"], kernel)
 
-    with session.on_stream():
-        nchw_block = mobilenet.build_mobilenet_v2(seed=0).features[mobilenet.BLOCK_INDEX].to(
-            "cuda")
-        blocks = {"nchw": nchw_block,
-                  "nhwc": copy.deepcopy(nchw_block).to(memory_format=torch.channels_last)}
     for layout, kernel in kernels.items():
         for n in (1, 4):
             with session.on_stream():
