@@ -36,8 +36,8 @@ install: $(VENV)/.installed
 atlas: $(VENV)/.installed
 	@$(WITH_RECORD) echo "$(SNAKEMAKE) atlas $$args $(QUIET)" && $(SNAKEMAKE) atlas $$args $(QUIET)
 
-# The fast set (every test but the integration set: 6 to 15 minutes on 2 cores, 337 s and 903 s in
-# fresh clones on two machines); test-integration runs the integration set (the newest 80-shape
+# The fast set (every test but the integration set: 6 to 17 minutes on 2 cores, 337 s, 903 s and
+# 988 s in fresh clones on three machines); test-integration runs the integration set (the newest 80-shape
 # record replayed, the SLURM cluster, the browser) but its per-record replays, which test-records
 # runs; test-all runs every test. CI runs test and test-integration. Each prints its 15 slowest.
 # Workers (pytest-xdist, one per core); they share the one smoke replay (tests/conftest.py).

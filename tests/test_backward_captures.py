@@ -41,3 +41,21 @@ def test_the_table_names_each_capture_by_pass_shape_and_implementation(tmp_path,
 def test_without_a_command_it_prints_its_usage(capsys):
     assert _tool().main([]) == 2
     assert "backward_captures.py capture" in capsys.readouterr().err
+
+
+def test_bytes_reads_a_committed_capture_table_against_the_pass_s_least_read(capsys):
+    """The weight gradient's captures on the H100 passes record: cuDNN's channels_last kernel
+    reads x and dY once (1.00x the least), the custom strips 1.2x on the 128-channel maps, where
+    it loses; at its own bandwidth the least bytes would take less than cuDNN's time."""
+    record = REPO_ROOT / "records" / "h100-2026-12-06-passes"
+    csv = record / "device-logs" / "wgrad-nsight" / "captures.csv"
+    shapes = record / "raw" / "shapes.json"
+    frame = _tool().read_bytes(str(csv), str(shapes)).set_index(["shape_id", "implementation"])
+    wide = "mobilenetv1-n64-c128-56x56-g128"
+    assert frame.loc[(wide, "torch_tuned_nhwc"), "read_over_least"] == pytest.approx(1.0, abs=0.01)
+    ours = frame.loc[(wide, "wg_nhwc")]
+    assert ours["read_over_least"] == pytest.approx(1.211, abs=0.001)
+    assert ours["duration_us"] > frame.loc[(wide, "torch_tuned_nhwc"), "duration_us"] \
+        > ours["least_at_that_rate_us"]
+    assert _tool().main(["bytes", str(csv), str(shapes)]) == 0
+    assert "read_over_least" in capsys.readouterr().out

@@ -80,10 +80,13 @@ def test_provenance_covers_every_output_and_holds_after_a_rerun(built):
     assert res.returncode != 0 and "comparisons-summary.html" in res.stdout + res.stderr
 
 
-# With the cross-record page on, its job reads the smoke record too (with the small check record).
-@pytest.mark.parametrize("compare", ["with_atlas: false",
-                                     f"with_atlas: true\n  records: [{SMOKE_RECORD}, "
-                                     "h200-cudnn-check-2026-11-29]"])
+# With the cross-record page on, its job reads the smoke record too (with the small check record):
+# that case builds the comparison of two records first (minutes), so it runs with the
+# integration set.
+@pytest.mark.parametrize("compare", [
+    "with_atlas: false",
+    pytest.param(f"with_atlas: true\n  records: [{SMOKE_RECORD}, h200-cudnn-check-2026-11-29]",
+                 marks=pytest.mark.integration)])
 def test_a_record_file_edited_after_a_build_is_refused(built, compare):
     """check_record reruns on any record file (not only record.json), and every job reading one
     hashes it again."""

@@ -6,10 +6,15 @@ study/probes/nsight_metrics), so the metrics are the Nsight page's own.
 
   python tools/backward_captures.py capture SHAPES_JSON OUT_DIR PASS:SHAPE:IMPL ...   (GPU)
   python tools/backward_captures.py table OUT_DIR                                   (any)
+  python tools/backward_captures.py bytes CAPTURES_CSV SHAPES_JSON                  (any)
 
 `capture` writes OUT_DIR/<pass>__<shape>__<impl>.ncu-rep and captures.json (what provenance a
 capture job records); `table` prints, per capture, every kernel launched with its duration,
-DRAM bytes, achieved occupancy, registers and throughputs, and writes OUT_DIR/captures.csv."""
+DRAM bytes, achieved occupancy, registers and throughputs, and writes OUT_DIR/captures.csv.
+`bytes` reads such a table: per capture, every launch summed, the DRAM bytes read over the least
+a pass must read (x and the output gradient once each: the weight gradient's inputs, and the
+input gradient's output gradient and weight), the bandwidth that read ran at, and the time the
+least bytes would take at that bandwidth (how much of a gap re-read bytes explain)."""
 from __future__ import annotations
 
 import json
@@ -66,11 +71,44 @@ def table(out: Path) -> int:
     return 0
 
 
+def least_read_bytes(pass_: str, shape) -> int:
+    """The fewest bytes a pass reads: the weight gradient x and dY, the input gradient dY and
+    the weight, each once (FP32)."""
+    dy = shape.output_elems
+    return 4 * (dy + (shape.input_elems if pass_ == "weight_grad" else shape.weight_elems))
+
+
+def read_bytes(captures_csv: str, shapes_json: str):
+    """Per (pass, shape, implementation) of a captures table: its launches' duration and DRAM
+    bytes read summed, over the pass's least (least_read_bytes)."""
+    import pandas as pd
+
+    from groupconv_atlas.study.plans.shapes_table import load_frozen, shapes_by_id
+
+    shapes = shapes_by_id(load_frozen(shapes_json))
+    keys = ["pass", "shape_id", "implementation"]
+    frame = pd.read_csv(captures_csv).groupby(keys, as_index=False)[
+        ["duration_ns", "dram_bytes_read"]].sum()
+    least = [least_read_bytes(p, shapes[s]) for p, s in zip(frame["pass"], frame["shape_id"])]
+    frame["read_over_least"] = frame["dram_bytes_read"] / least
+    frame["read_gb_per_s"] = frame["dram_bytes_read"] / frame["duration_ns"]
+    frame["least_at_that_rate_us"] = [b / r / 1e3 for b, r in zip(least, frame["read_gb_per_s"])]
+    frame["duration_us"] = frame["duration_ns"] / 1e3
+    return frame[[*keys, "duration_us", "read_over_least", "read_gb_per_s",
+                  "least_at_that_rate_us"]]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["capture"] and len(argv) >= 4:
         return capture(argv[1], Path(argv[2]), argv[3:])
     if argv[:1] == ["table"] and len(argv) == 2:
         return table(Path(argv[1]))
+    if argv[:1] == ["bytes"] and len(argv) == 3:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
+            print(read_bytes(argv[1], argv[2]).to_string(index=False))
+        return 0
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -247,7 +247,14 @@ def main(argv: list[str]) -> int:
     args.add_argument("--fuse", action="store_true",
                       help="networks: a converted model with convert(fuse=True) beside the others")
     opts = args.parse_args(argv)
+    from groupconv_atlas.study.probes.network_training import compiled_afresh
 
+    with compiled_afresh():  # every graph of the run compiled afresh (compiled_afresh says why)
+        return measure(opts)
+
+
+def measure(opts) -> int:
+    """The GPU run of main's options: the networks, then the blocks."""
     import numpy as np
     import torch
     import torch._inductor.config as inductor
@@ -257,7 +264,6 @@ def main(argv: list[str]) -> int:
     from groupconv.layers import GroupConv2d
     from groupconv.sessions import GpuSession
     from groupconv.timing import TimingConfig, median_latencies
-    from groupconv_atlas.study.probes.network_training import compiled_afresh
     from groupconv_atlas.study.probes.networks import build_model
     from groupconv_atlas.study.plans.run_plan import timing_settings
 
@@ -265,8 +271,6 @@ def main(argv: list[str]) -> int:
     timing = TimingConfig(**{**timing_settings(config["timing"]), "batches": opts.batches,
                              "samples_per_batch": opts.samples})
     session = GpuSession()
-    # Every graph compiled afresh, for the whole run (network_training.compiled_afresh says why).
-    compiled_afresh().__enter__()
     if opts.backward_table or opts.autotune:
         from groupconv.launch_tables import backward_dispatch_table
         conv.configure(autotune=True if opts.autotune else None,
