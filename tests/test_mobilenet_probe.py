@@ -371,6 +371,7 @@ def test_the_probe_measures_the_block_and_the_network_in_both_layouts(monkeypatc
         assert fused["kernel"] == {"nchw": "k12", "nhwc": "k11"}[layout]
         [check] = fused["checks"]
         assert check["passed"] and check["kernel"] == fused["kernel"]
+        assert check["input_layouts"] == {mobilenet.BLOCK_DEPTHWISE_LAYER: layout}
         assert 0 < check["max_abs_diff"] <= check["tolerance"]
         done = [r for r in fused["replacements"]["n1"] if r["replaced"]]
         assert [(r["layer"], r["kernel"], r["fused"]) for r in done] == [

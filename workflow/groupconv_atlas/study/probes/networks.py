@@ -189,8 +189,6 @@ def measure_networks(session, launcher, settings: dict, timing_cfg, progress=pri
     return pd.concat(frames, ignore_index=True), details
 
 
-
-
 def summarize_networks(samples: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per (network, layout, mode): original / converted with its interval and class (above 1:
     the converted network is faster), each layout's runs against each other (inference_name);

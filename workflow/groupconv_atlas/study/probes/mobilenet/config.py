@@ -11,9 +11,8 @@ from groupconv.timing import TimingConfig
 BLOCK_INDEX = 3
 BLOCK_INPUT_CHW = (24, 56, 56)  # features[3]'s input for a 224x224 image
 BLOCK_DEPTHWISE_LAYER = "conv.1.0"  # the block's 3x3 depthwise conv, as named inside the block
-# What the fused block folds into that conv: its BatchNorm and activation (torchvision's
-# Conv2dNormActivation), as named inside the block, and the activation's name in the op.
-BLOCK_FUSED_AFTER = ("conv.1.1", "conv.1.2")
+# The activation the fused block folds into that conv with its BatchNorm (torchvision's
+# Conv2dNormActivation), by its name in the op.
 BLOCK_ACTIVATION = "relu6"
 IMAGE_CHW = (3, 224, 224)
 DEVICE = "cuda"

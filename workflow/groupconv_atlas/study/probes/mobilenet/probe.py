@@ -157,13 +157,14 @@ def probe_block(bench: Bench, network, cfg: ProbeConfig, make_module, layout: st
     return rows, record
 
 
-def fused_block(block, x, kernel: str, make_module, describe=None):
+def fused_block(block, x, kernel: str, make_module):
     """A copy of `block` (in inference) whose depthwise conv, BatchNorm and activation are one
     fused layer on `kernel`, as convert(fuse=True) makes it (fusable_chains, then make_module
     with the chain: GroupConv2d.from_conv_bn); every other layer as it is. Returns the copy and
     the substitution's records; ProbeMismatch unless exactly the depthwise chain was fused."""
     fused = copy.deepcopy(block).eval()
-    records = substitute_convs(fused, x, named_kernel(kernel), make_module, describe,
+    # No launch described: the stage's describe names the plain entry, not the fused one.
+    records = substitute_convs(fused, x, named_kernel(kernel), make_module,
                                chains=fusable_chains(fused))
     done = [(r["layer"], r.get("fused")) for r in records if r["replaced"]]
     wanted = [(BLOCK_DEPTHWISE_LAYER, {"batchnorm": True, "activation": BLOCK_ACTIVATION})]
@@ -182,10 +183,11 @@ def probe_block_fused(bench: Bench, block, x, x_next, n: int, cfg: ProbeConfig, 
     kernel = cfg.fused_kernel_for(layout)
     reading = reading_name("block_fused", layout, n)
     with bench.session.on_stream():
-        # No launch described: bench.describe names the plain entry, not the fused one.
         fused, records = fused_block(block, x, kernel, make_module)
+        # The fused layer gets its kernel's layout, else PyTorch would take the call, timed.
+        input_layouts = check_input_layouts(fused, x, records)
         check = check_substitution(block, fused, x, cfg.tolerance_factor)
-        check.update(layout=layout, kernel=kernel)
+        check.update(layout=layout, kernel=kernel, input_layouts=input_layouts)
     check["graph_replay_max_abs_diff"] = graph_replay_diff(bench.session, fused, x, x_next)
     if not check["graph_replay_max_abs_diff"] <= check["tolerance"]:
         raise ProbeMismatch(f"{reading}: graph replay differs from eager by "
