@@ -41,7 +41,7 @@ def autotune_backward(runtime, pass_: str, layout: str, shape, progress=lambda m
     import torch
 
     from .sessions import GpuSession
-    from .timing import TimingConfig, median_latencies
+    from .timing import TimingConfig, median_latencies, warm_up
 
     cfg = TimingConfig(**AUTOTUNE_TIMING)
     session = GpuSession(strict=False)
@@ -75,10 +75,7 @@ def autotune_backward(runtime, pass_: str, layout: str, shape, progress=lambda m
                 runs[custom] = run
             progress(f"backward autotune: {pass_} {custom} on {shape.geometry}: "
                      f"{verdict['status']} ({verdict['reason']})")
-        for candidate in runs.values():
-            for _ in range(cfg.warmup_launches):
-                candidate()
-        session.synchronize()
+        warm_up(session, runs.values(), cfg.warmup_launches)
         medians, _ = median_latencies(session, runs, cfg, np.random.default_rng(SEED), shape.id)
     chosen = min(medians, key=lambda k: (medians[k], k))
     return {"implementation": chosen, "median_us": medians[chosen],

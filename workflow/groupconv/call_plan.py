@@ -78,6 +78,26 @@ def output_layout(shape, layout: str, x) -> tuple[tuple, tuple, bool, bool]:
             layout == "nhwc")
 
 
+def weight_and_alignment(impl: str, shape, nhwc: bool, weight
+                         ) -> tuple[bool, int, int, int, int]:
+    """(convert, x_align, w_align, x_mask, w_mask) of a kernel's call, decided once per plan (the
+    op's plan key holds the weight's layout). An NHWC kernel reads the weight's channels_last
+    memory (k9: OHWI, w[co][kh][kw][ci]): a weight that is not channels_last-contiguous (a
+    contiguous NCHW one) is converted on every call (`convert`), a copy before the launch
+    (captured with it in a CUDA graph, so a replay reads the weight's current values); a model
+    converted with .to(memory_format=torch.channels_last) passes channels_last weights, and
+    nothing is converted (a depthwise (C, 1, 3, 3) weight is channels_last-contiguous in either
+    layout). The pointers the kernel's vector loads need aligned (kernels.pointer_alignment): a
+    fresh tensor is, a view with an offset may not be; a float pointer is 4-byte aligned
+    already (mask 0: no check, the NCHW kernels' call is unchanged), and a converted weight is a
+    fresh allocation, so only a caller's channels_last weight is checked."""
+    convert = nhwc and not weight.is_contiguous(memory_format=torch.channels_last)
+    x_align, w_align = pointer_alignment(impl, shape)
+    x_mask = x_align - 1 if x_align > 4 else 0
+    w_mask = w_align - 1 if w_align > 4 and not convert else 0
+    return convert, x_align, w_align, x_mask, w_mask
+
+
 def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict | None = None,
               requested: str | None = None, handle: str = "main", flip: bool = False) -> CallPlan:
     """The plan of `impl` (a custom kernel or a PyTorch reference, already chosen) on `shape` for
@@ -102,21 +122,7 @@ def plan_call(launcher, impl: str, shape, layout: str, x, weight, variant: dict 
     if origin is not None:
         details["variant_from"] = origin
     out_shape, out_strides, same, nhwc = output_layout(shape, layout, x)
-    # An NHWC kernel reads the weight's channels_last memory (k9: OHWI, w[co][kh][kw][ci]). A
-    # weight that is not channels_last-contiguous (a contiguous NCHW one) is converted on every
-    # call, a copy before the launch (captured with it in a CUDA graph, so a replay reads the
-    # weight's current values); a model converted with .to(memory_format=torch.channels_last)
-    # passes channels_last weights, and nothing is converted. The op's plan key holds the
-    # weight's layout, so this is decided once here. (k8's (C, 1, 3, 3) weight is
-    # channels_last-contiguous in either layout: never converted.)
-    convert = nhwc and not weight.is_contiguous(memory_format=torch.channels_last)
-    # The pointers the kernel's vector loads need aligned (kernels.pointer_alignment): a fresh
-    # tensor is, a view with an offset may not be. A float pointer is 4-byte aligned already
-    # (mask 0: no check, the NCHW kernels' call is unchanged); a converted weight is a fresh
-    # allocation, so only a caller's channels_last weight is checked.
-    x_align, w_align = pointer_alignment(impl, shape)
-    x_mask = x_align - 1 if x_align > 4 else 0
-    w_mask = w_align - 1 if w_align > 4 and not convert else 0
+    convert, x_align, w_align, x_mask, w_mask = weight_and_alignment(impl, shape, nhwc, weight)
     fallback = baseline_call(MISALIGNED_FALLBACK, shape.groups)
     if flip:  # the reference computes what the flipped entry does
         unflipped = fallback
@@ -205,16 +211,11 @@ def plan_fused_call(launcher, impl: str, shape, layout: str, x, weight, activati
                "epilogue": "fused"}
     if origin is not None:
         details["variant_from"] = origin
-    # As plan_call: the output allocated in x's layout (output_layout; C_out may differ from
-    # C_in on a grouped kernel), an NHWC kernel reads the weight's channels_last memory (a
-    # depthwise (C, 1, 3, 3) weight has it in either layout), and the pointers its vector loads
-    # need aligned are checked; a misaligned call computes PyTorch's reference and epilogue where
+    # As plan_call: the output allocated in x's layout, the weight's layout and the pointers'
+    # alignment decided once; a misaligned call computes PyTorch's reference and epilogue where
     # `dispatch` asked, and refuses a named kernel.
     out_shape, out_strides, same, nhwc = output_layout(shape, layout, x)
-    convert = nhwc and not weight.is_contiguous(memory_format=torch.channels_last)
-    x_align, w_align = pointer_alignment(impl, shape)
-    x_mask = x_align - 1 if x_align > 4 else 0
-    w_mask = w_align - 1 if w_align > 4 and not convert else 0
+    convert, x_align, w_align, x_mask, w_mask = weight_and_alignment(impl, shape, nhwc, weight)
     fallback = baseline_call(MISALIGNED_FALLBACK, shape.groups)
 
     def run_fused(x, weight, bias):

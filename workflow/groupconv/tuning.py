@@ -15,7 +15,7 @@ import numpy as np
 
 from .kernels import KERNELS, support
 from .shapes import Shape
-from .timing import TimingConfig, median_latencies
+from .timing import TimingConfig, median_latencies, warm_up
 from .verify import check_seed, verify_one
 
 METHOD = ("per shape: every variant verified as the verification stage verifies a launch (fresh "
@@ -83,10 +83,7 @@ def tune_kernel(launcher, kernel: str, shapes: list[Shape], cfg: TimingConfig, s
                 y = session.empty_output(shape)
                 runs = {variant_name(v, keys): launcher.bind(kernel, shape, x, w, y, variant=v).run
                         for v in correct}
-                for run in runs.values():
-                    for _ in range(cfg.warmup_launches):
-                        run()
-                session.synchronize()
+                warm_up(session, runs.values(), cfg.warmup_launches)
                 medians, _ = median_latencies(
                     session, runs, cfg, rng, shape.id,
                     launches=None if launch_counts is None else launch_counts[shape.id])

@@ -149,7 +149,7 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
 
     from .launcher import Launcher
     from .sessions import GpuSession
-    from .timing import TimingConfig, median_latencies
+    from .timing import TimingConfig, median_latencies, warm_up
     from .tuning import tune_kernel
     from .verify import verify_one
 
@@ -174,10 +174,7 @@ def autotune(shape, cubins: dict[str, str], factor: float = 16.0, n_points: int 
         y = session.empty_output(shape)
         runs = {k: launcher.bind(k, shape, x, w, y, variant=v).run for k, v in best.items()}
         runs.update({r: launcher.bind(r, shape, x, w, y).run for r in AUTOTUNE_REFERENCES[layout]})
-        for run in runs.values():
-            for _ in range(cfg.warmup_launches):
-                run()
-        session.synchronize()
+        warm_up(session, runs.values(), cfg.warmup_launches)
         medians, _ = median_latencies(session, runs, cfg, np.random.default_rng(seed), shape.id)
     chosen = min(medians, key=lambda k: (medians[k], k))
     return {"implementation": chosen, "variant": best.get(chosen),

@@ -25,7 +25,7 @@ def measure(launcher, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> 
     do_bench_cudagraph(return_mode='median'), same process, same inputs, same algorithm."""
     import triton.testing
 
-    from groupconv.timing import ClockReader, median_latencies
+    from groupconv.timing import ClockReader, median_latencies, warm_up
 
     from ..statistics.timing_frames import samples_frame
 
@@ -36,9 +36,7 @@ def measure(launcher, shapes: list[Shape], seed: int, cfg, repeats: int = 5) -> 
     for index, shape in enumerate(shapes):
         x, w = session.random_inputs(shape, seed + index)
         bound = launcher.bind("torch_tuned", shape, x, w, None)
-        for _ in range(cfg.warmup_launches):  # finishes cudnn.benchmark's search first
-            bound.run()
-        session.synchronize()
+        warm_up(session, [bound.run], cfg.warmup_launches)  # cudnn.benchmark's search first
         medians, samples = median_latencies(session, {"torch_tuned": bound.run}, cfg, rng,
                                             shape.id, clocks)
         ours = medians["torch_tuned"]

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from groupconv.shapes import Shape
-from groupconv.timing import BOUNDARIES, ClockReader, TimingConfig, time_runs
+from groupconv.timing import BOUNDARIES, ClockReader, TimingConfig, time_runs, warm_up
 from ...measuring.timing_workers import flag_batches
 from .checks import (agreement, block_gradients, check_block_gradients, check_input_layouts,
                      gradient_leaf, check_substitution, graph_replay_diff, random_input)
@@ -32,10 +32,7 @@ def time_variants(session, runs: dict[str, Callable], reading: str, experiment: 
     (timing.time_runs), labelled with the reading they belong to and its layout."""
     torch = session.torch
     with session.on_stream(), torch.no_grad():
-        for run in runs.values():  # warm-up: lazy kernel loads, cuDNN plans, allocator
-            for _ in range(cfg.warmup_launches):
-                run()
-        session.synchronize()
+        warm_up(session, runs.values(), cfg.warmup_launches)  # lazy loads, cuDNN's plans
         samples, launches, estimates = time_runs(session, runs, cfg, clocks, rng,
                                                  boundaries=boundaries)
     torch.cuda.empty_cache()
