@@ -9,7 +9,10 @@
 // groupconv/epilogues.py names them), so no entry branches on it per element. `NoEpilogue` is the
 // plain convolution: `if constexpr` on its `fused` leaves the plain entries' machine code as it
 // was before epilogues. Each formula is PyTorch's own in FP32 (its CUDA kernels for ReLU6,
-// SiLU = x / (1 + exp(-x)), Hardswish = x * min(max(x + 3, 0), 6) / 6).
+// SiLU = x / (1 + exp(-x)), Hardswish = x * min(max(x + 3, 0), 6) / 6), but Hardswish multiplies
+// by 1/6 where PyTorch divides by 6: the IEEE division's instruction sequence per element made the
+// fused entries up to 2.8 times the plain entry's time on maps that stay in L2, and the product
+// differs from the quotient by at most two roundings, inside the bound's own roundings for it.
 #pragma once
 
 #include "channel_vec.cuh"
@@ -37,7 +40,7 @@ struct EpilogueSilu {
 struct EpilogueHardswish {
     static constexpr bool fused = true;
     __device__ __forceinline__ static float apply(float v) {
-        return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f;
+        return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
     }
 };
 

@@ -14,6 +14,7 @@
 
 #include "common.cuh"
 #include "stage.cuh"
+#include "epilogue.cuh"
 // The registry's table (groupconv.nchw_row_kernels.K7_TABLE), each explained there:
 // K7_PAD (floats of padding before each channel's staged rows), K7_MAX_CPG and K7_MAX_COUT_PG (the
 // largest group the kernel takes), K7_WEIGHT_FLOATS (floats of the weight array) and the tile
@@ -188,20 +189,38 @@ __device__ __forceinline__ void k7_accumulate(float (&acc)[OUTS][COB], const flo
     }
 }
 
-// Write item (q, col)'s outputs: the strip's rows inside the tile, COB channels each.
-template <int OUTS, int COB>
-__device__ __forceinline__ void k7_store(float* y, const float (&acc)[OUTS][COB], const K7Tile& t,
-                                         int q, int col) {
+// Write item (q, col)'s outputs: the strip's rows inside the tile, COB channels each; with a
+// fused epilogue (EPI), act(acc + bias) of each output's channel.
+template <int OUTS, int COB, class EPI>
+__device__ __forceinline__ void k7_store(float* y, const float* __restrict__ bias,
+                                         const float (&acc)[OUTS][COB], const K7Tile& t, int q,
+                                         int col) {
     int i, cb, j0;
     k7_item<OUTS>(t, q, i, cb, j0);
+    if constexpr (EPI::fused) {
+        const int co0 = t.g * t.cout_pg + cb * COB;
+        float b[COB];
 #pragma unroll
-    for (int r = 0; r < OUTS; ++r) {
-        if (j0 + r >= t.rows_here) break;
-        const int h = t.h0 + j0 + r;
+        for (int o = 0; o < COB; ++o) b[o] = epilogue_bias(bias, co0 + o);
 #pragma unroll
-        for (int o = 0; o < COB; ++o)
-            y[nchw_offset(t.n0 + i, t.g * t.cout_pg + cb * COB + o, h, col, t.C_out, t.H, t.W)] =
-                acc[r][o];
+        for (int r = 0; r < OUTS; ++r) {
+            if (j0 + r >= t.rows_here) break;
+            const int h = t.h0 + j0 + r;
+#pragma unroll
+            for (int o = 0; o < COB; ++o)
+                y[nchw_offset(t.n0 + i, co0 + o, h, col, t.C_out, t.H, t.W)] =
+                    EPI::apply(acc[r][o] + b[o]);
+        }
+    } else {  // the plain entries' store, as it was before the fused ones
+#pragma unroll
+        for (int r = 0; r < OUTS; ++r) {
+            if (j0 + r >= t.rows_here) break;
+            const int h = t.h0 + j0 + r;
+#pragma unroll
+            for (int o = 0; o < COB; ++o)
+                y[nchw_offset(t.n0 + i, t.g * t.cout_pg + cb * COB + o, h, col, t.C_out, t.H,
+                              t.W)] = acc[r][o];
+        }
     }
 }
 
@@ -215,10 +234,10 @@ __device__ __forceinline__ void k7_store(float* y, const float (&acc)[OUTS][COB]
 // thread walks its items; other groups return without writing. CHUNKED true: any group, staged
 // chunk by chunk once per round of one item per thread, the accumulators kept in registers
 // across the chunks. Two entries, so each gets its own register allocation.
-template <int TILE_FLOATS, int OUTS, int COB, bool CHUNKED>
+template <int TILE_FLOATS, int OUTS, int COB, bool CHUNKED, class EPI>
 __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict__ wt,
-                           float* __restrict__ y, int N, int C_in, int C_out, int H, int W,
-                           int groups) {
+                           float* __restrict__ y, const float* __restrict__ bias, int N,
+                           int C_in, int C_out, int H, int W, int groups) {
     __shared__ __align__(16) float tile[TILE_FLOATS];
     __shared__ __align__(16) float wsh[K7_WEIGHT_FLOATS];  // [ci - c0][tap][co]
     if (groups < 1 || C_in % groups != 0 || C_out % groups != 0 || N < 1 || H < 1 || W < 1)
@@ -282,7 +301,7 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
 #pragma unroll
                     for (int o = 0; o < COB; ++o) acc[r][o] = 0.0f;
                 k7_accumulate<OUTS, COB>(acc, tile, wsh, tl, q, col, 0, cpg);
-                k7_store<OUTS, COB>(y, acc, tl, q, col);
+                k7_store<OUTS, COB, EPI>(y, bias, acc, tl, q, col);
                 col += col_step;
                 q += q_step;
                 if (col >= W) {
@@ -308,23 +327,38 @@ __device__ void k7_grouped(const float* __restrict__ x, const float* __restrict_
                     k7_stage(tile, wsh, x, wt, tl, c0, count, tid, threads);
                     if (mine) k7_accumulate<OUTS, COB>(acc, tile, wsh, tl, q, col, c0, count);
                 }
-                if (mine) k7_store<OUTS, COB>(y, acc, tl, q, col);
+                if (mine) k7_store<OUTS, COB, EPI>(y, bias, acc, tl, q, col);
             }
         }
     }
 }
 
-// Two entries per row of K7_TILES: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS) defines
-// k7_grouped_f<TILE>_o<OUTS>_c<COB> (groups staged at once) and the same name with _chunked.
-// Shared memory per block is 4 * (TILE_FLOATS + K7_WEIGHT_FLOATS) bytes; __launch_bounds__(256)
-// lets the tuner launch 128 or 256 threads. MIN_BLOCKS 0 leaves ptxas its register heuristic; 1
-// lets a tile that would spill under it take up to 255 registers instead (every chunked entry:
-// its accumulators live across the chunk loop, and the heuristic's 64 registers spill).
+// Twelve entries per row of K7_TILES: K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS) defines
+// k7_grouped_f<TILE>_o<OUTS>_c<COB> (groups staged at once) and the same name with _chunked, and
+// each of the two with every fused epilogue (_ep_<activation>, a fourth pointer: the bias,
+// C_out floats or null). Shared memory per block is 4 * (TILE_FLOATS + K7_WEIGHT_FLOATS) bytes;
+// __launch_bounds__(256) lets the tuner launch 128 or 256 threads. MIN_BLOCKS 0 leaves ptxas its
+// register heuristic; 1 lets a tile that would spill under it take up to 255 registers instead
+// (every chunked entry: its accumulators live across the chunk loop, and the heuristic's 64
+// registers spill).
 #define K7_ENTRY_ONE(NAME, TILE_FLOATS, OUTS, COB, MIN_BLOCKS, CHUNKED)                        \
     extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)                             \
         NAME(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, \
              int N, int C_in, int C_out, int H, int W, int groups) {                          \
-        k7_grouped<TILE_FLOATS, OUTS, COB, CHUNKED>(x, wt, y, N, C_in, C_out, H, W, groups);  \
+        k7_grouped<TILE_FLOATS, OUTS, COB, CHUNKED, NoEpilogue>(x, wt, y, nullptr, N, C_in,   \
+                                                                C_out, H, W, groups);         \
+    }                                                                                         \
+    EPILOGUE_ACTIVATIONS(K7_FUSED, NAME, (TILE_FLOATS, OUTS, COB, MIN_BLOCKS, CHUNKED), 0)
+// A fused twin: ENTRY the entry's (TILE_FLOATS, OUTS, COB, MIN_BLOCKS, CHUNKED), unpacked in
+// its body.
+#define K7_TEMPLATE_ARGS(TILE_FLOATS, OUTS, COB, MIN_BLOCKS, CHUNKED) TILE_FLOATS, OUTS, COB, CHUNKED
+#define K7_MIN_BLOCKS(TILE_FLOATS, OUTS, COB, MIN_BLOCKS, CHUNKED) MIN_BLOCKS
+#define K7_FUSED(NAME, ENTRY, UNUSED, ACT, EPI)                                                \
+    extern "C" __global__ void __launch_bounds__(256, K7_MIN_BLOCKS ENTRY) NAME##_ep_##ACT(   \
+        const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,     \
+        const float* __restrict__ bias, int N, int C_in, int C_out, int H, int W,             \
+        int groups) {                                                                         \
+        k7_grouped<K7_TEMPLATE_ARGS ENTRY, EPI>(x, wt, y, bias, N, C_in, C_out, H, W, groups); \
     }
 #define K7_ENTRY(TILE_FLOATS, OUTS, COB, MIN_BLOCKS)                                          \
     K7_ENTRY_ONE(k7_grouped_f##TILE_FLOATS##_o##OUTS##_c##COB, TILE_FLOATS, OUTS, COB,        \

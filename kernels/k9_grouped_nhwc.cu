@@ -24,6 +24,7 @@
 // more pixels (COLS = 8, ROWS = 2) are in the table for the tuning stage to weigh against
 // parallelism.
 #include "common.cuh"
+#include "epilogue.cuh"
 
 // The groups the kernel takes (the host's support predicate uses them too): input channels per
 // group from 2 (depthwise, 1, is k8's) to K9_MAX_CPG, output channels per group up to
@@ -63,7 +64,7 @@ __device__ __forceinline__ void k9_store(float* __restrict__ p, const float (&v)
 }
 
 // Assumptions at the signature (the host's support predicate and conv2d's plan refuse the rest):
-// - FP32; 3x3, stride 1, padding 1, dilation 1, no bias; grouped with 2 <= C_in/groups <=
+// - FP32; 3x3, stride 1, padding 1, dilation 1; a bias only in the fused entries; grouped with 2 <= C_in/groups <=
 //   K9_MAX_CPG and 1 <= C_out/groups <= K9_MAX_COUT_PG, or a depth multiplier (C_in/groups = 1,
 //   C_out/groups a multiple of OVEC > 1) in the IVEC = 1 entries.
 // - x: N x H x W x C_in, y: N x H x W x C_out, both contiguous channels_last (the channel stride
@@ -78,10 +79,11 @@ __device__ __forceinline__ void k9_store(float* __restrict__ p, const float (&v)
 //   pixel * C + (a multiple of the group size) + (a multiple of the vector).
 // - Index types: element offsets are 64-bit; N * H * W * C may exceed 2**31. The work item is
 //   64-bit and any grid size is correct (threads stride over the items).
-template <int OVEC, int IVEC, int ROWS, int COLS>
+template <int OVEC, int IVEC, int ROWS, int COLS, class EPI>
 __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
                                                 const float* __restrict__ wt,
-                                                float* __restrict__ y, int N, int C_in,
+                                                float* __restrict__ y,
+                                                const float* __restrict__ bias, int N, int C_in,
                                                 int C_out, int H, int W, int groups) {
     // the host refuses these first
     if (groups < 1 || C_in % groups || C_out % groups) return;
@@ -161,22 +163,45 @@ __device__ __forceinline__ void k9_grouped_nhwc(const float* __restrict__ x,
                 }
             }
         }
+        if constexpr (EPI::fused) {  // the vector's biases, then act(acc + bias) per output
+            float b[OVEC];
+#pragma unroll
+            for (int o = 0; o < OVEC; ++o) b[o] = epilogue_bias(bias, co0 + o);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                for (int c = 0; c < COLS; ++c)
+#pragma unroll
+                    for (int o = 0; o < OVEC; ++o) acc[r][c][o] = EPI::apply(acc[r][c][o] + b[o]);
+        }
         store_nhwc_tile<ROWS, COLS>(y + (long long)n * H * y_row + co0, y_row, C_out, h0, w0, H, W,
                                     [&](int r, int c, float* p) { k9_store<OVEC>(p, acc[r][c]); });
     }
 }
 
-// One entry per (output vector, input vector, rows, columns): a row of the registry's tile table
-// K9_TILES. A shape runs the entries of the widest (OVEC, IVEC) pair here that divides
-// its (C_out/groups, C_in/groups): 4 x 4 for the atlas's groups of 4 to 32 channels, 2 x 2 for
-// its groups of 2, 1 x 1 for a group with an odd number of input or output channels, 4 x 1 or
-// 2 x 1 for a depth multiplier (its one input channel read once for 4 or 2 outputs). Each entry
-// allows up to 256 threads per block.
+// Six entries per (output vector, input vector, rows, columns), a row of the registry's tile
+// table K9_TILES: the convolution, and the convolution with each fused epilogue
+// (_ep_<activation>, a fourth pointer: the bias, C_out floats or null). A shape runs the entries
+// of the widest (OVEC, IVEC) pair here that divides its (C_out/groups, C_in/groups): 4 x 4 for
+// the atlas's groups of 4 to 32 channels, 2 x 2 for its groups of 2, 1 x 1 for a group with an
+// odd number of input or output channels, 4 x 1 or 2 x 1 for a depth multiplier (its one input
+// channel read once for 4 or 2 outputs). Each entry allows up to 256 threads per block.
+#define K9_TEMPLATE_ARGS(OVEC, IVEC, ROWS, COLS) OVEC, IVEC, ROWS, COLS
+#define K9_FUSED(NAME, TILE, UNUSED, ACT, EPI)                                                  \
+    extern "C" __global__ void __launch_bounds__(256) NAME##_ep_##ACT(                          \
+        const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,       \
+        const float* __restrict__ bias, int N, int C_in, int C_out, int H, int W, int groups) { \
+        k9_grouped_nhwc<K9_TEMPLATE_ARGS TILE, EPI>(x, wt, y, bias, N, C_in, C_out, H, W,      \
+                                                    groups);                                    \
+    }
 #define K9_ENTRY(OVEC, IVEC, ROWS, COLS)                                                        \
     extern "C" __global__ void __launch_bounds__(256)                                           \
         k9_grouped_nhwc_o##OVEC##_i##IVEC##_r##ROWS##_c##COLS(                                  \
             const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y,   \
             int N, int C_in, int C_out, int H, int W, int groups) {                             \
-        k9_grouped_nhwc<OVEC, IVEC, ROWS, COLS>(x, wt, y, N, C_in, C_out, H, W, groups);       \
-    }
+        k9_grouped_nhwc<OVEC, IVEC, ROWS, COLS, NoEpilogue>(x, wt, y, nullptr, N, C_in, C_out, \
+                                                            H, W, groups);                      \
+    }                                                                                           \
+    EPILOGUE_ACTIVATIONS(K9_FUSED, k9_grouped_nhwc_o##OVEC##_i##IVEC##_r##ROWS##_c##COLS,       \
+                         (OVEC, IVEC, ROWS, COLS), 0)
 K9_TILES(K9_ENTRY)

@@ -6,18 +6,23 @@
 #include <stdint.h>
 
 #include "common.cuh"
+#include "epilogue.cuh"
 
-// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1. COB divides
+// Assumptions: FP32 contiguous NCHW; 3x3, stride 1, padding 1, dilation 1; a bias (C_out floats
+// or null) only in the fused entries. COB divides
 // C_out/groups (the host checks it), so a channel block stays in one group.
 // The 1-D grid enumerates (n, channel block, row block, quad); rows past H and columns past W are
 // guarded. Loads and stores: 16-byte when W % 4 == 0, else (PAIRS only) 8-byte when W % 2 == 0,
 // else scalar; the pointers' alignment is checked here, not assumed. Offsets are 64-bit: any
 // tensor size the grid can enumerate.
-template <int ROWS, int COB, bool PAIRS>
+// EPI (epilogue.cuh): k5's fused entries apply act(acc + bias[c]) before the store; the plain
+// entries (NoEpilogue, no bias) are the code they were.
+template <int ROWS, int COB, bool PAIRS, class EPI = NoEpilogue>
 __device__ __forceinline__ void register_tile(const float* __restrict__ x,
                                               const float* __restrict__ wt,
                                               float* __restrict__ y, int N, int C_in, int C_out,
-                                              int H, int W, int groups) {
+                                              int H, int W, int groups,
+                                              const float* __restrict__ bias = nullptr) {
     const int quads = (W + 3) / 4;
     const int row_blocks = (H + ROWS - 1) / ROWS;
     const int channel_blocks = C_out / COB;
@@ -106,6 +111,16 @@ __device__ __forceinline__ void register_tile(const float* __restrict__ x,
             }
         }
 
+        if constexpr (EPI::fused) {
+#pragma unroll
+            for (int c = 0; c < COB; ++c) {
+                const float b = epilogue_bias(bias, c_o0 + c);
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                    for (int o = 0; o < 4; ++o) acc[c][r][o] = EPI::apply(acc[c][r][o] + b);
+            }
+        }
 #pragma unroll
         for (int c = 0; c < COB; ++c) {
 #pragma unroll

@@ -205,3 +205,25 @@ def test_a_fused_plan_allocates_the_output_of_the_calls_size_in_its_layout(monke
     assert launcher.asked == [(kernel, "relu")] and plan.details["epilogue"] == "fused"
     assert launcher.calls == [(CALLER_STREAM, x.data_ptr(), w.data_ptr(), y.data_ptr(),
                                bias.data_ptr())]
+
+
+def test_dispatch_s_fused_call_replaces_a_kernel_without_fused_entries_and_keeps_pytorch(runtime):
+    """`dispatch` fuses where the plain choice is a kernel without fused entries (the layout's
+    first kernel with them takes the call) and keeps PyTorch's choice, with PyTorch's epilogue
+    after it, where the tables gave the convolution to PyTorch; a named implementation is kept."""
+    from groupconv.kernels import BASELINES, DISPATCH, KERNELS, layout_of
+
+    shape = geometry_shape(2, 32, 32, 56, 56, 32)
+    runtime.launcher.cubins = {k: "built" for k in KERNELS}
+    unfused = [k for k, s in KERNELS.items()
+               if s.layout == "nchw" and not s.epilogues and s.supports(shape)[0]]
+    fused = [k for k, s in KERNELS.items()
+             if s.layout == "nchw" and s.epilogues and s.supports(shape)[0]]
+    reference = next(b for b in BASELINES if layout_of(b) == "nchw")
+    assert unfused and fused, "the registry has NCHW depthwise kernels with and without epilogues"
+    for plain, expected in [(unfused[0], fused[0]), (reference, reference),
+                            (fused[-1], fused[-1])]:
+        runtime.choice_for = lambda impl, s, layout, plain=plain: (plain, None, "the table")
+        assert runtime.fused_choice(DISPATCH, shape, "nchw")[0] == expected, plain
+    runtime.choice_for = lambda impl, s, layout: (impl, None, "named")
+    assert runtime.fused_choice(unfused[0], shape, "nchw")[0] == unfused[0]

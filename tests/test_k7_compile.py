@@ -17,6 +17,7 @@ from k7_emulation import (K7_BLOCKS, K7_PAD, K7_SOURCE, K7_TILES, K7_WEIGHT_FLOA
                           k7_check_writes, k7_fits, k7_layout, k7_reference, k7_run, k7_tile)
 
 from groupconv import nchw_row_kernels
+from groupconv.epilogues import epilogue_names
 from groupconv.kernels import KERNELS, launch_for
 from groupconv.source_tables import MAX_GRID_X
 
@@ -127,13 +128,15 @@ def test_k7_every_output_written_once_on_frozen_geometry(shape_id):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_k7_compiles_without_spills_or_local_memory(tmp_path):
     _, entries, smem = ptxas_report(K7_SOURCE, tmp_path / "k7.cubin")
-    assert {e[0] for e in entries} == {nchw_row_kernels.k7_entry(f, o, c, chunked) for f, o, c in K7_TILES
-                                       for chunked in (False, True)}
+    # every entry with its fused twins (each activation's): the registry's list
+    assert {e[0] for e in entries} == set(KERNELS["k7"].entry_names())
     for name, stack, spill_st, spill_ld in entries:
         assert (int(stack), int(spill_st), int(spill_ld)) == (0, 0, 0), f"{name} uses local memory"
     for f, o, c in K7_TILES:
         for chunked in (False, True):
-            assert int(smem[nchw_row_kernels.k7_entry(f, o, c, chunked)]) == 4 * (f + K7_WEIGHT_FLOATS)
+            plain = nchw_row_kernels.k7_entry(f, o, c, chunked)
+            for name in (plain, *epilogue_names(plain)):
+                assert int(smem[name]) == 4 * (f + K7_WEIGHT_FLOATS), name
 
 
 def test_k7_host_launch_matches_the_kernels_layout():

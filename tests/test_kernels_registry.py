@@ -8,8 +8,10 @@ from registry_checks import SHAPES, SM_COUNT, check_kernel
 
 from groupconv.kernels import (KERNELS, base_implementation, entries, implementation_names,
                                              launch_for, support, twin_name)
+from groupconv.epilogues import ACTIVATIONS
 from groupconv.nchw_tile_kernels import K4_TILES, K5_BLOCKS, K5_TILES, k4_tile
 from groupconv.nhwc_strip_kernels import K9_TILES, k9_entry, k9_vectors
+from groupconv.source_tables import with_fused
 
 
 def test_k2_supports_exactly_1_2_4_channels_per_group():
@@ -134,8 +136,9 @@ def test_k9_supports_2_to_32_input_channels_per_group_and_depth_multipliers():
 
 
 def test_every_k9_entry_is_in_its_cubin_list_and_every_shape_has_a_one_by_one_tile():
-    assert entries("k9") == [k9_entry(*tile) for tile in K9_TILES]
-    assert len(set(entries("k9"))) == len(K9_TILES)
+    # each tile's entry, then its fused twins (one per activation)
+    assert entries("k9") == with_fused([k9_entry(*tile) for tile in K9_TILES])
+    assert len(set(entries("k9"))) == len(K9_TILES) * (1 + len(ACTIVATIONS))
     for s in SHAPES:
         if support("k9", s)[0]:
             variants = KERNELS["k9"].variants(s)

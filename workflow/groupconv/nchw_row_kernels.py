@@ -9,7 +9,7 @@ from __future__ import annotations
 from .kernel_family import KernelFamily
 from .shapes import Shape
 from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable,
-                            _ceil_div)
+                            _ceil_div, with_fused)
 
 
 # k6: depthwise only (one input channel per group, any channel multiplier). The input is read as
@@ -192,6 +192,7 @@ class K7(KernelFamily):
              "per shape")
     needs_sm_count, table = True, K7_TABLE
     variant_keys = ("tile_floats", "outs", "cob", "threads")
+    epilogues = True
 
     def supports(self, s: Shape) -> tuple[bool, str]:
         if (refused := _planes_limit("k7", s)) is not None:
@@ -237,8 +238,10 @@ class K7(KernelFamily):
                       "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
     def entry_names(self) -> list[str]:
-        """Every entry k7's cubin exports: one per tile of its table, whole and chunked."""
-        return [k7_entry(f, o, c, chunked) for f, o, c in K7_TILES for chunked in (False, True)]
+        """Every entry k7's cubin exports: per tile of its table, whole and chunked, each with
+        its fused twins (epilogues.epilogue_names)."""
+        return with_fused([k7_entry(f, o, c, chunked) for f, o, c in K7_TILES
+                           for chunked in (False, True)])
 
     def uncovered(self, s: Shape, launch: Launch) -> str | None:
         # blocks stride over the tiles, so any grid covers every output (tests/test_k6_compile.py

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .kernel_family import KernelFamily, entry_fields
 from .shapes import DILATION, PADDING, STRIDE, Shape
 from .source_tables import (INT32_LIMIT, MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable,
-                            _blocks, _ceil_div)
+                            _blocks, _ceil_div, with_fused)
 
 
 def _next_pow2(v: int) -> int:
@@ -187,6 +187,7 @@ class K5(KernelFamily):
     title = "register tile, tile and block size tuned per shape by measurement"
     needs_sm_count, table = True, K5_TABLE
     variant_keys = ("rows", "cob", "threads")
+    epilogues = True
 
     def variants(self, s: Shape) -> list[dict]:
         """Every (tile, block) the tuner measures on a shape: channel blocks that divide
@@ -213,8 +214,9 @@ class K5(KernelFamily):
                       "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
     def entry_names(self) -> list[str]:
-        """One entry per tile of its table."""
-        return [f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES]
+        """Six entries per tile of its table: the convolution, and the convolution with each
+        fused epilogue (epilogues.epilogue_names)."""
+        return with_fused([f"k5_tuned_tile_r{r}_c{c}" for r, c in K5_TILES])
 
     def uncovered(self, s: Shape, launch: Launch) -> str | None:
         return _register_tile_uncovered(s, launch, "k5_tuned_tile")

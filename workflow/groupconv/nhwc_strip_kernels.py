@@ -9,7 +9,7 @@ from __future__ import annotations
 from .kernel_family import KernelFamily, entry_fields
 from .shapes import Shape
 from .source_tables import (MAX_GRID_X, THREADS_PER_BLOCK, Launch, SourceTable, _ceil_div,
-                            not_depthwise, tile_fits)
+                            not_depthwise, tile_fits, with_fused)
 
 
 # k8 and k9 compute on channels_last (NHWC) tensors with the same work split: a work item is a
@@ -195,6 +195,7 @@ class K9(KernelFamily):
              "tile of rows x columns, tuned per shape")
     layout, needs_sm_count, table = "nhwc", True, K9_TABLE
     variant_keys = ("rows", "cols", "threads")
+    epilogues = True
 
     def supports(self, s: Shape) -> tuple[bool, str]:
         # No 32-bit limit: k9's element offsets and work items are 64-bit, and its grid is capped at
@@ -245,8 +246,9 @@ class K9(KernelFamily):
                       (threads, 1, 1), "PPPiiiiii", (s.n, s.c_in, s.c_out, s.h, s.w, s.groups))
 
     def entry_names(self) -> list[str]:
-        """Every entry k9's cubin exports: one per (vectors, tile) of its table."""
-        return [k9_entry(o, i, r, c) for o, i, r, c in K9_TILES]
+        """Every entry k9's cubin exports: six per (vectors, tile) of its table, the convolution
+        and the convolution with each fused epilogue (epilogues.epilogue_names)."""
+        return with_fused([k9_entry(o, i, r, c) for o, i, r, c in K9_TILES])
 
     def alignment(self, s: Shape) -> tuple[int, int]:
         ivec = k9_vectors(s)[1]

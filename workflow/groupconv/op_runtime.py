@@ -315,13 +315,16 @@ class Runtime:
     def fused_choice(self, implementation: str, shape, layout: str
                      ) -> tuple[str, dict | None, str]:
         """choice_for of a fused call: the plain call's choice, except that `dispatch` takes the
-        layout's kernel with fused entries (k12 on NCHW, k11 on channels_last, with its tuned
-        launch) where the plain choice has none. PyTorch's bias add and activation after an
-        unfused kernel are two more passes over the output: on the NCHW maps where dispatch
-        picks k5 or k6 they cost 1.6 to 2.1 times the convolution (measured on an H100 with
-        tools/compile_profile.py), more than k12's convolution loses to theirs."""
+        layout's first kernel with fused entries that takes the shape (in the registry's order,
+        with its tuned launch) where the plain choice is a kernel without them. PyTorch's bias add
+        and activation after an unfused kernel are two more passes over the output: on the NCHW
+        depthwise maps where dispatch picks k6 they cost more than k12's convolution loses to
+        k6's. Where the plain choice is PyTorch's, the tables measured every kernel slower on the
+        convolution, and PyTorch's epilogue after it stays: on an H100 a fused k9 in its place
+        ran 1.04 to 1.9 times slower than cuDNN with the epilogue on all three channels_last
+        grouped maps where the table gives PyTorch the convolution (snakemake epilogue_probe)."""
         impl, variant, why = self.choice_for(implementation, shape, layout)
-        if implementation != DISPATCH or (impl in KERNELS and KERNELS[impl].epilogues):
+        if implementation != DISPATCH or impl not in KERNELS or KERNELS[impl].epilogues:
             return impl, variant, why
         fused = next((k for k, spec in KERNELS.items()
                       if spec.epilogues and spec.layout == layout

@@ -113,6 +113,14 @@ def with_flipped_and_fused(names: list[str]) -> list[str]:
             for name in (entry, flipped_entry(entry), *epilogue_names(entry))]
 
 
+def with_fused(names: list[str]) -> list[str]:
+    """Each entry, then its fused epilogues: the order a source with epilogues and no flipped
+    twins (the grouped kernels) exports them in."""
+    from .epilogues import epilogue_names
+
+    return [name for entry in names for name in (entry, *epilogue_names(entry))]
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
